@@ -1,0 +1,180 @@
+"""The decoder block from the frozen interface: attention, decode with a cache, block, model.
+
+The course's L3 clean-room file (002, "L3 clean-room 要求"): QKV projection,
+causal attention, head merge, pre-norm residual and FFN, written without the
+reference. Weights are (in_features, out_features): y = x @ w.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from .attention import scaled_dot_product_attention
+from .primitives import (
+    _as_float,
+    _as_size,
+    _fail,
+    _float_dtype,
+    causal_mask,
+    merge_heads,
+    rms_norm,
+    rope,
+    sinusoidal_positions,
+    sliding_window_mask,
+    split_heads,
+    swiglu_ffn,
+)
+
+BLOCK_KEYS = ("norm1", "wq", "wk", "wv", "wo", "norm2", "w_gate", "w_up", "w_down")
+
+
+def _heads(C: int, n_heads, n_kv_heads) -> tuple[int, int, int]:
+    """Validate head counts against width C; return (H, Hkv, D)."""
+    H = _as_size(n_heads, "n_heads", minimum=1)
+    Hkv = H if n_kv_heads is None else _as_size(n_kv_heads, "n_kv_heads", minimum=1)
+    if C % H:
+        _fail("n_heads", f"C={C} is not divisible by n_heads={H}")
+    if H % Hkv:
+        _fail("n_kv_heads", f"n_heads={H} is not a multiple of n_kv_heads={Hkv}")
+    return H, Hkv, C // H
+
+
+def _check_projections(C, H, Hkv, D, dtype, wq, wk, wv, wo):
+    """Check the projection shapes; cast to the activations' dtype so outputs keep it."""
+    expected = {"wq": (C, H * D), "wk": (C, Hkv * D), "wv": (C, Hkv * D), "wo": (H * D, C)}
+    arrays = {}
+    for name, w in zip(expected, (wq, wk, wv, wo), strict=True):
+        arrays[name] = _as_float(w, name, ndim=2)
+        if arrays[name].shape != expected[name]:
+            _fail(name, f"expected shape {expected[name]}, got {arrays[name].shape}")
+        arrays[name] = arrays[name].astype(dtype, copy=False)
+    return arrays["wq"], arrays["wk"], arrays["wv"], arrays["wo"]
+
+
+def _mask(t_q: int, t_k: int, causal: bool, window) -> np.ndarray | None:
+    if window is not None:
+        return sliding_window_mask(t_q, window, t_k)
+    return causal_mask(t_q, t_k) if causal else None
+
+
+def multi_head_attention(
+    x, wq, wk, wv, wo, n_heads, n_kv_heads=None, causal=True, window=None, rope_theta=None
+):
+    """x (B, T, C) -> (B, T, C): project, split heads, RoPE at 0..T-1, mask, attend, merge, @ wo."""
+    x = _as_float(x, "x", ndim=3)
+    B, T, C = x.shape
+    H, Hkv, D = _heads(C, n_heads, n_kv_heads)
+    wq, wk, wv, wo = _check_projections(C, H, Hkv, D, _float_dtype(x), wq, wk, wv, wo)
+    if window is not None:
+        _as_size(window, "window", minimum=1)
+    q = split_heads(x @ wq, H)  # (B, H, T, D)
+    k = split_heads(x @ wk, Hkv)  # (B, Hkv, T, D)
+    v = split_heads(x @ wv, Hkv)  # (B, Hkv, T, D)
+    if rope_theta is not None:
+        positions = np.arange(T)
+        q = rope(q, positions, rope_theta)
+        k = rope(k, positions, rope_theta)
+    out, _ = scaled_dot_product_attention(q, k, v, _mask(T, T, causal, window))
+    return merge_heads(out) @ wo  # (B, T, C)
+
+
+def attention_decode(
+    x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads=None, window=None, rope_theta=None
+):
+    """Attend the next Tn tokens to the cache; return (out (B, Tn, C), k_all, v_all).
+
+    past_k / past_v are (B, Hkv, Tp, D) or None; the new tokens sit at
+    positions Tp .. Tp+Tn-1 and the returned caches (B, Hkv, Tp+Tn, D) hold
+    their keys (RoPE applied) and values appended.
+    """
+    x_new = _as_float(x_new, "x_new", ndim=3)
+    B, Tn, C = x_new.shape
+    H, Hkv, D = _heads(C, n_heads, n_kv_heads)
+    wq, wk, wv, wo = _check_projections(C, H, Hkv, D, _float_dtype(x_new), wq, wk, wv, wo)
+    if window is not None:
+        _as_size(window, "window", minimum=1)
+    if (past_k is None) != (past_v is None):
+        _fail("past_v", "past_k and past_v must both be arrays or both be None")
+    Tp = 0
+    if past_k is not None:
+        past_k = _as_float(past_k, "past_k", ndim=4)
+        past_v = _as_float(past_v, "past_v", ndim=4)
+        if past_k.shape[:2] != (B, Hkv) or past_k.shape[3] != D:
+            _fail("past_k", f"expected (B={B}, Hkv={Hkv}, Tp, D={D}), got {past_k.shape}")
+        if past_v.shape != past_k.shape:
+            _fail("past_v", f"expected shape {past_k.shape} like past_k, got {past_v.shape}")
+        Tp = past_k.shape[2]
+    q = split_heads(x_new @ wq, H)  # (B, H, Tn, D)
+    k_new = split_heads(x_new @ wk, Hkv)  # (B, Hkv, Tn, D)
+    v_new = split_heads(x_new @ wv, Hkv)  # (B, Hkv, Tn, D)
+    if rope_theta is not None:
+        positions = np.arange(Tp, Tp + Tn)
+        q = rope(q, positions, rope_theta)
+        k_new = rope(k_new, positions, rope_theta)
+    k_all = k_new if past_k is None else np.concatenate([past_k.astype(k_new.dtype), k_new], axis=2)
+    v_all = v_new if past_v is None else np.concatenate([past_v.astype(v_new.dtype), v_new], axis=2)
+    out, _ = scaled_dot_product_attention(q, k_all, v_all, _mask(Tn, Tp + Tn, True, window))
+    return merge_heads(out) @ wo, k_all, v_all  # (B, Tn, C), (B, Hkv, Tp+Tn, D) x 2
+
+
+def _check_block_params(params) -> None:
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params: expected a mapping of weights, got {type(params).__name__}")
+    missing = [key for key in BLOCK_KEYS if key not in params]
+    if missing:
+        _fail("params", f"missing {', '.join(missing)}")
+
+
+def transformer_block(x, params, n_heads, n_kv_heads=None, eps=1e-6, rope_theta=None, window=None):
+    """Pre-norm decoder block, x (B, T, C) -> (B, T, C).
+
+    h = x + multi_head_attention(rms_norm(x, norm1), ...)   (causal)
+    out = h + swiglu_ffn(rms_norm(h, norm2), ...)
+    """
+    x = _as_float(x, "x", ndim=3)
+    _check_block_params(params)
+    p = params
+    attended = multi_head_attention(
+        rms_norm(x, p["norm1"], eps), p["wq"], p["wk"], p["wv"], p["wo"],
+        n_heads, n_kv_heads, causal=True, window=window, rope_theta=rope_theta,
+    )  # fmt: skip
+    h = x + attended
+    return h + swiglu_ffn(rms_norm(h, p["norm2"], eps), p["w_gate"], p["w_up"], p["w_down"])
+
+
+def decoder_forward(
+    token_ids,
+    params,
+    n_heads,
+    n_kv_heads=None,
+    eps=1e-6,
+    positional="sinusoidal",
+    rope_theta=10000.0,
+    window=None,
+):
+    """token_ids int (B, T) -> logits (B, T, V), with tied embedding and unembedding."""
+    if positional not in ("sinusoidal", "rope", "none"):
+        _fail("positional", f"expected 'sinusoidal', 'rope' or 'none', got {positional!r}")
+    if not isinstance(params, Mapping) or any(
+        k not in params for k in ("embed", "blocks", "final_norm")
+    ):
+        _fail("params", "expected a mapping with embed, blocks and final_norm")
+    embed = _as_float(params["embed"], "embed", ndim=2)
+    V, C = embed.shape
+    ids = np.asarray(token_ids)
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise TypeError(f"token_ids: expected integers, got dtype {ids.dtype}")
+    if ids.ndim != 2:
+        _fail("token_ids", f"expected shape (B, T), got {ids.shape}")
+    if ids.size and (ids.min() < 0 or ids.max() >= V):
+        _fail("token_ids", f"ids must lie in [0, {V}), got [{ids.min()}, {ids.max()}]")
+    x = embed[ids]  # (B, T, C)
+    if positional == "sinusoidal":
+        x = x + sinusoidal_positions(ids.shape[1], C).astype(x.dtype)
+    theta = rope_theta if positional == "rope" else None
+    for block in params["blocks"]:
+        x = transformer_block(x, block, n_heads, n_kv_heads, eps, rope_theta=theta, window=window)
+    x = rms_norm(x, params["final_norm"], eps)
+    return x @ embed.T  # (B, T, V)

@@ -1,0 +1,1 @@
+"""The command line: one module per command group, each a thin layer over the library."""

@@ -1,0 +1,46 @@
+"""Output helpers shared by the commands: consoles, JSON, verdict words.
+
+Tables and verdicts go to stdout; progress and diagnostics to stderr. `--json`
+prints exactly one JSON document on stdout. Rich honours NO_COLOR by itself.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+
+out = Console(highlight=False, soft_wrap=False)
+err = Console(stderr=True, highlight=False)
+
+
+def print_json(document: Any) -> None:
+    """One JSON document on stdout, nothing else; NaN and inf become null."""
+    print(json.dumps(_finite(document), indent=2, ensure_ascii=False))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def verdict(passed: bool | None) -> str:
+    if passed is None:
+        return "[dim]info[/dim]"
+    return "[green]pass[/green]" if passed else "[bold red]FAIL[/bold red]"
+
+
+def number(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int) or (abs(value) >= 1e-3 and abs(value) < 1e6) or value == 0:
+        return f"{value:.6g}"
+    return f"{value:.3e}"

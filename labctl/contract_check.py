@@ -1,0 +1,56 @@
+"""`labctl contract check`: does a clean room expose the 19 functions exactly as contract v1 says?
+
+The clean room is loaded in a worker process (a hang or crash at import time
+is named, never inherited); only names, parameter order and defaults are
+compared here. The import policy and the numbers are `verify`'s business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from labctl import contract
+from labctl.sandbox import CleanRoom
+
+
+@dataclass(frozen=True)
+class ContractReport:
+    path: str
+    contract_id: str
+    digest: str
+    checked: tuple[str, ...]
+    deviations: tuple[contract.Deviation, ...]
+
+    @property
+    def passed(self) -> bool:
+        return not self.deviations
+
+    def to_json(self) -> dict:
+        return {
+            "passed": self.passed,
+            "path": self.path,
+            "contract": {"id": self.contract_id, "sha256": self.digest},
+            "functions": [
+                {
+                    "function": name,
+                    "passed": not any(d.function == name for d in self.deviations),
+                    "deviations": [d.message for d in self.deviations if d.function == name],
+                }
+                for name in self.checked
+            ],
+        }
+
+
+def check_clean_room(path: str | Path, timeout_s: float = 20.0) -> ContractReport:
+    """Load the clean room at `path` and compare its signatures with the pinned contract."""
+    digest = contract.verify_pin()
+    with CleanRoom(path, timeout_s=timeout_s, guard=False) as room:
+        deviations = contract.check_signatures(room.signatures)
+    return ContractReport(
+        path=str(path),
+        contract_id=contract.CONTRACT_ID,
+        digest=digest,
+        checked=contract.function_names(),
+        deviations=tuple(deviations),
+    )

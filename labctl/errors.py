@@ -1,0 +1,57 @@
+"""The one error family of labctl.
+
+The library raises these and never prints or exits; the CLI's single handler
+(`labctl.cli.main`) turns each into a one-line message and an exit code.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class LabctlError(Exception):
+    """Base of every error labctl raises on purpose. Exit code 1: input refused."""
+
+    exit_code = EXIT_FAILED
+
+
+class UsageError(LabctlError):
+    """The command line asks for something that does not exist (unknown lab, missing file)."""
+
+    exit_code = EXIT_USAGE
+
+
+class ContractError(LabctlError):
+    """The contract data no longer matches its pinned digest."""
+
+
+class CleanRoomError(LabctlError):
+    """A clean room could not be loaded: not a package, a syntax error, an import that fails."""
+
+
+class ImportPolicyError(CleanRoomError):
+    """A clean room imports something other than the standard library and numpy."""
+
+
+class CallError(LabctlError):
+    """A clean-room function raised, hung, crashed or returned something unusable.
+
+    `kind` is one of: exception, timeout, crash, unsupported-return.
+    """
+
+    def __init__(self, function: str, kind: str, message: str, where: str | None = None):
+        self.function = function
+        self.kind = kind
+        self.where = where
+        place = f" at {where}" if where else ""
+        super().__init__(f"{function}: {message}{place}")
+
+
+class EvidenceError(LabctlError):
+    """An evidence record or submission is malformed or refused."""
+
+
+class StoreError(LabctlError):
+    """The evidence store refused a write (it would overwrite, or escape its directory)."""

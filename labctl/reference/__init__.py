@@ -1,0 +1,50 @@
+"""The PyTorch reference for contract v1, NumPy in and NumPy out.
+
+Importing this package imports torch (about 2 s): only commands that compare
+against the reference import it.
+"""
+
+from labctl.reference.attention import scaled_dot_product_attention, tiled_attention
+from labctl.reference.primitives import (
+    causal_mask,
+    layer_norm,
+    merge_heads,
+    padding_mask,
+    relu_ffn,
+    repeat_kv,
+    rms_norm,
+    rope,
+    sinusoidal_positions,
+    sliding_window_mask,
+    softmax,
+    split_heads,
+    swiglu_ffn,
+)
+from labctl.reference.transformer_block import (
+    attention_decode,
+    decoder_forward,
+    multi_head_attention,
+    transformer_block,
+)
+
+__all__ = [
+    "attention_decode",
+    "causal_mask",
+    "decoder_forward",
+    "layer_norm",
+    "merge_heads",
+    "multi_head_attention",
+    "padding_mask",
+    "relu_ffn",
+    "repeat_kv",
+    "rms_norm",
+    "rope",
+    "scaled_dot_product_attention",
+    "sinusoidal_positions",
+    "sliding_window_mask",
+    "softmax",
+    "split_heads",
+    "swiglu_ffn",
+    "tiled_attention",
+    "transformer_block",
+]

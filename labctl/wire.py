@@ -1,0 +1,147 @@
+"""A safe wire format between labctl and the process that runs a clean room.
+
+Never pickle: the other side runs a learner's code, and unpickling its replies
+would let that code run in labctl. A message is a JSON header describing a
+tree of plain values plus raw array buffers, each decoded with an explicit,
+checked numeric dtype. Anything else a clean room returns arrives as an
+`Unsupported` marker naming its type, so the caller can name the failure.
+
+Frame: 8-byte big-endian length, then 4-byte header length, header JSON, blobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+MAX_FRAME_BYTES = 1 << 30
+_NUMERIC_KINDS = "biufc"
+
+
+class WireError(Exception):
+    """A frame that cannot be read: truncated, oversized, or not in this format."""
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """Stands in for a value the wire does not carry (an object, a generator, ...)."""
+
+    type_name: str
+
+
+def _encode(value: Any, blobs: list[bytes], specs: list[dict]) -> Any:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (np.ndarray, np.generic)):
+        array = np.asarray(value)
+        if array.dtype.kind not in _NUMERIC_KINDS or array.dtype.hasobject:
+            return {"$unsupported": f"ndarray of dtype {array.dtype}"}
+        array = np.ascontiguousarray(array)
+        specs.append({"dtype": array.dtype.str, "shape": list(array.shape)})
+        blobs.append(array.tobytes())
+        return {"$nd" if isinstance(value, np.ndarray) else "$np": len(blobs) - 1}
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, tuple):
+        return {"$tuple": [_encode(v, blobs, specs) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v, blobs, specs) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {"$dict": {k: _encode(v, blobs, specs) for k, v in value.items()}}
+    return {"$unsupported": type(value).__name__}
+
+
+def encode(value: Any) -> bytes:
+    blobs: list[bytes] = []
+    specs: list[dict] = []
+    tree = _encode(value, blobs, specs)
+    header = json.dumps({"tree": tree, "blobs": specs}).encode("utf-8")
+    return struct.pack(">I", len(header)) + header + b"".join(blobs)
+
+
+def _array(spec: dict, payload: memoryview, offset: int) -> tuple[np.ndarray, int]:
+    try:
+        dtype = np.dtype(spec["dtype"])
+        shape = tuple(int(n) for n in spec["shape"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WireError(f"bad array spec: {exc}") from None
+    if dtype.kind not in _NUMERIC_KINDS or dtype.hasobject or any(n < 0 for n in shape):
+        raise WireError(f"refused array of dtype {dtype} and shape {shape}")
+    nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    if offset + nbytes > len(payload):
+        raise WireError("truncated array data")
+    array = np.frombuffer(payload[offset : offset + nbytes], dtype=dtype).reshape(shape).copy()
+    return array, offset + nbytes
+
+
+def decode(payload: bytes) -> Any:
+    view = memoryview(payload)
+    if len(view) < 4:
+        raise WireError("frame too short")
+    (header_len,) = struct.unpack(">I", view[:4])
+    try:
+        header = json.loads(bytes(view[4 : 4 + header_len]))
+        tree, specs = header["tree"], header["blobs"]
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise WireError(f"bad header: {exc}") from None
+    arrays = []
+    offset = 4 + header_len
+    for spec in specs:
+        array, offset = _array(spec, view, offset)
+        arrays.append(array)
+    try:
+        return _decode(tree, arrays)
+    except (IndexError, TypeError, AttributeError, RecursionError) as exc:
+        raise WireError(f"bad value tree: {exc}") from None
+
+
+def _decode(node: Any, arrays: list[np.ndarray]) -> Any:
+    if isinstance(node, list):
+        return [_decode(v, arrays) for v in node]
+    if not isinstance(node, dict):
+        return node
+    if len(node) != 1:
+        raise WireError("bad node")
+    ((tag, body),) = node.items()
+    if tag == "$nd":
+        return arrays[body]
+    if tag == "$np":
+        return arrays[body][()]
+    if tag == "$tuple":
+        return tuple(_decode(v, arrays) for v in body)
+    if tag == "$dict":
+        return {k: _decode(v, arrays) for k, v in body.items()}
+    if tag == "$unsupported":
+        return Unsupported(str(body))
+    raise WireError(f"unknown tag {tag!r}")
+
+
+def write_frame(fd: int, message: Any) -> None:
+    data = encode(message)
+    view = memoryview(struct.pack(">Q", len(data)) + data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def read_exactly(fd: int, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            raise EOFError("the other side closed the pipe")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int) -> Any:
+    (length,) = struct.unpack(">Q", read_exactly(fd, 8))
+    if length > MAX_FRAME_BYTES:
+        raise WireError(f"frame of {length} bytes exceeds the {MAX_FRAME_BYTES} byte limit")
+    return decode(read_exactly(fd, length))
