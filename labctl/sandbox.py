@@ -88,6 +88,13 @@ class CleanRoom:
         request = {"op": "load", "path": str(self.path), "guard": self.guard, "names": self._names}
         reply = self._exchange(request, _LOAD_TIMEOUT_S, "loading the clean room")
         self.violations.extend(reply.get("violations", []))
+        if reply["ok"] and reply.get("violations"):
+            # An import the clean room wrapped in try/except was refused all the same.
+            self.close()
+            raise ImportPolicyError(
+                f"clean room {self.path.name} breaks the import policy: "
+                + "; ".join(reply["violations"])
+            )
         if not reply["ok"]:
             self.close()
             error = reply["error"]

@@ -16,6 +16,7 @@ from typer.core import TyperGroup
 
 import labctl
 from labctl.cli import contract as contract_cli
+from labctl.cli import run as run_cli
 from labctl.errors import EXIT_FAILED, LabctlError
 
 
@@ -48,6 +49,8 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(contract_cli.app, name="contract")
+app.command("list")(run_cli.list_labs)
+app.command("run")(run_cli.run)
 
 
 def _version(value: bool) -> None:

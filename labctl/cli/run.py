@@ -1,0 +1,162 @@
+"""`labctl list` and `labctl run`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from labctl.cli.render import err, number, out, print_json, verdict
+from labctl.errors import EXIT_FAILED
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+def list_labs(json_: JsonFlag = False) -> None:
+    """List the labs: id, title, course section, metrics."""
+    from labctl import registry
+
+    labs = registry.discover()
+    if json_:
+        print_json(
+            {
+                "tolerances": registry.TOLERANCE_TABLE_VERSION,
+                "labs": [
+                    {
+                        "id": lab.id,
+                        "title": lab.title,
+                        "sections": [str(s) for s in lab.sections],
+                        "metrics": [
+                            {
+                                "name": m.name,
+                                "unit": m.unit,
+                                "expected": m.expected,
+                                "impls": list(m.impls),
+                                "timing": m.timing,
+                            }
+                            for m in lab.metrics
+                        ],
+                    }
+                    for lab in labs
+                ],
+            }
+        )
+        return
+    table = Table(title=f"labs (tolerance table {registry.TOLERANCE_TABLE_VERSION})")
+    for column in ("id", "title", "course section", "metrics"):
+        table.add_column(column, overflow="fold")
+    for lab in labs:
+        metrics = ", ".join(m.name for m in lab.metrics)
+        table.add_row(lab.id, lab.title, "\n".join(str(s) for s in lab.sections), metrics)
+    out.print(table)
+
+
+def run(
+    labs: Annotated[list[str], typer.Argument(help="Lab ids, or all.", show_default=False)],
+    seed: Annotated[int, typer.Option(help="Seed for every input.")] = 5,
+    impl: Annotated[
+        str, typer.Option(help="reference, clean-room or both.", case_sensitive=False)
+    ] = "both",
+    clean_room: Annotated[
+        Path | None,
+        typer.Option(
+            "--clean-room",
+            help="Clean-room package directory [default: ./clean_room, else the project's own].",
+            show_default=False,
+        ),
+    ] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="Where run records go.")] = Path(
+        "evidence/runs"
+    ),
+    timeout: Annotated[float, typer.Option(help="Seconds one clean-room call may take.")] = 20.0,
+    json_: JsonFlag = False,
+) -> None:
+    """Run labs on the reference and a clean room; print metrics; write evidence records."""
+    from labctl.runner import run_labs, shown_path
+
+    with err.status("starting…") as status:
+
+        def progress(lab, index, total):
+            status.update(f"[{index + 1}/{total}] {lab.id}: {lab.title}")
+
+        report = run_labs(labs, seed, impl.lower(), clean_room, out_dir, timeout, progress)
+    if json_:
+        print_json(report.to_json(shown_path))
+    else:
+        for result in report.labs:
+            _render_lab(result)
+        passed = sum(r.passed for r in report.labs)
+        out.print(
+            f"{verdict(report.passed)}  {passed}/{len(report.labs)} labs passed "
+            f"(seed {report.seed}, impl {report.impl}, tolerances v1) "
+            f"in {report.wall_time_s:.1f} s; records under {shown_path(out_dir)}"
+        )
+    if not report.passed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _render_lab(result) -> None:
+    from labctl.lab import HeatmapFigure, Note, TableFigure
+
+    lab = result.lab
+    out.rule(f"[bold]{lab.id}[/bold]: {lab.title}")
+    out.print(f"[dim]{lab.question}[/dim]")
+    out.print(f"[dim]course: {'; '.join(str(s) for s in lab.sections)}[/dim]")
+    if result.error:
+        out.print(f"{verdict(False)}  {result.error}")
+    table = Table(show_edge=False)
+    for column in ("metric", "reference", "clean room", "expected", "verdict"):
+        table.add_column(
+            column, justify="right" if column in ("reference", "clean room") else "left"
+        )
+    by_name: dict[str, dict] = {}
+    for m in result.metrics:
+        by_name.setdefault(m.name, {})[m.impl] = m
+    for name, rows in by_name.items():
+        first = next(iter(rows.values()))
+        label = name + (" [dim](timing)[/dim]" if first.timing else "")
+        if "both" in rows:
+            cells = ("[dim]↔[/dim]", number(rows["both"].actual))
+        else:
+            cells = tuple(
+                number(rows[i].actual) if i in rows else "" for i in ("reference", "clean-room")
+            )
+        passed = all(m.passed for m in rows.values())
+        shown = verdict(passed) if not first.timing else f"[dim]{'ok' if passed else 'slow'}[/dim]"
+        table.add_row(label, *cells, first.expected, shown)
+    out.print(table)
+    for figure in result.figures:
+        if isinstance(figure, HeatmapFigure):
+            out.print(_heatmap(figure))
+        elif isinstance(figure, TableFigure):
+            extra = Table(title=figure.title, show_edge=False)
+            for column in figure.columns:
+                extra.add_column(column, justify="right")
+            for row in figure.rows:
+                extra.add_row(*(v if isinstance(v, str) else number(v) for v in row))
+            out.print(extra)
+        elif isinstance(figure, Note):
+            mark = "[bold yellow]![/bold yellow]" if figure.flag else "[dim]·[/dim]"
+            out.print(f"{mark} {figure.text}")
+    out.print(f"{verdict(result.passed)}  {lab.id} in {result.wall_time_s:.2f} s\n")
+
+
+def _heatmap(figure) -> Table:
+    """Each cell shows its weight and a shade, so the pattern reads with or without colour."""
+    shades = " ░▒▓█"
+    table = Table(title=figure.title, show_edge=False, pad_edge=False)
+    table.add_column(f"{figure.row_label}\\{figure.col_label}", justify="right", style="dim")
+    width = len(figure.matrix[0]) if figure.matrix else 0
+    for j in range(width):
+        table.add_column(str(j), justify="right")
+    for i, row in enumerate(figure.matrix):
+        cells = []
+        for value in row:
+            level = min(int(max(value, 0.0) * (len(shades) - 1) + 0.5), len(shades) - 1)
+            style = f"on color({232 + min(int(max(value, 0.0) * 23), 23)})"
+            cells.append(Text(f"{shades[level]}{value:.2f}", style=style if value > 0 else ""))
+        table.add_row(str(i), *cells)
+    return table

@@ -1,0 +1,164 @@
+"""Pydantic models of the course's evidence schema, `learn-llm.evidence.v1`.
+
+The learner template at the end of 002 (学习者提交模板) fixes the fields:
+schema, module, commit, verified_at, environment, seed, commands, metrics
+(name, expected, actual), artifacts, cost, licenses, known_failures. labctl
+adds optional fields of its own (per-metric impl and verdict, the contract and
+tolerance-table versions, wall time) and nothing else: unknown fields and
+unknown schema versions are refused, and values are never coerced.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import date, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from labctl.lab import parse_expected
+
+SCHEMA_ID = "learn-llm.evidence.v1"
+SCHEMA_FILE = f"{SCHEMA_ID}.schema.json"
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_COMMIT = re.compile(r"^([0-9a-f]{7,64}|unknown)$")
+# A sanitized environment names versions and a device; these would identify a machine or a person.
+_UNSANITIZED = re.compile(r"(/home/|/Users/|/root/|[A-Za-z]:\\|@)")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+
+class Environment(Strict):
+    python: str
+    numpy: str
+    torch: str
+    platform: str
+    device: str
+
+    @field_validator("*")
+    @classmethod
+    def _sanitized(cls, value: str) -> str:
+        if _UNSANITIZED.search(value):
+            raise ValueError("must not hold a path, user or host name")
+        return value
+
+
+class MetricRecord(Strict):
+    name: str = Field(min_length=1)
+    expected: str
+    actual: float
+    impl: Literal["reference", "clean-room", "both"] | None = None
+    passed: bool | None = None
+    unit: str | None = None
+    timing: bool | None = None
+
+    @field_validator("expected")
+    @classmethod
+    def _tolerance(cls, value: str) -> str:
+        parse_expected(value)
+        return value
+
+    @field_validator("actual")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+
+class Artifact(Strict):
+    path: str = Field(min_length=1)
+    sha256: str | None = None
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, value: str | None) -> str | None:
+        if value is not None and not _SHA256.match(value):
+            raise ValueError("must be 64 lowercase hex digits")
+        return value
+
+
+class Cost(Strict):
+    gross_usd: float = Field(ge=0)
+    credit_usd: float = Field(ge=0)
+
+
+class License(Strict):
+    source: str
+    version: str
+    license: str
+    attribution: str
+    redistribution: str
+
+
+class LabctlInfo(Strict):
+    """What labctl adds: enough to know which contract, tolerances and code produced a record."""
+
+    version: str
+    contract_id: str
+    contract_sha256: str
+    tolerances: Literal["v1"]
+    impl: Literal["reference", "clean-room", "both"] | None = None
+    lab: str | None = None
+    clean_room: str | None = None
+    passed: bool | None = None
+    wall_time_s: float | None = None
+
+
+class EvidenceRecord(Strict):
+    schema_id: Literal["learn-llm.evidence.v1"] = Field(alias="schema")
+    module: str = Field(min_length=1)
+    commit: str
+    commit_dirty: bool | None = None
+    verified_at: str
+    environment: Environment | str
+    seed: int
+    commands: list[str]
+    metrics: list[MetricRecord]
+    artifacts: list[Artifact | str]
+    cost: Cost
+    licenses: list[License]
+    known_failures: list[str]
+    labctl: LabctlInfo | None = None
+
+    @field_validator("commit")
+    @classmethod
+    def _commit(cls, value: str) -> str:
+        if not _COMMIT.match(value):
+            raise ValueError("must be a git commit sha (7 to 64 hex digits) or 'unknown'")
+        return value
+
+    @field_validator("verified_at", mode="before")
+    @classmethod
+    def _iso_8601(cls, value: object) -> object:
+        # YAML reads an unquoted timestamp as a datetime: that is ISO 8601 too.
+        if isinstance(value, datetime):
+            return value.isoformat()
+        if isinstance(value, date):
+            return value.isoformat()
+        if isinstance(value, str):
+            try:
+                datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                raise ValueError("must be an ISO 8601 date-time") from None
+        return value
+
+    @field_validator("environment")
+    @classmethod
+    def _environment_text(cls, value: Environment | str) -> Environment | str:
+        if isinstance(value, str) and _UNSANITIZED.search(value):
+            raise ValueError("must not hold a path, user or host name")
+        return value
+
+    def dump(self) -> dict:
+        """The record as plain data, with the course's field names."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def json_schema() -> dict:
+    schema = EvidenceRecord.model_json_schema(by_alias=True, mode="validation")
+    schema["$id"] = SCHEMA_ID
+    return schema

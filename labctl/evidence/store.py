@@ -1,0 +1,145 @@
+"""The evidence store: records written atomically, never overwritten, indexed by a manifest.
+
+Layout under the evidence root (default `evidence/`):
+
+    runs/<lab>/<stamp>-seed<seed>-<id>.yaml|.json   one record per lab run
+    verify/...                                        verify records and history
+    submissions/...                                   accepted learner submissions
+    module-manifest-v1.json                           newest record per module
+
+A file is written to a temporary name and hard-linked into place, so a reader
+never sees half a file and an existing file is never replaced. The manifest is
+read, updated and replaced under an exclusive lock, so two runs at once both
+land.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import tempfile
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from labctl.errors import StoreError
+from labctl.evidence.models import EvidenceRecord
+
+MANIFEST_NAME = "module-manifest-v1.json"
+MANIFEST_SCHEMA = "labctl.module-manifest.v1"
+
+
+def write_new(path: Path, data: bytes) -> None:
+    """Create `path` with `data` atomically; refuse if it exists."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(tmp, path)
+    except FileExistsError:
+        raise StoreError(f"{path} already exists; evidence is never overwritten") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def replace_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on `path`.lock for the length of the block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def record_stem(seed: int) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    return f"{stamp}-seed{seed}-{secrets.token_hex(4)}"
+
+
+def yaml_text(data: dict) -> str:
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+class EvidenceStore:
+    """An evidence root directory and the manifest beside its record folders."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.manifest_path = self.root / MANIFEST_NAME
+
+    def write_record(self, folder: Path, stem: str, record: EvidenceRecord) -> list[Path]:
+        """Write `record` as YAML and JSON under `folder` (relative to the root)."""
+        data = record.dump()
+        target = self.root / folder
+        paths = [target / f"{stem}.yaml", target / f"{stem}.json"]
+        write_new(paths[0], yaml_text(data).encode("utf-8"))
+        write_new(paths[1], (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
+        return paths
+
+    def write_artifact(self, folder: Path, name: str, data: bytes) -> Path:
+        path = self.root / folder / name
+        write_new(path, data)
+        return path
+
+    def read_manifest(self) -> dict:
+        if not self.manifest_path.exists():
+            return {"schema": MANIFEST_SCHEMA, "modules": {}}
+        try:
+            data = json.loads(self.manifest_path.read_text("utf-8"))
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{self.manifest_path}: unreadable manifest ({exc})") from None
+        if data.get("schema") != MANIFEST_SCHEMA or not isinstance(data.get("modules"), dict):
+            raise StoreError(f"{self.manifest_path}: not a {MANIFEST_SCHEMA} manifest")
+        return data
+
+    def point_manifest(self, module: str, entry: dict) -> None:
+        """Point `module` at `entry` (with `record` and `verified_at`) unless a newer one is there."""
+        with locked(self.manifest_path):
+            manifest = self.read_manifest()
+            current = manifest["modules"].get(module)
+            if current is None or current.get("verified_at", "") <= entry["verified_at"]:
+                manifest["modules"][module] = entry
+                text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+                replace_atomically(self.manifest_path, text.encode("utf-8"))
+
+    def append_line(self, relative: Path, entry: dict) -> Path:
+        """Append one JSON line to a history file under the lock."""
+        path = self.root / relative
+        with locked(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+        return path
+
+    def relative(self, path: Path) -> str:
+        """`path` relative to the manifest's folder, for pointers that survive a move."""
+        return os.path.relpath(path, self.root)

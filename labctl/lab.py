@@ -1,0 +1,203 @@
+"""What a lab is: its declaration (id, course section, parameters, metrics) and its results.
+
+A lab module in `labs/` defines `LAB = Lab(...)`. Its `run(ctx)` is pure: it
+drives the implementations it is given, measures, and returns a `LabOutput`;
+it never prints or writes files, and never compares against a tolerance (the
+runner does that, from the metric declarations). Lab modules import torch
+only inside `run`, so listing labs stays fast.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+IMPLS = ("reference", "clean-room")
+TIMING_UNITS = ("s", "ms", "us", "ratio-of-times")
+
+
+class LabParams(BaseModel):
+    """Base for a lab's parameters: strict, no unknown fields."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+@dataclass(frozen=True)
+class Section:
+    """Where the course teaches this: a seed file in shared/seeds/ and a heading in it."""
+
+    file: str
+    heading: str
+
+    def __str__(self) -> str:
+        return f"{self.file} {self.heading}"
+
+
+_EXPECTED = re.compile(
+    r"^\s*(?:(?P<op><=|>=|==|<|>)\s*(?P<value>[-+0-9.eE]+|inf)"
+    r"|in\s*\[\s*(?P<lo>[-+0-9.eE]+)\s*,\s*(?P<hi>[-+0-9.eE]+)\s*\])\s*$"
+)
+
+
+def parse_expected(expr: str) -> Callable[[float], bool]:
+    """Turn `<=1e-12`, `>0.01`, `==0`, `in [0.9, 1.1]` into a predicate; ValueError otherwise."""
+    match = _EXPECTED.match(expr)
+    if not match:
+        raise ValueError(f"not a tolerance expression: {expr!r}")
+    if match["op"]:
+        op, bound = match["op"], float(match["value"])
+        return {
+            "<=": lambda x: x <= bound,
+            ">=": lambda x: x >= bound,
+            "==": lambda x: x == bound,
+            "<": lambda x: x < bound,
+            ">": lambda x: x > bound,
+        }[op]
+    lo, hi = float(match["lo"]), float(match["hi"])
+    if lo > hi:
+        raise ValueError(f"empty interval in {expr!r}")
+    return lambda x: lo <= x <= hi
+
+
+def satisfies(actual: float, expected: str) -> bool:
+    """True when `actual` is a finite number inside `expected`."""
+    return math.isfinite(actual) and parse_expected(expected)(actual)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric a lab reports.
+
+    `impls` says which rows it has: "reference" and/or "clean-room" (measured
+    on each implementation), or "both" (a comparison of the two). `expected`
+    is the v1 tolerance. `reproduce` is how far a re-measurement on the same
+    seed may land from a claimed value (absolute, plus relative to the value):
+    0 for counts and exact zeros, about 1e-12 for float64 errors whose last
+    bits depend on the BLAS, loose for trained losses. Timing metrics are
+    reported and compared with `expected`, but never decide a verdict.
+    """
+
+    name: str
+    unit: str
+    expected: str
+    description: str
+    impls: tuple[str, ...] = IMPLS
+    why: str = ""
+    reproduce_abs: float = 1e-12
+    reproduce_rel: float = 1e-9
+    timing: bool = False
+
+    def __post_init__(self) -> None:
+        parse_expected(self.expected)
+        unknown = set(self.impls) - {*IMPLS, "both"}
+        if unknown:
+            raise ValueError(f"metric {self.name}: unknown impls {sorted(unknown)}")
+
+    def reproduces(self, claimed: float, measured: float) -> bool:
+        if not (math.isfinite(claimed) and math.isfinite(measured)):
+            return False
+        return abs(claimed - measured) <= self.reproduce_abs + self.reproduce_rel * abs(measured)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    name: str
+    impl: str
+    actual: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class TableFigure:
+    """A table to show under the metrics (for example the course's d_k table)."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True)
+class HeatmapFigure:
+    """A matrix to show as a terminal heatmap and keep as an artifact (CSV)."""
+
+    title: str
+    name: str
+    matrix: tuple[tuple[float, ...], ...]
+    row_label: str = "query"
+    col_label: str = "key"
+
+
+@dataclass(frozen=True)
+class Note:
+    """A sentence the learner should read: a disagreement with the course, a caveat."""
+
+    text: str
+    flag: bool = False
+
+
+@dataclass
+class LabOutput:
+    measurements: list[Measurement] = field(default_factory=list)
+    figures: list[TableFigure | HeatmapFigure | Note] = field(default_factory=list)
+
+    def add(self, name: str, impl: str, actual: float, note: str = "") -> None:
+        self.measurements.append(Measurement(name, impl, float(actual), note))
+
+
+class Implementation:
+    """One side of a lab: `reference` (PyTorch) or `clean-room` (a package in a worker).
+
+    Contract functions are attributes; `timed` also returns the compute time,
+    measured where the code runs (inside the worker for a clean room, so the
+    pipe between processes is not counted).
+    """
+
+    def __init__(self, name: str, target: Any):
+        self.name = name
+        self._target = target
+
+    def __getattr__(self, fn: str) -> Any:
+        return getattr(self._target, fn)
+
+    def timed(self, fn: str, *args: Any, **kwargs: Any) -> tuple[Any, float]:
+        invoke = getattr(self._target, "invoke", None)
+        if invoke is not None:
+            result = invoke(fn, *args, **kwargs)
+            return result.value, result.elapsed_s
+        start = time.perf_counter()
+        value = getattr(self._target, fn)(*args, **kwargs)
+        return value, time.perf_counter() - start
+
+
+@dataclass(frozen=True)
+class LabContext:
+    params: LabParams
+    seed: int
+    impls: Mapping[str, Implementation]
+
+    @property
+    def both(self) -> bool:
+        return all(name in self.impls for name in IMPLS)
+
+
+@dataclass(frozen=True)
+class Lab:
+    id: str
+    title: str
+    question: str
+    sections: tuple[Section, ...]
+    params: type[LabParams]
+    metrics: tuple[Metric, ...]
+    run: Callable[[LabContext], LabOutput]
+
+    def metric(self, name: str) -> Metric:
+        for metric in self.metrics:
+            if metric.name == name:
+                return metric
+        raise KeyError(name)

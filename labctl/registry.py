@@ -1,0 +1,73 @@
+"""Find the labs: every module in the `labs` package that defines `LAB`.
+
+Built by a function, not by import side effects: adding a lab means adding one
+module. Lab modules keep torch out of their top level, so this stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import cache
+
+from labctl.errors import UsageError
+from labctl.lab import Lab, Metric
+
+TOLERANCE_TABLE_VERSION = "v1"
+
+
+@cache
+def discover() -> tuple[Lab, ...]:
+    """All labs, in the order their modules declare (`ORDER`), then by id."""
+    import labs
+
+    found: list[Lab] = []
+    for info in pkgutil.iter_modules(labs.__path__):
+        module = importlib.import_module(f"labs.{info.name}")
+        lab = getattr(module, "LAB", None)
+        if isinstance(lab, Lab):
+            found.append(lab)
+    ids = [lab.id for lab in found]
+    duplicates = {i for i in ids if ids.count(i) > 1}
+    if duplicates:
+        raise RuntimeError(f"two lab modules declare the same id: {sorted(duplicates)}")
+    order = getattr(labs, "ORDER", ())
+    return tuple(sorted(found, key=lambda lab: (_rank(order, lab.id), lab.id)))
+
+
+def _rank(order: tuple[str, ...], lab_id: str) -> int:
+    return order.index(lab_id) if lab_id in order else len(order)
+
+
+def get(lab_id: str) -> Lab:
+    for lab in discover():
+        if lab.id == lab_id:
+            return lab
+    known = ", ".join(lab.id for lab in discover())
+    raise UsageError(f"unknown lab {lab_id!r}; known labs: {known}, or all")
+
+
+def resolve(ids: list[str]) -> list[Lab]:
+    """Labs for command-line ids: `all`, or ids in the order given, duplicates dropped."""
+    if not ids:
+        raise UsageError("name at least one lab, or all")
+    if "all" in ids:
+        return list(discover())
+    chosen: list[Lab] = []
+    for lab_id in ids:
+        lab = get(lab_id)
+        if lab not in chosen:
+            chosen.append(lab)
+    return chosen
+
+
+def metric_table() -> dict[str, tuple[Lab, Metric]]:
+    """Tolerance table v1: every metric name, with the lab that measures it."""
+    table: dict[str, tuple[Lab, Metric]] = {}
+    for lab in discover():
+        for metric in lab.metrics:
+            if metric.name in table:
+                other = table[metric.name][0].id
+                raise RuntimeError(f"metric {metric.name} is declared by both {other} and {lab.id}")
+            table[metric.name] = (lab, metric)
+    return table

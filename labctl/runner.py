@@ -1,0 +1,339 @@
+"""`labctl run`: drive labs on the reference and a clean room, judge, keep evidence.
+
+The runner opens the implementations once (the clean room in a worker
+process), runs each lab's pure `run`, compares each measurement with its
+metric's v1 tolerance, and writes one evidence record per lab. A clean room
+that raises, hangs or crashes fails the lab that called it, by name; the
+other labs still run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import shlex
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from importlib import util
+from pathlib import Path
+
+import labctl
+from labctl import contract, registry
+from labctl.errors import CallError, LabctlError
+from labctl.evidence.environment import environment, head_commit, now_iso, project_root
+from labctl.evidence.models import Artifact, EvidenceRecord, LabctlInfo, License, MetricRecord
+from labctl.evidence.store import EvidenceStore, record_stem
+from labctl.lab import (
+    IMPLS,
+    HeatmapFigure,
+    Implementation,
+    Lab,
+    LabContext,
+    LabOutput,
+    Note,
+    TableFigure,
+    satisfies,
+)
+from labctl.sandbox import DEFAULT_TIMEOUT_S, CleanRoom
+
+DEFAULT_SEED = 5
+IMPL_CHOICES = ("reference", "clean-room", "both")
+LICENSES = [
+    License(
+        source="labctl",
+        version=labctl.__version__,
+        license="MIT",
+        attribution="labctl developers",
+        redistribution="allowed with the license notice",
+    )
+]
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    name: str
+    impl: str
+    actual: float
+    expected: str
+    passed: bool
+    unit: str
+    timing: bool
+    note: str = ""
+
+    @property
+    def decides(self) -> bool:
+        return not self.timing
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "impl": self.impl,
+            "actual": self.actual,
+            "expected": self.expected,
+            "passed": self.passed,
+            "unit": self.unit,
+            "timing": self.timing,
+            **({"note": self.note} if self.note else {}),
+        }
+
+
+@dataclass
+class LabResult:
+    lab: Lab
+    metrics: list[MetricResult] = field(default_factory=list)
+    figures: list[TableFigure | HeatmapFigure | Note] = field(default_factory=list)
+    error: str | None = None
+    wall_time_s: float = 0.0
+    records: list[Path] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and all(m.passed for m in self.metrics if m.decides)
+
+    def failures(self) -> list[str]:
+        failed = [
+            f"{m.name} ({m.impl}): {m.actual:.6g} does not satisfy {m.expected}"
+            + (f" ({m.note})" if m.note else "")
+            for m in self.metrics
+            if m.decides and not m.passed
+        ]
+        return ([self.error] if self.error else []) + failed
+
+    def to_json(self, relative: Callable[[Path], str]) -> dict:
+        return {
+            "id": self.lab.id,
+            "title": self.lab.title,
+            "sections": [str(s) for s in self.lab.sections],
+            "passed": self.passed,
+            "error": self.error,
+            "wall_time_s": round(self.wall_time_s, 3),
+            "metrics": [m.to_json() for m in self.metrics],
+            "notes": [f.text for f in self.figures if isinstance(f, Note)],
+            "records": [relative(p) for p in self.records],
+        }
+
+
+@dataclass
+class RunReport:
+    labs: list[LabResult]
+    seed: int
+    impl: str
+    clean_room: str | None
+    wall_time_s: float
+
+    @property
+    def passed(self) -> bool:
+        return all(lab.passed for lab in self.labs)
+
+    def to_json(self, relative: Callable[[Path], str]) -> dict:
+        return {
+            "passed": self.passed,
+            "seed": self.seed,
+            "impl": self.impl,
+            "clean_room": self.clean_room,
+            "tolerances": registry.TOLERANCE_TABLE_VERSION,
+            "wall_time_s": round(self.wall_time_s, 3),
+            "labs": [lab.to_json(relative) for lab in self.labs],
+        }
+
+
+def default_clean_room() -> Path:
+    """`clean_room/` in the current directory when it is a package, else the project's own."""
+    local = Path("clean_room")
+    if (local / "__init__.py").is_file():
+        return local
+    return Path(util.find_spec("clean_room").origin).parent
+
+
+@contextlib.contextmanager
+def implementations(
+    impl: str, clean_room: Path | None, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Iterator[dict[str, Implementation]]:
+    """The implementations `impl` asks for; the clean room lives in a worker until the block ends."""
+    if impl not in IMPL_CHOICES:
+        raise LabctlError(f"--impl must be one of {', '.join(IMPL_CHOICES)}")
+    chosen: dict[str, Implementation] = {}
+    with contextlib.ExitStack() as stack:
+        if impl in ("reference", "both"):
+            from labctl import reference
+
+            chosen["reference"] = Implementation("reference", reference)
+        if impl in ("clean-room", "both"):
+            room = stack.enter_context(CleanRoom(clean_room or default_clean_room(), timeout_s))
+            chosen["clean-room"] = Implementation("clean-room", room)
+        yield chosen
+
+
+def judge(lab: Lab, output: LabOutput, rows: set[str]) -> list[MetricResult]:
+    """Attach each measurement's tolerance and verdict; a declared metric left unmeasured fails."""
+    results = []
+    for m in output.measurements:
+        spec = lab.metric(m.name)
+        results.append(
+            MetricResult(
+                name=m.name,
+                impl=m.impl,
+                actual=m.actual,
+                expected=spec.expected,
+                passed=satisfies(m.actual, spec.expected),
+                unit=spec.unit,
+                timing=spec.timing,
+                note=m.note,
+            )
+        )
+    measured = {(m.name, m.impl) for m in output.measurements}
+    for spec in lab.metrics:
+        for row in spec.impls:
+            if row in rows and (spec.name, row) not in measured:
+                results.append(
+                    MetricResult(
+                        spec.name,
+                        row,
+                        math.nan,
+                        spec.expected,
+                        False,
+                        spec.unit,
+                        spec.timing,
+                        "not measured",
+                    )
+                )
+    return results
+
+
+def run_lab(lab: Lab, seed: int, impls: dict[str, Implementation]) -> LabResult:
+    """Run one lab and judge it; never writes anything."""
+    rows = set(impls) | ({"both"} if all(name in impls for name in IMPLS) else set())
+    result = LabResult(lab)
+    start = time.perf_counter()
+    try:
+        output = lab.run(LabContext(params=lab.params(), seed=seed, impls=impls))
+    except CallError as exc:
+        result.error = f"clean room failed: {exc}"
+    except LabctlError as exc:
+        result.error = str(exc)
+    except Exception as exc:
+        if os.environ.get("LABCTL_DEBUG") == "1":
+            raise
+        result.error = f"lab crashed: {type(exc).__name__}: {exc}"
+    else:
+        result.metrics = judge(lab, output, rows)
+        result.figures = output.figures
+    result.wall_time_s = time.perf_counter() - start
+    return result
+
+
+def _csv(matrix: tuple[tuple[float, ...], ...]) -> bytes:
+    return "".join(",".join(f"{v:.17g}" for v in row) + "\n" for row in matrix).encode()
+
+
+def _command(lab: Lab, seed: int, impl: str, clean_room: str | None) -> str:
+    words = ["labctl", "run", lab.id, "--seed", str(seed), "--impl", impl]
+    if clean_room and impl != "reference":
+        words += ["--clean-room", clean_room]
+    return shlex.join(words)
+
+
+def write_evidence(
+    result: LabResult, store: EvidenceStore, folder: Path, seed: int, impl: str, room: str | None
+) -> None:
+    """One record per lab (YAML and JSON) plus heatmap artifacts; point the manifest at it."""
+    stem = record_stem(seed)
+    target = folder / result.lab.id
+    root = project_root()
+    artifacts: list[Artifact | str] = []
+    for figure in result.figures:
+        if isinstance(figure, HeatmapFigure):
+            data = _csv(figure.matrix)
+            path = store.write_artifact(target, f"{stem}-{figure.name}.csv", data)
+            relative = os.path.relpath(path.resolve(), root)
+            artifacts.append(Artifact(path=relative, sha256=hashlib.sha256(data).hexdigest()))
+            result.records.append(path)
+    commit = head_commit()
+    verified_at = now_iso()
+    record = EvidenceRecord(
+        schema="learn-llm.evidence.v1",
+        module=result.lab.id,
+        commit=commit.sha,
+        commit_dirty=commit.dirty,
+        verified_at=verified_at,
+        environment=environment(),
+        seed=seed,
+        commands=[_command(result.lab, seed, impl, room)],
+        metrics=[
+            MetricRecord(
+                name=m.name,
+                expected=m.expected,
+                actual=m.actual,
+                impl=m.impl,
+                passed=m.passed,
+                unit=m.unit,
+                timing=m.timing,
+            )
+            for m in result.metrics
+            if math.isfinite(m.actual)
+        ],
+        artifacts=artifacts,
+        cost={"gross_usd": 0.0, "credit_usd": 0.0},
+        licenses=LICENSES,
+        known_failures=result.failures(),
+        labctl=LabctlInfo(
+            version=labctl.__version__,
+            contract_id=contract.CONTRACT_ID,
+            contract_sha256=contract.CONTRACT_V1_SHA256,
+            tolerances=registry.TOLERANCE_TABLE_VERSION,
+            impl=impl,
+            lab=result.lab.id,
+            clean_room=room if impl != "reference" else None,
+            passed=result.passed,
+            wall_time_s=round(result.wall_time_s, 3),
+        ),
+    )
+    paths = store.write_record(target, stem, record)
+    result.records[:0] = paths
+    store.point_manifest(
+        result.lab.id,
+        {
+            "record": store.relative(paths[1]),
+            "verified_at": verified_at,
+            "passed": result.passed,
+            "seed": seed,
+            "impl": impl,
+        },
+    )
+
+
+def shown_path(path: Path) -> str:
+    """A path as it may appear in evidence: relative to the working directory, else its name."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path.name
+
+
+def run_labs(
+    ids: list[str],
+    seed: int = DEFAULT_SEED,
+    impl: str = "both",
+    clean_room: Path | None = None,
+    out: Path = Path("evidence/runs"),
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    progress: Callable[[Lab, int, int], None] | None = None,
+) -> RunReport:
+    """Run the labs named by `ids` (or `all`), write their evidence under `out`, and report."""
+    labs = registry.resolve(ids)
+    start = time.perf_counter()
+    room_path = clean_room or (default_clean_room() if impl != "reference" else None)
+    room = shown_path(room_path) if room_path else None
+    store = EvidenceStore(out.parent)
+    results = []
+    with implementations(impl, room_path, timeout_s) as impls:
+        for index, lab in enumerate(labs):
+            if progress:
+                progress(lab, index, len(labs))
+            result = run_lab(lab, seed, impls)
+            write_evidence(result, store, Path(out.name), seed, impl, room)
+            results.append(result)
+    return RunReport(results, seed, impl, room, time.perf_counter() - start)

@@ -1,0 +1,14 @@
+"""The labs: one module per lab, each defining `LAB` (see `labctl.lab`).
+
+`labctl.registry.discover` finds them; `ORDER` is the order a course reader
+meets them (000 §6.13, 002 阶段二 to 阶段四, 004 §05 to §07).
+"""
+
+ORDER = (
+    "causal-attention",
+    "scale-ablation",
+    "mask-ablation",
+    "residual-ablation",
+    "gqa",
+    "kv-cache",
+)

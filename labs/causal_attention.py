@@ -1,0 +1,147 @@
+"""Lab 03, causal attention: does the mask really keep every position from reading its future?
+
+The course (000 §6.13 实验 03; 002 阶段二) asks for assertions, not a heatmap:
+build Q, K, V of shape [B, H, T, D], compute Q Kᵀ / √D, fill the future with
+-inf before the softmax, check every row sums to 1 and the future gets exactly
+zero weight, and compare with `torch.nn.functional.scaled_dot_product_attention`.
+Its three kept assertions (scores shape, rows sum to 1, manual vs torch) become
+metrics here, beside the strongest evidence of causality: perturb every input
+after position t and watch the outputs at positions <= t not move at all.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from labctl.lab import HeatmapFigure, Lab, LabContext, LabOutput, LabParams, Metric, Section
+
+BOTH_ROWS = ("reference", "clean-room")
+
+
+class Params(LabParams):
+    B: int = 2
+    H: int = 4
+    T: int = 8
+    D: int = 16
+    perturbation: float = 1.0
+
+
+METRICS = (
+    Metric(
+        "scores_shape_matches", "bool", "==1",
+        "1 when the attention weights have shape (B, H, T, T), as the course's first assertion",
+        why="a shape is right or wrong",
+        reproduce_abs=0.0, reproduce_rel=0.0,
+    ),
+    Metric(
+        "row_sum_max_deviation", "probability", "<=1e-12",
+        "largest |sum_j weights[i, j] - 1| over all rows",
+        why="float64 sums of at most T terms are exact to a few ulps (~1e-16 each)",
+    ),
+    Metric(
+        "future_weight_max", "probability", "==0",
+        "largest weight a query puts on a key after it; -inf then softmax gives an exact 0",
+        why="exp(-inf) is exactly 0: any nonzero weight is a leak",
+        reproduce_abs=0.0, reproduce_rel=0.0,
+    ),
+    Metric(
+        "future_token_invariance", "abs", "<=1e-12",
+        "largest change of multi_head_attention outputs at positions <= t when every input "
+        "after t is perturbed, over all t",
+        why="masked keys contribute exactly 0 * v, so the prefix must not move; 1e-12 leaves room "
+        "for a learner who fills the mask with a large finite negative",
+    ),
+    Metric(
+        "sdpa_max_error", "abs", "<=1e-5",
+        "float32 scaled_dot_product_attention vs torch F.scaled_dot_product_attention(is_causal=True)",
+        why="float32 has ~6e-8 relative precision; 1e-5 allows reordered sums over T and D",
+        reproduce_abs=1e-6,
+    ),
+    Metric(
+        "reference_output_max_error", "abs", "<=1e-10",
+        "float64 clean room vs reference: attention outputs and weights, and multi_head_attention",
+        impls=("both",),
+        why="two float64 implementations of one formula differ by rounding only (~1e-15)",
+    ),
+)  # fmt: skip
+
+
+def _inputs(params: Params, seed: int):
+    B, H, T, D = params.B, params.H, params.T, params.D
+    C = H * D
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((B, H, T, D)) for _ in range(3))  # (B, H, T, D) each
+    x = rng.standard_normal((B, T, C))
+    weights = [rng.standard_normal((C, C)) / math.sqrt(C) for _ in range(4)]  # wq, wk, wv, wo
+    noise = rng.standard_normal((B, T, C)) * params.perturbation
+    return q, k, v, x, weights, noise
+
+
+def _future_invariance(impl, x, weights, noise, H: int) -> float:
+    base = impl.multi_head_attention(x, *weights, H)
+    worst = 0.0
+    T = x.shape[1]
+    for t in range(T - 1):
+        perturbed = x.copy()
+        perturbed[:, t + 1 :] += noise[:, t + 1 :]
+        moved = impl.multi_head_attention(perturbed, *weights, H)
+        worst = max(worst, float(np.max(np.abs(moved[:, : t + 1] - base[:, : t + 1]))))
+    return worst
+
+
+def run(ctx: LabContext) -> LabOutput:
+    import torch
+    import torch.nn.functional as F
+
+    p: Params = ctx.params
+    q, k, v, x, weights, noise = _inputs(p, ctx.seed)
+    future = np.triu(np.ones((p.T, p.T), dtype=bool), k=1)  # (T, T), True above the diagonal
+    q32, k32, v32 = (a.astype(np.float32) for a in (q, k, v))
+    torch_out = F.scaled_dot_product_attention(
+        *(torch.from_numpy(a) for a in (q32, k32, v32)), is_causal=True
+    ).numpy()  # top-left causal equals bottom-right here: Tq == Tk
+    output = LabOutput()
+    results = {}
+    for name, impl in ctx.impls.items():
+        mask = impl.causal_mask(p.T)
+        out, attn = impl.scaled_dot_product_attention(q, k, v, mask)
+        out32, _ = impl.scaled_dot_product_attention(q32, k32, v32, impl.causal_mask(p.T))
+        mha = impl.multi_head_attention(x, *weights, p.H)
+        results[name] = (out, attn, mha)
+        output.add("scores_shape_matches", name, float(attn.shape == (p.B, p.H, p.T, p.T)))
+        output.add("row_sum_max_deviation", name, float(np.max(np.abs(attn.sum(-1) - 1.0))))
+        output.add("future_weight_max", name, float(np.max(np.abs(attn[..., future]))))
+        output.add(
+            "future_token_invariance", name, _future_invariance(impl, x, weights, noise, p.H)
+        )
+        output.add("sdpa_max_error", name, float(np.max(np.abs(out32 - torch_out))))
+    if ctx.both:
+        ref, room = results["reference"], results["clean-room"]
+        error = max(float(np.max(np.abs(a - b))) for a, b in zip(ref, room, strict=True))
+        output.add("reference_output_max_error", "both", error)
+    shown = "reference" if "reference" in results else "clean-room"
+    attn = results[shown][1]
+    output.figures.append(
+        HeatmapFigure(
+            title=f"attention weights, batch 0, head 0 ({shown}); the upper triangle must be 0",
+            name="attention-b0-h0",
+            matrix=tuple(tuple(float(w) for w in row) for row in attn[0, 0]),
+        )
+    )
+    return output
+
+
+LAB = Lab(
+    id="causal-attention",
+    title="Causal attention, proved by assertions",
+    question="Does the causal mask keep every position from reading its future, exactly?",
+    sections=(
+        Section("000_cf65d1cb04d4e9f1.txt", "6.13 动手：用断言验证注意力 (实验 03)"),
+        Section("002_edf31da47b29d4da.txt", "阶段二：scaled dot-product attention 逐步算"),
+    ),
+    params=Params,
+    metrics=METRICS,
+    run=run,
+)
