@@ -41,6 +41,11 @@ def _heads(C: int, n_heads, n_kv_heads) -> tuple[int, int, int]:
     return H, Hkv, C // H
 
 
+def _check_rope(D: int, rope_theta) -> None:
+    if rope_theta is not None and D % 2:
+        _fail("n_heads", f"RoPE needs an even head width, got D={D}")
+
+
 def _check_projections(C, H, Hkv, D, dtype, wq, wk, wv, wo):
     """Check the projection shapes; cast to the activations' dtype so outputs keep it."""
     expected = {"wq": (C, H * D), "wk": (C, Hkv * D), "wv": (C, Hkv * D), "wo": (H * D, C)}
@@ -66,6 +71,7 @@ def multi_head_attention(
     x = _as_float(x, "x", ndim=3)
     B, T, C = x.shape
     H, Hkv, D = _heads(C, n_heads, n_kv_heads)
+    _check_rope(D, rope_theta)
     wq, wk, wv, wo = _check_projections(C, H, Hkv, D, _float_dtype(x), wq, wk, wv, wo)
     if window is not None:
         _as_size(window, "window", minimum=1)
@@ -92,6 +98,7 @@ def attention_decode(
     x_new = _as_float(x_new, "x_new", ndim=3)
     B, Tn, C = x_new.shape
     H, Hkv, D = _heads(C, n_heads, n_kv_heads)
+    _check_rope(D, rope_theta)
     wq, wk, wv, wo = _check_projections(C, H, Hkv, D, _float_dtype(x_new), wq, wk, wv, wo)
     if window is not None:
         _as_size(window, "window", minimum=1)

@@ -139,7 +139,11 @@ class CleanRoom:
                 raise CallError(what, "timeout", f"no answer within {timeout_s:g} s (stopped)")
             reply = wire.read_frame(self._read)
         except (EOFError, BrokenPipeError, wire.WireError) as exc:
-            code = self._proc.poll() if self._proc else None
+            code = None
+            if self._proc is not None:
+                # The pipe closes a moment before the process can be reaped: wait for its code.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    code = self._proc.wait(timeout=2.0)
             self.close()
             raise CallError(what, "crash", _crash_reason(code, exc)) from None
         if not isinstance(reply, dict) or "ok" not in reply:

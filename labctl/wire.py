@@ -41,9 +41,9 @@ def _encode(value: Any, blobs: list[bytes], specs: list[dict]) -> Any:
         array = np.asarray(value)
         if array.dtype.kind not in _NUMERIC_KINDS or array.dtype.hasobject:
             return {"$unsupported": f"ndarray of dtype {array.dtype}"}
-        array = np.ascontiguousarray(array)
+        # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
         specs.append({"dtype": array.dtype.str, "shape": list(array.shape)})
-        blobs.append(array.tobytes())
+        blobs.append(array.tobytes(order="C"))
         return {"$nd" if isinstance(value, np.ndarray) else "$np": len(blobs) - 1}
     if isinstance(value, (int, float)):
         return value

@@ -1,0 +1,554 @@
+"""labctl.sandbox (a clean room in a worker process), labctl.guard and labctl.wire."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import clean_room as installed_clean_room
+from labctl import guard, wire
+from labctl.errors import CallError, CleanRoomError, ImportPolicyError, UsageError
+from labctl.sandbox import CallResult, CleanRoom
+
+REPO = Path(__file__).resolve().parents[1]
+# A hang must be stopped near timeout_s=1; 5 s leaves room for a slow machine to
+# kill the worker, without letting a timeout that does not work pass.
+HANG_TIMEOUT_S = 1
+HANG_DEADLINE_S = 5.0
+
+
+def write_room(parent: Path, source: str, name: str = "room", **files: str) -> Path:
+    root = parent / name
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "__init__.py").write_text(textwrap.dedent(source).lstrip("\n"), encoding="utf-8")
+    for file, text in files.items():
+        (root / f"{file}.py").write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return root
+
+
+def line_of(root: Path, needle: str, file: str = "__init__.py") -> int:
+    lines = (root / file).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if needle in line)
+
+
+ECHO = """
+import os
+import time
+
+import numpy as np
+
+def softmax(x, axis=-1):
+    return x
+
+def causal_mask(t_q, t_k=None):
+    return t_q + 1
+
+def rms_norm(x, weight, eps=1e-6):
+    x *= 2
+    return x
+
+def transformer_block(x, params, n_heads, n_kv_heads=None, eps=1e-6, rope_theta=None, window=None):
+    params["wq"][0, 0] += 1.0
+    return x
+
+def layer_norm(x, weight, bias, eps=1e-5):
+    raise ValueError("weight: the learner's own message")
+
+def relu_ffn(x, w1, b1, w2, b2):
+    while True:
+        pass
+
+def swiglu_ffn(x, w_gate, w_up, w_down):
+    time.sleep(60)
+
+def split_heads(x, n_heads):
+    os._exit(3)
+
+def merge_heads(x):
+    return object()
+
+def repeat_kv(x, n_rep):
+    return (i for i in range(n_rep))
+
+def rope(x, positions, theta=10000.0):
+    return np.array([1, "a"], dtype=object)
+"""
+
+
+@pytest.fixture(scope="module")
+def echo_room(tmp_path_factory):
+    root = write_room(tmp_path_factory.mktemp("echo"), ECHO)
+    with CleanRoom(root, timeout_s=HANG_TIMEOUT_S) as room:
+        yield room
+
+
+# --------------------------------------------------------------------------
+# calls
+# --------------------------------------------------------------------------
+
+ROUND_TRIP_VALUES = {
+    "float64": np.arange(12, dtype=np.float64).reshape(3, 4) / 7,
+    "float32": np.linspace(-1, 1, 10, dtype=np.float32).reshape(2, 5),
+    "int64": np.arange(-3, 3, dtype=np.int64),
+    "int32": np.arange(6, dtype=np.int32).reshape(1, 2, 3),
+    "bool": np.array([[True, False], [False, True]]),
+    "complex": np.array([1 + 2j, -3j]),
+    "0-d": np.array(2.5),
+    "empty": np.zeros((0, 3)),
+    "transposed": np.arange(6.0).reshape(2, 3).T,
+    "nan-inf": np.array([np.nan, np.inf, -np.inf, 0.0]),
+}
+
+
+@pytest.mark.parametrize("key", list(ROUND_TRIP_VALUES))
+def test_arrays_round_trip_with_their_dtype(echo_room, key):
+    value = ROUND_TRIP_VALUES[key]
+    back = echo_room.softmax(value)
+    assert isinstance(back, np.ndarray)
+    assert back.dtype == value.dtype and back.shape == value.shape
+    np.testing.assert_array_equal(back, value)
+
+
+def test_plain_values_round_trip(echo_room):
+    value = {
+        "tuple": (1, 2.5, None, True, "s"),
+        "list": [np.float32(1.5), np.int64(7)],
+        "nested": {"a": [np.ones((2, 2), dtype=np.float32)]},
+    }
+    back = echo_room.softmax(value)
+    assert back["tuple"] == (1, 2.5, None, True, "s")
+    assert back["list"][0] == np.float32(1.5) and back["list"][0].dtype == np.float32
+    assert back["list"][1].dtype == np.int64
+    assert back["nested"]["a"][0].dtype == np.float32
+    assert echo_room.causal_mask(3) == 4
+    assert echo_room.causal_mask(t_q=5) == 6
+
+
+def test_invoke_reports_time_and_no_mutation(echo_room):
+    x = np.ones(4)
+    result = echo_room.invoke("softmax", x)
+    assert isinstance(result, CallResult)
+    assert result.elapsed_s >= 0.0 and result.mutated == []
+    np.testing.assert_array_equal(result.value, x)
+
+
+def test_the_project_clean_room_runs_in_the_sandbox():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    q = rng.standard_normal((1, 4, 3, 2))
+    k = rng.standard_normal((1, 2, 3, 2))
+    with CleanRoom(REPO / "clean_room") as room:
+        assert room.violations == []
+        out = room.softmax(x)
+        assert out.dtype == np.float32
+        np.testing.assert_array_equal(out, installed_clean_room.softmax(x))
+        got = room.scaled_dot_product_attention(q, k, k, room.causal_mask(3))
+        assert isinstance(got, tuple) and len(got) == 2
+        expected = installed_clean_room.scaled_dot_product_attention(
+            q, k, k, installed_clean_room.causal_mask(3)
+        )
+        for a, b in zip(got, expected, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert set(room.signatures) >= {"softmax", "decoder_forward"}
+
+
+def test_attribute_access_is_limited_to_contract_names(echo_room):
+    with pytest.raises(AttributeError):
+        echo_room.not_a_contract_function  # noqa: B018
+    with pytest.raises(AttributeError):
+        echo_room._private  # noqa: B018
+
+
+# --------------------------------------------------------------------------
+# failures become CallError
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("function", ["relu_ffn", "swiglu_ffn"])  # busy loop, blocking sleep
+def test_a_hang_is_stopped_within_the_timeout(echo_room, function):
+    start = time.monotonic()
+    with pytest.raises(CallError) as caught:
+        echo_room.call(function, *[np.ones(2)] * (5 if function == "relu_ffn" else 4))
+    elapsed = time.monotonic() - start
+    assert caught.value.kind == "timeout"
+    assert caught.value.function == function
+    assert function in str(caught.value)
+    assert elapsed < HANG_DEADLINE_S
+    # The worker was stopped; the next call starts a fresh one.
+    assert echo_room.causal_mask(1) == 2
+
+
+def test_an_exception_names_type_message_and_line(echo_room):
+    with pytest.raises(CallError) as caught:
+        echo_room.layer_norm(np.ones(3), np.ones(3), np.zeros(3))
+    error = caught.value
+    root = echo_room.path
+    assert error.kind == "exception"
+    assert error.function == "layer_norm"
+    assert error.where == f"room/__init__.py:{line_of(root, 'raise ValueError')}"
+    assert "ValueError" in str(error) and "the learner's own message" in str(error)
+    assert error.where in str(error)
+    assert echo_room.causal_mask(2) == 3  # same worker goes on
+
+
+def test_an_exception_in_a_helper_module_names_that_file(tmp_path):
+    root = write_room(
+        tmp_path,
+        "from .impl import softmax\n",
+        impl="def _inner(x):\n    return x[10]\n\ndef softmax(x, axis=-1):\n    return _inner(x)\n",
+    )
+    with CleanRoom(root) as room, pytest.raises(CallError) as caught:
+        room.softmax(np.ones(3))
+    assert caught.value.kind == "exception"
+    assert caught.value.where == "room/impl.py:2"
+    assert "IndexError" in str(caught.value)
+
+
+def test_os_exit_is_a_crash_and_the_next_call_works(echo_room):
+    with pytest.raises(CallError) as caught:
+        echo_room.split_heads(np.ones((1, 2, 4)), 2)
+    assert caught.value.kind == "crash"
+    assert caught.value.function == "split_heads"
+    assert "exited with code 3" in str(caught.value)
+    assert echo_room.causal_mask(7) == 8
+
+
+def test_in_place_edit_is_reported_with_the_argument_name(echo_room):
+    x = np.ones((2, 3))
+    result = echo_room.invoke("rms_norm", x, np.ones(3))
+    assert result.mutated == ["x"]
+    np.testing.assert_array_equal(x, np.ones((2, 3)))  # the caller's copy is untouched
+    np.testing.assert_array_equal(result.value, 2 * np.ones((2, 3)))
+    assert echo_room.invoke("rms_norm", x=x, weight=np.ones(3)).mutated == ["x"]
+
+
+def test_in_place_edit_inside_params_is_named(echo_room):
+    params = {"wq": np.zeros((2, 2)), "wk": np.zeros((2, 2))}
+    result = echo_room.invoke("transformer_block", np.ones((1, 1, 2)), params, 1)
+    assert result.mutated == ["params['wq']"]
+
+
+@pytest.mark.parametrize(
+    ("function", "args", "type_name"),
+    [
+        ("merge_heads", (np.ones((1, 1, 1, 1)),), "object"),
+        ("repeat_kv", (np.ones((1, 1, 1, 1)), 2), "generator"),
+        ("rope", (np.ones((2, 2)), np.arange(2)), "ndarray of dtype object"),
+    ],
+)
+def test_an_unusable_return_arrives_as_unsupported(echo_room, function, args, type_name):
+    value = echo_room.call(function, *args)
+    assert value == wire.Unsupported(type_name)
+
+
+# --------------------------------------------------------------------------
+# loading
+# --------------------------------------------------------------------------
+
+
+def test_missing_directory_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError):
+        CleanRoom(tmp_path / "nowhere")
+
+
+def test_load_errors_name_file_and_line(tmp_path):
+    root = write_room(tmp_path, "X = 1\nraise KeyError('at import')\n")
+    with pytest.raises(CleanRoomError, match=r"room/__init__\.py:2.*KeyError") as caught:
+        CleanRoom(root)
+    assert not isinstance(caught.value, ImportPolicyError)
+    (root / "__init__.py").write_text("def f(:\n")
+    with pytest.raises(CleanRoomError, match=r"room/__init__\.py:1"):
+        CleanRoom(root)
+
+
+def test_a_room_named_clean_room_imports_its_own_package(tmp_path):
+    root = write_room(
+        tmp_path,
+        """
+        from clean_room.helpers import X
+
+        def softmax(x, axis=-1):
+            return X
+
+        def causal_mask(t_q, t_k=None):
+            import clean_room.helpers
+            return clean_room.helpers.X
+
+        def padding_mask(lengths, t):
+            import clean_room
+            return clean_room.__file__
+        """,
+        name="clean_room",
+        helpers="X = 'mine, not the project clean_room'\n",
+    )
+    with CleanRoom(root) as room:
+        assert room.softmax(None) == "mine, not the project clean_room"
+        assert room.causal_mask(1) == "mine, not the project clean_room"
+        assert room.padding_mask(None, 1) == str(root / "__init__.py")
+        assert room.violations == []
+
+
+# --------------------------------------------------------------------------
+# the import guard
+# --------------------------------------------------------------------------
+
+FORBIDDEN = {
+    "import torch": ("import torch", "imports torch"),
+    "import_module": (
+        "import sys\n{pad}sys.modules['importlib'].import_module('tor' + 'ch')",
+        "imports torch",
+    ),
+    "import importlib": (
+        "import importlib\n{pad}importlib.import_module('tor' + 'ch')",
+        "imports importlib",
+    ),
+    "__import__": ("__import__('torch')", "imports torch"),
+    "labctl.reference": ("import labctl.reference", "imports labctl.reference"),
+    "subprocess": ("import subprocess", "imports subprocess"),
+    "from torch": ("from torch import nn", "imports torch"),
+}
+
+
+def _wrapped(statement: str, pad: str) -> str:
+    body = statement.format(pad=pad + "    ")
+    return f"{pad}try:\n{pad}    {body}\n{pad}except ImportError:\n{pad}    pass\n"
+
+
+def _violation_line(root: Path, what: str) -> int:
+    """The line the guard must name: the refused statement in the room's source."""
+    needle = {
+        "imports torch": ("torch", "tor' + 'ch"),
+        "imports importlib": ("import importlib",),
+        "imports labctl.reference": ("labctl.reference",),
+        "imports subprocess": ("subprocess",),
+    }[what]
+    lines = (root / "__init__.py").read_text().splitlines()
+    return next(
+        i for i, line in enumerate(lines, 1) if any(n in line for n in needle) and "try" not in line
+    )
+
+
+@pytest.mark.parametrize("wrapped", [True, False], ids=["in-try-except", "bare"])
+@pytest.mark.parametrize("spelling", list(FORBIDDEN))
+def test_guard_refuses_at_import_time(tmp_path, spelling, wrapped):
+    statement, what = FORBIDDEN[spelling]
+    source = _wrapped(statement, "") if wrapped else statement.format(pad="") + "\n"
+    root = write_room(tmp_path, source + "\ndef softmax(x, axis=-1):\n    return x\n")
+    with pytest.raises(ImportPolicyError) as caught:
+        CleanRoom(root)
+    assert f"room/__init__.py:{_violation_line(root, what)}: {what}" in str(caught.value)
+
+
+@pytest.mark.parametrize("spelling", list(FORBIDDEN))
+def test_guard_records_a_swallowed_refusal_at_call_time(tmp_path, spelling):
+    statement, what = FORBIDDEN[spelling]
+    source = "def softmax(x, axis=-1):\n" + _wrapped(statement, "    ") + "    return x\n"
+    root = write_room(tmp_path, source)
+    with CleanRoom(root) as room:
+        assert room.violations == []
+        np.testing.assert_array_equal(room.softmax(np.ones(2)), np.ones(2))
+        assert f"room/__init__.py:{_violation_line(root, what)}: {what}" in room.violations
+
+
+def test_guard_refusal_at_call_time_is_an_exception_when_not_swallowed(tmp_path):
+    root = write_room(tmp_path, "def softmax(x, axis=-1):\n    import torch\n    return x\n")
+    with CleanRoom(root) as room:
+        with pytest.raises(CallError) as caught:
+            room.softmax(np.ones(2))
+        assert caught.value.kind == "exception"
+        assert caught.value.where == "room/__init__.py:2"
+        assert room.violations == ["room/__init__.py:2: imports torch"]
+
+
+def test_guard_refuses_starting_a_process(tmp_path):
+    root = write_room(tmp_path, "import os\n\ndef softmax(x, axis=-1):\n    os.system('true')\n")
+    with CleanRoom(root) as room:
+        with pytest.raises(CallError, match="PermissionError"):
+            room.softmax(1)
+        assert room.violations == ["room/__init__.py:4: starts a process with os.system()"]
+
+
+def test_guard_allows_stdlib_numpy_and_own_package(tmp_path):
+    root = write_room(
+        tmp_path,
+        """
+        import math, json, itertools, collections.abc
+        import numpy as np
+        from numpy.linalg import norm
+        from . import helpers
+        import room.helpers
+
+        def softmax(x, axis=-1):
+            import functools
+            return float(norm(np.asarray(x))) + helpers.ONE + room.helpers.ONE
+        """,
+        helpers="ONE = 1\n",
+    )
+    assert guard.scan(root) == []
+    with CleanRoom(root) as room:
+        assert room.softmax(np.array([3.0, 4.0])) == 7.0
+        assert room.violations == []
+
+
+SCAN_SOURCE = """
+import numpy as np
+import os
+import torch
+from torch import nn
+import importlib
+importlib.import_module("tor" + "ch")
+__import__("torch")
+import labctl.reference
+import subprocess
+os.system("ls")
+exec("x = 1")
+try:
+    import torch.nn.functional as F
+except ImportError:
+    pass
+from . import helpers
+"""
+
+
+def test_scan_reports_each_breach_with_file_and_line(tmp_path):
+    root = write_room(tmp_path, "from .bad import *\n", bad=SCAN_SOURCE, helpers="X = 1\n")
+    found = {(v.where, v.what) for v in guard.scan(root)}
+    assert found == {
+        ("room/bad.py:3", "imports torch"),
+        ("room/bad.py:4", "imports from torch"),
+        ("room/bad.py:5", "imports importlib"),
+        ("room/bad.py:6", "imports dynamically with importlib.import_module()"),
+        ("room/bad.py:7", "calls __import__(), which can import or run anything"),
+        ("room/bad.py:8", "imports labctl.reference"),
+        ("room/bad.py:9", "imports subprocess"),
+        ("room/bad.py:10", "starts a process with os.system()"),
+        ("room/bad.py:11", "calls exec(), which can import or run anything"),
+        ("room/bad.py:13", "imports torch.nn.functional"),
+    }
+    assert all(str(v) == f"{v.where}: {v.what}" for v in guard.scan(root))
+
+
+def test_scan_names_a_syntax_error(tmp_path):
+    root = write_room(tmp_path, "X = 1\n\ndef f(:\n")
+    assert [(v.where, v.what.split(":")[0]) for v in guard.scan(root)] == [
+        ("room/__init__.py:3", "syntax error")
+    ]
+
+
+def test_scan_of_the_project_clean_room_is_clean():
+    assert guard.scan(REPO / "clean_room") == []
+
+
+# --------------------------------------------------------------------------
+# labctl.wire
+# --------------------------------------------------------------------------
+
+
+def test_wire_round_trip():
+    message = {
+        "arrays": [v for v in ROUND_TRIP_VALUES.values()],
+        "tuple": (1, -2.5, None, False, "text"),
+        "scalar": np.float32(0.25),
+        "nested": {"deeper": {"x": np.eye(2, dtype=np.int16)}},
+    }
+    back = wire.decode(wire.encode(message))
+    assert set(back) == set(message)
+    for a, b in zip(back["arrays"], message["arrays"], strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+        assert a.flags.writeable  # a fresh array, not a view of the frame
+    assert back["tuple"] == message["tuple"] and isinstance(back["tuple"], tuple)
+    assert back["scalar"] == np.float32(0.25) and back["scalar"].dtype == np.float32
+    assert back["nested"]["deeper"]["x"].dtype == np.int16
+
+
+def test_wire_frames_over_a_pipe():
+    read_fd, write_fd = os.pipe()
+    try:
+        wire.write_frame(write_fd, {"x": np.arange(5.0)})
+        wire.write_frame(write_fd, [1, 2])
+        first = wire.read_frame(read_fd)
+        np.testing.assert_array_equal(first["x"], np.arange(5.0))
+        assert wire.read_frame(read_fd) == [1, 2]
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+@pytest.mark.parametrize(
+    ("value", "type_name"),
+    [
+        (np.array([1, "a"], dtype=object), "ndarray of dtype object"),
+        (np.array(["a", "b"]), "ndarray of dtype <U1"),
+        (object(), "object"),
+        ({1: "int keys"}, "dict"),
+        ({1, 2}, "set"),
+    ],
+)
+def test_wire_refuses_what_it_does_not_carry(value, type_name):
+    assert wire.decode(wire.encode(value)) == wire.Unsupported(type_name)
+
+
+def _frame(header: dict, blob: bytes = b"") -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack(">I", len(raw)) + raw + blob
+
+
+def test_wire_refuses_a_forged_object_array():
+    payload = _frame({"tree": {"$nd": 0}, "blobs": [{"dtype": "|O", "shape": [1]}]}, b"\0" * 8)
+    with pytest.raises(wire.WireError, match="refused"):
+        wire.decode(payload)
+
+
+@pytest.mark.parametrize("cut", [1, 3, 10, -1, -8])
+def test_wire_truncated_frames_raise(cut):
+    payload = wire.encode({"x": np.arange(4.0), "label": "a fairly long label"})
+    with pytest.raises(wire.WireError):
+        wire.decode(payload[:cut])
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"",
+        _frame({"tree": {"$pickle": 0}, "blobs": []}),
+        _frame({"tree": {"$nd": 3}, "blobs": []}),
+        _frame({"no tree": 1}),
+        struct.pack(">I", 5) + b"{not json",
+        _frame({"tree": {"$nd": 0}, "blobs": [{"dtype": "<f8", "shape": [-1]}]}),
+    ],
+    ids=["empty", "unknown-tag", "missing-blob", "no-tree", "bad-json", "negative-shape"],
+)
+def test_wire_malformed_frames_raise(payload):
+    with pytest.raises(wire.WireError):
+        wire.decode(payload)
+
+
+def test_wire_oversized_frame_is_refused_before_reading():
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, struct.pack(">Q", wire.MAX_FRAME_BYTES + 1))
+        with pytest.raises(wire.WireError, match="exceeds"):
+            wire.read_frame(read_fd)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_wire_pipe_closed_mid_frame_is_eof():
+    read_fd, write_fd = os.pipe()
+    data = wire.encode([1, 2, 3])
+    os.write(write_fd, struct.pack(">Q", len(data)) + data[:-2])
+    os.close(write_fd)
+    try:
+        with pytest.raises(EOFError):
+            wire.read_frame(read_fd)
+    finally:
+        os.close(read_fd)
