@@ -163,7 +163,8 @@ def _compare_params(fn: Function, params: list[dict]) -> list[Deviation]:
             )
         out.append(Deviation(fn.name, "parameters: " + "; ".join(parts)))
         return out
-    for want, got in zip(fn.params, params, strict=True):
+    named = [p for p in params if p["name"] not in variadic]  # *args / **kwargs named above
+    for want, got in zip(fn.params, named, strict=True):
         if got["kind"] not in ("POSITIONAL_OR_KEYWORD",):
             kind = got["kind"].lower().replace("_", "-")
             out.append(

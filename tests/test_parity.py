@@ -10,6 +10,7 @@ width, V vocabulary.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -447,7 +448,7 @@ def test_split_and_merge_heads(B, T, C, H):
             expected[:, h, :, d] = x[:, :, h * D + d]
     torch_split = torch.from_numpy(x).unflatten(-1, (H, D)).permute(0, 2, 1, 3).numpy()
     assert_close(torch_split, expected)
-    split_ref, split_cr = assert_three_way("split_heads", (x, H), expected)
+    assert_three_way("split_heads", (x, H), expected)
     assert_three_way("merge_heads", (expected,), x)
     for name, impl in IMPLS.items():
         assert_close(impl.merge_heads(impl.split_heads(x, H)), x, what=f"{name} round trip")
@@ -868,8 +869,20 @@ def test_inputs_are_not_modified(impl_name):
     impl = IMPLS[impl_name]
     for fn_name, (args, kwargs) in calls.items():
         args64 = [_as64(a) for a in args]
-        before = [np.copy(a) if isinstance(a, np.ndarray) else a for a in args64]
+        before = copy.deepcopy(args64)
         getattr(impl, fn_name)(*args64, **kwargs)
-        for a, b in zip(args64, before, strict=True):
-            if isinstance(a, np.ndarray):
-                np.testing.assert_array_equal(a, b, err_msg=f"{impl_name}.{fn_name}")
+        _assert_same_tree(args64, before, f"{impl_name}.{fn_name}")
+
+
+def _assert_same_tree(a, b, what):
+    """Arrays inside args, params dicts and block lists are unchanged."""
+    if isinstance(a, np.ndarray):
+        np.testing.assert_array_equal(a, b, err_msg=what)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), what
+        for key in a:
+            _assert_same_tree(a[key], b[key], f"{what}[{key!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), what
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_same_tree(x, y, f"{what}[{i}]")
