@@ -158,8 +158,15 @@ def implementations(
     chosen: dict[str, Implementation] = {}
     with contextlib.ExitStack() as stack:
         if impl in ("reference", "both"):
+            import torch
+
             from labctl import reference
 
+            # One thread, like the clean-room worker: float64 reductions then sum in one
+            # order on every machine, and small ops do not pay for a thread pool.
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            stack.callback(torch.set_num_threads, threads)
             chosen["reference"] = Implementation("reference", reference)
         if impl in ("clean-room", "both"):
             room = stack.enter_context(CleanRoom(clean_room or default_clean_room(), timeout_s))
@@ -171,7 +178,12 @@ def judge(lab: Lab, output: LabOutput, rows: set[str]) -> list[MetricResult]:
     """Attach each measurement's tolerance and verdict; a declared metric left unmeasured fails."""
     results = []
     for m in output.measurements:
-        spec = lab.metric(m.name)
+        try:
+            spec = lab.metric(m.name)
+        except KeyError:
+            raise LabctlError(
+                f"lab {lab.id} reported a metric it does not declare: {m.name}"
+            ) from None
         results.append(
             MetricResult(
                 name=m.name,
@@ -210,6 +222,8 @@ def run_lab(lab: Lab, seed: int, impls: dict[str, Implementation]) -> LabResult:
     start = time.perf_counter()
     try:
         output = lab.run(LabContext(params=lab.params(), seed=seed, impls=impls))
+        result.metrics = judge(lab, output, rows)
+        result.figures = output.figures
     except CallError as exc:
         result.error = f"clean room failed: {exc}"
     except LabctlError as exc:
@@ -218,9 +232,6 @@ def run_lab(lab: Lab, seed: int, impls: dict[str, Implementation]) -> LabResult:
         if os.environ.get("LABCTL_DEBUG") == "1":
             raise
         result.error = f"lab crashed: {type(exc).__name__}: {exc}"
-    else:
-        result.metrics = judge(lab, output, rows)
-        result.figures = output.figures
     result.wall_time_s = time.perf_counter() - start
     return result
 

@@ -41,6 +41,8 @@ def number(value: float | None) -> str:
         return "—"
     if isinstance(value, bool):
         return str(value)
-    if isinstance(value, int) or (abs(value) >= 1e-3 and abs(value) < 1e6) or value == 0:
+    if float(value).is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
+    if 1e-3 <= abs(value) < 1e6:
         return f"{value:.6g}"
     return f"{value:.3e}"

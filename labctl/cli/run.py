@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -103,10 +104,10 @@ def _render_lab(result) -> None:
 
     lab = result.lab
     out.rule(f"[bold]{lab.id}[/bold]: {lab.title}")
-    out.print(f"[dim]{lab.question}[/dim]")
-    out.print(f"[dim]course: {'; '.join(str(s) for s in lab.sections)}[/dim]")
+    out.print(f"[dim]{escape(lab.question)}[/dim]")
+    out.print(f"[dim]course: {escape('; '.join(str(s) for s in lab.sections))}[/dim]")
     if result.error:
-        out.print(f"{verdict(False)}  {result.error}")
+        out.print(f"{verdict(False)}  {escape(result.error)}")
     table = Table(show_edge=False)
     for column in ("metric", "reference", "clean room", "expected", "verdict"):
         table.add_column(
@@ -117,7 +118,7 @@ def _render_lab(result) -> None:
         by_name.setdefault(m.name, {})[m.impl] = m
     for name, rows in by_name.items():
         first = next(iter(rows.values()))
-        label = name + (" [dim](timing)[/dim]" if first.timing else "")
+        label = escape(name) + (" [dim](timing)[/dim]" if first.timing else "")
         if "both" in rows:
             cells = ("[dim]↔[/dim]", number(rows["both"].actual))
         else:
@@ -126,28 +127,36 @@ def _render_lab(result) -> None:
             )
         passed = all(m.passed for m in rows.values())
         shown = verdict(passed) if not first.timing else f"[dim]{'ok' if passed else 'slow'}[/dim]"
-        table.add_row(label, *cells, first.expected, shown)
+        table.add_row(label, *cells, escape(first.expected), shown)
     out.print(table)
     for figure in result.figures:
         if isinstance(figure, HeatmapFigure):
             out.print(_heatmap(figure))
         elif isinstance(figure, TableFigure):
-            extra = Table(title=figure.title, show_edge=False)
-            for column in figure.columns:
-                extra.add_column(column, justify="right")
-            for row in figure.rows:
-                extra.add_row(*(v if isinstance(v, str) else number(v) for v in row))
-            out.print(extra)
+            out.print(_table(figure))
         elif isinstance(figure, Note):
             mark = "[bold yellow]![/bold yellow]" if figure.flag else "[dim]·[/dim]"
-            out.print(f"{mark} {figure.text}")
+            out.print(f"{mark} {escape(figure.text)}")
     out.print(f"{verdict(result.passed)}  {lab.id} in {result.wall_time_s:.2f} s\n")
+
+
+def _table(figure) -> Table:
+    """Numbers right-aligned, text left-aligned, markup in cells shown as written."""
+    table = Table(title=escape(figure.title), show_edge=False)
+    numeric = [
+        all(not isinstance(row[i], str) for row in figure.rows) for i in range(len(figure.columns))
+    ]
+    for column, is_number in zip(figure.columns, numeric, strict=True):
+        table.add_column(escape(column), justify="right" if is_number else "left")
+    for row in figure.rows:
+        table.add_row(*(escape(v) if isinstance(v, str) else number(v) for v in row))
+    return table
 
 
 def _heatmap(figure) -> Table:
     """Each cell shows its weight and a shade, so the pattern reads with or without colour."""
     shades = " ░▒▓█"
-    table = Table(title=figure.title, show_edge=False, pad_edge=False)
+    table = Table(title=escape(figure.title), show_edge=False, pad_edge=False)
     table.add_column(f"{figure.row_label}\\{figure.col_label}", justify="right", style="dim")
     width = len(figure.matrix[0]) if figure.matrix else 0
     for j in range(width):
