@@ -10,9 +10,12 @@ other labs still run.
 from __future__ import annotations
 
 import contextlib
+import csv
 import hashlib
+import io
 import math
 import os
+import re
 import shlex
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +36,7 @@ from labctl.lab import (
     Lab,
     LabContext,
     LabOutput,
+    LabParams,
     Note,
     TableFigure,
     satisfies,
@@ -111,7 +115,9 @@ class LabResult:
             "error": self.error,
             "wall_time_s": round(self.wall_time_s, 3),
             "metrics": [m.to_json() for m in self.metrics],
-            "notes": [f.text for f in self.figures if isinstance(f, Note)],
+            "notes": [
+                {"text": f.text, "flag": f.flag} for f in self.figures if isinstance(f, Note)
+            ],
             "records": [relative(p) for p in self.records],
         }
 
@@ -215,13 +221,15 @@ def judge(lab: Lab, output: LabOutput, rows: set[str]) -> list[MetricResult]:
     return results
 
 
-def run_lab(lab: Lab, seed: int, impls: dict[str, Implementation]) -> LabResult:
-    """Run one lab and judge it; never writes anything."""
+def run_lab(
+    lab: Lab, seed: int, impls: dict[str, Implementation], params: LabParams | None = None
+) -> LabResult:
+    """Run one lab (with its default parameters unless given) and judge it; writes nothing."""
     rows = set(impls) | ({"both"} if all(name in impls for name in IMPLS) else set())
     result = LabResult(lab)
     start = time.perf_counter()
     try:
-        output = lab.run(LabContext(params=lab.params(), seed=seed, impls=impls))
+        output = lab.run(LabContext(params=params or lab.params(), seed=seed, impls=impls))
         result.metrics = judge(lab, output, rows)
         result.figures = output.figures
     except CallError as exc:
@@ -236,8 +244,21 @@ def run_lab(lab: Lab, seed: int, impls: dict[str, Implementation]) -> LabResult:
     return result
 
 
-def _csv(matrix: tuple[tuple[float, ...], ...]) -> bytes:
-    return "".join(",".join(f"{v:.17g}" for v in row) + "\n" for row in matrix).encode()
+def _artifact(figure: TableFigure | HeatmapFigure | Note) -> tuple[str, bytes] | None:
+    """A figure as a CSV artifact (name, bytes): heatmaps as matrices, tables with a header."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    if isinstance(figure, HeatmapFigure):
+        writer.writerows([f"{v:.17g}" for v in row] for row in figure.matrix)
+        return figure.name, buffer.getvalue().encode()
+    if isinstance(figure, TableFigure):
+        writer.writerow(figure.columns)
+        writer.writerows(
+            [v if isinstance(v, str) else f"{v:.17g}" for v in row] for row in figure.rows
+        )
+        slug = re.sub(r"[^a-z0-9]+", "-", figure.title.lower()).strip("-")[:48] or "table"
+        return slug, buffer.getvalue().encode()
+    return None
 
 
 def _command(lab: Lab, seed: int, impl: str, clean_room: str | None) -> str:
@@ -250,18 +271,20 @@ def _command(lab: Lab, seed: int, impl: str, clean_room: str | None) -> str:
 def write_evidence(
     result: LabResult, store: EvidenceStore, folder: Path, seed: int, impl: str, room: str | None
 ) -> None:
-    """One record per lab (YAML and JSON) plus heatmap artifacts; point the manifest at it."""
+    """One record per lab (YAML and JSON) plus its figures as CSV; point the manifest at it."""
     stem = record_stem(seed)
     target = folder / result.lab.id
     root = project_root()
     artifacts: list[Artifact | str] = []
-    for figure in result.figures:
-        if isinstance(figure, HeatmapFigure):
-            data = _csv(figure.matrix)
-            path = store.write_artifact(target, f"{stem}-{figure.name}.csv", data)
-            relative = os.path.relpath(path.resolve(), root)
-            artifacts.append(Artifact(path=relative, sha256=hashlib.sha256(data).hexdigest()))
-            result.records.append(path)
+    for index, figure in enumerate(result.figures):
+        found = _artifact(figure)
+        if found is None:
+            continue
+        name, data = found
+        path = store.write_artifact(target, f"{stem}-{index}-{name}.csv", data)
+        relative = os.path.relpath(path.resolve(), root)
+        artifacts.append(Artifact(path=relative, sha256=hashlib.sha256(data).hexdigest()))
+        result.records.append(path)
     commit = head_commit()
     verified_at = now_iso()
     record = EvidenceRecord(

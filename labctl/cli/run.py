@@ -51,7 +51,8 @@ def list_labs(json_: JsonFlag = False) -> None:
         table.add_column(column, overflow="fold")
     for lab in labs:
         metrics = ", ".join(m.name for m in lab.metrics)
-        table.add_row(lab.id, lab.title, "\n".join(str(s) for s in lab.sections), metrics)
+        sections = "\n".join(str(s) for s in lab.sections)
+        table.add_row(lab.id, escape(lab.title), escape(sections), escape(metrics))
     out.print(table)
 
 

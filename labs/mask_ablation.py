@@ -1,0 +1,429 @@
+"""Mask ablation: what leaks without the causal mask, and how does the loss give it away?
+
+The course (000 §6.4) says pretraining feeds the whole target at once, so
+without a mask position t sees t+1, "which is exactly the answer it should
+predict, and the training loss falls falsely fast". 000 §6.13 asks for that
+deliberate failure: remove the causal mask and watch the loss get suspiciously
+good. 002's fault table (故障注入与预期信号) names two mask bugs and their
+signals: adding 0 instead of -inf (future weights nonzero, the future leaks)
+and the triangle written the wrong way round (the current token dominated by
+its future). The course template's metric `no_mask_future_prefix_influence`
+(> 1e-5) is the leak itself: perturb the future, and the prefix moves.
+
+Here each implementation's `scaled_dot_product_attention` runs with four masks:
+its own `causal_mask`, no mask, the "adds 0" bug (a mask that blocks nothing)
+and the reversed triangle; every future key and value after t is perturbed and
+the outputs at positions <= t are compared. Then a tiny causal language model
+(one pre-norm block of the contract's design, PyTorch, float64, CPU) is trained
+on i.i.d. uniform random tokens, once with each implementation's causal_mask
+and once without a mask. Nothing in i.i.d. tokens is predictable, so no honest
+model can beat ln V on held-out data; without the mask the next token is in the
+input, and the loss falls far below ln V: the "too good" loss is the leak.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from labctl.lab import (
+    HeatmapFigure,
+    Lab,
+    LabContext,
+    LabOutput,
+    LabParams,
+    Metric,
+    Note,
+    Section,
+    TableFigure,
+)
+
+MASKS = ("causal_mask", "no mask", "adds 0", "reversed")
+
+
+class Params(LabParams):
+    # attention probes, as the causal-attention lab: q, k, v of shape (B, H, T, D)
+    B: int = 2
+    H: int = 4
+    T: int = 8
+    D: int = 16
+    perturbation: float = 1.0
+    # the tiny language model
+    vocab: int = 16
+    context: int = 16  # tokens in, predicting the next 16
+    width: int = 32
+    heads: int = 2
+    ffn: int = 64  # SwiGLU hidden width
+    steps: int = 300
+    batch: int = 32
+    lr: float = 0.01
+    heldout: int = 256  # held-out sequences
+    tail: int = 20  # the training loss is the mean over the last `tail` steps
+
+
+METRICS = (
+    Metric(
+        "masked_future_prefix_influence", "abs", "==0",
+        "largest change of scaled_dot_product_attention outputs at positions <= t, with the "
+        "implementation's own causal_mask, when every key and value after t is perturbed, over "
+        "all t",
+        why="exp(-inf) = 0 (and exp(-1e9) = 0 in float64 too), so masked keys add exact zeros "
+        "and the prefix cannot move by a single bit; any change is a leak",
+        reproduce_abs=0.0, reproduce_rel=0.0,
+    ),
+    Metric(
+        "no_mask_future_prefix_influence", "abs", ">1e-5",
+        "the course template's metric: the same change with mask=None; every position reads the "
+        "future, so the prefix must move",
+        why="a unit perturbation of future keys and values moves O(1) outputs by ~0.1 to 1; an "
+        "attention that blocks the future even without a mask gives exactly 0",
+    ),
+    Metric(
+        "mask_adds_zero_prefix_influence", "abs", ">1e-5",
+        "002's first mask bug shown leaking: blocked scores get + 0 instead of -inf (here a mask "
+        "that blocks nothing); the same change of the prefix",
+        why="adding 0 blocks nothing, so the future leaks as without a mask (~0.1 to 1); "
+        "exactly 0 means the implementation blocks keys a mask does not ask for",
+    ),
+    Metric(
+        "mask_reversed_future_share", "probability", ">0.5",
+        "002's second mask bug shown leaking: with the triangle reversed (the past blocked, the "
+        "future visible), the mean weight a query puts on its future, over queries that have one",
+        why="query i then sees keys i..T-1, all but one in its future: on random scores the "
+        "share is ≈0.75 for T=8 (the course: the current token is dominated by the future); a "
+        "correct mask gives 0",
+    ),
+    Metric(
+        "masked_heldout_loss_over_lnV", "ratio", ">=0.97",
+        "held-out cross-entropy of the tiny LM trained with the implementation's causal_mask, "
+        "over ln V: on i.i.d. uniform tokens nothing is predictable",
+        why="no model beats ln V on fresh uniform tokens (measured ≈1.005: a near-uniform "
+        "prediction); a leaking mask lets the model read its target and drives this towards "
+        "1/T ≈ 0.06; 0.97 leaves room for the sampling error of 4096 held-out tokens",
+        reproduce_abs=0.01, reproduce_rel=0.0,
+    ),
+    Metric(
+        "unmasked_train_loss_over_lnV", "ratio", "<=0.5",
+        "training cross-entropy (mean of the last steps, on fresh batches) of the same LM "
+        "trained without a mask, over ln V: the 'too good' loss",
+        impls=("reference",),
+        why="without the mask position t reads token t+1, its target, at every position but "
+        "the last, so the loss falls to ≈ ln V / T (ratio ≈0.066 for T=16); an ablation that "
+        "still masks stays at ≈1",
+        reproduce_abs=0.01, reproduce_rel=0.0,
+    ),
+    Metric(
+        "mask_leak_loss_gap", "nats", ">1",
+        "masked held-out loss minus unmasked training loss: how much too good the leaking "
+        "model looks",
+        impls=("reference",),
+        why="the gap is at most ln V (1 - 1/T) ≈ 2.6 nats for V=16, T=16, and measured ≈2.6; "
+        "more than 1 nat cannot come from fitting noise",
+        reproduce_abs=0.03, reproduce_rel=0.0,
+    ),
+    Metric(
+        "mask_ablation_weights_max_error", "abs", "<=1e-10",
+        "float64 clean room vs reference: weights and outputs under all four masks",
+        impls=("both",),
+        why="two float64 implementations of one formula differ by rounding only (~1e-15)",
+    ),
+)  # fmt: skip
+
+
+# ---- attention probes ---------------------------------------------------------------------
+
+
+def _masks(impl, T: int) -> dict[str, np.ndarray | None]:
+    return {
+        "causal_mask": impl.causal_mask(T),  # (T, T), True above the diagonal
+        "no mask": None,
+        "adds 0": np.zeros((T, T), dtype=bool),  # + 0 where -inf belongs: nothing blocked
+        "reversed": np.tril(np.ones((T, T), dtype=bool), k=-1),  # the past blocked instead
+    }
+
+
+def _probe(impl, q, k, v, noise_k, noise_v, mask) -> tuple[float, float, float, tuple]:
+    """(future weight max, mean future share, prefix influence, (out, weights))."""
+    T = q.shape[2]
+    out, weights = impl.scaled_dot_product_attention(q, k, v, mask)
+    future = np.triu(np.ones((T, T), dtype=bool), k=1)  # (T, T)
+    future_max = float(np.max(weights[..., future]))
+    share = np.sum(np.where(future, weights, 0.0), axis=-1)[..., :-1]  # (B, H, T-1)
+    influence = 0.0
+    for t in range(T - 1):
+        k2, v2 = k.copy(), v.copy()
+        k2[:, :, t + 1 :] += noise_k[:, :, t + 1 :]
+        v2[:, :, t + 1 :] += noise_v[:, :, t + 1 :]
+        moved, _ = impl.scaled_dot_product_attention(q, k2, v2, mask)
+        influence = max(influence, float(np.max(np.abs(moved[:, :, : t + 1] - out[:, :, : t + 1]))))
+    return future_max, float(np.mean(share)), influence, (out, weights)
+
+
+# ---- the tiny language model --------------------------------------------------------------
+
+
+def _lm_data(rng: np.random.Generator, p: Params):
+    """Initial weights (shared by every run), training batches and held-out sequences."""
+    V, T, C, F = p.vocab, p.context, p.width, p.ffn
+
+    def w(fan_in: int, *shape: int) -> np.ndarray:
+        return rng.standard_normal(shape) / math.sqrt(fan_in)
+
+    init = {
+        "embed": w(1, V, C),  # (V, C), tied with the output head
+        "pos": w(1, T, C),  # (T, C), learned positions (GPT-2's route, 002 阶段五)
+        "norm1": np.ones(C),
+        "wq": w(C, C, C),
+        "wk": w(C, C, C),
+        "wv": w(C, C, C),
+        "wo": w(C, C, C),
+        "norm2": np.ones(C),
+        "w_gate": w(C, C, F),
+        "w_up": w(C, C, F),
+        "w_down": w(F, F, C),
+        "final_norm": np.ones(C),
+    }
+    batches = rng.integers(0, V, size=(p.steps, p.batch, T + 1))  # fresh tokens every step
+    heldout = rng.integers(0, V, size=(p.heldout, T + 1))
+    return init, batches, heldout
+
+
+def _lm_logits(P, ids, blocked, n_heads: int):
+    """One pre-norm block (contract 18), final RMSNorm, tied head (contract 19): (B, T, V)."""
+    import torch
+    import torch.nn.functional as F
+
+    def rms(x, weight):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+
+    B, T = ids.shape
+    C = P["embed"].shape[1]
+    x = P["embed"][ids] + P["pos"][:T]  # (B, T, C)
+    h = rms(x, P["norm1"])
+    q, k, v = (
+        (h @ P[name]).view(B, T, n_heads, C // n_heads).transpose(1, 2)  # (B, H, T, D)
+        for name in ("wq", "wk", "wv")
+    )
+    scores = q @ k.transpose(-2, -1) / math.sqrt(C // n_heads)  # (B, H, T, T)
+    if blocked is not None:
+        scores = scores.masked_fill(blocked, float("-inf"))  # True = blocked, as the contract
+    attended = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+    x = x + attended @ P["wo"]
+    h = rms(x, P["norm2"])
+    x = x + (F.silu(h @ P["w_gate"]) * (h @ P["w_up"])) @ P["w_down"]
+    return rms(x, P["final_norm"]) @ P["embed"].T
+
+
+def _train_lm(init, batches, heldout, blocked_mask, p: Params) -> tuple[float, float]:
+    """(training loss: mean of the last `tail` steps; held-out loss), in nats."""
+    import torch
+    import torch.nn.functional as F
+
+    P = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in init.items()}
+    blocked = None if blocked_mask is None else torch.from_numpy(np.array(blocked_mask, bool))
+    optimizer = torch.optim.Adam(P.values(), lr=p.lr)
+
+    def loss_of(tokens):
+        ids = torch.from_numpy(tokens)
+        logits = _lm_logits(P, ids[:, :-1], blocked, p.heads)  # inputs: tokens 0..T-1
+        return F.cross_entropy(logits.reshape(-1, p.vocab), ids[:, 1:].reshape(-1))  # targets 1..T
+
+    losses = []
+    for tokens in batches:
+        loss = loss_of(tokens)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    with torch.no_grad():
+        held = float(loss_of(heldout))
+    return float(np.mean(losses[-p.tail :])), held
+
+
+def _language_models(ctx: LabContext, rng: np.random.Generator):
+    """Train the LM with each implementation's causal_mask (once per distinct mask) and without."""
+    import torch
+
+    p: Params = ctx.params
+    init, batches, heldout = _lm_data(rng, p)
+    masks = {name: np.asarray(impl.causal_mask(p.context)) for name, impl in ctx.impls.items()}
+    for name, mask in masks.items():
+        if mask.shape != (p.context, p.context) or mask.dtype != np.bool_:
+            raise ValueError(
+                f"{name} causal_mask({p.context}) returned {mask.dtype} {mask.shape}, "
+                f"expected bool ({p.context}, {p.context})"
+            )
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        runs: dict[bytes, tuple[float, float]] = {}
+        masked = {}
+        for name, mask in masks.items():
+            key = mask.tobytes()
+            if key not in runs:  # the same mask gives the same run, bit for bit
+                runs[key] = _train_lm(init, batches, heldout, mask, p)
+            masked[name] = runs[key]
+        unmasked = _train_lm(init, batches, heldout, None, p) if "reference" in ctx.impls else None
+    finally:
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+    return masked, unmasked, masks
+
+
+# ---- the lab ------------------------------------------------------------------------------
+
+
+def run(ctx: LabContext) -> LabOutput:
+    p: Params = ctx.params
+    rng = np.random.default_rng(ctx.seed)
+    shape = (p.B, p.H, p.T, p.D)
+    q, k, v = (rng.standard_normal(shape) for _ in range(3))  # (B, H, T, D) each
+    noise_k, noise_v = (rng.standard_normal(shape) * p.perturbation for _ in range(2))
+    output = LabOutput()
+    probes: dict[str, dict[str, tuple]] = {}
+    for name, impl in ctx.impls.items():
+        probes[name] = {
+            label: _probe(impl, q, k, v, noise_k, noise_v, mask)
+            for label, mask in _masks(impl, p.T).items()
+        }
+        output.add("masked_future_prefix_influence", name, probes[name]["causal_mask"][2])
+        output.add("no_mask_future_prefix_influence", name, probes[name]["no mask"][2])
+        output.add("mask_adds_zero_prefix_influence", name, probes[name]["adds 0"][2])
+        output.add("mask_reversed_future_share", name, probes[name]["reversed"][1])
+    if ctx.both:
+        error = max(
+            float(np.max(np.abs(a - b)))
+            for label in MASKS
+            for a, b in zip(
+                probes["reference"][label][3], probes["clean-room"][label][3], strict=True
+            )
+        )
+        output.add("mask_ablation_weights_max_error", "both", error)
+
+    masked, unmasked, masks = _language_models(ctx, rng)
+    ln_v = math.log(p.vocab)
+    for name, (_, held) in masked.items():
+        output.add("masked_heldout_loss_over_lnV", name, held / ln_v)
+    if unmasked is not None:
+        output.add("unmasked_train_loss_over_lnV", "reference", unmasked[0] / ln_v)
+        output.add("mask_leak_loss_gap", "reference", masked["reference"][1] - unmasked[0])
+
+    output.figures += _figures(p, probes, masked, unmasked, masks)
+    return output
+
+
+def _figures(p: Params, probes, masked, unmasked, masks) -> list:
+    shown = "clean-room" if "clean-room" in probes else "reference"
+    rows = probes[shown]
+    shown_as = {
+        "causal_mask": "causal_mask(T)",
+        "no mask": "None",
+        "adds 0": "adds 0 (002 bug)",
+        "reversed": "reversed (002 bug)",
+    }
+    figures: list = [
+        TableFigure(
+            title=f"scaled_dot_product_attention under four masks ({shown}, T={p.T}); every key "
+            f"and value after t perturbed by N(0, {p.perturbation:g})",
+            columns=("mask", "max future weight", "future share", "prefix moved by"),
+            rows=tuple(
+                (
+                    shown_as[label],
+                    f"{rows[label][0]:.3f}",
+                    f"{rows[label][1]:.3f}",
+                    f"{rows[label][2]:.3g}",
+                )
+                for label in MASKS
+            ),
+        ),
+        HeatmapFigure(
+            title=f"weights with the reversed triangle, batch 0, head 0 ({shown}): the future "
+            "dominates, the past is gone",
+            name="reversed-mask-b0-h0",
+            matrix=tuple(tuple(float(x) for x in row) for row in rows["reversed"][3][1][0, 0]),
+        ),
+    ]
+    ln_v = math.log(p.vocab)
+    same = len({m.tobytes() for m in masks.values()}) == 1
+    lm_rows = []
+    for name, (train, held) in masked.items():
+        label = "causal_mask" if same else f"causal_mask ({name})"
+        lm_rows.append((label, train, held))
+        if same:
+            break
+    if unmasked is not None:
+        lm_rows.append(("no mask", *unmasked))
+    figures.append(
+        TableFigure(
+            title=f"tiny LM on i.i.d. uniform tokens (V={p.vocab}, T={p.context}, "
+            f"{p.steps} Adam steps); ln V = {ln_v:.4f} nats",
+            columns=("trained with", "train loss", "held-out loss", "train / ln V", "held / ln V"),
+            rows=tuple(
+                (label, f"{tr:.4f}", f"{ho:.4f}", f"{tr / ln_v:.3f}", f"{ho / ln_v:.3f}")
+                for label, tr, ho in lm_rows
+            ),
+        )
+    )
+    figures.append(
+        Note(
+            "'adds 0' is the course's additive mask with 0 where -inf belongs; through the "
+            "contract's boolean mask it is a mask that blocks nothing, so it leaks exactly as "
+            "no mask does. The reversed triangle blocks the past and shows each query its "
+            "future. 'future share' is the mean weight a query puts on keys after it; 'prefix "
+            "moved by' is the largest change of an output at a position <= t when only keys "
+            "and values after t change: it must be exactly 0."
+        )
+    )
+    if unmasked is not None and "reference" in masked:
+        train, held = masked["reference"]
+        gap = held - unmasked[0]
+        figures.append(
+            Note(
+                f"Every batch is fresh uniform noise, so the masked model cannot memorise: its "
+                f"losses stay at ln V ({train:.3f} training, {held:.3f} held-out). Without the "
+                f"mask the training loss falls to {unmasked[0]:.3f} nats "
+                f"({unmasked[0] / ln_v:.3f} ln V), {gap:.2f} nats below, and its held-out loss "
+                f"({unmasked[1]:.3f}) is just as low: it is not learning the data, it is reading "
+                f"the answer. Its floor is ln V / T: only the last of the {p.context} positions "
+                "has a target that is not in its input."
+            )
+        )
+    if not same:
+        reference, room = masks.get("reference"), masks.get("clean-room")
+        differ = int(np.sum(reference != room)) if reference is not None else 0
+        figures.append(
+            Note(
+                f"The two implementations' causal_mask({p.context}) differ in {differ} of "
+                f"{p.context * p.context} entries; each row of masked_heldout_loss_over_lnV is "
+                "the LM trained with that implementation's own mask.",
+                flag=True,
+            )
+        )
+    elif len(masks) > 1:
+        figures.append(
+            Note(
+                "Both implementations' causal_mask are identical, so one masked run serves both "
+                "rows of masked_heldout_loss_over_lnV."
+            )
+        )
+    return figures
+
+
+LAB = Lab(
+    id="mask-ablation",
+    title="Mask ablation: the leak, the two mask bugs, and the too-good loss",
+    question="Without a correct causal mask does the future leak into the prefix, and does "
+    "a language model's loss then fall below what i.i.d. noise allows?",
+    sections=(
+        Section("000_cf65d1cb04d4e9f1.txt", "6.4 因果遮罩为什么必须存在"),
+        Section(
+            "000_cf65d1cb04d4e9f1.txt",
+            "6.13 动手：用断言验证注意力 (故意失败的实验: 去掉 causal mask)",
+        ),
+        Section("002_edf31da47b29d4da.txt", "故障注入与预期信号 (mask 加 0; mask 上下三角写反)"),
+    ),
+    params=Params,
+    metrics=METRICS,
+    run=run,
+)

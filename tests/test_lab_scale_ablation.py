@@ -1,0 +1,233 @@
+"""The scale-ablation lab: passes on both implementations, fails on a clean room without √d_k.
+
+The lab reads Var(q·k) and Var(q·k/√d_k) back from each implementation's
+attention weights for 004 §03.2's d_k in 2, 16, 64, 256, 512, and measures how
+sharp the softmax gets and how small its Jacobian becomes without the scale.
+Each fault below is a clean room that carries one learner bug; the metric that
+names the bug must fail on the clean-room row while the reference row passes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from labctl import faults
+from labctl.cli.main import app
+from labctl.runner import implementations, run_lab
+from labs import scale_ablation as lab_module
+from labs.scale_ablation import D_KS, LAB, LARGEST
+
+SEED = 5
+KEY = "scale_ablation_max_weight_delta"
+VARIANCE_METRICS = [f"{kind}_score_var[d_k={d}]" for kind in ("raw", "scaled") for d in D_KS]
+
+# A learner bug beyond the catalogue: `scale` is accepted and ignored, so the ablation
+# (scale=1.0) silently keeps the 1/√D.
+SCALE_IGNORED = faults.Fault(
+    name="scale-ignored",
+    function="scaled_dot_product_attention",
+    module="attention",
+    description="the scale argument is ignored: scores are always divided by sqrt(D)",
+    course="contract v1 #5: scale defaults to 1/sqrt(D)",
+    source="""
+    _correct_sdpa = scaled_dot_product_attention
+
+    def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
+        return _correct_sdpa(q, k, v, mask, None)
+    """,
+)
+
+
+def rows(result) -> dict[tuple[str, str], object]:
+    return {(m.name, m.impl): m for m in result.metrics}
+
+
+def values(result) -> dict[tuple[str, str], float]:
+    return {key: m.actual for key, m in rows(result).items()}
+
+
+def run_with_room(room, seed=SEED):
+    with implementations("both", room) as impls:
+        return run_lab(LAB, seed, impls)
+
+
+@pytest.fixture(scope="module")
+def result():
+    return run_with_room(faults.project_clean_room())
+
+
+@pytest.fixture(scope="module")
+def no_sqrt_dk(tmp_path_factory):
+    room = faults.get("no-sqrt-dk").materialize(tmp_path_factory.mktemp("fault") / "room")
+    return run_with_room(room)
+
+
+@pytest.fixture(scope="module")
+def scale_ignored(tmp_path_factory):
+    room = SCALE_IGNORED.materialize(tmp_path_factory.mktemp("fault") / "room")
+    return run_with_room(room)
+
+
+def test_passes_on_both_implementations(result):
+    assert result.error is None
+    assert result.passed, result.failures()
+    measured = rows(result)
+    for metric in LAB.metrics:
+        for impl in metric.impls:
+            assert (metric.name, impl) in measured, f"{metric.name} ({impl}) not measured"
+
+
+def test_variances_follow_the_course(result):
+    """Var(q·k) ≈ d_k and Var(q·k/√d_k) ≈ 1 within 10% (over 4.5 standard errors at N=10000)."""
+    got = values(result)
+    for impl in ("reference", "clean-room"):
+        for d in D_KS:
+            assert got[(f"raw_score_var[d_k={d}]", impl)] == pytest.approx(d, rel=0.1)
+            assert got[(f"scaled_score_var[d_k={d}]", impl)] == pytest.approx(1.0, rel=0.1)
+    # the two implementations read the same scores back: float64 rounding only
+    for name in VARIANCE_METRICS:
+        assert got[(name, "reference")] == pytest.approx(got[(name, "clean-room")], rel=1e-10)
+
+
+def test_no_sqrt_dk_fails_the_scaled_variances_and_the_template_metric(no_sqrt_dk):
+    measured = rows(no_sqrt_dk)
+    assert not no_sqrt_dk.passed
+    for d in D_KS:
+        scaled = f"scaled_score_var[d_k={d}]"
+        assert measured[(scaled, "reference")].passed
+        assert not measured[(scaled, "clean-room")].passed
+        # with no √d_k the "scaled" variance is the raw one, d_k (10% tolerance)
+        assert measured[(scaled, "clean-room")].actual == pytest.approx(d, rel=0.1)
+        # the explicit scale=1.0 path is untouched by this fault
+        assert measured[(f"raw_score_var[d_k={d}]", "clean-room")].passed
+    assert measured[(KEY, "reference")].passed
+    assert not measured[(KEY, "clean-room")].passed
+    assert measured[(KEY, "clean-room")].actual == 0.0  # default scale == 1.0: same weights
+    for name in ("scaled_max_prob_spread", f"unscaled_grad_ratio[d_k={LARGEST}]"):
+        assert measured[(name, "reference")].passed
+        assert not measured[(name, "clean-room")].passed
+    assert not measured[("scale_ablation_weights_max_error", "both")].passed
+
+
+def test_ignored_scale_fails_the_raw_variances_and_the_ablation(scale_ignored):
+    measured = rows(scale_ignored)
+    for d in D_KS:
+        raw = f"raw_score_var[d_k={d}]"
+        assert measured[(raw, "reference")].passed
+        assert not measured[(raw, "clean-room")].passed
+        assert measured[(f"scaled_score_var[d_k={d}]", "clean-room")].passed
+    for name in (
+        KEY,
+        f"unscaled_mean_max_prob[d_k={LARGEST}]",
+        f"unscaled_grad_ratio[d_k={LARGEST}]",
+    ):
+        assert measured[(name, "reference")].passed
+        assert not measured[(name, "clean-room")].passed
+
+
+def test_same_seed_gives_identical_values(result):
+    again = run_with_room(faults.project_clean_room())
+    assert values(again) == values(result)
+
+
+def test_another_seed_gives_other_values_and_still_passes(result):
+    other = run_with_room(faults.project_clean_room(), seed=SEED + 1)
+    assert other.passed, other.failures()
+    first, second = values(result), values(other)
+    for name in [*VARIANCE_METRICS, KEY, "scaled_max_prob_spread"]:
+        assert first[(name, "reference")] != second[(name, "reference")], name
+
+
+def test_scores_read_back_from_the_weights_are_the_dot_products():
+    """The zero-key trick: log(w_j / w_0) is q·k exactly, up to float64 rounding (1e-10)."""
+    from labctl import reference
+
+    rng = np.random.default_rng(0)
+    params = lab_module.Params(pairs=200, pairs_per_block=20)
+    for d in (2, 512):
+        q, k, v = lab_module._pair_inputs(rng, d, params)
+        _, weights = reference.scaled_dot_product_attention(q, k, v, None, 1.0)
+        direct = np.einsum("gmd,gmd->gm", q[:, 0], k[:, 0, 1:])
+        # scores of ±100 for d_k=512 come back through weights as small as e^-200
+        assert np.max(np.abs(lab_module._scores_back(weights) - direct)) <= 1e-10
+
+
+def test_jacobian_size_matches_autograd():
+    """‖diag(p) - p pᵀ‖_F from the weights equals the norm of softmax's autograd Jacobian."""
+    import torch
+
+    rng = np.random.default_rng(1)
+    spread = np.array([[0.3], [1.0], [2.0], [4.0]])  # autograd's 1 - p_i rounds for sharper rows
+    scores = rng.standard_normal((4, 16)) * spread
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    expected = [
+        float(torch.autograd.functional.jacobian(lambda z: torch.softmax(z, -1), row).norm())
+        for row in torch.from_numpy(scores)
+    ]
+    for row, norm in zip(weights, expected, strict=True):
+        assert lab_module._sharpness(row[None])[2] == pytest.approx(norm, rel=1e-10)
+    assert lab_module._sharpness(weights)[2] == pytest.approx(np.mean(expected), rel=1e-10)
+
+
+def test_jacobian_of_a_saturated_row_is_tiny_not_rounded_to_zero():
+    """One score 60 above 15 others: every other p_j ≈ ε = e^-60 and ‖J‖ ≈ √270 · ε.
+
+    J_ii ≈ 15ε for the winner, J_jj ≈ ε for the 15 others, J_ij ≈ -ε in the winner's
+    row and column (30 entries), the rest O(ε²): ‖J‖² ≈ (225 + 15 + 30) ε². The
+    formula 1 - p_i would round the winner's diagonal to 0; rel 1e-6 covers the O(ε) terms.
+    """
+    scores = np.zeros(16)
+    scores[3] = 60.0
+    weights = np.exp(scores - scores.max())
+    weights /= weights.sum()
+    expected = math.sqrt(270) * math.exp(-60)
+    assert lab_module._sharpness(weights[None])[2] == pytest.approx(expected, rel=1e-6)
+
+
+def test_sampling_error_formula_matches_a_simulation():
+    """Var(s²) = 2d² + 6d for s = q·k: the standard error the table prints (within 10%)."""
+    rng = np.random.default_rng(2)
+    d, n, repeats = 16, 2000, 400
+    variances = [
+        np.var(np.sum(rng.standard_normal((n, d)) * rng.standard_normal((n, d)), axis=1))
+        for _ in range(repeats)
+    ]
+    assert np.std(variances) == pytest.approx(lab_module._sampling_sd(d, n), rel=0.1)
+
+
+def test_runs_on_one_implementation_alone():
+    with implementations("reference", None) as impls:
+        alone = run_lab(LAB, SEED, impls)
+    assert alone.passed, alone.failures()
+    assert {m.impl for m in alone.metrics} == {"reference"}
+
+
+def test_importing_the_lab_does_not_import_torch():
+    code = "import sys, labs.scale_ablation; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_cli_run_json(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    room = str(faults.project_clean_room())
+    out = tmp_path / "evidence" / "runs"
+    invoked = CliRunner().invoke(
+        app, ["run", "scale-ablation", "--json", "--out", str(out), "--clean-room", room]
+    )
+    assert invoked.exit_code == 0, invoked.output
+    report = json.loads(invoked.stdout)
+    assert report["passed"] is True
+    (lab,) = report["labs"]
+    assert lab["id"] == "scale-ablation" and lab["passed"] is True
+    by_key = {(m["name"], m["impl"]): m for m in lab["metrics"]}
+    assert by_key[(KEY, "clean-room")]["passed"] is True
+    assert math.isclose(by_key[(KEY, "clean-room")]["actual"], by_key[(KEY, "reference")]["actual"])
+    assert any((out / "scale-ablation").iterdir())
