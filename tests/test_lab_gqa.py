@@ -148,5 +148,5 @@ def test_cli_run_json(tmp_path, monkeypatch):
     (lab,) = document["labs"]
     assert lab["id"] == "gqa"
     assert {m["name"] for m in lab["metrics"]} == {FULL, ORDER, POOL, BYTES}
-    assert any("~10.7 GB" in note for note in lab["notes"])
+    assert any("~10.7 GB" in note["text"] and note["flag"] for note in lab["notes"])
     assert sorted(out.glob("gqa/*.json"))

@@ -121,5 +121,5 @@ def test_cli_run_json(tmp_path, monkeypatch):
     assert lab["id"] == "residual-ablation"
     names = {m["name"] for m in lab["metrics"]}
     assert {TEMPLATE, IDENTITY, FORMULA, *GRADIENTS} <= names
-    assert any("Xiong" in note for note in lab["notes"])
+    assert any("Xiong" in note["text"] for note in lab["notes"])
     assert sorted(Path(out).glob("residual-ablation/*.json"))

@@ -10,9 +10,11 @@ unknown schema versions are refused, and values are never coerced.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from datetime import date, datetime
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -109,6 +111,9 @@ class LabctlInfo(Strict):
 
 
 class EvidenceRecord(Strict):
+    """A learn-llm.evidence.v1 record: one `labctl run` of a lab, or a learner's submission
+    for a course module (002 学习者提交模板)."""
+
     schema_id: Literal["learn-llm.evidence.v1"] = Field(alias="schema")
     module: str = Field(min_length=1)
     commit: str
@@ -159,6 +164,15 @@ class EvidenceRecord(Strict):
 
 
 def json_schema() -> dict:
+    """The JSON Schema of the record, as committed in `labctl/data/` (`SCHEMA_FILE`)."""
     schema = EvidenceRecord.model_json_schema(by_alias=True, mode="validation")
-    schema["$id"] = SCHEMA_ID
-    return schema
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID, **schema}
+
+
+def schema_text() -> str:
+    """`json_schema()` as the committed file holds it (and `labctl evidence schema` prints it)."""
+    return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+def committed_schema_path() -> Path:
+    return Path(__file__).resolve().parent.parent / "data" / SCHEMA_FILE

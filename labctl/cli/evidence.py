@@ -1,0 +1,183 @@
+"""`labctl evidence`: the schema, the learner template, validate and submit.
+
+Thin commands over `labctl.evidence`: each prints one line per problem (or one
+JSON document with `--json`) and exits 0 when the file is valid or accepted, 1
+when it is invalid or refused, 2 on a usage error (a missing file).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from labctl.cli.render import err, out, print_json
+from labctl.errors import EXIT_FAILED
+from labctl.evidence.modules import DEFAULT_MODULE
+
+app = typer.Typer(
+    help="The learn-llm.evidence.v1 schema, the learner template, validate and submit.",
+    no_args_is_help=True,
+)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+FileArg = Annotated[
+    Path, typer.Argument(help="A filled template, YAML or JSON.", show_default=False)
+]
+RootOption = Annotated[
+    Path, typer.Option("--root", help="The evidence store (runs, submissions, manifest).")
+]
+
+
+def _line(text: str) -> None:
+    out.print(text, markup=False, soft_wrap=True)
+
+
+def _problems(report) -> None:
+    for problem in report.problems:
+        _line(str(problem))
+    for warning in report.warnings:
+        _line(f"warning: {warning}")
+
+
+def _shown(path: Path) -> str:
+    """A path relative to the working directory when it is under it, else as given."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+@app.command("schema")
+def schema() -> None:
+    """Print the JSON Schema of learn-llm.evidence.v1 (as committed in labctl/data)."""
+    from labctl.evidence.models import schema_text
+
+    sys.stdout.write(schema_text())
+
+
+@app.command("template")
+def template(
+    module: Annotated[str, typer.Option(help="Course module.")] = DEFAULT_MODULE,
+    fill: Annotated[
+        bool, typer.Option("--fill", help="Fill it from the newest machine records in --root.")
+    ] = False,
+    root: RootOption = Path("evidence"),
+    json_: JsonFlag = False,
+) -> None:
+    """Print the learner template of a module; --fill answers what the machine records know."""
+    from labctl.evidence.store import EvidenceStore
+    from labctl.evidence.template import template as build
+
+    made = build(module, EvidenceStore(root) if fill else None)
+    for warning in made.warnings:
+        err.print(f"warning: {warning}", markup=False, soft_wrap=True)
+    if json_:
+        print_json(made.data)
+    else:
+        sys.stdout.write(made.yaml_text())
+
+
+@app.command("validate")
+def validate(file: FileArg, json_: JsonFlag = False) -> None:
+    """Check a submission without running anything: every problem at once, as `field: reason`."""
+    from labctl.evidence.validate import validate_file
+
+    report = validate_file(file)
+    if json_:
+        print_json(
+            {
+                "file": _shown(file),
+                "valid": report.valid,
+                "problems": [p.to_json() for p in report.problems],
+                "warnings": [w.to_json() for w in report.warnings],
+            }
+        )
+    else:
+        _problems(report)
+        if report.valid:
+            out.print(f"[green]valid[/green]: {escape(_shown(file))}", soft_wrap=True)
+        else:
+            count = len(report.problems)
+            out.print(
+                f"[bold red]invalid[/bold red]: {escape(_shown(file))}: "
+                f"{count} problem{'s' if count != 1 else ''}",
+                soft_wrap=True,
+            )
+    if not report.valid:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command("submit")
+def submit(
+    file: FileArg,
+    root: RootOption = Path("evidence"),
+    clean_room: Annotated[
+        Path | None,
+        typer.Option(
+            "--clean-room",
+            help="Clean room to re-measure on [default: ./clean_room, else the project's own].",
+            show_default=False,
+        ),
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds one clean-room call may take.")] = 20.0,
+    json_: JsonFlag = False,
+) -> None:
+    """Validate a submission, re-measure its claims on the recorded seed, and keep it if they hold.
+
+    The strings in `commands` are never executed. Submitting the same content
+    twice says it is already recorded (exit 0) and writes nothing.
+    """
+    from labctl.evidence.submit import submit as run_submit
+
+    with err.status("re-measuring…"):
+        outcome = run_submit(file, root, clean_room, timeout)
+    report = outcome.report
+    if json_:
+        print_json(
+            {
+                "file": _shown(file),
+                "accepted": outcome.accepted,
+                "already_recorded": outcome.already is not None,
+                "stored": _shown(outcome.stored or outcome.already)
+                if outcome.accepted and (outcome.stored or outcome.already)
+                else None,
+                "seed": outcome.seed,
+                "problems": [p.to_json() for p in report.problems],
+                "warnings": [w.to_json() for w in report.warnings],
+                "reproduced": [r.to_json() for r in outcome.reproductions],
+            }
+        )
+    else:
+        _problems(report)
+        for item in outcome.reproductions:
+            if item.reproduced:
+                _line(
+                    f"reproduced: {item.field} {item.name} ({item.impl}): claimed "
+                    f"{item.claimed!r}, measured {item.measured!r}"
+                )
+        shown = escape(_shown(file))
+        if not outcome.accepted:
+            count = len(report.problems)
+            out.print(
+                f"[bold red]refused[/bold red]: {shown}: {count} problem{'s' if count != 1 else ''}"
+                "; nothing written",
+                soft_wrap=True,
+            )
+        elif outcome.already is not None:
+            out.print(
+                f"[green]already recorded[/green]: {shown} as {escape(_shown(outcome.already))}; "
+                "nothing written",
+                soft_wrap=True,
+            )
+        else:
+            out.print(
+                f"[green]accepted[/green]: {shown}: {len(outcome.reproductions)} claim(s) "
+                f"re-measured on seed {outcome.seed}; stored as {escape(_shown(outcome.stored))}",
+                soft_wrap=True,
+            )
+    if not outcome.accepted:
+        raise typer.Exit(EXIT_FAILED)

@@ -1,0 +1,162 @@
+"""Load an evidence file (YAML or JSON) safely, or say in one line why it cannot be read.
+
+Only safe YAML loading is used: `EvidenceLoader` is a `yaml.SafeLoader` (what
+`yaml.safe_load` uses) that never constructs a Python object from a tag, and
+further refuses aliases (`*name`, the billion-laughs bomb), nesting deeper than
+`MAX_DEPTH` and more than `MAX_NODES` nodes. JSON is YAML, so one loader reads
+both. Before parsing: a size limit, and text only (no NUL bytes, valid UTF-8).
+
+A file that cannot be read as a document gives one `Problem` on the field
+`file`; a missing file or a directory is a usage error (exit 2).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.composer import ComposerError
+
+from labctl.errors import UsageError
+
+MAX_BYTES = 1 << 20  # 1 MiB: a filled template is about 3 KiB
+MAX_DEPTH = 32  # a record nests four levels deep
+MAX_NODES = 50_000
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason a record is refused (or, as a warning, looked at twice): `field: reason`."""
+
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.reason}"
+
+    def to_json(self) -> dict:
+        return {"field": self.field, "reason": self.reason}
+
+
+def one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+class EvidenceLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` without aliases, with depth and node limits, and YAML 1.2 floats."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+        self._nodes = 0
+
+    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise ComposerError(None, None, "aliases (*name) are not allowed in evidence", mark)
+        mark = self.peek_event().start_mark
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise ComposerError(None, None, f"more than {MAX_NODES} nodes", mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+# YAML 1.1 (PyYAML) reads `1e-5` as a string: it wants a dot and a signed exponent.
+# JSON and YAML 1.2 write small numbers that way, so read them as floats too.
+EvidenceLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:0|[1-9][0-9]*)(?:\.[0-9]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def read_bytes(path: Path, limit: int = MAX_BYTES) -> bytes | None:
+    """The file's bytes, or None when it is larger than `limit` (never reads more than that)."""
+    if not path.exists() and not path.is_symlink():
+        raise UsageError(f"{path}: no such file")
+    if path.is_dir():
+        raise UsageError(f"{path}: is a directory, not an evidence file")
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return None if len(data) > limit else data
+
+
+def decode(raw: bytes) -> tuple[str | None, Problem | None]:
+    """Text from `raw`, or the one problem that makes it not a text document."""
+    if b"\x00" in raw:
+        return None, Problem("file", "binary data (NUL bytes), not a YAML or JSON text")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return None, Problem(
+            "file", f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        )
+    if not text.strip():
+        return None, Problem("file", "empty")
+    return text, None
+
+
+def parse_text(text: str) -> tuple[Any, Problem | None]:
+    """The one document in `text`, or the problem (with line and column) that stops it."""
+    loader = None
+    try:
+        loader = EvidenceLoader(text)
+        data = loader.get_single_data()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        parts = [p for p in (exc.context, exc.problem) if p]
+        what = ", ".join(parts) or "malformed"
+        return None, Problem("file", f"malformed YAML/JSON at {where}{one_line(what)}")
+    except yaml.reader.ReaderError as exc:  # a control character: a position, no mark
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        return None, Problem(
+            "file",
+            f"malformed YAML/JSON at line {line}, column {column}: "
+            f"character U+{exc.character:04X} is not allowed",
+        )
+    except yaml.YAMLError as exc:
+        return None, Problem("file", f"malformed YAML/JSON: {one_line(exc)}")
+    except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:
+        # e.g. an integer of more digits than Python converts
+        return None, Problem("file", f"not readable: {type(exc).__name__}: {one_line(exc)[:200]}")
+    finally:
+        if loader is not None:
+            loader.dispose()
+    if data is None:
+        return None, Problem("file", "no document (empty, or only comments)")
+    return data, None
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A file read for checking: its bytes, and its data or the one problem that stopped it."""
+
+    path: Path
+    raw: bytes
+    data: Any
+    problem: Problem | None
+
+
+def load(path: Path, limit: int = MAX_BYTES) -> Loaded:
+    raw = read_bytes(path, limit)
+    if raw is None:
+        return Loaded(path, b"", None, Problem("file", f"larger than the {limit} byte limit"))
+    text, problem = decode(raw)
+    if problem:
+        return Loaded(path, raw, None, problem)
+    data, problem = parse_text(text)
+    return Loaded(path, raw, data, problem)

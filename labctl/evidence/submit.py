@@ -1,0 +1,315 @@
+"""Submit a learner's evidence: validate it, re-measure every claim, keep it if it holds.
+
+Re-verification never executes the strings in `commands` (they are only a
+record of what the learner ran). labctl runs the labs itself, on the recorded
+seed, and compares each claimed metric with its own measurement within that
+metric's reproduction tolerance (`Metric.reproduces`). A claim's `impl` says
+which row it speaks for; without one, a per-implementation metric is
+re-measured on the clean room (`--clean-room`, by default the one `labctl
+run` uses) and a comparison metric on both. Timing metrics are never
+re-measured: a timing does not reproduce. A metric outside the v1 tolerance
+table cannot be re-measured, so it is refused as not reproducible.
+
+An accepted submission is stored, byte for byte, as
+`<root>/submissions/<module>/<digest>.yaml|.json` beside a receipt
+(`<digest>.receipt.json`: what was re-measured and how it came out); the digest
+is of the record's content, so the same submission twice is "already
+recorded" and nothing is written again. The manifest then points the module at
+it, under the store's lock. A refused submission writes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import labctl
+from labctl import registry
+from labctl.errors import CleanRoomError, StoreError
+from labctl.evidence import modules
+from labctl.evidence.environment import now_iso
+from labctl.evidence.models import EvidenceRecord
+from labctl.evidence.store import EvidenceStore, write_new
+from labctl.evidence.validate import Report, claim_impl, course_module, is_number, validate_file
+from labctl.lab import IMPLS, Lab, Metric
+from labctl.runner import LabResult, default_clean_room, implementations, run_lab, shown_path
+from labctl.sandbox import DEFAULT_TIMEOUT_S
+
+RECEIPT_SCHEMA = "labctl.submission-receipt.v1"
+DIGEST_CHARS = 24
+
+
+@dataclass
+class Reproduction:
+    """One claim against labctl's own measurement; `reproduced` is None when not re-measured."""
+
+    field: str
+    name: str
+    impl: str
+    claimed: float
+    measured: float | None = None
+    reproduced: bool | None = None
+    note: str = ""
+
+    def to_json(self) -> dict:
+        return {
+            "field": self.field,
+            "name": self.name,
+            "impl": self.impl,
+            "claimed": self.claimed,
+            "measured": self.measured,
+            "reproduced": self.reproduced,
+            **({"note": self.note} if self.note else {}),
+        }
+
+
+@dataclass
+class Submission:
+    report: Report
+    reproductions: list[Reproduction] = field(default_factory=list)
+    stored: Path | None = None
+    already: Path | None = None
+    seed: int | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.report.valid
+
+
+@dataclass
+class _Claim:
+    index: int
+    lab: Lab
+    metric: Metric
+    impl: str
+    claimed: float
+
+
+def digest(record: EvidenceRecord) -> str:
+    """The content digest of a record: the same fields and values give the same digest."""
+    text = json.dumps(record.dump(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _submission_module(report: Report) -> None:
+    module_id = report.data.get("module")
+    if not isinstance(module_id, str) or report.flagged("module") or course_module(module_id):
+        return
+    report.warnings = [w for w in report.warnings if w.field != "module"]
+    known = ", ".join(m.id for m in modules.MODULES)
+    report.refuse("module", f"{module_id!r} is not a course module; submissions are for: {known}")
+
+
+def _claims(report: Report) -> list[_Claim]:
+    """The claims labctl can re-measure; refuse the ones it cannot, note timings."""
+    rows = report.data.get("metrics")
+    if not isinstance(rows, list):
+        return []
+    table = registry.metric_table()
+    claims = []
+    for index, row in enumerate(rows):
+        here = f"metrics[{index}]"
+        if not isinstance(row, dict) or not isinstance(row.get("name"), str):
+            continue
+        name, actual = row["name"], row.get("actual")
+        if report.flagged(f"{here}.name"):
+            continue
+        if name not in table:
+            report.warnings = [w for w in report.warnings if w.field != f"{here}.name"]
+            report.refuse(
+                f"{here}.name",
+                f"{name!r} is not in the v1 tolerance table: no lab measures it, so it is not "
+                "reproducible",
+            )
+            continue
+        if not is_number(actual) or not math.isfinite(actual):
+            continue
+        if report.flagged(f"{here}.actual") or report.flagged(f"{here}.impl"):
+            continue  # refused already; re-measuring adds nothing
+        lab, metric = table[name]
+        impl = claim_impl(metric, row.get("impl"))
+        if metric.timing:
+            report.warn(
+                here, f"{name} is a timing metric: not re-measured, timings do not reproduce"
+            )
+            continue
+        claims.append(_Claim(index, lab, metric, impl, float(actual)))
+    return claims
+
+
+def _mode(needed: set[str]) -> str:
+    if "both" in needed or set(IMPLS) <= needed:
+        return "both"
+    return next(iter(needed))
+
+
+def _measure(
+    claims: list[_Claim], seed: int, clean_room: Path | None, timeout_s: float
+) -> tuple[dict[tuple[str, str], LabResult], dict[str, str]]:
+    """Each lab run once, on just the implementations its claims need: {(lab, row): result},
+    and {row: why it could not be measured}."""
+    by_mode: dict[str, list[Lab]] = {}
+    for lab in registry.discover():
+        needed = {c.impl for c in claims if c.lab.id == lab.id}
+        if needed:
+            by_mode.setdefault(_mode(needed), []).append(lab)
+    results: dict[tuple[str, str], LabResult] = {}
+    broken: dict[str, str] = {}
+
+    def run(mode: str, labs: list[Lab]) -> None:
+        with implementations(mode, clean_room, timeout_s) as impls:
+            rows = [*impls, "both"] if len(impls) == len(IMPLS) else list(impls)
+            for lab in labs:
+                result = run_lab(lab, seed, impls)
+                for row in rows:
+                    results[(lab.id, row)] = result
+
+    for mode, labs in by_mode.items():
+        try:
+            run(mode, labs)
+        except CleanRoomError as exc:
+            for row in ("clean-room", "both"):
+                broken[row] = f"the clean room could not be loaded: {exc}"
+            if mode == "both":
+                run("reference", labs)
+    return results, broken
+
+
+def _compare(
+    claims: list[_Claim], seed: int, clean_room: Path | None, timeout_s: float, report: Report
+) -> list[Reproduction]:
+    if not claims:
+        return []
+    results, broken = _measure(claims, seed, clean_room, timeout_s)
+    done = []
+    for claim in claims:
+        here = f"metrics[{claim.index}]"
+        item = Reproduction(here, claim.metric.name, claim.impl, claim.claimed)
+        done.append(item)
+        result = results.get((claim.lab.id, claim.impl))
+        why = broken.get(claim.impl)
+        if why is None and result is not None and result.error:
+            why = f"{claim.lab.id} failed when re-measured: {result.error}"
+        row = None
+        if result is not None and why is None:
+            row = next(
+                (m for m in result.metrics if m.name == claim.metric.name and m.impl == claim.impl),
+                None,
+            )
+            if row is None or not math.isfinite(row.actual):
+                why = (
+                    f"{claim.lab.id} measured no {claim.metric.name} ({claim.impl}) on seed {seed}"
+                )
+        if why is not None:
+            item.reproduced, item.note = False, why
+            report.refuse(f"{here}.actual", f"not reproduced: {why}")
+            continue
+        item.measured = row.actual
+        item.reproduced = claim.metric.reproduces(claim.claimed, row.actual)
+        if not item.reproduced:
+            spread = f"{claim.metric.reproduce_abs:g} + {claim.metric.reproduce_rel:g}·|measured|"
+            report.refuse(
+                f"{here}.actual",
+                f"not reproduced: claimed {claim.claimed!r}, labctl measured {row.actual!r} "
+                f"({claim.impl}, seed {seed}); a re-measurement may differ by at most {spread}",
+            )
+    return done
+
+
+def _room_shown(outcome: Submission, room: Path | None) -> str | None:
+    if not any(r.impl != "reference" for r in outcome.reproductions):
+        return None
+    return shown_path(room or default_clean_room())
+
+
+def _stored(folder: Path, name: str) -> Path | None:
+    for suffix in (".yaml", ".json"):
+        path = folder / f"{name}{suffix}"
+        if path.is_file():
+            return path
+    return None
+
+
+def submit(
+    path: Path,
+    root: Path = Path("evidence"),
+    clean_room: Path | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    now: datetime | None = None,
+) -> Submission:
+    """Validate `path`, re-measure its claims, and keep it under `root` when it holds."""
+    report = validate_file(Path(path), now=now)
+    outcome = Submission(report)
+    if not isinstance(report.data, dict):
+        return outcome
+    _submission_module(report)
+    store = EvidenceStore(root)
+    folder = store.root / "submissions"
+    record = report.record
+    if report.valid and record is not None:
+        name = digest(record)[:DIGEST_CHARS]
+        outcome.already = _stored(folder / record.module, name)
+        if outcome.already is not None:
+            return outcome
+    seed = report.data.get("seed")
+    if is_number(seed) and isinstance(seed, int) and seed >= 0 and not report.flagged("seed"):
+        outcome.seed = seed
+        outcome.reproductions = _compare(_claims(report), seed, clean_room, timeout_s, report)
+    else:
+        _claims(report)  # still refuse what could never be re-measured
+    report.tidy()
+    if not report.valid or record is None:
+        return outcome
+    _keep(outcome, store, record, clean_room)
+    return outcome
+
+
+def _keep(outcome: Submission, store: EvidenceStore, record: EvidenceRecord, room: Path | None):
+    report = outcome.report
+    full = digest(record)
+    name = full[:DIGEST_CHARS]
+    folder = store.root / "submissions" / record.module
+    suffix = ".json" if report.path.suffix.lower() == ".json" else ".yaml"
+    target = folder / f"{name}{suffix}"
+    store.read_manifest()  # an unreadable manifest refuses before anything is written
+    try:
+        write_new(target, report.raw)
+    except StoreError:
+        outcome.already = _stored(folder, name) or target
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot write {target}: {exc.strerror or exc}") from None
+    accepted_at = now_iso()
+    receipt = {
+        "schema": RECEIPT_SCHEMA,
+        "submission": target.name,
+        "record_sha256": full,
+        "file_sha256": hashlib.sha256(report.raw).hexdigest(),
+        "module": record.module,
+        "seed": record.seed,
+        "accepted_at": accepted_at,
+        "labctl_version": labctl.__version__,
+        "tolerances": registry.TOLERANCE_TABLE_VERSION,
+        "clean_room": _room_shown(outcome, room),
+        "reproduced": [r.to_json() for r in outcome.reproductions],
+        "warnings": [w.to_json() for w in report.warnings],
+    }
+    text = json.dumps(receipt, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    write_new(folder / f"{name}.receipt.json", text.encode("utf-8"))
+    outcome.stored = target
+    store.point_manifest(
+        record.module,
+        {
+            "record": store.relative(target),
+            "verified_at": record.verified_at,
+            "accepted_at": accepted_at,
+            "kind": "submission",
+            "passed": True,
+            "seed": record.seed,
+            "sha256": full,
+        },
+    )

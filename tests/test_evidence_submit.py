@@ -1,0 +1,499 @@
+"""`labctl evidence submit`: a filled template from a real run is accepted; every bad one is refused.
+
+Each test works in its own copy of a small git repository (tmp_path) in which
+the labs ran once, so the commit and artifact checks have a repository and
+nothing is ever written into this repository's own `evidence/`. The course
+module needs five labs; while some are not written yet, the catalogue uses a
+test module that requires the two metrics causal-attention measures, and the
+five-metric flow is skipped with a reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from labctl import registry
+from labctl.cli.main import app
+from labctl.evidence import modules
+from labctl.evidence.modules import DEFAULT_MODULE, MODULES
+from labctl.evidence.submit import _claims
+from labctl.evidence.validate import Report
+from labctl.lab import Lab, Metric
+from labctl.runner import run_labs
+
+TEST_MODULE = modules.Module(
+    id="t-causal-attention",
+    title="test module: the metrics causal-attention measures",
+    section="tests",
+    required=("future_token_invariance", "reference_output_max_error"),
+)
+TWO_LABS = modules.Module(
+    id="t-two-labs",
+    title="test module: metrics of two labs",
+    section="tests",
+    required=("future_token_invariance", "scale_ablation_max_weight_delta"),
+)
+COURSE = MODULES[0]
+GIT = ["git", "-c", "user.name=labctl-test", "-c", "user.email=t@example.invalid"]
+GIT += ["-c", "commit.gpgsign=false"]
+
+
+def git(*args: str, cwd: Path) -> str:
+    done = subprocess.run([*GIT, *args], cwd=cwd, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+@contextlib.contextmanager
+def working_directory(path: Path):
+    before = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def course_labs_present() -> list[str]:
+    return [name for name in COURSE.required if name not in registry.metric_table()]
+
+
+def labs_for(names: tuple[str, ...]) -> list[str]:
+    table = registry.metric_table()
+    wanted = {table[n][0].id for n in names if n in table}
+    return [lab.id for lab in registry.discover() if lab.id in wanted]
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory) -> Path:
+    """A git repository in which causal-attention (and scale-ablation) ran once, on seed 5.
+
+    The course module's other labs run only in the one test that needs them: one
+    of them trains, which takes a while.
+    """
+    root = tmp_path_factory.mktemp("golden")
+    (root / "README.md").write_text("learner repository\n")
+    git("init", "-q", cwd=root)
+    git("add", "README.md", cwd=root)
+    git("commit", "-q", "-m", "init", cwd=root)
+    with working_directory(root):
+        needed = labs_for(TEST_MODULE.required + TWO_LABS.required)
+        report = run_labs(needed, seed=5, impl="both", out=Path("evidence/runs"))
+    assert any(lab.lab.id == "causal-attention" and lab.passed for lab in report.labs)
+    return root
+
+
+@pytest.fixture
+def repo(golden, tmp_path, monkeypatch) -> Path:
+    """A fresh copy of the golden repository as the working directory, with the test module."""
+    target = tmp_path / "repo"
+    shutil.copytree(golden, target, symlinks=True)
+    monkeypatch.chdir(target)
+    monkeypatch.setattr(modules, "MODULES", (*MODULES, TEST_MODULE))
+    return target
+
+
+def invoke(*args: str):
+    result = CliRunner().invoke(app, list(args))
+    assert "Traceback" not in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
+def filled(module: str = TEST_MODULE.id) -> str:
+    result = invoke("evidence", "template", "--module", module, "--fill")
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file under the evidence root, with its digest."""
+    evidence = root / "evidence"
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(evidence.rglob("*"))
+        if p.is_file()
+    }
+
+
+def submit(path: Path, *extra: str):
+    result = invoke("evidence", "submit", str(path), "--json", *extra)
+    return result, json.loads(result.stdout) if result.stdout.strip() else None
+
+
+# -- accepted ------------------------------------------------------------------------
+
+
+def test_filled_template_has_no_placeholders(repo):
+    text = filled()
+    assert "<" not in text.split("\n", 3)[3].replace("<=", "")
+    data = yaml.safe_load(text)
+    assert data["seed"] == 5
+    assert data["commit"] == git("rev-parse", "HEAD", cwd=repo)
+    assert data["commit_dirty"] is False
+    assert [m["name"] for m in data["metrics"]] == list(TEST_MODULE.required)
+    assert {m["impl"] for m in data["metrics"]} == {"clean-room", "both"}
+    assert data["artifacts"] and all((repo / a["path"]).is_file() for a in data["artifacts"])
+    assert data["commands"][0].startswith("labctl run causal-attention --seed 5")
+
+
+def test_filled_template_from_a_real_run_is_accepted_once(repo):
+    path = repo / "submission.yaml"
+    path.write_text(filled())
+    assert invoke("evidence", "validate", str(path)).exit_code == 0
+    result, doc = submit(path)
+    assert result.exit_code == 0, result.output
+    assert doc["accepted"] is True and doc["already_recorded"] is False
+    assert doc["problems"] == []
+    assert [r["reproduced"] for r in doc["reproduced"]] == [True, True]
+    stored = repo / doc["stored"]
+    assert stored.parent == repo / "evidence" / "submissions" / TEST_MODULE.id
+    assert stored.read_bytes() == path.read_bytes()
+    receipt = json.loads(stored.with_suffix(".receipt.json").read_text())
+    assert receipt["reproduced"] == doc["reproduced"]
+    manifest = json.loads((repo / "evidence" / "module-manifest-v1.json").read_text())
+    assert manifest["modules"][TEST_MODULE.id]["record"] == str(
+        stored.relative_to(repo / "evidence")
+    )
+    # The same file again: already recorded (exit 0: it stands accepted), nothing written.
+    before = snapshot(repo)
+    again, doc = submit(path)
+    assert again.exit_code == 0
+    assert doc["already_recorded"] is True and doc["stored"] == str(stored.relative_to(repo))
+    assert snapshot(repo) == before
+    human = invoke("evidence", "submit", str(path))
+    assert human.exit_code == 0
+    assert human.stdout.splitlines()[-1].startswith("already recorded: ")
+    # The same content as JSON is the same submission.
+    as_json = repo / "submission.json"
+    as_json.write_text(json.dumps(yaml.safe_load(path.read_text()), indent=2))
+    result, doc = submit(as_json)
+    assert result.exit_code == 0 and doc["already_recorded"] is True
+    assert snapshot(repo) == before
+
+
+def test_dirty_commit_is_a_warning_not_a_refusal(repo):
+    data = yaml.safe_load(filled())
+    data["commit_dirty"] = True
+    path = repo / "dirty.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result, doc = submit(path)
+    assert result.exit_code == 0, result.output
+    assert any(w["field"] == "commit_dirty" for w in doc["warnings"])
+
+
+def test_human_submit_output(repo):
+    path = repo / "submission.yaml"
+    path.write_text(filled())
+    result = invoke("evidence", "submit", str(path))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[-1].startswith("accepted: submission.yaml")
+    assert any(
+        line.startswith("reproduced: metrics[1] reference_output_max_error") for line in lines
+    )
+
+
+@pytest.mark.skipif(
+    "scale_ablation_max_weight_delta" not in registry.metric_table(),
+    reason="the scale-ablation lab is not written yet",
+)
+def test_fill_keeps_one_seed_across_labs(repo, monkeypatch):
+    monkeypatch.setattr(modules, "MODULES", (*MODULES, TWO_LABS))
+    out = Path("evidence/runs")
+    run_labs(["causal-attention"], seed=7, impl="both", out=out)
+    # The newest record is on seed 7; scale-ablation has none on that seed yet.
+    result = invoke("evidence", "template", "--module", TWO_LABS.id, "--fill")
+    data = yaml.safe_load(result.stdout)
+    assert data["seed"] == 7
+    assert data["metrics"][1]["actual"] == "<recorded-value>"
+    assert "labctl run scale-ablation --seed 7" in result.stderr
+    # Back on seed 5: the older scale-ablation record of seed 5 is found under runs/.
+    run_labs(["causal-attention"], seed=5, impl="both", out=out)
+    data = yaml.safe_load(invoke("evidence", "template", "--module", TWO_LABS.id, "--fill").stdout)
+    assert data["seed"] == 5
+    assert all(isinstance(m["actual"], float) for m in data["metrics"])
+    assert len(data["commands"]) == 2
+    path = repo / "two.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result, doc = submit(path)
+    assert result.exit_code == 0, result.output
+
+
+# -- the commands are never run ------------------------------------------------------
+
+
+@pytest.mark.parametrize("tamper", [False, True], ids=["accepted", "refused-on-metrics"])
+def test_commands_are_recorded_never_run(repo, tmp_path, tamper):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    pwned = tmp_path / "pwned"
+    data = yaml.safe_load(filled())
+    data["commands"] = [
+        f"touch {pwned}; rm -rf {victim}",
+        f"$(touch {pwned})",
+        f'python -c \'open("{pwned}", "w")\'',
+    ]
+    if tamper:
+        data["metrics"][1]["actual"] = 5e-11  # passes <=1e-10, but is not what the code gives
+    path = repo / "shell.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result, doc = submit(path)
+    assert not pwned.exists()
+    assert victim.is_dir()
+    if tamper:
+        assert result.exit_code == 1
+        assert [p["field"] for p in doc["problems"]] == ["metrics[1].actual"]
+        assert "not reproduced" in doc["problems"][0]["reason"]
+    else:
+        assert result.exit_code == 0, result.output
+        assert doc["accepted"] is True
+    assert not pwned.exists()
+
+
+# -- the catalogue of bad submissions ---------------------------------------------------
+
+
+def _set(path: tuple, value):
+    def mutate(data: dict, repo: Path, tmp: Path) -> None:
+        target = data
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return mutate
+
+
+def _drop_metric(index: int):
+    def mutate(data, repo, tmp):
+        del data["metrics"][index]
+
+    return mutate
+
+
+def _duplicate_metric(data, repo, tmp):
+    data["metrics"].append(copy.deepcopy(data["metrics"][0]))
+
+
+def _unknown_metric(data, repo, tmp):
+    data["metrics"].append({"name": "made_up_metric", "expected": "<=1", "actual": 0.5})
+
+
+def _artifact(text_of):
+    def mutate(data, repo, tmp):
+        data["artifacts"][0] = text_of(repo, tmp)
+
+    return mutate
+
+
+def _outside_file(tmp: Path) -> Path:
+    outside = tmp / "outside.csv"
+    outside.write_text("1,2\n")
+    return outside
+
+
+def _symlink_out(repo: Path, tmp: Path) -> str:
+    link = repo / "evidence" / "link.csv"
+    link.symlink_to(_outside_file(tmp))
+    return "evidence/link.csv"
+
+
+def _dotdot(repo: Path, tmp: Path) -> str:
+    _outside_file(tmp)
+    return "../outside.csv"
+
+
+def _sha_mismatch(data, repo, tmp):
+    data["artifacts"][0]["sha256"] = "0" * 64
+
+
+def _seed_as_string(data, repo, tmp):
+    data["seed"] = "5"
+
+
+def _metrics_as_dict(data, repo, tmp):
+    data["metrics"] = {row["name"]: row["actual"] for row in data["metrics"]}
+
+
+RAW_CASES = {
+    "malformed-yaml": (b"schema: learn-llm.evidence.v1\nmetrics: [1,\n  b: }\n", "file", "line 3"),
+    "empty-file": (b"", "file", "empty"),
+    "binary-file": (b"\x89PNG\r\n\x1a\n\x00\x00\x00", "file", "binary"),
+    "huge-file": (b"schema: x\n" + b"#" * (1 << 20), "file", "larger than"),
+    "alias-bomb": (
+        "\n".join(
+            ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+            + [
+                f"{c}: &{c} [{','.join([f'*{p}'] * 9)}]"
+                for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+            ]
+        ).encode(),
+        "file",
+        "aliases",
+    ),
+    "python-tag": (
+        b"schema: !!python/object/apply:os.system ['touch pwned-by-yaml']\n",
+        "file",
+        "constructor",
+    ),
+    "top-level-list": (b"- 1\n- 2\n", "(document)", "mapping"),
+}
+
+DATA_CASES = {
+    "wrong-schema-version": (_set(("schema",), "learn-llm.evidence.v2"), "schema", "unknown schema version"),
+    "unknown-field": (_set(("grade",), "A+"), "grade", "unknown field"),
+    "unknown-nested-field": (_set(("metrics", 0, "note"), "x"), "metrics[0].note", "unknown field"),
+    "placeholder-left": (_set(("metrics", 1, "actual"), "<recorded-value>"), "metrics[1].actual", "placeholder <recorded-value>"),
+    "placeholder-in-prose": (_set(("known_failures",), ["see <sanitized-failure-or-none>"]), "known_failures[0]", "placeholder"),
+    "missing-required-metric": (_drop_metric(1), "metrics", "required metric 'reference_output_max_error' missing"),
+    "duplicate-metric": (_duplicate_metric, "metrics[2].name", "claimed twice"),
+    "unknown-metric": (_unknown_metric, "metrics[2].name", "not reproducible"),
+    "nan-actual": (_set(("metrics", 0, "actual"), float("nan")), "metrics[0].actual", "finite"),
+    "inf-actual": (_set(("metrics", 0, "actual"), float("inf")), "metrics[0].actual", "finite"),
+    "actual-fails-expected": (_set(("metrics", 0, "actual"), 0.5), "metrics[0].actual", "does not satisfy <=1e-12"),
+    "not-reproduced": (_set(("metrics", 1, "actual"), 5e-11), "metrics[1].actual", "not reproduced"),
+    "loosened-tolerance": (_set(("metrics", 0, "expected"), "<=1"), "metrics[0].expected", "not the v1 tolerance"),
+    "impl-not-measured": (_set(("metrics", 1, "impl"), "reference"), "metrics[1].impl", "measured on both"),
+    "commit-not-in-repo": (_set(("commit",), "0123456789abcdef0123456789abcdef01234567"), "commit", "not a commit of this repository"),
+    "commit-unknown": (_set(("commit",), "unknown"), "commit", "unknown"),
+    "artifact-absolute": (_artifact(lambda repo, tmp: str(_outside_file(tmp))), "artifacts[0]", "absolute path"),
+    "artifact-dotdot": (_artifact(_dotdot), "artifacts[0]", "'..'"),
+    "artifact-symlink-out": (_artifact(_symlink_out), "artifacts[0]", "escapes the repository"),
+    "artifact-missing": (_artifact(lambda repo, tmp: "evidence/runs/nope.csv"), "artifacts[0]", "no such file"),
+    "artifact-sha256-mismatch": (_sha_mismatch, "artifacts[0].sha256", "has sha256"),
+    "verified-at-future": (_set(("verified_at",), "2999-01-01T00:00:00Z"), "verified_at", "in the future"),
+    "verified-at-not-iso": (_set(("verified_at",), "last tuesday"), "verified_at", "ISO 8601"),
+    "seed-as-string": (_seed_as_string, "seed", "valid integer"),
+    "seed-negative": (_set(("seed",), -1), "seed", "negative"),
+    "metrics-as-dict": (_metrics_as_dict, "metrics", "valid list"),
+    "environment-unsanitized": (_set(("environment", "platform"), "/home/ada/linux"), "environment.platform", "path, user or host"),
+    "unknown-module": (_set(("module",), "99-nope"), "module", "unknown module"),
+    "lab-as-module": (_set(("module",), "causal-attention"), "module", "not a course module"),
+    "cost-negative": (_set(("cost", "gross_usd"), -1), "cost.gross_usd", "greater than or equal"),
+}  # fmt: skip
+
+
+# Refused by submit only: validate does not re-measure, and warns about what cannot be.
+SUBMIT_ONLY = {"not-reproduced", "unknown-metric", "lab-as-module"}
+
+
+def _assert_refused(repo: Path, path: Path, field: str, reason: str, validate_too: bool = True):
+    before = snapshot(repo)
+    result, doc = submit(path)
+    assert result.exit_code == 1, result.output
+    assert doc["accepted"] is False and doc["stored"] is None
+    fields = [p["field"] for p in doc["problems"]]
+    assert fields and all(f == field for f in fields), doc["problems"]
+    assert any(reason in p["reason"] for p in doc["problems"]), doc["problems"]
+    assert snapshot(repo) == before, "a refused submission wrote something"
+    assert not (repo / "evidence" / "submissions").exists()
+    checked = invoke("evidence", "validate", str(path), "--json")
+    if validate_too:
+        assert checked.exit_code == 1
+        assert [p["field"] for p in json.loads(checked.stdout)["problems"]] == fields
+    else:
+        assert checked.exit_code == 0
+        assert any(w["field"] == field for w in json.loads(checked.stdout)["warnings"]) or (
+            "not reproduced" in reason
+        )
+
+
+@pytest.mark.parametrize("case", list(DATA_CASES))
+def test_bad_submission_is_refused(repo, tmp_path, case):
+    mutate, field, reason = DATA_CASES[case]
+    data = yaml.safe_load(filled())
+    mutate(data, repo, tmp_path)
+    path = repo / "bad.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    _assert_refused(repo, path, field, reason, validate_too=case not in SUBMIT_ONLY)
+
+
+@pytest.mark.parametrize("case", list(RAW_CASES))
+def test_bad_file_is_refused(repo, case):
+    raw, field, reason = RAW_CASES[case]
+    path = repo / "bad.yaml"
+    path.write_bytes(raw)
+    _assert_refused(repo, path, field, reason)
+    assert not (repo / "pwned-by-yaml").exists()
+
+
+@pytest.mark.parametrize("where", ["missing", "directory"])
+def test_usage_errors_exit_2(repo, where):
+    target = repo / "nope.yaml" if where == "missing" else repo / "evidence"
+    for command in ("validate", "submit"):
+        result = invoke("evidence", command, str(target))
+        assert result.exit_code == 2
+        assert result.stderr.startswith("error: ")
+        assert result.stdout == ""
+
+
+def test_every_problem_at_once(repo, tmp_path):
+    data = yaml.safe_load(filled())
+    data["schema"] = "learn-llm.evidence.v9"
+    data["commit"] = "<learner-commit-sha>"
+    data["verified_at"] = "2999-01-01"
+    data["metrics"][0]["actual"] = 0.5
+    data["metrics"][1]["actual"] = 5e-11
+    data["artifacts"][0]["path"] = "/etc/passwd"
+    data["extra"] = 1
+    path = repo / "many.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    before = snapshot(repo)
+    result, doc = submit(path)
+    assert result.exit_code == 1
+    fields = [p["field"] for p in doc["problems"]]
+    assert fields == [
+        "schema",
+        "commit",
+        "verified_at",
+        "metrics[0].actual",
+        "metrics[1].actual",
+        "artifacts[0].path",
+        "extra",
+    ]
+    assert snapshot(repo) == before
+
+
+def test_timing_metrics_are_not_re_measured(monkeypatch):
+    timing = Metric("decode_speedup", "ratio-of-times", ">1", "speed", timing=True)
+    lab = Lab("fake", "fake", "?", (), None, (timing,), lambda ctx: None)  # type: ignore[arg-type]
+    monkeypatch.setattr(registry, "metric_table", lambda: {"decode_speedup": (lab, timing)})
+    report = Report(path=Path("x.yaml"))
+    report.data = {"metrics": [{"name": "decode_speedup", "expected": ">1", "actual": 3.0}]}
+    assert _claims(report) == []
+    assert report.problems == []
+    assert "not re-measured" in report.warnings[0].reason
+
+
+# -- the course module, once all its labs exist ------------------------------------------
+
+
+@pytest.mark.skipif(
+    bool(course_labs_present()),
+    reason=f"no lab measures {', '.join(course_labs_present())} yet",
+)
+def test_course_module_template_flow(repo):
+    have = labs_for(TEST_MODULE.required + TWO_LABS.required)
+    rest = [lab for lab in labs_for(COURSE.required) if lab not in have]
+    run_labs(rest, seed=5, impl="both", out=Path("evidence/runs"))
+    text = filled(DEFAULT_MODULE)
+    data = yaml.safe_load(text)
+    assert [m["name"] for m in data["metrics"]] == list(COURSE.required)
+    assert "<" not in json.dumps(data).replace("<=", "")
+    path = repo / "course.yaml"
+    path.write_text(text)
+    result, doc = submit(path)
+    assert result.exit_code == 0, result.output
+    assert all(r["reproduced"] for r in doc["reproduced"])
+    assert len(doc["reproduced"]) == len(COURSE.required)
+    assert (repo / doc["stored"]).is_file()
