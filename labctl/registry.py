@@ -71,3 +71,23 @@ def metric_table() -> dict[str, tuple[Lab, Metric]]:
                 raise RuntimeError(f"metric {metric.name} is declared by both {other} and {lab.id}")
             table[metric.name] = (lab, metric)
     return table
+
+
+def tolerance_table() -> dict:
+    """The v1 tolerance table as data: what `labctl/data/tolerances-v1.json` freezes."""
+    return {
+        "version": TOLERANCE_TABLE_VERSION,
+        "metrics": {
+            name: {
+                "lab": lab.id,
+                "unit": metric.unit,
+                "expected": metric.expected,
+                "impls": list(metric.impls),
+                "timing": metric.timing,
+                "reproduce_abs": metric.reproduce_abs,
+                "reproduce_rel": metric.reproduce_rel,
+                "why": metric.why,
+            }
+            for name, (lab, metric) in sorted(metric_table().items())
+        },
+    }
