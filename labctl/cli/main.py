@@ -16,7 +16,9 @@ from typer.core import TyperGroup
 
 import labctl
 from labctl.cli import contract as contract_cli
+from labctl.cli import evidence as evidence_cli
 from labctl.cli import run as run_cli
+from labctl.cli import verify as verify_cli
 from labctl.errors import EXIT_FAILED, LabctlError
 
 
@@ -49,8 +51,12 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(contract_cli.app, name="contract")
+app.add_typer(evidence_cli.app, name="evidence")
 app.command("list")(run_cli.list_labs)
 app.command("run")(run_cli.run)
+app.add_typer(verify_cli.verify_app, name="verify")
+app.add_typer(verify_cli.clean_room_app, name="clean-room")
+app.command("faults")(verify_cli.faults)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,287 @@
+"""`labctl verify clean-room`, `labctl clean-room init`, `labctl faults`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from labctl.cli.render import err, number, out, print_json, verdict
+from labctl.errors import EXIT_FAILED, UsageError
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+verify_app = typer.Typer(
+    help="Prove a clean room against contract v1 and the reference.", no_args_is_help=True
+)
+clean_room_app = typer.Typer(help="Start a clean room of your own.", no_args_is_help=True)
+
+_MARK = {"pass": "[green]✓[/green]", "fail": "[bold red]✗[/bold red]", "not-run": "[dim]–[/dim]"}
+# Three-letter column heads, so the function x check table fits 80 columns.
+_SHORT = {
+    "loads": "lod",
+    "import-policy": "imp",
+    "contract": "sig",
+    "runs": "run",
+    "shape": "shp",
+    "dtype": "dty",
+    "parity": "parity",
+    "finite": "fin",
+    "pure": "pur",
+    "rows-sum": "sum",
+    "causal": "cau",
+    "bad-input": "bad",
+}
+
+
+def _legend(names) -> str:
+    return " · ".join(f"{_SHORT[n]} {n}" for n in names if _SHORT[n] != n)
+
+
+def _positive(value: float, option: str) -> None:
+    if not value > 0:
+        raise UsageError(f"{option} must be a positive number of seconds, got {value:g}")
+
+
+@verify_app.command("clean-room")
+def clean_room(
+    path: Annotated[
+        Path | None,
+        typer.Option(
+            "--path",
+            help="Clean-room package directory (default: ./clean_room if it is a package, "
+            "else the project's own).",
+            show_default=False,
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds one clean-room call may take.")
+    ] = 20.0,
+    memory_mb: Annotated[
+        int, typer.Option("--memory-mb", help="Memory limit of the clean-room process (MiB).")
+    ] = 4096,
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="Where verify records and their history go.")
+    ] = Path("evidence/verify"),
+    metrics: Annotated[
+        bool,
+        typer.Option(
+            "--metrics/--no-metrics",
+            help="Measure the course template's metrics through the labs (slower).",
+        ),
+    ] = True,
+    json_: JsonFlag = False,
+) -> None:
+    """Check a clean room: contract, import policy, parity, properties, isolation; diagnose."""
+    from labctl.runner import default_clean_room
+    from labctl.verify.verify import shown_path, verify_clean_room
+
+    _positive(timeout, "--timeout")
+    if memory_mb < 0:
+        raise UsageError(f"--memory-mb must be >= 0 (0: no limit), got {memory_mb}")
+    target = path if path is not None else default_clean_room()
+    with err.status("verifying…") as status:
+
+        def progress(what: str) -> None:
+            status.update(f"verifying {shown_path(target)}: {what}")
+
+        report = verify_clean_room(
+            target, timeout, memory_mb, out_dir, measure=metrics, progress=progress
+        )
+    if json_:
+        print_json(report.to_json(shown_path))
+    else:
+        _render_report(report, shown_path)
+    if not report.passed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _short_number(value: float) -> str:
+    if value != value or value in (float("inf"), float("-inf")):
+        return "inf" if value == value else "nan"
+    return "0" if value == 0 else f"{value:.0e}"
+
+
+def _render_report(report, shown) -> None:
+    from labctl import contract
+    from labctl.verify.checks import CHECK_NAMES
+    from labctl.verify.observe import PACKAGE
+
+    record = next((shown(p) for p in report.records if p.suffix == ".json"), None)
+    where = f"; record {record}" if record else ""
+    if report.status != "loaded":
+        out.print(f"{verdict(False)}  {report.path}: {report.message}{where}", soft_wrap=True)
+        return
+    by_cell = {(c.function, c.name): c for c in report.checks}
+    package = [by_cell[(PACKAGE, n)] for n in ("loads", "import-policy") if (PACKAGE, n) in by_cell]
+    out.print(
+        f"{report.path}: "
+        + "; ".join(f"{c.name} {_MARK[c.status]} ({c.message})" for c in package),
+        soft_wrap=True,
+    )
+    # import-policy has a cell only where a function holds a violation.
+    names = [n for n in CHECK_NAMES if n != "loads"]
+    table = Table(box=None, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    table.add_column("function", no_wrap=True)
+    for name in names:
+        table.add_column(_SHORT[name], justify="left" if name == "parity" else "center")
+    for function in contract.function_names():
+        cells = []
+        for name in names:
+            result = by_cell.get((function, name))
+            if result is None:
+                cells.append("")
+            elif name == "parity" and result.max_error is not None:
+                cells.append(f"{_MARK[result.status]} {_short_number(result.max_error)}")
+            else:
+                cells.append(_MARK[result.status])
+        table.add_row(function, *cells)
+    out.print(table)
+    out.print(f"[dim]{_legend(names)}; parity: max abs error[/dim]", soft_wrap=True)
+    failed = [c for c in report.checks if c.failed]
+    if failed:
+        out.print("[bold]failures[/bold]")
+        for c in failed:
+            out.print(f"  {c.function} · {c.name}: {c.message}", soft_wrap=True)
+    if report.diagnosis:
+        out.print("[bold]diagnosis[/bold]")
+        stubs = [d.function for d in report.diagnosis if d.kind == "not-implemented"]
+        if stubs:
+            total = len(contract.function_names())
+            shown = f"all {total} functions" if len(stubs) == total else ", ".join(stubs)
+            out.print(f"  not implemented yet: {shown}", soft_wrap=True)
+        for d in report.diagnosis:
+            if d.kind != "not-implemented":
+                out.print(f"  {d.message}", soft_wrap=True)
+    if report.metrics:
+        out.print("[bold]course template metrics (002 学习者提交模板), on this clean room[/bold]")
+        for m in report.metrics:
+            if m.actual is None:
+                out.print(f"  [dim]{m.name}: {m.note}[/dim]", soft_wrap=True)
+            else:
+                out.print(
+                    f"  {verdict(m.passed)}  {m.name} = {number(m.actual)} "
+                    f"(expected {m.expected}, {m.impl}, lab {m.lab})"
+                )
+    passed, total = report.functions_passed()
+    out.print(
+        f"{verdict(report.passed)}  {passed}/{total} functions pass every check "
+        f"({contract.CONTRACT_ID}, tolerances v1, timeout {report.timeout_s:g} s) "
+        f"in {report.wall_time_s:.1f} s{where}",
+        soft_wrap=True,
+    )
+
+
+@clean_room_app.command("init")
+def init(
+    directory: Annotated[
+        Path, typer.Argument(help="A new or empty directory for the package.", show_default=False)
+    ],
+    json_: JsonFlag = False,
+) -> None:
+    """Write every contract function as a stub (signature, shapes, formula, NotImplementedError)."""
+    from labctl import contract
+    from labctl.verify.stubs import init_clean_room
+
+    written = init_clean_room(directory)
+    if json_:
+        print_json(
+            {
+                "path": str(directory),
+                "files": [str(p) for p in written],
+                "functions": list(contract.function_names()),
+            }
+        )
+        return
+    out.print(
+        f"wrote {len(contract.function_names())} stubs of {contract.CONTRACT_ID} to "
+        f"{', '.join(str(p) for p in written)}",
+        soft_wrap=True,
+    )
+    out.print(f"next: labctl verify clean-room --path {directory}", soft_wrap=True)
+
+
+def faults(
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", help="Seconds one call may take (the hang fault waits this)."),
+    ] = 2.0,
+    memory_mb: Annotated[
+        int, typer.Option("--memory-mb", help="Memory limit of each clean-room process (MiB).")
+    ] = 4096,
+    out_dir: Annotated[Path, typer.Option("--out", help="Where the matrix record goes.")] = Path(
+        "evidence/faults"
+    ),
+    json_: JsonFlag = False,
+) -> None:
+    """Run every check against every catalogued fault; print which checks catch which fault."""
+    from labctl.verify.matrix import build_matrix
+    from labctl.verify.verify import shown_path
+
+    _positive(timeout, "--timeout")
+    with err.status("verifying the project's clean room…") as status:
+
+        def progress(name: str, done: int, total: int) -> None:
+            status.update(f"[{done}/{total}] {name}")
+
+        matrix = build_matrix(timeout, memory_mb, out_dir, progress)
+    if json_:
+        print_json(matrix.to_json(shown_path))
+    else:
+        _render_matrix(matrix, shown_path)
+    if not matrix.passed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _render_matrix(matrix, shown) -> None:
+    from labctl.verify.checks import CHECK_NAMES, JUSTIFIED
+
+    marks = {"caught": "[bold red]●[/bold red]", "pass": "[dim]·[/dim]", "not-run": "[dim]–[/dim]"}
+    table = Table(box=None, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    table.add_column("fault", no_wrap=True)
+    for name in CHECK_NAMES:
+        table.add_column(_SHORT[name][:3], justify="center")
+    table.add_column("named")
+    for row in [matrix.baseline, *matrix.rows]:
+        fault = row.fault
+        cells = []
+        for name in CHECK_NAMES:
+            mark = marks[row.cells[name]]
+            if fault is not None and name == fault.signal and row.cells[name] == "caught":
+                mark = "[bold red]◉[/bold red]"
+            cells.append(mark)
+        if fault is None:
+            diagnosed = ""
+        elif row.diagnosed_as == fault.name:
+            diagnosed = "[green]yes[/green]"
+        else:
+            diagnosed = "[bold red]no[/bold red]"
+        table.add_row(row.name if fault else "(none: project clean room)", *cells, diagnosed)
+    out.print(
+        "which checks catch which fault: ● caught, ◉ caught by its signal check, · passed, – not run"
+    )
+    out.print(table)
+    out.print(
+        f"[dim]{_legend(CHECK_NAMES).replace('parity parity · ', '')}; par parity; "
+        "named: diagnosed by its own name at its own function[/dim]",
+        soft_wrap=True,
+    )
+    for name, why in JUSTIFIED.items():
+        out.print(f"[dim]{name}: no catalogued fault, justified: {why}.[/dim]", soft_wrap=True)
+    for problem in matrix.problems():
+        out.print(f"{verdict(False)}  {problem}", soft_wrap=True)
+    record = next((shown(p) for p in matrix.records if p.suffix == ".json"), None)
+    where = f"; record {record}" if record else ""
+    total = len(matrix.rows)
+    caught = sum(1 for r in matrix.rows if r.caught_by)
+    named = total - len(matrix.undiagnosed())
+    proven = len(CHECK_NAMES) - len(matrix.unproven()) - len(JUSTIFIED)
+    baseline = "clean" if not matrix.baseline.failures else "FAILING"
+    out.print(
+        f"{verdict(matrix.passed)}  {caught}/{total} faults caught, {named}/{total} diagnosed by "
+        f"name; {proven}/{len(CHECK_NAMES)} checks proven by a fault (+{len(JUSTIFIED)} "
+        f"justified); baseline {baseline}; in {matrix.wall_time_s:.1f} s{where}",
+        soft_wrap=True,
+    )

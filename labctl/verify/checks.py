@@ -1,0 +1,805 @@
+"""The checks of `labctl verify clean-room`: each a small unit that reads an observation.
+
+A check looks at what a clean room did (`labctl.verify.observe`) and says
+pass, fail or not-run, with a message a learner can act on and, for the
+numeric ones, the max abs error, the tolerance, the margin (error /
+tolerance) and the fraction of mismatching elements. Each check's docstring
+says what class of fault it catches; `labctl faults` proves it, by running
+every check on every fault of the catalogue (`labctl.faults`). A check that
+no fault can make fail would be a defect: `loads` is the one check without a
+fault in the catalogue, and its docstring says why.
+
+Tolerances, version v1 (`TOLERANCE_VERSION`):
+
+- parity, float64: max |clean room - reference| <= 1e-10 * max(1, max |reference|).
+  float64 keeps ~16 significant digits (unit roundoff 1.1e-16); every fixture
+  is a chain of at most a few hundred well-conditioned operations on O(1)
+  values, so two honest implementations that only reassociate sums agree to
+  ~1e-14 relative. Scaling by the output's magnitude keeps the bound relative
+  for large outputs (logits, |x| ~ 1e3). 1e-10 leaves four orders of margin
+  for reordering and still catches every formula difference the catalogue
+  has: an eps 1e-6 off, a missing 1/sqrt(D), an off-by-one in a mask, a
+  layout permutation. It is the v1 table's `reference_output_max_error`.
+- parity, booleans (masks): compared as 0/1 with a tolerance of 0.5, i.e. exactly.
+- rows summing to 1 and future-token invariance: 1e-12 absolute. A row of
+  probabilities sums to 1 within a few ulps of its T terms (~1e-15); a masked
+  key contributes exactly 0 (exp(-inf) = 0, and so does exp of a finite
+  -1e9), so a prefix does not move at all; 1e-12 is the v1 table's bound for
+  `future_token_invariance`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from labctl import contract, wire
+from labctl.verify import fixtures as fx
+from labctl.verify.observe import PACKAGE, FunctionRun, RoomObservation
+
+TOLERANCE_VERSION = "v1"
+PARITY_RELATIVE = 1e-10
+EXACT_TOLERANCE = 0.5
+ROW_SUM_TOLERANCE = 1e-12
+CAUSAL_TOLERANCE = 1e-12
+
+PASS, FAIL, NOT_RUN = "pass", "fail", "not-run"
+
+
+@dataclass
+class CheckResult:
+    function: str
+    name: str
+    status: str
+    message: str
+    max_error: float | None = None
+    tolerance: float | None = None
+    margin: float | None = None
+    mismatch_fraction: float | None = None
+    fixture: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASS
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAIL
+
+    def to_json(self) -> dict:
+        data = {
+            "function": self.function,
+            "name": self.name,
+            "passed": self.passed,
+            "status": self.status,
+            "max_error": self.max_error,
+            "message": self.message,
+        }
+        for key in ("tolerance", "margin", "mismatch_fraction", "fixture"):
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = value
+        return data
+
+
+# --------------------------------------------------------------------------
+# Comparing values
+# --------------------------------------------------------------------------
+
+
+def parity_tolerance(reference: np.ndarray) -> float:
+    """Tolerance v1 for one reference array (see the module docstring)."""
+    if reference.dtype == np.bool_ or np.issubdtype(reference.dtype, np.integer):
+        return EXACT_TOLERANCE
+    scale = float(np.max(np.abs(reference))) if reference.size else 0.0
+    return PARITY_RELATIVE * max(1.0, scale)
+
+
+def elements(value):
+    """The arrays of a return value, as a tuple (one array -> a 1-tuple)."""
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _says(spec: str, shape: tuple) -> str:
+    """'(B, T, C) = (2, 4, 8)', or 'the same shape as x, (2, 3, 7)'."""
+    if spec.startswith("same shape"):
+        return f"the {spec}, {shape}"
+    return f"{spec} = {shape}"
+
+
+def structure_problem(function: str, value, reference) -> str | None:
+    """Why `value` does not have the reference's structure (type, arity, shape), or None.
+
+    A tuple is expected exactly where the contract returns several arrays (a
+    list of the right length is accepted there too); one ndarray everywhere else.
+    """
+    specs = fx.RETURNS[function]
+    expected = elements(reference)
+    if len(specs) > 1:
+        names = ", ".join(s.split(" ")[0] for s in specs)
+        if isinstance(value, np.ndarray):
+            return (
+                f"returned one array of shape {value.shape} where the contract says a tuple "
+                f"({names})"
+            )
+        if not isinstance(value, (tuple, list)):
+            return f"returned {_type_name(value)} where the contract says a tuple ({names})"
+        if len(value) != len(expected):
+            return (
+                f"returned a {type(value).__name__} of {len(value)} where the contract says "
+                f"({names})"
+            )
+    elif isinstance(value, tuple):
+        return (
+            f"returned a tuple of {len(value)} where the contract says one array "
+            f"{_says(specs[0], tuple(expected[0].shape))}"
+        )
+    elif isinstance(value, list):
+        return (
+            f"returned a list instead of an ndarray ({_says(specs[0], tuple(expected[0].shape))})"
+        )
+    for item, ref, spec in zip(elements(value), expected, specs, strict=True):
+        label = spec.split(" ")[0] + " " if len(specs) > 1 else ""
+        if not isinstance(item, np.ndarray):
+            return (
+                f"returned {label}as {_type_name(item)} where the contract says an ndarray "
+                f"({_says(spec, tuple(ref.shape))})"
+            )
+        if item.shape != ref.shape:
+            return (
+                f"returned {label}shape {item.shape} where the contract says "
+                f"{_says(spec, tuple(ref.shape))}"
+            )
+    return None
+
+
+def _type_name(value) -> str:
+    if isinstance(value, wire.Unsupported):
+        return f"a {value.type_name} (not an array)"
+    if isinstance(value, np.generic):
+        return f"a numpy scalar ({value.dtype})"
+    return f"a {type(value).__name__}"
+
+
+@dataclass
+class Comparison:
+    max_error: float
+    tolerance: float
+    mismatch_fraction: float
+
+    @property
+    def margin(self) -> float:
+        return self.max_error / self.tolerance
+
+    @property
+    def ok(self) -> bool:
+        return self.max_error <= self.tolerance
+
+
+def compare(actual: np.ndarray, reference: np.ndarray, tolerance: float) -> Comparison:
+    """Max abs error (inf where one side is NaN or inf and the other is not), mismatch share."""
+    a = np.asarray(actual).astype(np.float64, copy=False)
+    r = np.asarray(reference).astype(np.float64, copy=False)
+    if r.size == 0:
+        return Comparison(0.0, tolerance, 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(a - r)
+    same_special = (np.isnan(a) & np.isnan(r)) | (np.isinf(a) & (a == r))
+    diff = np.where(same_special, 0.0, diff)
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    return Comparison(float(np.max(diff)), tolerance, float(np.mean(diff > tolerance)))
+
+
+def compare_value(function: str, value, reference) -> Comparison | str:
+    """Element-wise comparison of a whole return value with the reference, or why not."""
+    problem = structure_problem(function, value, reference)
+    if problem:
+        return problem
+    worst = None
+    total, outside = 0, 0.0
+    for item, ref in zip(elements(value), elements(reference), strict=True):
+        result = compare(item, ref, parity_tolerance(ref))
+        total += ref.size
+        outside += result.mismatch_fraction * ref.size
+        if worst is None or result.margin > worst.margin:
+            worst = result
+    worst.mismatch_fraction = outside / total if total else 0.0
+    return worst
+
+
+# --------------------------------------------------------------------------
+# The checks
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    scope: str  # "package" or "function"
+    applies: Callable[[str], bool]
+    evaluate: Callable
+    summary: str
+    justified: str = ""
+
+    @property
+    def doc(self) -> str:
+        return (self.evaluate.__doc__ or "").strip()
+
+
+CHECKS: list[Check] = []
+
+
+def check(
+    name: str, summary: str, scope: str = "function", applies=lambda f: True, justified: str = ""
+):
+    """Register a check; `justified` says why no catalogued fault proves it (else empty)."""
+
+    def register(fn):
+        CHECKS.append(Check(name, scope, applies, fn, summary, justified))
+        return fn
+
+    return register
+
+
+def _skipped_reason(run: FunctionRun | None) -> str | None:
+    """Why a function's output checks cannot run at all, or None."""
+    if run is None:
+        return "not run"
+    if run.not_implemented:
+        return "not run: not implemented"
+    if any(o.kind == "missing" for o in run.fixtures.values()):
+        return "not run: the package does not expose it"
+    return None
+
+
+def _values(run: FunctionRun, with_probes: bool = True):
+    """(fixture, outcome) for every call that returned, fixtures then probes."""
+    pairs = [(f, run.fixtures.get(f.name)) for f in fx.fixtures(run.function)]
+    if with_probes:
+        pairs += [(f, run.probes.get(f.name)) for f in fx.probes(run.function)]
+    return [(f, o) for f, o in pairs if o is not None and o.ok]
+
+
+LOADS_JUSTIFIED = (
+    "a file that does not parse or import has no behaviour for a diagnosis to compare, so "
+    "it is no fault of the catalogue (a transformation of a correct function); the tests "
+    "prove this check instead, with a clean room that has a syntax error and one whose "
+    "import fails"
+)
+
+
+@check(
+    "loads",
+    "the package imports in a worker process",
+    scope="package",
+    justified=LOADS_JUSTIFIED,
+)
+def check_loads(seen: RoomObservation, function: str) -> CheckResult:
+    """The package imports: no syntax error, no failing import, no hang at import time.
+
+    Catches: a syntax error (named with file and line), an import of a
+    missing module, an exception or an endless loop at module level.
+    Justified without a fault: a file that does not parse or import has no
+    behaviour for a diagnosis to compare, so it is no fault of the catalogue
+    (a transformation of a correct function). The tests prove this check
+    instead (tests/test_verify_isolation.py): a clean room with a syntax
+    error, and one whose import fails.
+    """
+    if seen.status == "unloadable":
+        return CheckResult(function, "loads", FAIL, seen.message)
+    if seen.status == "refused":
+        return CheckResult(function, "loads", NOT_RUN, "not run: refused by the import policy")
+    return CheckResult(
+        function, "loads", PASS, f"{_files(seen.files_scanned)} import in a worker process"
+    )
+
+
+@check("import-policy", "only the standard library and numpy", scope="package")
+def check_import_policy(seen: RoomObservation, function: str) -> CheckResult:
+    """Only the standard library and numpy: a static scan of the source and a runtime guard.
+
+    Catches: `import torch` (or any third-party package), the course's
+    reference (`labctl`), dynamic imports (`importlib.import_module("tor" +
+    "ch")`, `__import__`, `exec`), process-spawning modules; each named with
+    its file and line, and placed in the contract function that holds it.
+    A violation found by the static scan refuses the clean room: none of its
+    code is run. Fault: `merge-heads-imports-torch`.
+    """
+    mine = [v for v in seen.violations if v.function == function]
+    if mine:
+        shown = "; ".join(str(v) for v in mine)
+        return CheckResult(function, "import-policy", FAIL, f"breaks the import policy: {shown}")
+    if function != PACKAGE:
+        return CheckResult(function, "import-policy", PASS, "no forbidden import")
+    if seen.status == "unloadable" and not seen.violations:
+        return CheckResult(function, "import-policy", PASS, "static scan clean")
+    if seen.violations:
+        places = sorted({v.function for v in seen.violations})
+        text = seen.message or "; ".join(str(v) for v in seen.violations)
+        return CheckResult(
+            function, "import-policy", FAIL, f"violations in {', '.join(places)}: {text}"
+        )
+    return CheckResult(
+        function,
+        "import-policy",
+        PASS,
+        f"none found by the static scan of {_files(seen.files_scanned)} or the runtime guard",
+    )
+
+
+@check("contract", "signature as contract v1 says")
+def check_contract(seen: RoomObservation, function: str) -> CheckResult:
+    """The function exists with contract v1's exact parameter names, order and defaults.
+
+    Catches: a missing function, a renamed or reordered parameter, a changed
+    default (eps 1e-5 for rms_norm, causal=False), variadic parameters; as
+    `labctl contract check`. Fault: `rms-eps-default`.
+    """
+    if not seen.loaded:
+        return CheckResult(function, "contract", NOT_RUN, _not_loaded(seen))
+    problems = [d.message for d in seen.deviations if d.function == function]
+    if problems:
+        return CheckResult(function, "contract", FAIL, "; ".join(problems))
+    return CheckResult(function, "contract", PASS, "signature matches")
+
+
+def _files(n: int) -> str:
+    return f"{n} file{'' if n == 1 else 's'}"
+
+
+def _not_loaded(seen: RoomObservation) -> str:
+    if seen.status == "refused":
+        return "not run: refused by the import policy"
+    return "not run: the clean room does not load"
+
+
+@check("runs", "returns in time, no exception or crash")
+def check_runs(seen: RoomObservation, function: str) -> CheckResult:
+    """Every fixture call returns within the timeout, without an exception or a crash.
+
+    Catches: a hang (stopped at the timeout, the worker killed and
+    restarted), an exception on a legal input (a Tq < Tk cache, an odd head
+    width), a crash or the memory limit, a stub still raising
+    NotImplementedError. Fault: `sinusoidal-hang`.
+    """
+    run = seen.runs.get(function)
+    if not seen.loaded or run is None:
+        return CheckResult(
+            function, "runs", NOT_RUN, _not_loaded(seen) if not seen.loaded else "not run"
+        )
+    if run.not_implemented:
+        return CheckResult(function, "runs", FAIL, "not implemented (raises NotImplementedError)")
+    calls = {**run.fixtures, **run.probes}
+    failed = [(name, o) for name, o in calls.items() if not o.ok]
+    if not failed:
+        slowest = max((o.elapsed_s for o in calls.values()), default=0.0)
+        return CheckResult(
+            function, "runs", PASS, f"{len(calls)} calls returned (slowest {slowest * 1e3:.1f} ms)"
+        )
+    name, first = next(((n, o) for n, o in failed if o.kind != "skipped"), failed[0])
+    more = len(failed) - 1
+    tail = f"; {more} more call{'s' if more > 1 else ''} failed or skipped" if more else ""
+    return CheckResult(function, "runs", FAIL, f"fixture {name}: {first.describe()}{tail}")
+
+
+@check("shape", "returns arrays of the contract's shapes")
+def check_shape(seen: RoomObservation, function: str) -> CheckResult:
+    """Each return value has the contract's structure: ndarray(s), the tuple arity, the shapes.
+
+    Catches: a wrong shape (a head axis left in place, a cache not appended),
+    a list where an ndarray is expected, a tuple where one array is expected
+    (or one array where a tuple is), a value that is no array at all.
+    Fault: `decode-cache-not-appended`.
+    """
+    run = seen.runs.get(function)
+    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
+    if reason:
+        return CheckResult(function, "shape", NOT_RUN, reason)
+    checked = 0
+    for fixture, outcome in _values(run):
+        problem = structure_problem(function, outcome.value, fx.reference_output(fixture))
+        if problem:
+            return CheckResult(
+                function, "shape", FAIL, f"fixture {fixture.name}: {problem}", fixture=fixture.name
+            )
+        checked += 1
+    if not checked:
+        return CheckResult(function, "shape", NOT_RUN, "not run: no call returned")
+    return CheckResult(
+        function, "shape", PASS, f"{checked} return values have the contract's shapes"
+    )
+
+
+@check("dtype", "keeps the input's dtype (bool masks)")
+def check_dtype(seen: RoomObservation, function: str) -> CheckResult:
+    """Each returned array has the reference's dtype: float32 in, float32 out; masks are bool.
+
+    Catches: an upcast (float32 input, float64 output), a float or int mask
+    where the contract says bool. Fault: `relu-ffn-float64`.
+    """
+    run = seen.runs.get(function)
+    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
+    if reason:
+        return CheckResult(function, "dtype", NOT_RUN, reason)
+    checked = 0
+    for fixture, outcome in _values(run):
+        reference = fx.reference_output(fixture)
+        if structure_problem(function, outcome.value, reference):
+            continue
+        for item, ref, spec in zip(
+            elements(outcome.value), elements(reference), fx.RETURNS[function], strict=True
+        ):
+            if item.dtype != ref.dtype:
+                inputs = "float32 inputs" if fixture in fx.probes(function) else "its inputs"
+                label = f" ({spec.split(' ')[0]})" if len(fx.RETURNS[function]) > 1 else ""
+                return CheckResult(
+                    function,
+                    "dtype",
+                    FAIL,
+                    f"fixture {fixture.name}: returned {item.dtype}{label} for {inputs} where "
+                    f"the contract keeps {ref.dtype}",
+                    fixture=fixture.name,
+                )
+        checked += 1
+    if not checked:
+        return CheckResult(function, "dtype", NOT_RUN, "not run: no usable return value")
+    probes = len(fx.probes(function))
+    extra = f", float32 kept on {probes} probe" if probes else ""
+    return CheckResult(function, "dtype", PASS, f"dtypes as the reference's{extra}")
+
+
+@check("parity", "matches the reference within tolerance v1")
+def check_parity(seen: RoomObservation, function: str) -> CheckResult:
+    """Each float64 fixture's output matches the PyTorch reference within tolerance v1.
+
+    Catches: every formula fault: a missing 1/sqrt(D), a reversed or
+    misaligned mask, a confused reshape, a wrong GQA order, RoPE's layout or
+    positions, eps in the wrong place, a biased/unbiased variance mix-up, a
+    swapped gate, an online softmax that never rescales, a residual dropped
+    or misordered. Reported: max abs error, the fraction of elements outside
+    tolerance, and the margin (error / tolerance) of the worst fixture.
+    Faults: most of the catalogue; `no-sqrt-dk` for one.
+    """
+    run = seen.runs.get(function)
+    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
+    if reason:
+        return CheckResult(function, "parity", NOT_RUN, reason)
+    results: list[tuple[str, Comparison | str]] = []
+    for fixture, outcome in _values(run, with_probes=False):
+        results.append(
+            (fixture.name, compare_value(function, outcome.value, fx.reference_output(fixture)))
+        )
+    if not results:
+        return CheckResult(function, "parity", NOT_RUN, "not run: no fixture returned")
+    uncompared = [(n, r) for n, r in results if isinstance(r, str)]
+    compared = [(n, r) for n, r in results if not isinstance(r, str)]
+    skipped = len(fx.fixtures(function)) - len(results)
+    worst_name, worst = max(compared, key=lambda nr: nr[1].margin) if compared else (None, None)
+    bad = [(n, r) for n, r in compared if not r.ok]
+    common = dict(
+        max_error=max((r.max_error for _, r in compared), default=None),
+        tolerance=worst.tolerance if worst else None,
+        margin=worst.margin if worst else None,
+        mismatch_fraction=worst.mismatch_fraction if worst else None,
+        fixture=worst_name,
+    )
+    if bad or uncompared:
+        if bad:
+            name, r = max(bad, key=lambda nr: nr[1].margin)
+            if r.tolerance == EXACT_TOLERANCE:
+                text = (
+                    f"fixture {name}: {100 * r.mismatch_fraction:.0f}% of the entries differ "
+                    "from the reference (masks are compared exactly)"
+                )
+            else:
+                text = (
+                    f"fixture {name}: max abs error {_num(r.max_error)} > tolerance "
+                    f"{_num(r.tolerance)} (margin {_num(r.margin)}), "
+                    f"{100 * r.mismatch_fraction:.0f}% of elements outside"
+                )
+            others = len(bad) - 1 + len(uncompared)
+        else:
+            name, problem = uncompared[0]
+            text = f"fixture {name}: not compared: {problem}"
+            others = len(uncompared) - 1
+        if others:
+            text += f"; {others} more fixture{'s differ' if others > 1 else ' differs'}"
+        return CheckResult(function, "parity", FAIL, text, **common)
+    note = f" ({skipped} not compared: the call failed)" if skipped else ""
+    return CheckResult(
+        function,
+        "parity",
+        PASS,
+        f"{len(compared)} fixtures within tolerance v1, max abs error {_num(common['max_error'])} "
+        f"(margin {_num(common['margin'])}){note}",
+        **common,
+    )
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if value == 0 or (1e-3 <= abs(value) < 1e4):
+        return f"{value:.3g}"
+    return f"{value:.1e}"
+
+
+def _has_float_output(function: str) -> bool:
+    return function not in ("causal_mask", "sliding_window_mask", "padding_mask")
+
+
+@check("finite", "no NaN or inf", applies=_has_float_output)
+def check_finite(seen: RoomObservation, function: str) -> CheckResult:
+    """No NaN or inf in any output, the adversarial fixtures included.
+
+    Catches: a softmax that overflows at |x| ~ 1e3 (no max subtracted), NaN
+    on a fully blocked row (-inf - (-inf)), a division by a zero sum.
+    Faults: `softmax-no-max`, `softmax-blocked-nan`.
+    """
+    run = seen.runs.get(function)
+    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
+    if reason:
+        return CheckResult(function, "finite", NOT_RUN, reason)
+    checked = 0
+    for fixture, outcome in _values(run):
+        for item in elements(outcome.value):
+            if not isinstance(item, np.ndarray) or not np.issubdtype(item.dtype, np.floating):
+                continue
+            bad = ~np.isfinite(item)
+            if bad.any():
+                kinds = "NaN" if np.isnan(item).any() else "inf"
+                return CheckResult(
+                    function,
+                    "finite",
+                    FAIL,
+                    f"fixture {fixture.name}: {kinds} in {int(bad.sum())} of {item.size} elements"
+                    + (f" ({fixture.note})" if fixture.note else ""),
+                    fixture=fixture.name,
+                )
+        checked += 1
+    if not checked:
+        return CheckResult(function, "finite", NOT_RUN, "not run: no call returned")
+    return CheckResult(function, "finite", PASS, f"no NaN or inf in {checked} outputs")
+
+
+def _has_array_input(function: str) -> bool:
+    return function not in ("causal_mask", "sliding_window_mask", "sinusoidal_positions")
+
+
+@check("pure", "inputs unchanged after the call", applies=_has_array_input)
+def check_pure(seen: RoomObservation, function: str) -> CheckResult:
+    """No input array is modified in place (the worker compares every input before and after).
+
+    Catches: `x -= mean`, `scores[mask] = -inf` on a caller's array, an
+    in-place RoPE; the contract's functions are pure. Fault: `layer-norm-in-place`.
+    """
+    run = seen.runs.get(function)
+    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
+    if reason:
+        return CheckResult(function, "pure", NOT_RUN, reason)
+    named = [(n, o) for n, o in {**run.fixtures, **run.probes}.items() if o.ok]
+    named += [(f"future-after-{t}", o) for t, o in run.causal.items() if o.ok]
+    if not named:
+        return CheckResult(function, "pure", NOT_RUN, "not run: no call returned")
+    for name, outcome in named:
+        if outcome.mutated:
+            return CheckResult(
+                function,
+                "pure",
+                FAIL,
+                f"fixture {name}: modified its input {', '.join(outcome.mutated)} in place",
+                fixture=name,
+            )
+    return CheckResult(function, "pure", PASS, f"inputs unchanged by {len(named)} calls")
+
+
+def _row_sums(function: str, fixture: fx.Fixture, value) -> tuple[np.ndarray, np.ndarray]:
+    """(weights moved to the last axis, True where the row has every key blocked)."""
+    args, kwargs = fixture.args, fixture.kwargs
+    if function == "softmax":
+        axis = kwargs.get("axis", -1)
+        x = np.moveaxis(args[0], axis, -1)
+        return np.moveaxis(value, axis, -1), np.all(np.isneginf(x), axis=-1)
+    weights = value[1]
+    mask = kwargs.get("mask", args[3] if len(args) > 3 else None)
+    if mask is None:
+        return weights, np.zeros(weights.shape[:-1], dtype=bool)
+    return weights, np.all(np.broadcast_to(mask, weights.shape), axis=-1)
+
+
+@check(
+    "rows-sum",
+    "weights are >= 0 and sum to 1 (0 on a blocked row)",
+    applies=lambda f: f in ("softmax", "scaled_dot_product_attention"),
+)
+def check_rows_sum(seen: RoomObservation, function: str) -> CheckResult:
+    """Every softmax slice and every attention row is >= 0 and sums to 1; a blocked one is all 0.
+
+    Needs no reference. Catches: weights masked after the softmax (rows no
+    longer sum to 1), a wrong denominator, NaN rows, uniform weights on a
+    fully blocked row (a finite -1e9 fill). Fault: `mask-after-softmax`.
+    """
+    run = seen.runs.get(function)
+    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
+    if reason:
+        return CheckResult(function, "rows-sum", NOT_RUN, reason)
+    worst, worst_name, checked = 0.0, None, 0
+    for fixture, outcome in _values(run, with_probes=False):
+        if structure_problem(function, outcome.value, fx.reference_output(fixture)):
+            continue
+        weights, blocked = _row_sums(function, fixture, outcome.value)
+        weights = np.asarray(weights, dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            sums = weights.sum(axis=-1)
+        target = np.where(blocked, 0.0, 1.0)
+        error = np.abs(sums - target)
+        error = np.where(np.isnan(error), np.inf, error)
+        negative = float(np.max(-weights, initial=0.0))
+        deviation = max(float(np.max(error, initial=0.0)), negative)
+        checked += 1
+        if deviation > worst:
+            worst, worst_name = deviation, fixture.name
+    if not checked:
+        return CheckResult(function, "rows-sum", NOT_RUN, "not run: no usable return value")
+    common = dict(
+        max_error=worst,
+        tolerance=ROW_SUM_TOLERANCE,
+        margin=worst / ROW_SUM_TOLERANCE,
+        fixture=worst_name,
+    )
+    if worst > ROW_SUM_TOLERANCE:
+        return CheckResult(
+            function,
+            "rows-sum",
+            FAIL,
+            f"fixture {worst_name}: a row's weights are off by {_num(worst)} from summing to 1 "
+            f"(0 for a fully blocked row), tolerance {ROW_SUM_TOLERANCE:g}",
+            **common,
+        )
+    return CheckResult(
+        function,
+        "rows-sum",
+        PASS,
+        f"rows sum to 1 within {_num(worst)} on {checked} fixtures",
+        **common,
+    )
+
+
+@check(
+    "causal",
+    "the future does not move the prefix",
+    applies=lambda f: f in fx.CAUSAL_FUNCTIONS,
+)
+def check_causal(seen: RoomObservation, function: str) -> CheckResult:
+    """Future-token invariance: changing inputs after position t leaves outputs <= t unchanged.
+
+    Needs no reference: every t of the base fixture, its future replaced.
+    Catches: a reversed triangle, a mask that adds 0, weights zeroed after
+    the softmax (the future still moves the denominator), a transposed mask.
+    Faults: `mask-reversed`, `mask-adds-zero`.
+    """
+    run = seen.runs.get(function)
+    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
+    if reason:
+        return CheckResult(function, "causal", NOT_RUN, reason)
+    base_fixture = fx.causal_base(function)
+    base = run.fixtures.get(base_fixture.name)
+    if base is None or not base.ok or not isinstance(base.value, np.ndarray):
+        return CheckResult(
+            function, "causal", NOT_RUN, f"not run: the base fixture {base_fixture.name} failed"
+        )
+    if base.value.shape != fx.reference_output(base_fixture).shape:
+        return CheckResult(
+            function, "causal", NOT_RUN, "not run: the base output has the wrong shape"
+        )
+    worst, worst_t = 0.0, None
+    for t, outcome in sorted(run.causal.items()):
+        if not outcome.ok:
+            if outcome.kind == "skipped":
+                return CheckResult(function, "causal", NOT_RUN, outcome.describe())
+            return CheckResult(
+                function,
+                "causal",
+                FAIL,
+                f"with the future after {t} changed, the call {outcome.describe()}",
+            )
+        value = outcome.value
+        if not isinstance(value, np.ndarray) or value.shape != base.value.shape:
+            return CheckResult(
+                function,
+                "causal",
+                FAIL,
+                f"with the future after {t} changed, the output's shape changed",
+            )
+        with np.errstate(invalid="ignore"):
+            moved = np.abs(value[:, : t + 1].astype(np.float64) - base.value[:, : t + 1])
+        change = float(np.max(np.where(np.isnan(moved), np.inf, moved)))
+        if change > worst:
+            worst, worst_t = change, t
+    common = dict(max_error=worst, tolerance=CAUSAL_TOLERANCE, margin=worst / CAUSAL_TOLERANCE)
+    if worst > CAUSAL_TOLERANCE:
+        return CheckResult(
+            function,
+            "causal",
+            FAIL,
+            f"changing the inputs after position {worst_t} moved the outputs at positions "
+            f"<= {worst_t} by {_num(worst)} (tolerance {CAUSAL_TOLERANCE:g}): the future leaks",
+            **common,
+        )
+    return CheckResult(
+        function,
+        "causal",
+        PASS,
+        f"prefix unchanged ({_num(worst)}) over {len(run.causal)} future perturbations",
+        **common,
+    )
+
+
+@check(
+    "bad-input",
+    "the contract's Bad input cases raise ValueError/TypeError",
+    applies=lambda f: bool(fx.bad_cases(f)),
+)
+def check_bad_input(seen: RoomObservation, function: str) -> CheckResult:
+    """The contract's Bad input cases raise ValueError or TypeError (any message).
+
+    Exactly the section's cases: C % n_heads != 0, n_heads % n_kv_heads != 0,
+    an odd D for RoPE, block_size < 1, window < 1, mismatched batch or head
+    widths. Catches: a missing argument check that silently returns garbage
+    (window=0 gives a mask that blocks everything), an exception of another
+    type. Fault: `window-unchecked`.
+    """
+    run = seen.runs.get(function)
+    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
+    if reason:
+        return CheckResult(function, "bad-input", NOT_RUN, reason)
+    if not run.bad:
+        return CheckResult(function, "bad-input", NOT_RUN, "not run")
+    for name, outcome in run.bad.items():
+        verdict = outcome.bad_input_class()
+        if verdict == "refused":
+            continue
+        if verdict == "skipped":
+            return CheckResult(function, "bad-input", NOT_RUN, outcome.describe())
+        if verdict == "returned":
+            text = f"case {name}: returned a value instead of raising ValueError or TypeError"
+        elif verdict == "wrong-exception":
+            text = (
+                f"case {name}: raised {outcome.exc_type}; the contract asks for ValueError or "
+                f"TypeError"
+            )
+        else:
+            text = f"case {name}: {outcome.describe()} instead of raising ValueError or TypeError"
+        return CheckResult(function, "bad-input", FAIL, text, fixture=name)
+    return CheckResult(function, "bad-input", PASS, f"{len(run.bad)} bad inputs refused")
+
+
+CHECK_NAMES = tuple(c.name for c in CHECKS)
+FUNCTION_CHECKS = tuple(c for c in CHECKS if c.scope == "function")
+JUSTIFIED = {c.name: c.justified for c in CHECKS if c.justified}
+
+
+def applicable(function: str) -> tuple[Check, ...]:
+    return tuple(c for c in FUNCTION_CHECKS if c.applies(function))
+
+
+def evaluate(seen: RoomObservation, functions: tuple[str, ...] | None = None) -> list[CheckResult]:
+    """Every applicable check, for the package and then each function in contract order."""
+    results = [check_loads(seen, PACKAGE), check_import_policy(seen, PACKAGE)]
+    if seen.load_error is not None and seen.load_error.function != PACKAGE:
+        # A syntax error inside a function's body: that function fails to load too.
+        results.append(check_loads(seen, seen.load_error.function))
+    for function in functions or contract.function_names():
+        if any(v.function == function for v in seen.violations):
+            results.append(check_import_policy(seen, function))
+        for c in applicable(function):
+            results.append(c.evaluate(seen, function))
+    return results
+
+
+def failing_functions(results: list[CheckResult]) -> list[str]:
+    """Contract functions with at least one failing check, in contract order."""
+    failing = {r.function for r in results if r.failed}
+    return [f for f in contract.function_names() if f in failing]

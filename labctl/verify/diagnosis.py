@@ -1,0 +1,373 @@
+"""Diagnosis: name a learner's failure after the catalogued fault it behaves like.
+
+For each failing function the diagnosis does one of three things:
+
+1. Localise: when a function it is built on (`fixtures.DEPENDS`) fails too,
+   the failure most likely comes from there, so it says so and points at the
+   first failing function down the chain ("transformer_block fails because
+   multi_head_attention fails, which fails because causal_mask fails").
+2. Match: otherwise it runs each catalogued fault of that function (and,
+   when none matches, the faults of the functions it is built on, which a
+   learner may have inlined) on the same fixtures, in a clean room of its own,
+   and compares: the same checks fail, the same calls raise or hang, and every
+   output agrees within the parity tolerance. A match is named with its course
+   reference ("matches fault `mask-reversed`: ...; see 002 故障注入与预期信号").
+3. Otherwise it says that no catalogued fault matches.
+
+Fault rooms are materialized once per process and their observations cached,
+so `labctl faults` (which has already observed every fault) diagnoses for free.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from labctl import contract
+from labctl import faults as catalogue
+from labctl.faults import Fault
+from labctl.verify import fixtures as fx
+from labctl.verify.checks import (
+    CheckResult,
+    compare,
+    elements,
+    evaluate,
+    failing_functions,
+    parity_tolerance,
+    structure_problem,
+)
+from labctl.verify.observe import FunctionRun, Outcome, RoomObservation, observe
+
+DIAGNOSIS_TIMEOUT_S = 2.0
+FLOAT32_DIAGNOSIS_RELATIVE = 1e-4
+# Checks whose failure in a dependency explains a failure of what is built on it.
+LOCALISING = ("runs", "shape", "dtype", "parity", "finite", "rows-sum", "causal")
+
+
+@dataclass
+class Diagnosis:
+    function: str
+    kind: str  # fault | dependency | unmatched | not-implemented | missing | load
+    message: str
+    fault: str | None = None
+    fault_function: str | None = None
+    course: str | None = None
+    chain: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        data = {"function": self.function, "kind": self.kind, "message": self.message}
+        if self.fault:
+            data.update(fault=self.fault, fault_function=self.fault_function, course=self.course)
+        if self.chain:
+            data["chain"] = list(self.chain)
+        return data
+
+
+# --------------------------------------------------------------------------
+# Fault rooms: materialized once, observed lazily, cached per process
+# --------------------------------------------------------------------------
+
+
+class FaultRooms:
+    """Materialized faulty clean rooms and what each did, per (timeout, memory limit)."""
+
+    def __init__(self) -> None:
+        self._dir: Path | None = None
+        self._paths: dict[str, Path] = {}
+        self._seen: dict[tuple[str, float, int], RoomObservation] = {}
+        self._lock = threading.Lock()
+        self._fault_locks: dict[tuple[str, float, int], threading.Lock] = {}
+
+    def path(self, fault: Fault) -> Path:
+        with self._lock:
+            if self._dir is None:
+                self._dir = Path(tempfile.mkdtemp(prefix="labctl-faults-"))
+                atexit.register(shutil.rmtree, self._dir, True)
+            if fault.name not in self._paths:
+                # The directory's name is the project's, as a learner's copy would be.
+                self._paths[fault.name] = fault.materialize(self._dir / fault.name / "clean_room")
+            return self._paths[fault.name]
+
+    def remember(self, fault: Fault, timeout_s: float, memory_mb: int, seen: RoomObservation):
+        with self._lock:
+            self._seen[(fault.name, timeout_s, memory_mb)] = seen
+
+    def observe(
+        self, fault: Fault, functions: Iterable[str], timeout_s: float, memory_mb: int
+    ) -> RoomObservation:
+        """The fault room observed on at least `functions` (cached; only the missing ones run)."""
+        key = (fault.name, timeout_s, memory_mb)
+        with self._lock:
+            lock = self._fault_locks.setdefault(key, threading.Lock())
+        with lock:
+            cached = self._seen.get(key)
+            wanted = tuple(functions)
+            missing = tuple(f for f in wanted if cached is None or f not in cached.runs)
+            if cached is not None and (not missing or not cached.loaded):
+                return cached
+            fresh = observe(self.path(fault), timeout_s, memory_mb, functions=missing)
+            if cached is not None:
+                cached.runs.update(fresh.runs)
+                fresh = cached
+            with self._lock:
+                self._seen[key] = fresh
+            return fresh
+
+
+ROOMS = FaultRooms()
+
+
+# --------------------------------------------------------------------------
+# Comparing behaviour
+# --------------------------------------------------------------------------
+
+
+def _same_value(function: str, fixture: fx.Fixture, a, b, probe: bool) -> bool:
+    reference = fx.reference_output(fixture)
+    if structure_problem(function, a, reference) or structure_problem(function, b, reference):
+        # Both malformed: the same malformation (types and shapes) counts as the same.
+        return _shape_signature(a) == _shape_signature(b)
+    for x, y, ref in zip(elements(a), elements(b), elements(reference), strict=True):
+        if x.dtype != y.dtype:
+            return False
+        tolerance = parity_tolerance(ref)
+        if probe and np.issubdtype(ref.dtype, np.floating):
+            tolerance = FLOAT32_DIAGNOSIS_RELATIVE * max(1.0, float(np.max(np.abs(ref))))
+        if not compare(x, y, tolerance).ok:
+            return False
+    return True
+
+
+def _shape_signature(value) -> object:
+    if isinstance(value, np.ndarray):
+        return ("array", value.shape, str(value.dtype))
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_shape_signature(v) for v in value))
+    return type(value).__name__
+
+
+def _same_outcome(function: str, fixture: fx.Fixture, a: Outcome, b: Outcome, probe: bool) -> bool:
+    if a.kind != b.kind or set(a.mutated) != set(b.mutated):
+        return False
+    if a.kind != "value":
+        return True
+    return _same_value(function, fixture, a.value, b.value, probe)
+
+
+def same_behaviour(function: str, a: FunctionRun | None, b: FunctionRun | None) -> bool:
+    """Two runs of `function` behave alike on the fixtures and probes: the same outcomes
+    (value, exception, timeout, crash), the same inputs edited, outputs equal within tolerance."""
+    if a is None or b is None:
+        return a is None and b is None
+    for fixture in fx.fixtures(function):
+        oa, ob = a.fixtures.get(fixture.name), b.fixtures.get(fixture.name)
+        if (oa is None) != (ob is None):
+            return False
+        if oa is not None and not _same_outcome(function, fixture, oa, ob, probe=False):
+            return False
+    for fixture in fx.probes(function):
+        oa, ob = a.probes.get(fixture.name), b.probes.get(fixture.name)
+        if (oa is None) != (ob is None):
+            return False
+        if oa is not None and not _same_outcome(function, fixture, oa, ob, probe=True):
+            return False
+    return True
+
+
+def _same_bad_input(a: FunctionRun | None, b: FunctionRun | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    names = set(a.bad) | set(b.bad)
+    return all(
+        name in a.bad
+        and name in b.bad
+        and a.bad[name].bad_input_class() == b.bad[name].bad_input_class()
+        for name in names
+    )
+
+
+def _failed_checks(results: list[CheckResult], function: str) -> set[str]:
+    return {r.name for r in results if r.function == function and r.failed}
+
+
+# Checks a fault is compared on only when they are among its own symptoms: a learner who
+# makes the same formula mistake may check arguments, or name a default, differently.
+SIDE_CHECKS = frozenset({"contract", "import-policy", "bad-input", "loads"})
+
+
+def matches(
+    function: str,
+    seen: RoomObservation,
+    results: list[CheckResult],
+    fault_seen: RoomObservation,
+) -> set[str] | None:
+    """Does the learner's `function` fail as it does in the fault's room?
+
+    The same checks fail among those the fixtures decide (runs, shape, dtype,
+    parity, finite, pure, rows-sum, causal), every fixture behaves alike, and
+    each of the fault's other symptoms (a signature deviation, an import
+    violation, an accepted bad input) is the learner's too. Returns the
+    learner's failing checks the fault does not explain (empty for an exact
+    match), or None when it does not match.
+    """
+    failed = _failed_checks(results, function)
+    fault_failed = _failed_checks(evaluate(fault_seen, (function,)), function)
+    if not fault_failed or (failed - SIDE_CHECKS) != (fault_failed - SIDE_CHECKS):
+        return None
+    side = fault_failed & SIDE_CHECKS
+    if not side <= failed:
+        return None
+    if "import-policy" in side and {v.what for v in seen.violations if v.function == function} != {
+        v.what for v in fault_seen.violations if v.function == function
+    }:
+        return None
+    if "contract" in side and {d.message for d in seen.deviations if d.function == function} != {
+        d.message for d in fault_seen.deviations if d.function == function
+    }:
+        return None
+    learner_run, fault_run = seen.runs.get(function), fault_seen.runs.get(function)
+    if "bad-input" in side and not _same_bad_input(learner_run, fault_run):
+        return None
+    if not same_behaviour(function, learner_run, fault_run):
+        return None
+    return failed - fault_failed
+
+
+# --------------------------------------------------------------------------
+# Localising and naming
+# --------------------------------------------------------------------------
+
+
+def transitive_dependencies(function: str) -> list[str]:
+    """The functions `function` is built on, nearest first, each once."""
+    order: list[str] = []
+    frontier = list(fx.DEPENDS.get(function, ()))
+    while frontier:
+        name = frontier.pop(0)
+        if name not in order:
+            order.append(name)
+            frontier.extend(fx.DEPENDS.get(name, ()))
+    return order
+
+
+def failure_chain(function: str, broken: set[str]) -> tuple[str, ...]:
+    """function -> its first broken dependency -> that one's first broken dependency ..."""
+    chain = [function]
+    while True:
+        nxt = next((d for d in fx.DEPENDS.get(chain[-1], ()) if d in broken), None)
+        if nxt is None or nxt in chain:
+            return tuple(chain)
+        chain.append(nxt)
+
+
+def describe(fault: Fault, function: str) -> str:
+    where = "" if fault.function == function else f" (a fault of {fault.function}, inlined here)"
+    return (
+        f"{function}: matches fault `{fault.name}`{where}: {fault.description}; see {fault.course}"
+    )
+
+
+def _prefetch(
+    rooms: FaultRooms, group: list[Fault], function: str, timeout_s: float, memory_mb: int
+) -> None:
+    if len(group) < 2:
+        return
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(lambda f: rooms.observe(f, (function,), timeout_s, memory_mb), group))
+
+
+def diagnose(
+    seen: RoomObservation,
+    results: list[CheckResult],
+    timeout_s: float,
+    memory_mb: int,
+    rooms: FaultRooms | None = None,
+) -> list[Diagnosis]:
+    """A diagnosis line for each failing function (and one for a clean room that does not load)."""
+    rooms = rooms or ROOMS
+    found: list[Diagnosis] = []
+    if seen.status == "unloadable":
+        found.append(
+            Diagnosis(
+                seen.load_error.function if seen.load_error else "(package)",
+                "load",
+                f"the clean room {seen.message}",
+            )
+        )
+    failing = failing_functions(results)
+    broken = {
+        r.function for r in results if r.failed and r.name in LOCALISING and r.function in failing
+    }
+    fault_timeout = min(timeout_s, DIAGNOSIS_TIMEOUT_S)
+    plans: list[tuple[str, list[Fault], list[Fault]]] = []
+    for function in failing:
+        run = seen.runs.get(function)
+        if run is not None and run.not_implemented:
+            found.append(Diagnosis(function, "not-implemented", f"{function}: not implemented yet"))
+            continue
+        if run is not None and any(o.kind == "missing" for o in run.fixtures.values()):
+            found.append(
+                Diagnosis(function, "missing", f"{function}: the package does not expose it")
+            )
+            continue
+        chain = failure_chain(function, broken)
+        if len(chain) > 1:
+            steps = ", which fails because ".join(f"{b} fails" for b in chain[1:])
+            found.append(
+                Diagnosis(
+                    function,
+                    "dependency",
+                    f"{function} fails because {steps}: it is built on it; fix {chain[-1]} first",
+                    chain=chain,
+                )
+            )
+            continue
+        own = [f for f in catalogue.CATALOGUE if f.function == function]
+        deps = set(transitive_dependencies(function))
+        inlined = [f for f in catalogue.CATALOGUE if f.function in deps]
+        plans.append((function, own, inlined))
+    for function, own, inlined in plans:
+        hits: list[tuple[Fault, set[str]]] = []
+        for group in (own, inlined):
+            # Observe this group's fault rooms a few at a time (each is its own process).
+            _prefetch(rooms, group, function, fault_timeout, memory_mb)
+            for fault in group:
+                fault_seen = rooms.observe(fault, (function,), fault_timeout, memory_mb)
+                extra = matches(function, seen, results, fault_seen)
+                if extra is not None:
+                    hits.append((fault, extra))
+            if hits:
+                break
+        if hits:
+            # An exact match first, then the one that leaves the fewest failures unexplained.
+            hits.sort(key=lambda hit: len(hit[1]))
+            first, extra = hits[0]
+            message = describe(first, function)
+            if extra:
+                message += f" (it also fails {', '.join(sorted(extra))})"
+            if len(hits) > 1:
+                others = ", ".join(f"`{h.name}`" for h, _ in hits[1:])
+                message += f" (also matches {others})"
+            found.append(
+                Diagnosis(function, "fault", message, first.name, first.function, first.course)
+            )
+        else:
+            failed = sorted(_failed_checks(results, function))
+            found.append(
+                Diagnosis(
+                    function,
+                    "unmatched",
+                    f"{function}: fails {', '.join(failed)}; no catalogued fault matches it",
+                )
+            )
+    # Root causes first, then what they explain, each in contract order.
+    order = {name: i for i, name in enumerate(contract.function_names())}
+    return sorted(found, key=lambda d: (d.kind == "dependency", order.get(d.function, -1)))

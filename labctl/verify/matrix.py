@@ -1,0 +1,349 @@
+"""`labctl faults`: every check against every catalogued fault, and the matrix it makes.
+
+Each fault of `labctl.faults.CATALOGUE` is materialized as a faulty copy of the
+project's clean room and verified like a learner's, each in its own worker
+process. The matrix says which checks catch which fault. It proves the checks
+both ways: every fault must be caught by at least one check (else the
+catalogue has a blind spot), and every check must catch at least one fault
+(a check that can never fail is a defect), except a check whose docstring
+justifies it (`JUSTIFIED`). The project's clean room runs first as the
+baseline: it must pass every check, so a catch is never a false alarm. Each
+faulty room must also fail at the fault's own function and be diagnosed there
+by the fault's name. The matrix is kept as evidence.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import labctl
+from labctl import contract, faults
+from labctl.evidence.environment import environment, head_commit, now_iso, project_root
+from labctl.evidence.models import Artifact, EvidenceRecord, LabctlInfo, MetricRecord
+from labctl.evidence.store import EvidenceStore, record_stem
+from labctl.faults import Fault
+from labctl.sandbox import DEFAULT_MEMORY_MB
+from labctl.verify import fixtures as fx
+from labctl.verify.checks import (
+    CHECK_NAMES,
+    JUSTIFIED,
+    TOLERANCE_VERSION,
+    CheckResult,
+    evaluate,
+)
+from labctl.verify.diagnosis import ROOMS, Diagnosis, diagnose
+from labctl.verify.observe import observe
+from labctl.verify.verify import finite
+
+MODULE_ID = "fault-matrix"
+DEFAULT_OUT = Path("evidence/faults")
+DEFAULT_TIMEOUT_S = 2.0  # the hang fault is stopped after this; every other call takes ms
+CAUGHT, PASSED, NOT_RUN = "caught", "pass", "not-run"
+
+
+@dataclass
+class FaultRow:
+    fault: Fault | None
+    cells: dict[str, str]
+    failing_functions: list[str]
+    diagnosis: list[Diagnosis]
+    failures: list[str]
+    wall_time_s: float
+
+    @property
+    def name(self) -> str:
+        return self.fault.name if self.fault else "(none: the project's clean room)"
+
+    @property
+    def caught_by(self) -> list[str]:
+        return [name for name in CHECK_NAMES if self.cells.get(name) == CAUGHT]
+
+    @property
+    def fails_at_function(self) -> bool:
+        return self.fault is not None and self.fault.function in self.failing_functions
+
+    @property
+    def diagnosed_as(self) -> str | None:
+        """The fault the diagnosis names at the fault's own function, if any."""
+        if self.fault is None:
+            return None
+        for d in self.diagnosis:
+            if d.function == self.fault.function and d.kind == "fault":
+                return d.fault
+        return None
+
+    def to_json(self) -> dict:
+        data = {
+            "name": self.name,
+            "cells": self.cells,
+            "caught_by": self.caught_by,
+            "failing_functions": self.failing_functions,
+            "wall_time_s": round(self.wall_time_s, 3),
+        }
+        if self.fault is not None:
+            data.update(
+                function=self.fault.function,
+                signal=self.fault.signal,
+                description=self.fault.description,
+                course=self.fault.course,
+                fails_at_function=self.fails_at_function,
+                diagnosed_as=self.diagnosed_as,
+                diagnosis=[d.message for d in self.diagnosis if d.function == self.fault.function],
+            )
+        else:
+            data["failures"] = self.failures
+        return data
+
+
+@dataclass
+class FaultMatrix:
+    baseline: FaultRow
+    rows: list[FaultRow]
+    timeout_s: float
+    wall_time_s: float = 0.0
+    records: list[Path] = field(default_factory=list)
+
+    def uncaught(self) -> list[str]:
+        return [r.name for r in self.rows if not r.caught_by]
+
+    def unproven(self) -> list[str]:
+        """Checks no fault makes fail, justified ones excepted."""
+        return [
+            name
+            for name in CHECK_NAMES
+            if name not in JUSTIFIED and not any(r.cells.get(name) == CAUGHT for r in self.rows)
+        ]
+
+    def misplaced(self) -> list[str]:
+        return [r.name for r in self.rows if not r.fails_at_function]
+
+    def undiagnosed(self) -> list[str]:
+        return [r.name for r in self.rows if r.diagnosed_as != r.name]
+
+    def signals_missed(self) -> list[str]:
+        return [r.name for r in self.rows if r.cells.get(r.fault.signal) != CAUGHT]
+
+    @property
+    def passed(self) -> bool:
+        return not (
+            self.baseline.failures
+            or self.uncaught()
+            or self.unproven()
+            or self.misplaced()
+            or self.undiagnosed()
+            or self.signals_missed()
+        )
+
+    def problems(self) -> list[str]:
+        found = [f"baseline: {f}" for f in self.baseline.failures]
+        found += [f"fault {n}: no check catches it" for n in self.uncaught()]
+        found += [f"check {n}: catches no fault and is not justified" for n in self.unproven()]
+        found += [f"fault {n}: verify does not fail at its function" for n in self.misplaced()]
+        found += [f"fault {n}: not diagnosed by its name" for n in self.undiagnosed()]
+        found += [f"fault {n}: its signal check does not catch it" for n in self.signals_missed()]
+        return found
+
+    def to_json(self, relative: Callable[[Path], str] = str) -> dict:
+        return {
+            "passed": self.passed,
+            "checks": list(CHECK_NAMES),
+            "justified": JUSTIFIED,
+            "tolerances": TOLERANCE_VERSION,
+            "fixtures": fx.FIXTURES_VERSION,
+            "timeout_s": self.timeout_s,
+            "baseline": self.baseline.to_json(),
+            "faults": [r.to_json() for r in self.rows],
+            "uncaught": self.uncaught(),
+            "unproven": self.unproven(),
+            "problems": self.problems(),
+            "wall_time_s": round(self.wall_time_s, 3),
+            "records": [relative(p) for p in self.records],
+        }
+
+    def csv_text(self) -> str:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["fault", "function", "signal", *CHECK_NAMES, "diagnosed_as"])
+        for row in [self.baseline, *self.rows]:
+            fault = row.fault
+            writer.writerow(
+                [
+                    row.name,
+                    fault.function if fault else "",
+                    fault.signal if fault else "",
+                    *(row.cells.get(name, "") for name in CHECK_NAMES),
+                    row.diagnosed_as or "",
+                ]
+            )
+        return buffer.getvalue()
+
+
+def _cells(results: list[CheckResult]) -> dict[str, str]:
+    cells = {}
+    for name in CHECK_NAMES:
+        mine = [r for r in results if r.name == name]
+        if any(r.failed for r in mine):
+            cells[name] = CAUGHT
+        elif any(r.passed for r in mine):
+            cells[name] = PASSED
+        else:
+            cells[name] = NOT_RUN
+    return cells
+
+
+def _row(fault: Fault | None, path: Path, timeout_s: float, memory_mb: int) -> tuple:
+    start = time.perf_counter()
+    seen = observe(path, timeout_s, memory_mb)
+    if fault is not None:
+        ROOMS.remember(fault, timeout_s, memory_mb, seen)
+    return seen, evaluate(seen), time.perf_counter() - start
+
+
+def build_matrix(
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    memory_mb: int = DEFAULT_MEMORY_MB,
+    out: Path | None = DEFAULT_OUT,
+    progress: Callable[[str, int, int], None] | None = None,
+    workers: int | None = None,
+) -> FaultMatrix:
+    """Verify the project's clean room and every catalogued fault; diagnose; keep the matrix."""
+    start = time.perf_counter()
+    contract.verify_pin()
+    fx.warm_reference(contract.function_names())
+    catalogue = list(faults.CATALOGUE)
+    paths = [ROOMS.path(f) for f in catalogue]
+    seen, results, elapsed = _row(None, faults.project_clean_room(), timeout_s, memory_mb)
+    baseline = FaultRow(
+        None,
+        _cells(results),
+        sorted({r.function for r in results if r.failed}),
+        [],
+        [f"{r.function} {r.name}: {r.message}" for r in results if not r.passed],
+        elapsed,
+    )
+    done = 0
+
+    def one(item: tuple[Fault, Path]):
+        nonlocal done
+        fault, path = item
+        outcome = _row(fault, path, timeout_s, memory_mb)
+        done += 1
+        if progress:
+            progress(fault.name, done, len(catalogue))
+        return outcome
+
+    pool_size = workers or max(2, min(4, os.cpu_count() or 2))
+    with ThreadPoolExecutor(max_workers=pool_size) as pool:
+        observed = list(pool.map(one, zip(catalogue, paths, strict=True)))
+    rows = []
+    for fault, (seen, results, elapsed) in zip(catalogue, observed, strict=True):
+        diagnosis = diagnose(seen, results, timeout_s, memory_mb)
+        rows.append(
+            FaultRow(
+                fault,
+                _cells(results),
+                [
+                    f
+                    for f in contract.function_names()
+                    if any(r.failed and r.function == f for r in results)
+                ],
+                diagnosis,
+                [],
+                elapsed,
+            )
+        )
+    matrix = FaultMatrix(baseline, rows, timeout_s)
+    matrix.wall_time_s = time.perf_counter() - start
+    if out is not None:
+        write_evidence(matrix, out)
+    return matrix
+
+
+def write_evidence(matrix: FaultMatrix, out: Path) -> None:
+    """The matrix as CSV and JSON artifacts, and a learn-llm.evidence.v1 record pointing at them."""
+    from labctl.runner import LICENSES
+
+    store = EvidenceStore(out.parent)
+    folder = Path(out.name)
+    stem = record_stem(0)
+    root = project_root()
+    csv_data = matrix.csv_text().encode("utf-8")
+    csv_path = store.write_artifact(folder, f"{stem}-matrix.csv", csv_data)
+    json_data = (
+        json.dumps(
+            finite(matrix.to_json(lambda p: os.path.relpath(p, store.root))),
+            indent=2,
+            ensure_ascii=False,
+            allow_nan=False,
+        )
+        + "\n"
+    ).encode("utf-8")
+    json_path = store.write_artifact(folder, f"{stem}-matrix.json", json_data)
+    artifacts = [
+        Artifact(path=os.path.relpath(p.resolve(), root), sha256=hashlib.sha256(d).hexdigest())
+        for p, d in ((csv_path, csv_data), (json_path, json_data))
+    ]
+
+    def metric(name: str, expected: str, actual: int, ok: bool) -> MetricRecord:
+        return MetricRecord(
+            name=name, expected=expected, actual=float(actual), passed=ok, unit="count"
+        )
+
+    rows = matrix.rows
+    metrics = [
+        metric("faults_total", ">=12", len(rows), len(rows) >= 12),
+        metric("faults_uncaught", "==0", len(matrix.uncaught()), not matrix.uncaught()),
+        metric("checks_unproven", "==0", len(matrix.unproven()), not matrix.unproven()),
+        metric("faults_undiagnosed", "==0", len(matrix.undiagnosed()), not matrix.undiagnosed()),
+        metric(
+            "baseline_failed_checks",
+            "==0",
+            len(matrix.baseline.failures),
+            not matrix.baseline.failures,
+        ),
+    ]
+    commit = head_commit()
+    verified_at = now_iso()
+    record = EvidenceRecord(
+        schema="learn-llm.evidence.v1",
+        module=MODULE_ID,
+        commit=commit.sha,
+        commit_dirty=commit.dirty,
+        verified_at=verified_at,
+        environment=environment(),
+        seed=fx.SEED,
+        commands=[f"labctl faults --timeout {matrix.timeout_s:g}"],
+        metrics=metrics,
+        artifacts=artifacts,
+        cost={"gross_usd": 0.0, "credit_usd": 0.0},
+        licenses=LICENSES,
+        known_failures=matrix.problems(),
+        labctl=LabctlInfo(
+            version=labctl.__version__,
+            contract_id=contract.CONTRACT_ID,
+            contract_sha256=contract.CONTRACT_V1_SHA256,
+            tolerances=TOLERANCE_VERSION,
+            impl="clean-room",
+            passed=matrix.passed,
+            wall_time_s=round(matrix.wall_time_s, 3),
+        ),
+    )
+    paths = store.write_record(folder, stem, record)
+    matrix.records = [*paths, csv_path, json_path]
+    store.point_manifest(
+        MODULE_ID,
+        {
+            "record": store.relative(paths[1]),
+            "verified_at": verified_at,
+            "passed": matrix.passed,
+        },
+    )

@@ -1,0 +1,344 @@
+"""Run a clean room on the fixtures and record what happened, without judging it.
+
+Everything the checks need is gathered here, in one pass, behind the sandbox:
+the static import scan, the load (in a worker process with the runtime guard),
+the signatures, and every call of every fixture with its outcome (a value,
+an exception, a timeout, a crash), its compute time and the inputs it edited
+in place. The checks (`labctl.verify.checks`) then read this record; the
+diagnosis compares two such records. Nothing here can be broken by a
+clean room: its failures become outcomes.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labctl import contract, guard
+from labctl.errors import CallError, CleanRoomError, ImportPolicyError, LabctlError
+from labctl.sandbox import CleanRoom
+from labctl.verify import fixtures as fx
+
+PACKAGE = "(package)"
+
+# Exception names that are ValueError or TypeError: the builtins' own subclasses
+# and numpy's. A class the clean room defines itself is taken on trust.
+_ACCEPTED_BAD_INPUT = {"ValueError", "TypeError", "AxisError", "UnicodeError"}
+
+
+@dataclass
+class Outcome:
+    """What one call did."""
+
+    kind: str  # value | exception | not-implemented | timeout | crash | missing | skipped
+    value: Any = None
+    message: str = ""
+    exc_type: str | None = None
+    where: str | None = None
+    mutated: tuple[str, ...] = ()
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == "value"
+
+    def describe(self) -> str:
+        """One phrase for a learner: what went wrong with this call."""
+        at = f" at {self.where}" if self.where else ""
+        if self.kind == "not-implemented":
+            return "not implemented (raises NotImplementedError)"
+        if self.kind == "exception":
+            return f"raised {self.exc_type}: {self.message}{at}"
+        if self.kind == "timeout":
+            return self.message or "did not return in time (stopped)"
+        if self.kind == "crash":
+            return f"crashed: {self.message}"
+        if self.kind == "missing":
+            return "not exposed by the package"
+        if self.kind == "skipped":
+            return self.message or "not run"
+        return "returned"
+
+    def bad_input_class(self) -> str:
+        """How a Bad input call ended: refused (as asked), returned, or something else."""
+        if self.kind == "exception":
+            return "refused" if accepted_refusal(self.exc_type) else "wrong-exception"
+        return {"value": "returned"}.get(self.kind, self.kind)
+
+
+def accepted_refusal(exc_type: str | None) -> bool:
+    """ValueError or TypeError (or a subclass we can tell, or the clean room's own class)."""
+    if exc_type is None:
+        return False
+    if exc_type in _ACCEPTED_BAD_INPUT:
+        return True
+    import builtins
+
+    known = getattr(builtins, exc_type, None)
+    if isinstance(known, type) and issubclass(known, BaseException):
+        return issubclass(known, (ValueError, TypeError))
+    # Not a builtin: a class of the clean room's own (ShapeError(ValueError), ...).
+    return exc_type != "ForbiddenImport"
+
+
+@dataclass
+class FunctionRun:
+    """Every call of one function: fixtures, float32 probes, causal variants, bad input."""
+
+    function: str
+    fixtures: dict[str, Outcome] = field(default_factory=dict)
+    probes: dict[str, Outcome] = field(default_factory=dict)
+    causal: dict[int, Outcome] = field(default_factory=dict)
+    bad: dict[str, Outcome] = field(default_factory=dict)
+    timed_out: bool = False
+    elapsed_s: float = 0.0
+
+    def outcomes(self) -> list[Outcome]:
+        return [
+            *self.fixtures.values(),
+            *self.probes.values(),
+            *self.causal.values(),
+            *self.bad.values(),
+        ]
+
+    @property
+    def not_implemented(self) -> bool:
+        """Every fixture raised NotImplementedError (a fresh stub)."""
+        calls = [*self.fixtures.values(), *self.probes.values()]
+        return bool(calls) and all(o.kind == "not-implemented" for o in calls)
+
+
+@dataclass(frozen=True)
+class Located:
+    """An import-policy violation or a load error, with the function it sits in (if any)."""
+
+    where: str
+    what: str
+    function: str = PACKAGE
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}"
+
+
+@dataclass
+class RoomObservation:
+    """One clean room, observed: load status, violations, signature deviations, calls."""
+
+    root: Path
+    status: str = "loaded"  # loaded | refused | unloadable
+    message: str = ""
+    load_error: Located | None = None
+    violations: list[Located] = field(default_factory=list)
+    deviations: list[contract.Deviation] = field(default_factory=list)
+    files_scanned: int = 0
+    runs: dict[str, FunctionRun] = field(default_factory=dict)
+
+    @property
+    def loaded(self) -> bool:
+        return self.status == "loaded"
+
+
+# --------------------------------------------------------------------------
+# Where in the source: file:line -> the contract function it sits in
+# --------------------------------------------------------------------------
+
+_WHERE = re.compile(r"^(?P<file>.+?\.py):(?P<line>\d+)$")
+_SYNTAX = re.compile(r"syntax error in (?P<where>\S+?\.py:\d+)")
+
+
+def _file_of(root: Path, where: str) -> tuple[Path, int] | None:
+    match = _WHERE.match(where)
+    if not match:
+        return None
+    shown, line = match["file"], int(match["line"])
+    # `where` is "<package dir name>/<path inside it>.py".
+    relative = shown.split("/", 1)[1] if "/" in shown else shown
+    path = root / relative
+    return (path, line) if path.is_file() else None
+
+
+def function_at(root: Path, where: str) -> str:
+    """The contract function whose body holds `where` (dir/file.py:LINE), else PACKAGE."""
+    found = _file_of(root, where)
+    if found is None:
+        return PACKAGE
+    path, line = found
+    names = set(contract.function_names())
+    text = path.read_text("utf-8", errors="replace")
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        # No tree to read: the nearest `def` above the line, at the left margin.
+        for source_line in reversed(text.splitlines()[:line]):
+            match = re.match(r"def\s+(\w+)\s*\(", source_line)
+            if match:
+                return match[1] if match[1] in names else PACKAGE
+        return PACKAGE
+    best = PACKAGE
+    best_span = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
+            end = getattr(node, "end_lineno", node.lineno)
+            if node.lineno <= line <= end:
+                span = end - node.lineno
+                if best_span is None or span < best_span:
+                    best, best_span = node.name, span
+    return best
+
+
+def _located(root: Path, text: str) -> Located:
+    """'dir/file.py:12: imports torch' -> Located(where, what, function)."""
+    where, _, what = text.partition(": ")
+    return Located(where, what, function_at(root, where))
+
+
+# --------------------------------------------------------------------------
+# Calling
+# --------------------------------------------------------------------------
+
+_RAISED = re.compile(r"^raised (?P<type>[\w.]+): (?P<message>.*)$", re.S)
+
+
+def call(room: CleanRoom, name: str, args: tuple, kwargs: dict) -> Outcome:
+    """One call through the sandbox; every failure of the clean room becomes an Outcome."""
+    try:
+        result = room.invoke(name, *args, **kwargs)
+    except CallError as exc:
+        return _failed(name, exc)
+    except LabctlError as exc:
+        # The worker could not be restarted (the clean room no longer loads, say).
+        return Outcome("crash", message=str(exc))
+    return Outcome(
+        "value", value=result.value, mutated=tuple(result.mutated), elapsed_s=result.elapsed_s
+    )
+
+
+def _failed(name: str, exc: CallError) -> Outcome:
+    text = str(exc)
+    prefix = f"{exc.function}: "
+    body = text[len(prefix) :] if text.startswith(prefix) else text
+    if exc.where and body.endswith(f" at {exc.where}"):
+        body = body[: -len(f" at {exc.where}")]
+    if exc.kind == "exception":
+        match = _RAISED.match(body)
+        exc_type = match["type"] if match else "Exception"
+        message = match["message"] if match else body
+        kind = "not-implemented" if exc_type == "NotImplementedError" else "exception"
+        return Outcome(kind, message=message, exc_type=exc_type, where=exc.where)
+    if exc.kind == "timeout":
+        return Outcome("timeout", message=f"did not return: {body}")
+    if exc.kind == "missing":
+        return Outcome("missing", message=body)
+    return Outcome("crash", message=body)
+
+
+def run_function(room: CleanRoom, function: str, timed_out: set[str]) -> FunctionRun:
+    """Every call `function` needs; after a timeout its remaining calls are skipped.
+
+    `timed_out` holds the functions that have hung in this room so far: a
+    function that hung once is not called again, so a hanging clean room costs
+    one timeout per function, not one per fixture.
+    """
+    run = FunctionRun(function)
+
+    def one(args: tuple, kwargs: dict) -> Outcome:
+        if function in timed_out:
+            return Outcome("skipped", message="not run: it timed out on an earlier fixture")
+        outcome = call(room, function, args, kwargs)
+        run.elapsed_s += outcome.elapsed_s
+        if outcome.kind == "timeout":
+            timed_out.add(function)
+            run.timed_out = True
+        return outcome
+
+    for fixture in fx.fixtures(function):
+        run.fixtures[fixture.name] = one(*fixture.call())
+    for fixture in fx.probes(function):
+        run.probes[fixture.name] = one(*fixture.call())
+    implemented = not run.not_implemented and not any(
+        o.kind == "missing" for o in run.fixtures.values()
+    )
+    if implemented and function in fx.CAUSAL_FUNCTIONS:
+        for t, fixture in fx.causal_variants(function):
+            run.causal[t] = one(*fixture.call())
+    if implemented:
+        for case in fx.bad_cases(function):
+            run.bad[case.name] = one(*case.call())
+    return run
+
+
+# --------------------------------------------------------------------------
+# Observing a whole clean room
+# --------------------------------------------------------------------------
+
+
+def observe(
+    root: Path,
+    timeout_s: float,
+    memory_mb: int,
+    functions: tuple[str, ...] | None = None,
+    with_room: Callable[[CleanRoom], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> RoomObservation:
+    """Scan, load and run the clean room at `root` (already resolved).
+
+    `functions` limits the calls to some contract functions (the diagnosis
+    needs only the failing ones); `with_room`, if given, is called with the
+    loaded room before it is closed (verify measures the course's metrics
+    there).
+    """
+    seen = RoomObservation(root)
+    files = [p for p in root.rglob("*.py") if "__pycache__" not in p.parts]
+    seen.files_scanned = len(files)
+    # Syntax errors are the loader's to report (a stray file that is never
+    # imported does not stop a load); everything else the scan finds is a refusal.
+    found = [v for v in guard.scan(root) if not v.what.startswith("syntax error")]
+    if found:
+        seen.violations = [Located(v.where, v.what, function_at(root, v.where)) for v in found]
+        seen.status = "refused"
+        seen.message = (
+            f"refused: {root.name} breaks the import policy (the standard library and numpy "
+            f"only): {'; '.join(str(v) for v in seen.violations)}"
+        )
+        return seen
+    try:
+        room = CleanRoom(root, timeout_s=timeout_s, memory_mb=memory_mb, guard=True)
+    except ImportPolicyError as exc:
+        text = str(exc).partition("breaks the import policy: ")[2]
+        seen.violations = [_located(root, part) for part in text.split("; ") if part]
+        seen.status = "refused"
+        seen.message = f"refused: {exc}"
+        return seen
+    except CleanRoomError as exc:
+        seen.status = "unloadable"
+        seen.message = f"does not load: {exc}"
+        match = _SYNTAX.search(str(exc))
+        where = match["where"] if match else ""
+        seen.load_error = Located(where, str(exc), function_at(root, where) if where else PACKAGE)
+        return seen
+    except CallError as exc:
+        seen.status = "unloadable"
+        seen.message = f"does not load: {exc}"
+        seen.load_error = Located("", str(exc))
+        return seen
+    with room:
+        seen.deviations = contract.check_signatures(room.signatures)
+        timed_out: set[str] = set()
+        for function in functions or contract.function_names():
+            if progress:
+                progress(function)
+            before = len(room.violations)
+            seen.runs[function] = run_function(room, function, timed_out)
+            for text in room.violations[before:]:
+                located = _located(root, text)
+                if located.function == PACKAGE:
+                    located = Located(located.where, located.what, function)
+                if located not in seen.violations:
+                    seen.violations.append(located)
+        if with_room is not None:
+            with_room(room)
+    return seen

@@ -1,0 +1,440 @@
+"""`labctl verify clean-room`: the checks pass honest clean rooms and name what is wrong.
+
+A clean room that is right must pass, whoever wrote it: the project's own, and
+a second one written here from contract v1 alone in another style (einsum,
+complex RoPE, np.triu masks, a -inf-safe softmax by another route), which
+proves the fixtures follow the contract and not the project's quirks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from labctl import contract, wire
+from labctl.evidence.models import EvidenceRecord
+from labctl.faults import project_clean_room
+from labctl.verify import checks
+from labctl.verify import fixtures as fx
+from labctl.verify.verify import read_history, verify_clean_room
+
+ALT_ROOM = '''
+"""A second clean room, written from contract v1 alone, in another style than the project's."""
+
+import math
+
+import numpy as np
+
+
+def _need(ok, arg, message):
+    if not ok:
+        raise ValueError(f"{arg}: {message}")
+
+
+def _ftype(a):
+    return np.float32 if np.asarray(a).dtype == np.float32 else np.float64
+
+
+def softmax(x, axis=-1):
+    x = np.asarray(x)
+    top = np.max(x, axis=axis, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    shifted = np.exp(x - top)
+    total = shifted.sum(axis=axis, keepdims=True)
+    return (shifted / np.where(total == 0, 1.0, total)).astype(_ftype(x))
+
+
+def causal_mask(t_q, t_k=None):
+    t_k = t_q if t_k is None else t_k
+    return np.triu(np.ones((t_q, t_k), dtype=bool), k=t_k - t_q + 1)
+
+
+def sliding_window_mask(t_q, window, t_k=None):
+    _need(window >= 1, "window", "must be >= 1")
+    t_k = t_q if t_k is None else t_k
+    return causal_mask(t_q, t_k) | np.tril(np.ones((t_q, t_k), dtype=bool), k=t_k - t_q - window)
+
+
+def padding_mask(lengths, t):
+    return np.arange(t).reshape(1, 1, 1, t) >= np.asarray(lengths).reshape(-1, 1, 1, 1)
+
+
+def repeat_kv(x, n_rep):
+    x = np.asarray(x)
+    return x[:, np.arange(x.shape[1] * n_rep) // n_rep]
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
+    q, k, v = (np.asarray(a) for a in (q, k, v))
+    _need(q.shape[0] == k.shape[0] == v.shape[0], "k", "batch sizes differ")
+    _need(q.shape[3] == k.shape[3], "k", "head widths differ")
+    _need(q.shape[1] % k.shape[1] == 0, "k", "H % Hkv != 0")
+    k, v = repeat_kv(k, q.shape[1] // k.shape[1]), repeat_kv(v, q.shape[1] // k.shape[1])
+    s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = np.einsum("bhqd,bhkd->bhqk", q, k) * s
+    if mask is not None:
+        scores = np.where(np.asarray(mask), -np.inf, scores)
+    w = softmax(scores, -1)
+    return np.einsum("bhqk,bhkd->bhqd", w, v).astype(_ftype(q)), w.astype(_ftype(q))
+
+
+def split_heads(x, n_heads):
+    B, T, C = np.shape(x)
+    _need(C % n_heads == 0, "n_heads", "does not divide C")
+    return np.asarray(x).reshape(B, T, n_heads, C // n_heads).transpose(0, 2, 1, 3).copy()
+
+
+def merge_heads(x):
+    B, H, T, D = np.shape(x)
+    return np.asarray(x).transpose(0, 2, 1, 3).reshape(B, T, H * D)
+
+
+def rope(x, positions, theta=10000.0):
+    x = np.asarray(x)
+    D = x.shape[-1]
+    _need(D % 2 == 0, "x", "odd head width")
+    freq = 1.0 / theta ** (np.arange(0, D, 2) / D)
+    turn = np.exp(1j * np.outer(np.asarray(positions, dtype=np.float64), freq))
+    rotated = (x[..., 0::2] + 1j * x[..., 1::2]) * turn
+    return np.stack([rotated.real, rotated.imag], axis=-1).reshape(x.shape).astype(x.dtype)
+
+
+def sinusoidal_positions(seq_len, d_model):
+    pe = np.zeros((seq_len, d_model))
+    for col in range(d_model):
+        angle = np.arange(seq_len) / 10000.0 ** ((col - col % 2) / d_model)
+        pe[:, col] = np.sin(angle) if col % 2 == 0 else np.cos(angle)
+    return pe
+
+
+def rms_norm(x, weight, eps=1e-6):
+    x = np.asarray(x)
+    return (x * (1.0 / np.sqrt((x**2).mean(-1, keepdims=True) + eps)) * weight).astype(x.dtype)
+
+
+def layer_norm(x, weight, bias, eps=1e-5):
+    x = np.asarray(x)
+    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    return ((x - mu) / np.sqrt(var + eps) * weight + bias).astype(x.dtype)
+
+
+def relu_ffn(x, w1, b1, w2, b2):
+    x = np.asarray(x)
+    return (np.maximum(0, x @ w1 + b1) @ w2 + b2).astype(x.dtype)
+
+
+def swiglu_ffn(x, w_gate, w_up, w_down):
+    x = np.asarray(x)
+    g = x @ w_gate
+    return (((g / (1.0 + np.exp(-g))) * (x @ w_up)) @ w_down).astype(x.dtype)
+
+
+def _heads(C, n_heads, n_kv_heads, rope_theta, window):
+    kv = n_heads if n_kv_heads is None else n_kv_heads
+    _need(C % n_heads == 0, "n_heads", "does not divide C")
+    _need(n_heads % kv == 0, "n_kv_heads", "does not divide n_heads")
+    _need(rope_theta is None or (C // n_heads) % 2 == 0, "n_heads", "odd D with RoPE")
+    _need(window is None or window >= 1, "window", "must be >= 1")
+    return kv
+
+
+def _attend(x, past_k, past_v, w, n_heads, kv, causal, window, rope_theta):
+    wq, wk, wv, wo = (np.asarray(a, dtype=x.dtype) for a in w)
+    T, Tp = x.shape[1], 0 if past_k is None else past_k.shape[2]
+    q, k, v = split_heads(x @ wq, n_heads), split_heads(x @ wk, kv), split_heads(x @ wv, kv)
+    if rope_theta is not None:
+        q, k = rope(q, np.arange(Tp, Tp + T), rope_theta), rope(k, np.arange(Tp, Tp + T), rope_theta)
+    if past_k is not None:
+        k = np.concatenate([np.asarray(past_k, dtype=x.dtype), k], axis=2)
+        v = np.concatenate([np.asarray(past_v, dtype=x.dtype), v], axis=2)
+    if window is not None:
+        mask = sliding_window_mask(T, window, Tp + T)
+    else:
+        mask = causal_mask(T, Tp + T) if causal else None
+    return merge_heads(scaled_dot_product_attention(q, k, v, mask)[0]) @ wo, k, v
+
+
+def multi_head_attention(x, wq, wk, wv, wo, n_heads, n_kv_heads=None, causal=True, window=None, rope_theta=None):
+    x = np.asarray(x)
+    kv = _heads(x.shape[2], n_heads, n_kv_heads, rope_theta, window)
+    return _attend(x, None, None, (wq, wk, wv, wo), n_heads, kv, causal, window, rope_theta)[0]
+
+
+def attention_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads=None, window=None, rope_theta=None):
+    x = np.asarray(x_new)
+    kv = _heads(x.shape[2], n_heads, n_kv_heads, rope_theta, window)
+    return _attend(x, past_k, past_v, (wq, wk, wv, wo), n_heads, kv, True, window, rope_theta)
+
+
+def tiled_attention(q, k, v, block_size, causal=True, scale=None):
+    q, k, v = (np.asarray(a) for a in (q, k, v))
+    _need(block_size >= 1, "block_size", "must be >= 1")
+    _need(q.shape[0] == k.shape[0] == v.shape[0], "k", "batch sizes differ")
+    _need(q.shape[1] % k.shape[1] == 0, "k", "H % Hkv != 0")
+    k, v = repeat_kv(k, q.shape[1] // k.shape[1]), repeat_kv(v, q.shape[1] // k.shape[1])
+    Tq, Tk = q.shape[2], k.shape[2]
+    s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    m = np.full(q.shape[:3] + (1,), -np.inf)
+    total = np.zeros(q.shape[:3] + (1,))
+    acc = np.zeros(q.shape[:3] + (v.shape[-1],))
+    rows = np.arange(Tq)[:, None] + (Tk - Tq)
+    for lo in range(0, Tk, block_size):
+        hi = min(lo + block_size, Tk)
+        sc = np.einsum("bhqd,bhkd->bhqk", q, k[:, :, lo:hi]) * s
+        if causal:
+            sc = np.where(np.arange(lo, hi)[None, :] > rows, -np.inf, sc)
+        m_new = np.maximum(m, sc.max(-1, keepdims=True))
+        base = np.where(np.isinf(m_new), 0.0, m_new)
+        p, corr = np.exp(sc - base), np.exp(m - base)
+        total = total * corr + p.sum(-1, keepdims=True)
+        acc = acc * corr + np.einsum("bhqk,bhkd->bhqd", p, v[:, :, lo:hi])
+        m = m_new
+    return np.where(total > 0, acc / np.where(total > 0, total, 1.0), 0.0).astype(_ftype(q))
+
+
+def transformer_block(x, params, n_heads, n_kv_heads=None, eps=1e-6, rope_theta=None, window=None):
+    p = params
+    h = x + multi_head_attention(rms_norm(x, p["norm1"], eps), p["wq"], p["wk"], p["wv"], p["wo"], n_heads, n_kv_heads, True, window, rope_theta)
+    return h + swiglu_ffn(rms_norm(h, p["norm2"], eps), p["w_gate"], p["w_up"], p["w_down"])
+
+
+def decoder_forward(token_ids, params, n_heads, n_kv_heads=None, eps=1e-6, positional="sinusoidal", rope_theta=10000.0, window=None):
+    embed, ids = np.asarray(params["embed"]), np.asarray(token_ids)
+    _need(embed.shape[1] % n_heads == 0, "n_heads", "does not divide C")
+    x = embed[ids]
+    if positional == "sinusoidal":
+        x = x + sinusoidal_positions(ids.shape[1], embed.shape[1]).astype(x.dtype)
+    for block in params["blocks"]:
+        x = transformer_block(x, block, n_heads, n_kv_heads, eps, rope_theta if positional == "rope" else None, window)
+    return rms_norm(x, params["final_norm"], eps) @ embed.T
+'''
+
+
+def write_room(root: Path, source: str) -> Path:
+    root.mkdir(parents=True)
+    (root / "__init__.py").write_text(textwrap.dedent(source), encoding="utf-8")
+    return root
+
+
+def statuses(report) -> dict[tuple[str, str], str]:
+    return {(c.function, c.name): c.status for c in report.checks}
+
+
+# --------------------------------------------------------------------------
+# Honest clean rooms pass
+# --------------------------------------------------------------------------
+
+
+def test_the_repos_clean_room_passes_every_check(tmp_path):
+    report = verify_clean_room(project_clean_room(), 20.0, out=tmp_path / "verify", measure=False)
+    failed = [f"{c.function} {c.name}: {c.message}" for c in report.checks if not c.passed]
+    assert report.passed, failed
+    assert report.diagnosis == []
+    names = {c.function for c in report.checks}
+    assert set(contract.function_names()) <= names
+    parity = [c for c in report.checks if c.name == "parity"]
+    assert len(parity) == 19
+    assert all(c.margin is not None and c.margin < 1e-3 for c in parity)
+    assert report.wall_time_s < 30
+
+
+def test_a_clean_room_written_from_the_contract_alone_passes(tmp_path):
+    room = write_room(tmp_path / "alt_room", ALT_ROOM)
+    report = verify_clean_room(room, 20.0, out=None, measure=False)
+    failed = [f"{c.function} {c.name}: {c.message}" for c in report.checks if not c.passed]
+    assert report.passed, failed
+
+
+def test_every_function_gets_every_applicable_check(tmp_path):
+    report = verify_clean_room(project_clean_room(), 20.0, out=None, measure=False)
+    seen = statuses(report)
+    for fn in contract.function_names():
+        for name in ("contract", "runs", "shape", "dtype", "parity"):
+            assert seen[(fn, name)] == "pass", (fn, name)
+    for fn in fx.CAUSAL_FUNCTIONS:
+        assert seen[(fn, "causal")] == "pass"
+    assert seen[("softmax", "rows-sum")] == "pass"
+    assert seen[("scaled_dot_product_attention", "rows-sum")] == "pass"
+    assert seen[("(package)", "loads")] == "pass"
+    assert seen[("(package)", "import-policy")] == "pass"
+    with_bad_input = {fn for (fn, name) in seen if name == "bad-input"}
+    assert with_bad_input == {fn for fn in contract.function_names() if fx.bad_cases(fn)}
+
+
+# --------------------------------------------------------------------------
+# Fixtures follow the contract
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("function", contract.function_names())
+def test_fixture_outputs_match_the_contracts_returns(function):
+    """Every reference output is finite and has as many arrays as the contract's returns."""
+    returns = next(f.returns for f in contract.functions() if f.name == function)
+    for fixture in (*fx.fixtures(function), *fx.probes(function)):
+        value = fx.reference_output(fixture)
+        arrays = checks.elements(value)
+        assert len(arrays) == len(fx.RETURNS[function])
+        for spec, array in zip(fx.RETURNS[function], arrays, strict=True):
+            assert spec in returns, (spec, returns)
+            if array.dtype != np.bool_:
+                assert np.all(np.isfinite(array)), (function, fixture.name)
+    import labctl.reference as reference
+
+    for case in fx.bad_cases(function):
+        args, kwargs = case.call()
+        with pytest.raises((ValueError, TypeError)):
+            getattr(reference, function)(*args, **kwargs)
+
+
+def test_fixtures_include_the_adversarial_cases():
+    names = {(f.function, f.name) for fn in contract.function_names() for f in fx.fixtures(fn)}
+    assert ("softmax", "large-logits") in names
+    assert ("softmax", "blocked-slices") in names
+    assert ("rope", "non-consecutive") in names
+    assert ("scaled_dot_product_attention", "gqa-tq<tk") in names
+    assert ("scaled_dot_product_attention", "mqa-padding") in names
+    assert ("causal_mask", "tq<tk") in names
+    large = fx.fixtures("softmax")[3].args[0]
+    assert np.max(np.abs(large)) > 1e3
+    positions = fx.fixtures("rope")[0].args[1]
+    assert positions.dtype == np.int64 and np.any(np.diff(positions) != 1)
+
+
+# --------------------------------------------------------------------------
+# Comparing: tolerance v1, NaN, shapes and types
+# --------------------------------------------------------------------------
+
+
+def test_parity_tolerance_v1_scales_with_the_output():
+    assert checks.parity_tolerance(np.ones(3)) == pytest.approx(1e-10)
+    assert checks.parity_tolerance(np.array([0.5, -2e3])) == pytest.approx(2e-7)
+    assert checks.parity_tolerance(np.array([True, False])) == 0.5
+    assert checks.TOLERANCE_VERSION == "v1"
+
+
+def test_compare_reports_error_fraction_and_margin():
+    ref = np.zeros(4)
+    result = checks.compare(np.array([0.0, 0.0, 3e-10, 1e-9]), ref, 1e-10)
+    assert result.max_error == pytest.approx(1e-9)
+    assert result.mismatch_fraction == 0.5
+    assert result.margin == pytest.approx(10.0)
+    assert not result.ok
+    nan = checks.compare(np.array([np.nan, 0.0]), np.array([0.0, 0.0]), 1e-10)
+    assert math.isinf(nan.max_error) and nan.mismatch_fraction == 0.5
+    same_nan = checks.compare(np.array([np.nan]), np.array([np.nan]), 1e-10)
+    assert same_nan.ok
+
+
+def test_a_wrong_shape_is_named_with_the_contracts_letters():
+    reference = np.zeros((2, 4, 8))
+    problem = checks.structure_problem("transformer_block", np.zeros((2, 8, 4)), reference)
+    assert problem == ("returned shape (2, 8, 4) where the contract says (B, T, C) = (2, 4, 8)")
+
+
+@pytest.mark.parametrize(
+    ("function", "value", "reference", "expected"),
+    [
+        (
+            "multi_head_attention",
+            [[1.0]],
+            np.zeros((1, 1)),
+            "returned a list instead of an ndarray ((B, T, C) = (1, 1))",
+        ),
+        (
+            "multi_head_attention",
+            (np.zeros((1, 1)), np.zeros((1, 1))),
+            np.zeros((1, 1)),
+            "returned a tuple of 2 where the contract says one array (B, T, C) = (1, 1)",
+        ),
+        (
+            "scaled_dot_product_attention",
+            np.zeros((1, 1, 1, 1)),
+            (np.zeros((1, 1, 1, 1)), np.zeros((1, 1, 1, 1))),
+            "returned one array of shape (1, 1, 1, 1) where the contract says a tuple (out, weights)",
+        ),
+        (
+            "softmax",
+            wire.Unsupported("generator"),
+            np.zeros(3),
+            "returned as a generator (not an array)",
+        ),
+        (
+            "attention_decode",
+            (np.zeros((1, 1, 4)), np.zeros((1, 1, 1, 2)), np.zeros((1, 1, 3, 2))),
+            (np.zeros((1, 1, 4)), np.zeros((1, 1, 3, 2)), np.zeros((1, 1, 3, 2))),
+            "returned k_all shape (1, 1, 1, 2) where the contract says k_all (B, Hkv, Tp+Tn, D)",
+        ),
+    ],
+)
+def test_wrong_types_and_structures_are_named(function, value, reference, expected):
+    problem = checks.structure_problem(function, value, reference)
+    assert problem is not None and expected in problem
+
+
+def test_every_check_has_a_docstring_saying_what_it_catches():
+    for check in checks.CHECKS:
+        assert "Catches:" in check.doc, check.name
+        assert check.justified or "Fault" in check.doc, check.name
+    assert set(checks.JUSTIFIED) == {"loads"}
+
+
+# --------------------------------------------------------------------------
+# Evidence: a record per run, and a history that keeps failure-before / fix-after
+# --------------------------------------------------------------------------
+
+
+def test_each_run_writes_a_record_and_appends_to_the_history(tmp_path):
+    from labctl.faults import get as get_fault
+
+    out = tmp_path / "ev" / "verify"
+    broken = get_fault("mask-reversed").materialize(tmp_path / "room")
+    before = verify_clean_room(broken, 20.0, out=out, measure=False)
+    assert not before.passed
+    fixed = verify_clean_room(project_clean_room(), 20.0, out=out, measure=False)
+    assert fixed.passed
+
+    history = read_history(out)
+    assert [h["passed"] for h in history] == [False, True]
+    assert "causal_mask" in history[0]["failing_functions"]
+    assert any("mask-reversed" in line for line in history[0]["diagnosis"])
+    assert not Path(history[0]["path"]).is_absolute()
+    assert history[1]["failing_functions"] == []
+
+    records = sorted(p for p in out.glob("*.json") if not p.name.endswith("-report.json"))
+    assert len(records) == 2
+    for path in records:
+        record = EvidenceRecord.model_validate(json.loads(path.read_text("utf-8")))
+        assert record.schema_id == "learn-llm.evidence.v1"
+        assert record.module == "verify-clean-room"
+        assert record.labctl.tolerances == "v1"
+        assert any(m.name == "verify_failed_checks" for m in record.metrics)
+        artifact = record.artifacts[0]
+        assert artifact.path.endswith("-report.json") and artifact.sha256
+    failing = EvidenceRecord.model_validate(json.loads(records[0].read_text("utf-8")))
+    assert failing.labctl.passed is False
+    assert any("causal_mask parity" in line for line in failing.known_failures)
+    manifest = json.loads((out.parent / "module-manifest-v1.json").read_text("utf-8"))
+    assert manifest["modules"]["verify-clean-room"]["passed"] is True
+
+
+def test_the_report_artifact_stays_strict_json_when_outputs_are_nan(tmp_path):
+    from labctl.faults import get as get_fault
+
+    def refuse(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    room = get_fault("softmax-no-max").materialize(tmp_path / "room")
+    report = verify_clean_room(room, 20.0, out=tmp_path / "verify", measure=False)
+    parity = next(c for c in report.checks if c.function == "softmax" and c.name == "parity")
+    assert math.isinf(parity.max_error)
+    artifact = next((tmp_path / "verify").glob("*-report.json"))
+    document = json.loads(artifact.read_text("utf-8"), parse_constant=refuse)
+    row = next(
+        c for c in document["checks"] if c["function"] == "softmax" and c["name"] == "parity"
+    )
+    assert row["max_error"] is None and row["passed"] is False

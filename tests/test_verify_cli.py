@@ -1,0 +1,159 @@
+"""`labctl verify clean-room` on the command line: output, JSON, exit codes, course metrics."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from labctl import registry
+from labctl.cli.main import app
+from labctl.evidence.models import EvidenceRecord
+from labctl.faults import get as get_fault
+from labctl.faults import project_clean_room
+from labctl.verify.verify import read_history, verify_clean_room
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A scratch working directory, so evidence never lands in the repository."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def causal_lab_only(monkeypatch):
+    """The v1 tolerance table cut down to the fast causal-attention lab (as if the others were
+    still being written): two template metrics measurable, three not yet."""
+    table = {
+        name: entry
+        for name, entry in registry.metric_table().items()
+        if entry[0].id == "causal-attention"
+    }
+    monkeypatch.setattr(registry, "metric_table", lambda: table)
+
+
+def test_json_is_one_document_with_the_issues_fields(workdir):
+    result = runner.invoke(
+        app,
+        ["verify", "clean-room", "--path", str(project_clean_room()), "--json", "--no-metrics"],
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["passed"] is True
+    assert document["diagnosis"] == []
+    assert document["tolerances"] == "v1"
+    for item in document["checks"]:
+        assert {"function", "name", "passed", "max_error", "message"} <= set(item)
+        assert isinstance(item["passed"], bool)
+        assert item["max_error"] is None or isinstance(item["max_error"], (int, float))
+    parity = [c for c in document["checks"] if c["name"] == "parity"]
+    assert len(parity) == 19 and all(c["margin"] < 1 for c in parity)
+    assert document["records"] and not any(r.startswith("/") for r in document["records"])
+    assert (workdir / "evidence" / "verify" / "history.jsonl").exists()
+
+
+def test_human_output_is_a_table_then_diagnosis_then_a_verdict(workdir):
+    room = get_fault("no-sqrt-dk").materialize(workdir / "clean_room")
+    result = runner.invoke(app, ["verify", "clean-room", "--path", str(room), "--no-metrics"])
+    assert result.exit_code == 1
+    text = result.output
+    assert "function" in text and "parity" in text
+    assert "scaled_dot_product_attention" in text
+    assert "failures" in text and "diagnosis" in text
+    flat = " ".join(text.split())
+    assert "matches fault `no-sqrt-dk`" in flat
+    assert "see 002 故障注入与预期信号: 忘记除以 √d_k" in flat
+    assert "multi_head_attention fails because scaled_dot_product_attention fails" in flat
+    last = [line for line in text.splitlines() if line.strip()][-1]
+    assert last.startswith("FAIL") and "functions pass every check" in last
+    assert "Traceback" not in text
+
+
+def test_default_path_is_the_clean_room_in_the_working_directory(workdir):
+    shutil.copytree(
+        project_clean_room(), workdir / "clean_room", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    result = runner.invoke(app, ["verify", "clean-room", "--json", "--no-metrics"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["path"] == "clean_room"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["--path", "no/such/room"], 2, "no such directory"),
+        (["--path", ".", "--timeout", "0"], 2, "--timeout must be a positive"),
+        (["--bogus"], 2, "No such option"),
+    ],
+)
+def test_usage_errors_exit_2(workdir, args, code, words):
+    result = runner.invoke(app, ["verify", "clean-room", *args, "--no-metrics"])
+    assert result.exit_code == code
+    assert words in result.output
+    assert "Traceback" not in result.output
+
+
+def test_an_unloadable_or_refused_clean_room_is_one_clear_line_and_exit_1(workdir):
+    room = workdir / "room"
+    shutil.copytree(project_clean_room(), room, ignore=shutil.ignore_patterns("__pycache__"))
+    (room / "attention.py").write_text("import torch\n", encoding="utf-8")
+    result = runner.invoke(app, ["verify", "clean-room", "--path", str(room), "--no-metrics"])
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(" ".join(lines).split("FAIL")) == 2  # one verdict
+    assert "refused" in lines[0] and "room/attention.py:1: imports torch" in " ".join(lines)
+    assert read_history(workdir / "evidence" / "verify")[-1]["passed"] is False
+
+    (room / "attention.py").write_text("def oops(:\n", encoding="utf-8")
+    result = runner.invoke(app, ["verify", "clean-room", "--path", str(room), "--no-metrics"])
+    assert result.exit_code == 1
+    assert "syntax error in room/attention.py:1" in " ".join(result.output.split())
+
+    (room / "__init__.py").unlink()
+    result = runner.invoke(app, ["verify", "clean-room", "--path", str(room), "--no-metrics"])
+    assert result.exit_code == 1
+    assert "not a package" in result.output
+
+
+def test_the_course_template_metrics_are_measured_and_kept(tmp_path, causal_lab_only):
+    out = tmp_path / "ev" / "verify"
+    report = verify_clean_room(project_clean_room(), 20.0, out=out, measure=True)
+    assert report.passed
+    metrics = {m.name: m for m in report.metrics}
+    assert set(metrics) == {
+        "future_token_invariance",
+        "reference_output_max_error",
+        "no_mask_future_prefix_influence",
+        "scale_ablation_max_weight_delta",
+        "residual_ablation_max_output_delta",
+    }
+    assert metrics["future_token_invariance"].actual == 0.0
+    assert metrics["future_token_invariance"].impl == "clean-room"
+    assert metrics["reference_output_max_error"].impl == "both"
+    assert metrics["reference_output_max_error"].passed
+    missing = metrics["scale_ablation_max_weight_delta"]
+    assert missing.actual is None and "no lab declares this metric yet" in missing.note
+    record_path = next(p for p in out.glob("*.json") if not p.name.endswith("-report.json"))
+    record = EvidenceRecord.model_validate(json.loads(record_path.read_text("utf-8")))
+    names = {m.name for m in record.metrics}
+    assert {"future_token_invariance", "reference_output_max_error"} <= names
+    assert any("scale_ablation_max_weight_delta" in k for k in record.known_failures)
+
+
+def test_a_failing_clean_room_keeps_its_failing_metric(tmp_path, causal_lab_only):
+    room = get_fault("mask-reversed").materialize(tmp_path / "clean_room")
+    report = verify_clean_room(room, 20.0, out=None, measure=True)
+    invariance = next(m for m in report.metrics if m.name == "future_token_invariance")
+    assert invariance.actual > 1e-12 and invariance.passed is False
+
+
+def test_metrics_of_a_refused_clean_room_are_noted_not_measured(tmp_path, causal_lab_only):
+    room = get_fault("merge-heads-imports-torch").materialize(tmp_path / "clean_room")
+    report = verify_clean_room(room, 20.0, out=None, measure=True)
+    assert report.status == "refused"
+    assert all(m.actual is None and "refused" in m.note for m in report.metrics)
