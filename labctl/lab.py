@@ -65,6 +65,16 @@ def parse_expected(expr: str) -> Callable[[float], bool]:
     return lambda x: lo <= x <= hi
 
 
+def tolerance_key(expr: str) -> tuple:
+    """A canonical form of a tolerance expression: `<= 1.0e-12` and `<=1e-12` are one tolerance."""
+    match = _EXPECTED.match(expr)
+    if not match:
+        raise ValueError(f"not a tolerance expression: {expr!r}")
+    if match["op"]:
+        return (match["op"], float(match["value"]))
+    return ("in", float(match["lo"]), float(match["hi"]))
+
+
 def satisfies(actual: float, expected: str) -> bool:
     """True when `actual` is a finite number inside `expected`."""
     return math.isfinite(actual) and parse_expected(expected)(actual)

@@ -192,6 +192,18 @@ def test_dirty_commit_is_a_warning_not_a_refusal(repo):
     assert any(w["field"] == "commit_dirty" for w in doc["warnings"])
 
 
+def test_a_tolerance_written_another_way_is_the_same_tolerance(repo):
+    data = yaml.safe_load(filled())
+    table = registry.metric_table()
+    name = data["metrics"][0]["name"]
+    op, bound = table[name][1].expected[:2], table[name][1].expected[2:]
+    data["metrics"][0]["expected"] = f"{op} {float(bound):.1e}"
+    path = repo / "respelled.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = invoke("evidence", "validate", str(path))
+    assert result.exit_code == 0, result.output
+
+
 def test_human_submit_output(repo):
     path = repo / "submission.yaml"
     path.write_text(filled())

@@ -38,7 +38,7 @@ from labctl.evidence import modules
 from labctl.evidence.environment import commit_exists, project_root
 from labctl.evidence.models import SCHEMA_ID, EvidenceRecord
 from labctl.evidence.parse import Problem, load, one_line
-from labctl.lab import Metric, parse_expected, satisfies
+from labctl.lab import Metric, parse_expected, satisfies, tolerance_key
 
 # `<learner-commit-sha>`, `<recorded-value>`, `<...>`; not `<=1e-12` nor `a < b > c`.
 PLACEHOLDER = re.compile(r"<[^<>\s=][^<>\n]*>")
@@ -156,7 +156,10 @@ def parse_time(value: object) -> datetime | None:
 
 
 def _same_tolerance(a: str, b: str) -> bool:
-    return "".join(a.split()) == "".join(b.split())
+    try:
+        return tolerance_key(a) == tolerance_key(b)
+    except ValueError:
+        return False
 
 
 def _kind(value: object) -> str:
@@ -372,7 +375,8 @@ def _metrics(data: dict, report: Report) -> None:
             key = (name, impl if isinstance(impl, str) else "")
         else:
             key = (name, claim_impl(metric, impl))
-            _metric_against_table(row, here, metric, report)
+            claims = sum(isinstance(r, dict) and r.get("name") == name for r in rows)
+            _metric_against_table(row, here, metric, report, claims > 1)
         if key in seen:
             shown = f"{name!r}" + (f" ({key[1]})" if key[1] else "")
             report.refuse(
@@ -390,14 +394,17 @@ def _metrics(data: dict, report: Report) -> None:
                 )
 
 
-def _metric_against_table(row: dict, here: str, metric: Metric, report: Report) -> None:
+def _metric_against_table(
+    row: dict, here: str, metric: Metric, report: Report, other_rows: bool
+) -> None:
+    """Check one claim against the table; `other_rows`: the record claims the metric elsewhere too."""
     impl = row.get("impl")
     if isinstance(impl, str) and not report.flagged(f"{here}.impl") and impl not in metric.impls:
         report.refuse(
             f"{here}.impl",
             f"{metric.name} is measured on {', '.join(metric.impls)}, not {impl}",
         )
-    elif impl == "reference" and "clean-room" in metric.impls:
+    elif impl == "reference" and "clean-room" in metric.impls and not other_rows:
         report.warn(
             f"{here}.impl",
             f"{metric.name} is claimed on the reference only: it says nothing about a clean room",
