@@ -42,13 +42,18 @@ class ContractReport:
         }
 
 
-def check_clean_room(path: str | Path, timeout_s: float = 20.0) -> ContractReport:
-    """Load the clean room at `path` and compare its signatures with the pinned contract."""
+def check_clean_room(
+    path: str | Path, timeout_s: float = 20.0, shown: str | None = None
+) -> ContractReport:
+    """Load the clean room at `path` and compare its signatures with the pinned contract.
+
+    `shown` is how the report names the path (never an absolute path in output).
+    """
     digest = contract.verify_pin()
     with CleanRoom(path, timeout_s=timeout_s, guard=False) as room:
         deviations = contract.check_signatures(room.signatures)
     return ContractReport(
-        path=str(path),
+        path=shown or str(path),
         contract_id=contract.CONTRACT_ID,
         digest=digest,
         checked=contract.function_names(),

@@ -35,15 +35,22 @@ def show(json_: JsonFlag = False) -> None:
 
 @app.command()
 def check(
-    path: Annotated[Path, typer.Option("--path", help="Clean-room package directory.")] = Path(
-        "clean_room"
-    ),
+    path: Annotated[
+        Path | None,
+        typer.Option(
+            "--path",
+            help="Clean-room package directory [default: ./clean_room, else the project's own].",
+            show_default=False,
+        ),
+    ] = None,
     json_: JsonFlag = False,
 ) -> None:
     """Check that a clean room exposes every contract function with the exact signature."""
     from labctl.contract_check import check_clean_room
+    from labctl.runner import default_clean_room, shown_path
 
-    report = check_clean_room(path)
+    room = path or default_clean_room()
+    report = check_clean_room(room, shown=shown_path(room))
     if json_:
         print_json(report.to_json())
     else:
