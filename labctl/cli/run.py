@@ -110,10 +110,12 @@ def _render_lab(result) -> None:
     if result.error:
         out.print(f"{verdict(False)}  {escape(result.error)}")
     table = Table(show_edge=False)
-    for column in ("metric", "reference", "clean room", "expected", "verdict"):
-        table.add_column(
-            column, justify="right" if column in ("reference", "clean room") else "left"
-        )
+    # Metric names fold rather than truncate: a learner copies them into a submission.
+    table.add_column("metric", overflow="fold", ratio=1)
+    for column in ("reference", "clean room"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("expected", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
     by_name: dict[str, dict] = {}
     for m in result.metrics:
         by_name.setdefault(m.name, {})[m.impl] = m
