@@ -19,8 +19,10 @@ import pytest
 from labctl import contract, wire
 from labctl.evidence.models import EvidenceRecord
 from labctl.faults import project_clean_room
-from labctl.verify import checks
+from labctl.verify import checks, compare
 from labctl.verify import fixtures as fx
+from labctl.verify.bad_input import bad_cases
+from labctl.verify.functions import CAUSAL_FUNCTIONS, RETURNS
 from labctl.verify.verify import read_history, verify_clean_room
 
 ALT_ROOM = '''
@@ -256,14 +258,14 @@ def test_every_function_gets_every_applicable_check(tmp_path):
     for fn in contract.function_names():
         for name in ("contract", "runs", "shape", "dtype", "parity"):
             assert seen[(fn, name)] == "pass", (fn, name)
-    for fn in fx.CAUSAL_FUNCTIONS:
+    for fn in CAUSAL_FUNCTIONS:
         assert seen[(fn, "causal")] == "pass"
     assert seen[("softmax", "rows-sum")] == "pass"
     assert seen[("scaled_dot_product_attention", "rows-sum")] == "pass"
     assert seen[("(package)", "loads")] == "pass"
     assert seen[("(package)", "import-policy")] == "pass"
     with_bad_input = {fn for (fn, name) in seen if name == "bad-input"}
-    assert with_bad_input == {fn for fn in contract.function_names() if fx.bad_cases(fn)}
+    assert with_bad_input == {fn for fn in contract.function_names() if bad_cases(fn)}
 
 
 # --------------------------------------------------------------------------
@@ -277,15 +279,15 @@ def test_fixture_outputs_match_the_contracts_returns(function):
     returns = next(f.returns for f in contract.functions() if f.name == function)
     for fixture in (*fx.fixtures(function), *fx.probes(function)):
         value = fx.reference_output(fixture)
-        arrays = checks.elements(value)
-        assert len(arrays) == len(fx.RETURNS[function])
-        for spec, array in zip(fx.RETURNS[function], arrays, strict=True):
+        arrays = compare.elements(value)
+        assert len(arrays) == len(RETURNS[function])
+        for spec, array in zip(RETURNS[function], arrays, strict=True):
             assert spec in returns, (spec, returns)
             if array.dtype != np.bool_:
                 assert np.all(np.isfinite(array)), (function, fixture.name)
     import labctl.reference as reference
 
-    for case in fx.bad_cases(function):
+    for case in bad_cases(function):
         args, kwargs = case.call()
         with pytest.raises((ValueError, TypeError)):
             getattr(reference, function)(*args, **kwargs)
@@ -311,28 +313,28 @@ def test_fixtures_include_the_adversarial_cases():
 
 
 def test_parity_tolerance_v1_scales_with_the_output():
-    assert checks.parity_tolerance(np.ones(3)) == pytest.approx(1e-10)
-    assert checks.parity_tolerance(np.array([0.5, -2e3])) == pytest.approx(2e-7)
-    assert checks.parity_tolerance(np.array([True, False])) == 0.5
-    assert checks.TOLERANCE_VERSION == "v1"
+    assert compare.parity_tolerance(np.ones(3)) == pytest.approx(1e-10)
+    assert compare.parity_tolerance(np.array([0.5, -2e3])) == pytest.approx(2e-7)
+    assert compare.parity_tolerance(np.array([True, False])) == 0.5
+    assert compare.TOLERANCE_VERSION == "v1"
 
 
 def test_compare_reports_error_fraction_and_margin():
     ref = np.zeros(4)
-    result = checks.compare(np.array([0.0, 0.0, 3e-10, 1e-9]), ref, 1e-10)
+    result = compare.compare(np.array([0.0, 0.0, 3e-10, 1e-9]), ref, 1e-10)
     assert result.max_error == pytest.approx(1e-9)
     assert result.mismatch_fraction == 0.5
     assert result.margin == pytest.approx(10.0)
     assert not result.ok
-    nan = checks.compare(np.array([np.nan, 0.0]), np.array([0.0, 0.0]), 1e-10)
+    nan = compare.compare(np.array([np.nan, 0.0]), np.array([0.0, 0.0]), 1e-10)
     assert math.isinf(nan.max_error) and nan.mismatch_fraction == 0.5
-    same_nan = checks.compare(np.array([np.nan]), np.array([np.nan]), 1e-10)
+    same_nan = compare.compare(np.array([np.nan]), np.array([np.nan]), 1e-10)
     assert same_nan.ok
 
 
 def test_a_wrong_shape_is_named_with_the_contracts_letters():
     reference = np.zeros((2, 4, 8))
-    problem = checks.structure_problem("transformer_block", np.zeros((2, 8, 4)), reference)
+    problem = compare.structure_problem("transformer_block", np.zeros((2, 8, 4)), reference)
     assert problem == ("returned shape (2, 8, 4) where the contract says (B, T, C) = (2, 4, 8)")
 
 
@@ -372,7 +374,7 @@ def test_a_wrong_shape_is_named_with_the_contracts_letters():
     ],
 )
 def test_wrong_types_and_structures_are_named(function, value, reference, expected):
-    problem = checks.structure_problem(function, value, reference)
+    problem = compare.structure_problem(function, value, reference)
     assert problem is not None and expected in problem
 
 

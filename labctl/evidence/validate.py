@@ -8,13 +8,14 @@ The checks, in the order a reader meets the fields:
 - the schema `learn-llm.evidence.v1` (pydantic, strict): unknown fields and
   unknown schema versions refused, no value coerced;
 - the module is known; its required metrics are all there, none twice;
-- the commit exists in the repository; a dirty working tree is a warning;
+- the commit exists in the repository; a dirty working tree is a warning
+  (`labctl.evidence.repository`);
 - verified_at is ISO 8601 and not in the future; the seed is not negative;
 - each metric's actual is a finite number that satisfies its expected, and its
   expected is the v1 tolerance of that metric;
 - each artifact is a repository-relative path that stays inside the repository
   (no absolute path, no `..`, no symlink leading out), is a file, and matches
-  its sha256 when the record gives one.
+  its sha256 when the record gives one (`labctl.evidence.repository`).
 
 The repository is `project_root()`: the git top level of the working directory.
 Nothing here writes anything or runs anything a record names.
@@ -22,28 +23,26 @@ Nothing here writes anything or runs anything a record names.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
-import subprocess
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from labctl import contract, registry
 from labctl.evidence import modules
-from labctl.evidence.environment import commit_exists, project_root
+from labctl.evidence.environment import project_root
 from labctl.evidence.models import SCHEMA_ID, EvidenceRecord
 from labctl.evidence.parse import Problem, load, one_line
+from labctl.evidence.repository import check_artifacts, check_commit
 from labctl.lab import Metric, parse_expected, satisfies, tolerance_key
 
 # `<learner-commit-sha>`, `<recorded-value>`, `<...>`; not `<=1e-12` nor `a < b > c`.
 PLACEHOLDER = re.compile(r"<[^<>\s=][^<>\n]*>")
 NONE = {"none", "无", "n/a", "-"}
-_HEX_COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
 FIELD_ORDER = (
     "file",
     "(document)",
@@ -297,41 +296,6 @@ def _module(data: dict, report: Report) -> None:
     report.refuse("module", f"unknown module {module_id!r}; known modules: {known}")
 
 
-def _is_repository(root: Path) -> bool:
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--git-dir"],
-            cwd=root,
-            capture_output=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
-
-
-def _commit(data: dict, root: Path, report: Report) -> None:
-    commit = data.get("commit")
-    if data.get("commit_dirty") is True:
-        report.warn(
-            "commit_dirty",
-            "the working tree had uncommitted changes when this was recorded; "
-            "the commit alone may not reproduce it",
-        )
-    if not isinstance(commit, str) or report.flagged("commit"):
-        return
-    if commit == "unknown":
-        report.refuse("commit", "unknown; name the commit the results were measured on")
-    elif _HEX_COMMIT.match(commit):
-        if not _is_repository(root):
-            report.refuse(
-                "commit", f"cannot be checked: {root.name or root} is not a git repository"
-            )
-        elif not commit_exists(commit, root):
-            report.refuse("commit", f"{commit} is not a commit of this repository")
-
-
 def _verified_at(data: dict, now: datetime, report: Report) -> None:
     if "verified_at" not in data or report.flagged("verified_at"):
         return
@@ -458,71 +422,6 @@ def _actual(row: dict, here: str, metric: Metric | None, report: Report) -> None
         )
 
 
-def check_artifact_path(text: str, root: Path) -> tuple[Path | None, str | None]:
-    """The file `text` names inside `root`, or why it is not acceptable."""
-    if "\x00" in text:
-        return None, "path holds a NUL character"
-    if (
-        PurePosixPath(text).is_absolute()
-        or PureWindowsPath(text).is_absolute()
-        or PureWindowsPath(text).drive
-    ):
-        return None, "absolute path; give a path relative to the repository"
-    if text.startswith("~"):
-        return None, "path starts with ~; give a path relative to the repository"
-    if ".." in re.split(r"[\\/]", text):
-        return None, "path has a '..' component; it must stay inside the repository"
-    try:
-        resolved = (root / text).resolve()
-    except (OSError, RuntimeError):
-        return None, "path cannot be resolved (a symlink loop?)"
-    if not resolved.is_relative_to(root):
-        return None, "path escapes the repository (a symlink leads out)"
-    if not resolved.exists():
-        return None, "no such file in the repository"
-    if not resolved.is_file():
-        return None, "not a regular file"
-    return resolved, None
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _artifacts(data: dict, root: Path, report: Report) -> None:
-    items = data.get("artifacts")
-    if not isinstance(items, list):
-        return
-    if not items:
-        report.warn("artifacts", "none listed")
-    for index, item in enumerate(items):
-        here = f"artifacts[{index}]"
-        if isinstance(item, str):
-            where, text, sha = here, item, None
-        elif isinstance(item, dict) and isinstance(item.get("path"), str):
-            where, text, sha = f"{here}.path", item["path"], item.get("sha256")
-        else:
-            continue
-        if report.flagged(where) or (where == here and report.flagged(here)):
-            continue
-        resolved, reason = check_artifact_path(text, root)
-        if reason:
-            report.refuse(where, f"{text!r}: {reason}")
-            continue
-        if isinstance(sha, str) and not report.flagged(f"{here}.sha256"):
-            try:
-                actual = file_sha256(resolved)
-            except OSError as exc:
-                report.refuse(where, f"{text!r}: cannot be read ({exc.strerror or exc})")
-                continue
-            if actual != sha:
-                report.refuse(f"{here}.sha256", f"{text!r} has sha256 {actual}, not {sha}")
-
-
 def _labctl(data: dict, report: Report) -> None:
     info = data.get("labctl")
     if not isinstance(info, dict):
@@ -561,11 +460,11 @@ def validate_data(
     _placeholders(data, (), report)
     _schema(data, report)
     _module(data, report)
-    _commit(data, root, report)
+    check_commit(data, root, report)
     _verified_at(data, now, report)
     _seed(data, report)
     _metrics(data, report)
-    _artifacts(data, root, report)
+    check_artifacts(data, root, report)
     _labctl(data, report)
     _known_failures(data, report)
     report.tidy()

@@ -9,23 +9,8 @@ every check on every fault of the catalogue (`labctl.faults`). A check that
 no fault can make fail would be a defect: `loads` is the one check without a
 fault in the catalogue, and its docstring says why.
 
-Tolerances, version v1 (`TOLERANCE_VERSION`):
-
-- parity, float64: max |clean room - reference| <= 1e-10 * max(1, max |reference|).
-  float64 keeps ~16 significant digits (unit roundoff 1.1e-16); every fixture
-  is a chain of at most a few hundred well-conditioned operations on O(1)
-  values, so two honest implementations that only reassociate sums agree to
-  ~1e-14 relative. Scaling by the output's magnitude keeps the bound relative
-  for large outputs (logits, |x| ~ 1e3). 1e-10 leaves four orders of margin
-  for reordering and still catches every formula difference the catalogue
-  has: an eps 1e-6 off, a missing 1/sqrt(D), an off-by-one in a mask, a
-  layout permutation. It is the v1 table's `reference_output_max_error`.
-- parity, booleans (masks): compared as 0/1 with a tolerance of 0.5, i.e. exactly.
-- rows summing to 1 and future-token invariance: 1e-12 absolute. A row of
-  probabilities sums to 1 within a few ulps of its T terms (~1e-15); a masked
-  key contributes exactly 0 (exp(-inf) = 0, and so does exp of a finite
-  -1e9), so a prefix does not move at all; 1e-12 is the v1 table's bound for
-  `future_token_invariance`.
+The tolerances (v1) and how a value is compared with the reference are in
+`labctl.verify.compare`.
 """
 
 from __future__ import annotations
@@ -35,15 +20,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labctl import contract, wire
+from labctl import contract
 from labctl.verify import fixtures as fx
+from labctl.verify.bad_input import bad_cases
+from labctl.verify.compare import (
+    CAUSAL_TOLERANCE,
+    EXACT_TOLERANCE,
+    ROW_SUM_TOLERANCE,
+    Comparison,
+    compare_value,
+    elements,
+    structure_problem,
+)
+from labctl.verify.functions import CAUSAL_FUNCTIONS, RETURNS
 from labctl.verify.observe import PACKAGE, FunctionRun, RoomObservation
-
-TOLERANCE_VERSION = "v1"
-PARITY_RELATIVE = 1e-10
-EXACT_TOLERANCE = 0.5
-ROW_SUM_TOLERANCE = 1e-12
-CAUSAL_TOLERANCE = 1e-12
 
 PASS, FAIL, NOT_RUN = "pass", "fail", "not-run"
 
@@ -82,131 +72,6 @@ class CheckResult:
             if value is not None:
                 data[key] = value
         return data
-
-
-# --------------------------------------------------------------------------
-# Comparing values
-# --------------------------------------------------------------------------
-
-
-def parity_tolerance(reference: np.ndarray) -> float:
-    """Tolerance v1 for one reference array (see the module docstring)."""
-    if reference.dtype == np.bool_ or np.issubdtype(reference.dtype, np.integer):
-        return EXACT_TOLERANCE
-    scale = float(np.max(np.abs(reference))) if reference.size else 0.0
-    return PARITY_RELATIVE * max(1.0, scale)
-
-
-def elements(value):
-    """The arrays of a return value, as a tuple (one array -> a 1-tuple)."""
-    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
-
-
-def _says(spec: str, shape: tuple) -> str:
-    """'(B, T, C) = (2, 4, 8)', or 'the same shape as x, (2, 3, 7)'."""
-    if spec.startswith("same shape"):
-        return f"the {spec}, {shape}"
-    return f"{spec} = {shape}"
-
-
-def structure_problem(function: str, value, reference) -> str | None:
-    """Why `value` does not have the reference's structure (type, arity, shape), or None.
-
-    A tuple is expected exactly where the contract returns several arrays (a
-    list of the right length is accepted there too); one ndarray everywhere else.
-    """
-    specs = fx.RETURNS[function]
-    expected = elements(reference)
-    if len(specs) > 1:
-        names = ", ".join(s.split(" ")[0] for s in specs)
-        if isinstance(value, np.ndarray):
-            return (
-                f"returned one array of shape {value.shape} where the contract says a tuple "
-                f"({names})"
-            )
-        if not isinstance(value, (tuple, list)):
-            return f"returned {_type_name(value)} where the contract says a tuple ({names})"
-        if len(value) != len(expected):
-            return (
-                f"returned a {type(value).__name__} of {len(value)} where the contract says "
-                f"({names})"
-            )
-    elif isinstance(value, tuple):
-        return (
-            f"returned a tuple of {len(value)} where the contract says one array "
-            f"{_says(specs[0], tuple(expected[0].shape))}"
-        )
-    elif isinstance(value, list):
-        return (
-            f"returned a list instead of an ndarray ({_says(specs[0], tuple(expected[0].shape))})"
-        )
-    for item, ref, spec in zip(elements(value), expected, specs, strict=True):
-        label = spec.split(" ")[0] + " " if len(specs) > 1 else ""
-        if not isinstance(item, np.ndarray):
-            return (
-                f"returned {label}as {_type_name(item)} where the contract says an ndarray "
-                f"({_says(spec, tuple(ref.shape))})"
-            )
-        if item.shape != ref.shape:
-            return (
-                f"returned {label}shape {item.shape} where the contract says "
-                f"{_says(spec, tuple(ref.shape))}"
-            )
-    return None
-
-
-def _type_name(value) -> str:
-    if isinstance(value, wire.Unsupported):
-        return f"a {value.type_name} (not an array)"
-    if isinstance(value, np.generic):
-        return f"a numpy scalar ({value.dtype})"
-    return f"a {type(value).__name__}"
-
-
-@dataclass
-class Comparison:
-    max_error: float
-    tolerance: float
-    mismatch_fraction: float
-
-    @property
-    def margin(self) -> float:
-        return self.max_error / self.tolerance
-
-    @property
-    def ok(self) -> bool:
-        return self.max_error <= self.tolerance
-
-
-def compare(actual: np.ndarray, reference: np.ndarray, tolerance: float) -> Comparison:
-    """Max abs error (inf where one side is NaN or inf and the other is not), mismatch share."""
-    a = np.asarray(actual).astype(np.float64, copy=False)
-    r = np.asarray(reference).astype(np.float64, copy=False)
-    if r.size == 0:
-        return Comparison(0.0, tolerance, 0.0)
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(a - r)
-    same_special = (np.isnan(a) & np.isnan(r)) | (np.isinf(a) & (a == r))
-    diff = np.where(same_special, 0.0, diff)
-    diff = np.where(np.isnan(diff), np.inf, diff)
-    return Comparison(float(np.max(diff)), tolerance, float(np.mean(diff > tolerance)))
-
-
-def compare_value(function: str, value, reference) -> Comparison | str:
-    """Element-wise comparison of a whole return value with the reference, or why not."""
-    problem = structure_problem(function, value, reference)
-    if problem:
-        return problem
-    worst = None
-    total, outside = 0, 0.0
-    for item, ref in zip(elements(value), elements(reference), strict=True):
-        result = compare(item, ref, parity_tolerance(ref))
-        total += ref.size
-        outside += result.mismatch_fraction * ref.size
-        if worst is None or result.margin > worst.margin:
-            worst = result
-    worst.mismatch_fraction = outside / total if total else 0.0
-    return worst
 
 
 # --------------------------------------------------------------------------
@@ -429,11 +294,11 @@ def check_dtype(seen: RoomObservation, function: str) -> CheckResult:
         if structure_problem(function, outcome.value, reference):
             continue
         for item, ref, spec in zip(
-            elements(outcome.value), elements(reference), fx.RETURNS[function], strict=True
+            elements(outcome.value), elements(reference), RETURNS[function], strict=True
         ):
             if item.dtype != ref.dtype:
                 inputs = "float32 inputs" if fixture in fx.probes(function) else "its inputs"
-                label = f" ({spec.split(' ')[0]})" if len(fx.RETURNS[function]) > 1 else ""
+                label = f" ({spec.split(' ')[0]})" if len(RETURNS[function]) > 1 else ""
                 return CheckResult(
                     function,
                     "dtype",
@@ -670,7 +535,7 @@ def check_rows_sum(seen: RoomObservation, function: str) -> CheckResult:
 @check(
     "causal",
     "the future does not move the prefix",
-    applies=lambda f: f in fx.CAUSAL_FUNCTIONS,
+    applies=lambda f: f in CAUSAL_FUNCTIONS,
 )
 def check_causal(seen: RoomObservation, function: str) -> CheckResult:
     """Future-token invariance: changing inputs after position t leaves outputs <= t unchanged.
@@ -740,7 +605,7 @@ def check_causal(seen: RoomObservation, function: str) -> CheckResult:
 @check(
     "bad-input",
     "the contract's Bad input cases raise ValueError/TypeError",
-    applies=lambda f: bool(fx.bad_cases(f)),
+    applies=lambda f: bool(bad_cases(f)),
 )
 def check_bad_input(seen: RoomObservation, function: str) -> CheckResult:
     """The contract's Bad input cases raise ValueError or TypeError (any message).

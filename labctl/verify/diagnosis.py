@@ -2,7 +2,7 @@
 
 For each failing function the diagnosis does one of three things:
 
-1. Localise: when a function it is built on (`fixtures.DEPENDS`) fails too,
+1. Localise: when a function it is built on (`functions.DEPENDS`) fails too,
    the failure most likely comes from there, so it says so and points at the
    first failing function down the chain ("transformer_block fails because
    multi_head_attention fails, which fails because causal_mask fails").
@@ -35,15 +35,9 @@ from labctl import contract
 from labctl import faults as catalogue
 from labctl.faults import Fault
 from labctl.verify import fixtures as fx
-from labctl.verify.checks import (
-    CheckResult,
-    compare,
-    elements,
-    evaluate,
-    failing_functions,
-    parity_tolerance,
-    structure_problem,
-)
+from labctl.verify.checks import CheckResult, evaluate, failing_functions
+from labctl.verify.compare import compare, elements, parity_tolerance, structure_problem
+from labctl.verify.functions import DEPENDS
 from labctl.verify.observe import FunctionRun, Outcome, RoomObservation, observe
 
 DIAGNOSIS_TIMEOUT_S = 2.0
@@ -249,12 +243,12 @@ def matches(
 def transitive_dependencies(function: str) -> list[str]:
     """The functions `function` is built on, nearest first, each once."""
     order: list[str] = []
-    frontier = list(fx.DEPENDS.get(function, ()))
+    frontier = list(DEPENDS.get(function, ()))
     while frontier:
         name = frontier.pop(0)
         if name not in order:
             order.append(name)
-            frontier.extend(fx.DEPENDS.get(name, ()))
+            frontier.extend(DEPENDS.get(name, ()))
     return order
 
 
@@ -262,7 +256,7 @@ def failure_chain(function: str, broken: set[str]) -> tuple[str, ...]:
     """function -> its first broken dependency -> that one's first broken dependency ..."""
     chain = [function]
     while True:
-        nxt = next((d for d in fx.DEPENDS.get(chain[-1], ()) if d in broken), None)
+        nxt = next((d for d in DEPENDS.get(chain[-1], ()) if d in broken), None)
         if nxt is None or nxt in chain:
             return tuple(chain)
         chain.append(nxt)

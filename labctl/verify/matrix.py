@@ -33,13 +33,9 @@ from labctl.evidence.store import EvidenceStore, record_stem
 from labctl.faults import Fault
 from labctl.sandbox import DEFAULT_MEMORY_MB
 from labctl.verify import fixtures as fx
-from labctl.verify.checks import (
-    CHECK_NAMES,
-    JUSTIFIED,
-    TOLERANCE_VERSION,
-    CheckResult,
-    evaluate,
-)
+from labctl.verify.builders import SEED
+from labctl.verify.checks import CHECK_NAMES, JUSTIFIED, CheckResult, evaluate
+from labctl.verify.compare import TOLERANCE_VERSION
 from labctl.verify.diagnosis import ROOMS, Diagnosis, diagnose
 from labctl.verify.observe import observe
 from labctl.verify.verify import finite
@@ -320,7 +316,7 @@ def write_evidence(matrix: FaultMatrix, out: Path) -> None:
         commit_dirty=commit.dirty,
         verified_at=verified_at,
         environment=environment(),
-        seed=fx.SEED,
+        seed=SEED,
         commands=[f"labctl faults --timeout {matrix.timeout_s:g}"],
         metrics=metrics,
         artifacts=artifacts,

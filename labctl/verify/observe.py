@@ -22,6 +22,8 @@ from labctl import contract, guard
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError, LabctlError
 from labctl.sandbox import CleanRoom
 from labctl.verify import fixtures as fx
+from labctl.verify.bad_input import bad_cases
+from labctl.verify.functions import CAUSAL_FUNCTIONS
 
 PACKAGE = "(package)"
 
@@ -262,11 +264,11 @@ def run_function(room: CleanRoom, function: str, timed_out: set[str]) -> Functio
     implemented = not run.not_implemented and not any(
         o.kind == "missing" for o in run.fixtures.values()
     )
-    if implemented and function in fx.CAUSAL_FUNCTIONS:
+    if implemented and function in CAUSAL_FUNCTIONS:
         for t, fixture in fx.causal_variants(function):
             run.causal[t] = one(*fixture.call())
     if implemented:
-        for case in fx.bad_cases(function):
+        for case in bad_cases(function):
             run.bad[case.name] = one(*case.call())
     return run
 

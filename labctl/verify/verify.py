@@ -37,7 +37,8 @@ from labctl.evidence.store import EvidenceStore, record_stem
 from labctl.loader import resolve_package_dir
 from labctl.sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, CleanRoom
 from labctl.verify import fixtures as fx
-from labctl.verify.checks import CHECK_NAMES, TOLERANCE_VERSION, CheckResult, evaluate
+from labctl.verify.checks import CHECK_NAMES, CheckResult, evaluate
+from labctl.verify.compare import TOLERANCE_VERSION
 from labctl.verify.diagnosis import Diagnosis, diagnose
 from labctl.verify.observe import PACKAGE, RoomObservation, observe
 

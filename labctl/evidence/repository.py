@@ -1,0 +1,124 @@
+"""The checks of an evidence record against the repository it speaks for.
+
+The commit exists in the repository; a dirty working tree is a warning. Each
+artifact is a repository-relative path that stays inside the repository (no
+absolute path, no `..`, no symlink leading out), is a file, and matches its
+sha256 when the record gives one. `labctl.evidence.validate` runs these
+with the rest of its checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import TYPE_CHECKING
+
+from labctl.evidence.environment import commit_exists
+
+if TYPE_CHECKING:
+    # Only the annotation: validate imports this module to run its checks.
+    from labctl.evidence.validate import Report
+
+_HEX_COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
+
+
+def _is_repository(root: Path) -> bool:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--git-dir"],
+            cwd=root,
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def check_commit(data: dict, root: Path, report: Report) -> None:
+    commit = data.get("commit")
+    if data.get("commit_dirty") is True:
+        report.warn(
+            "commit_dirty",
+            "the working tree had uncommitted changes when this was recorded; "
+            "the commit alone may not reproduce it",
+        )
+    if not isinstance(commit, str) or report.flagged("commit"):
+        return
+    if commit == "unknown":
+        report.refuse("commit", "unknown; name the commit the results were measured on")
+    elif _HEX_COMMIT.match(commit):
+        if not _is_repository(root):
+            report.refuse(
+                "commit", f"cannot be checked: {root.name or root} is not a git repository"
+            )
+        elif not commit_exists(commit, root):
+            report.refuse("commit", f"{commit} is not a commit of this repository")
+
+
+def check_artifact_path(text: str, root: Path) -> tuple[Path | None, str | None]:
+    """The file `text` names inside `root`, or why it is not acceptable."""
+    if "\x00" in text:
+        return None, "path holds a NUL character"
+    if (
+        PurePosixPath(text).is_absolute()
+        or PureWindowsPath(text).is_absolute()
+        or PureWindowsPath(text).drive
+    ):
+        return None, "absolute path; give a path relative to the repository"
+    if text.startswith("~"):
+        return None, "path starts with ~; give a path relative to the repository"
+    if ".." in re.split(r"[\\/]", text):
+        return None, "path has a '..' component; it must stay inside the repository"
+    try:
+        resolved = (root / text).resolve()
+    except (OSError, RuntimeError):
+        return None, "path cannot be resolved (a symlink loop?)"
+    if not resolved.is_relative_to(root):
+        return None, "path escapes the repository (a symlink leads out)"
+    if not resolved.exists():
+        return None, "no such file in the repository"
+    if not resolved.is_file():
+        return None, "not a regular file"
+    return resolved, None
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_artifacts(data: dict, root: Path, report: Report) -> None:
+    items = data.get("artifacts")
+    if not isinstance(items, list):
+        return
+    if not items:
+        report.warn("artifacts", "none listed")
+    for index, item in enumerate(items):
+        here = f"artifacts[{index}]"
+        if isinstance(item, str):
+            where, text, sha = here, item, None
+        elif isinstance(item, dict) and isinstance(item.get("path"), str):
+            where, text, sha = f"{here}.path", item["path"], item.get("sha256")
+        else:
+            continue
+        if report.flagged(where) or (where == here and report.flagged(here)):
+            continue
+        resolved, reason = check_artifact_path(text, root)
+        if reason:
+            report.refuse(where, f"{text!r}: {reason}")
+            continue
+        if isinstance(sha, str) and not report.flagged(f"{here}.sha256"):
+            try:
+                actual = file_sha256(resolved)
+            except OSError as exc:
+                report.refuse(where, f"{text!r}: cannot be read ({exc.strerror or exc})")
+                continue
+            if actual != sha:
+                report.refuse(f"{here}.sha256", f"{text!r} has sha256 {actual}, not {sha}")

@@ -1,0 +1,47 @@
+"""The fault catalogue: named, documented ways to break a correct clean room.
+
+Each fault is a small transformation of the project's clean room: source
+appended to one of its modules. Appending a `def` rebinds the function before
+any other module imports it, so the fault flows through every composition
+that uses the function, as a learner's bug would (a reversed mask breaks
+`multi_head_attention`, the block and the model too).
+
+The catalogue proves labctl's checks: every fault must be caught by at least
+one check (`labctl faults` prints the matrix), and verify's diagnosis names a
+learner's failure after the fault it matches. `signal` names the check each
+fault is there to prove (`labctl.verify.checks`); the matrix shows every
+check that catches it. The first six faults are the course's own table (002
+故障注入与预期信号; its residual row as two faults), then a wrong GQA order and a
+decode RoPE offset; the rest give every contract function a fault and every
+check one that proves it (stability, purity, dtype, the import policy, a
+hang, the signature, an argument check).
+
+The faults are written in catalogue order in `course` (the course's table,
+the GQA order and the decode RoPE offset), `attention` (softmax, the masks,
+attention and merge_heads) and `block` (RoPE, the sinusoidal table, the norms,
+the feed-forwards and the composed functions); `Fault` is in `base`.
+"""
+
+from __future__ import annotations
+
+from labctl.faults.attention import ATTENTION
+from labctl.faults.base import Fault, project_clean_room
+from labctl.faults.block import BLOCK
+from labctl.faults.course import COURSE
+
+__all__ = ["CATALOGUE", "Fault", "get", "project_clean_room"]
+
+CATALOGUE: tuple[Fault, ...] = (
+    *COURSE,
+    # ---- beyond the course table: one or more faults for every contract function, and a
+    # ---- fault for every check (stability, purity, dtype, import policy, hang, signature)
+    *ATTENTION,
+    *BLOCK,
+)
+
+
+def get(name: str) -> Fault:
+    for fault in CATALOGUE:
+        if fault.name == name:
+            return fault
+    raise KeyError(name)

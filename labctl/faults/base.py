@@ -1,0 +1,40 @@
+"""`Fault`: one named way to break the project's clean room, written into a copy of it."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from dataclasses import dataclass
+from importlib import util
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault: `source` appended to `module` of the project's clean room breaks `function`.
+
+    `course` is where the course (or the contract) teaches the right behaviour;
+    `signal` is the verify check this fault is there to prove (it must catch it).
+    """
+
+    name: str
+    function: str
+    module: str
+    description: str
+    course: str
+    source: str
+    signal: str = "parity"
+
+    def materialize(self, dest: Path, base: Path | None = None) -> Path:
+        """Write the project's clean room with this fault into `dest` (which must not exist)."""
+        base = base or project_clean_room()
+        shutil.copytree(base, dest, ignore=shutil.ignore_patterns("__pycache__"))
+        target = dest / f"{self.module}.py"
+        with target.open("a", encoding="utf-8") as handle:
+            handle.write(f"\n\n# injected fault: {self.name}\n")
+            handle.write(textwrap.dedent(self.source).strip() + "\n")
+        return dest
+
+
+def project_clean_room() -> Path:
+    return Path(util.find_spec("clean_room").origin).parent

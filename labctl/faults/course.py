@@ -1,0 +1,146 @@
+"""The course's faults: its table (002 故障注入与预期信号; its residual row as two faults),
+then a wrong GQA order and a decode RoPE offset."""
+
+from __future__ import annotations
+
+from labctl.faults.base import Fault
+
+COURSE: tuple[Fault, ...] = (
+    Fault(
+        name="residual-dropped",
+        function="transformer_block",
+        module="transformer_block",
+        description="the attention sublayer's residual is dropped: h = attention(norm(x)), not x + ...",
+        course="002 故障注入与预期信号: residual 分支 shape 或顺序错误",
+        source="""
+        def transformer_block(x, params, n_heads, n_kv_heads=None, eps=1e-6, rope_theta=None, window=None):
+            x = _as_float(x, "x", ndim=3)
+            _check_block_params(params)
+            p = params
+            h = multi_head_attention(
+                rms_norm(x, p["norm1"], eps), p["wq"], p["wk"], p["wv"], p["wo"],
+                n_heads, n_kv_heads, causal=True, window=window, rope_theta=rope_theta,
+            )
+            return h + swiglu_ffn(rms_norm(h, p["norm2"], eps), p["w_gate"], p["w_up"], p["w_down"])
+        """,
+    ),
+    Fault(
+        name="residual-post-norm",
+        function="transformer_block",
+        module="transformer_block",
+        description="norm and residual in the wrong order: h = rms_norm(x + attention(x)) (post-norm)",
+        course="002 故障注入与预期信号: residual 分支 shape 或顺序错误; 阶段四 Pre-LN vs Post-LN",
+        source="""
+        def transformer_block(x, params, n_heads, n_kv_heads=None, eps=1e-6, rope_theta=None, window=None):
+            x = _as_float(x, "x", ndim=3)
+            _check_block_params(params)
+            p = params
+            attended = multi_head_attention(
+                x, p["wq"], p["wk"], p["wv"], p["wo"],
+                n_heads, n_kv_heads, causal=True, window=window, rope_theta=rope_theta,
+            )
+            h = rms_norm(x + attended, p["norm1"], eps)
+            return rms_norm(h + swiglu_ffn(h, p["w_gate"], p["w_up"], p["w_down"]), p["norm2"], eps)
+        """,
+    ),
+    Fault(
+        name="no-sqrt-dk",
+        function="scaled_dot_product_attention",
+        module="attention",
+        description="scores are not divided by sqrt(D): the default scale is 1",
+        course="002 故障注入与预期信号: 忘记除以 √d_k",
+        source="""
+        _correct_sdpa = scaled_dot_product_attention
+
+        def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
+            return _correct_sdpa(q, k, v, mask, 1.0 if scale is None else scale)
+        """,
+    ),
+    Fault(
+        name="mask-adds-zero",
+        function="scaled_dot_product_attention",
+        module="attention",
+        description="the mask adds 0 instead of -inf to blocked scores, so it blocks nothing",
+        course="002 故障注入与预期信号: mask 加 0 而不是负无穷",
+        signal="causal",
+        source="""
+        _correct_sdpa = scaled_dot_product_attention
+
+        def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
+            return _correct_sdpa(q, k, v, None, scale)
+        """,
+    ),
+    Fault(
+        name="mask-reversed",
+        function="causal_mask",
+        module="primitives",
+        description="the causal triangle is reversed: the past is blocked and the future visible",
+        course="002 故障注入与预期信号: mask 上下三角写反",
+        signal="causal",
+        source="""
+        def causal_mask(t_q, t_k=None):
+            t_q = _as_size(t_q, "t_q")
+            t_k = t_q if t_k is None else _as_size(t_k, "t_k")
+            i = np.arange(t_q)[:, None]
+            j = np.arange(t_k)[None, :]
+            return j < (t_k - t_q) + i
+        """,
+    ),
+    Fault(
+        name="head-seq-confused",
+        function="split_heads",
+        module="primitives",
+        description="the reshape confuses head and sequence axes: (B, T, C) -> (B, H, T, D) "
+        "without the transpose",
+        course="002 故障注入与预期信号: 多头 reshape 时 head 与序列维混淆",
+        source="""
+        def split_heads(x, n_heads):
+            x = _as_float(x, "x", ndim=3)
+            n_heads = _as_size(n_heads, "n_heads", minimum=1)
+            B, T, C = x.shape
+            if C % n_heads:
+                _fail("n_heads", f"C={C} is not divisible by n_heads={n_heads}")
+            return x.reshape(B, n_heads, T, C // n_heads).copy()
+        """,
+    ),
+    Fault(
+        name="gqa-tiled",
+        function="repeat_kv",
+        module="primitives",
+        description="key/value heads are tiled (0,1,0,1) instead of interleaved (0,0,1,1): "
+        "query head h reads the wrong group",
+        course="004 §05.5 GQA (K.repeat(n_groups, axis=0)); contract repeat_kv",
+        source="""
+        def repeat_kv(x, n_rep):
+            x = _as_float(x, "x", ndim=4)
+            n_rep = _as_size(n_rep, "n_rep", minimum=1)
+            return np.tile(x, (1, n_rep, 1, 1))
+        """,
+    ),
+    Fault(
+        name="decode-rope-offset",
+        function="attention_decode",
+        module="transformer_block",
+        description="decode applies RoPE at positions 0..Tn-1 instead of Tp..Tp+Tn-1",
+        course="004 §07 KV Cache; §01.5 RoPE",
+        source="""
+        _correct_decode = attention_decode
+
+        def attention_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads=None, window=None, rope_theta=None):
+            if rope_theta is None or past_k is None:
+                return _correct_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads, window, rope_theta)
+            B, Tn, C = np.asarray(x_new).shape
+            H = n_heads
+            Hkv = H if n_kv_heads is None else n_kv_heads
+            q = rope(split_heads(x_new @ wq, H), np.arange(Tn), rope_theta)
+            k_new = rope(split_heads(x_new @ wk, Hkv), np.arange(Tn), rope_theta)
+            v_new = split_heads(x_new @ wv, Hkv)
+            k_all = np.concatenate([past_k, k_new], axis=2)
+            v_all = np.concatenate([past_v, v_new], axis=2)
+            Tk = k_all.shape[2]
+            mask = causal_mask(Tn, Tk) if window is None else sliding_window_mask(Tn, window, Tk)
+            out, _ = scaled_dot_product_attention(q, k_all, v_all, mask)
+            return merge_heads(out) @ wo, k_all, v_all
+        """,
+    ),
+)

@@ -1,0 +1,125 @@
+"""The contract's "Bad input" cases, exactly: each call must raise ValueError or TypeError."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from labctl.verify.builders import (
+    attention_weights,
+    block_params,
+    decoder_params,
+    ints,
+    normal,
+    rng,
+    weight,
+)
+
+
+@dataclass(eq=False)
+class BadCase:
+    """A call the contract's Bad input section says must raise ValueError or TypeError."""
+
+    function: str
+    name: str
+    args: tuple
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def call(self) -> tuple[tuple, dict]:
+        return copy.deepcopy(self.args), copy.deepcopy(dict(self.kwargs))
+
+
+def _odd_group_weights(r) -> tuple[np.ndarray, ...]:
+    """C=16, H=4 (D=4) query weights with Hkv=3 key/value weights: H % Hkv != 0."""
+    return (weight(r, 16, 16), weight(r, 16, 12), weight(r, 16, 12), weight(r, 16, 16))
+
+
+@cache
+def bad_cases(function: str) -> tuple[BadCase, ...]:
+    """The contract's Bad input cases that apply to `function` (empty for the others)."""
+    r = rng(f"{function}/bad")
+    f = function
+    if f == "sliding_window_mask":
+        return (BadCase(f, "window<1", (4, 0)),)
+    if f == "split_heads":
+        return (BadCase(f, "C%n_heads", (normal(r, 2, 3, 10), 4)),)
+    if f == "rope":
+        return (BadCase(f, "odd-D", (normal(r, 2, 5, 3), ints(range(5)))),)
+    if f == "scaled_dot_product_attention":
+        return (
+            BadCase(
+                f,
+                "batch-mismatch",
+                (normal(r, 2, 2, 3, 4), normal(r, 3, 2, 3, 4), normal(r, 3, 2, 3, 4)),
+            ),
+            BadCase(
+                f,
+                "head-width-mismatch",
+                (normal(r, 2, 2, 3, 4), normal(r, 2, 2, 3, 5), normal(r, 2, 2, 3, 4)),
+            ),
+            BadCase(
+                f,
+                "n_heads%n_kv_heads",
+                (normal(r, 1, 4, 3, 4), normal(r, 1, 3, 3, 4), normal(r, 1, 3, 3, 4)),
+            ),
+        )
+    if f == "tiled_attention":
+        q, k, v = (normal(r, 1, 2, 4, 4) for _ in range(3))
+        return (
+            BadCase(f, "block_size=0", (q, k, v, 0)),
+            BadCase(f, "block_size=-1", (q, k, v, -1)),
+            BadCase(f, "batch-mismatch", (q, normal(r, 2, 2, 4, 4), normal(r, 2, 2, 4, 4), 2)),
+        )
+    if f == "multi_head_attention":
+        return (
+            BadCase(f, "C%n_heads", (normal(r, 1, 3, 10), *attention_weights(r, 10, 5, 5), 4)),
+            BadCase(
+                f,
+                "n_heads%n_kv_heads",
+                (normal(r, 1, 3, 16), *_odd_group_weights(r), 4),
+                {"n_kv_heads": 3},
+            ),
+            BadCase(
+                f,
+                "odd-D-rope",
+                (normal(r, 1, 3, 12), *attention_weights(r, 12, 4, 4), 4),
+                {"rope_theta": 10000.0},
+            ),
+            BadCase(
+                f,
+                "window<1",
+                (normal(r, 1, 3, 8), *attention_weights(r, 8, 2, 2), 2),
+                {"window": 0},
+            ),
+        )
+    if f == "attention_decode":
+        return (
+            BadCase(
+                f,
+                "C%n_heads",
+                (normal(r, 1, 1, 10), None, None, *attention_weights(r, 10, 5, 5), 4),
+            ),
+            BadCase(
+                f,
+                "n_heads%n_kv_heads",
+                (normal(r, 1, 1, 16), None, None, *_odd_group_weights(r), 4),
+                {"n_kv_heads": 3},
+            ),
+            BadCase(
+                f,
+                "window<1",
+                (normal(r, 1, 1, 8), None, None, *attention_weights(r, 8, 2, 2), 2),
+                {"window": 0},
+            ),
+        )
+    if f == "transformer_block":
+        return (BadCase(f, "C%n_heads", (normal(r, 1, 3, 10), block_params(r, 10, 5, 5, 6), 4)),)
+    if f == "decoder_forward":
+        params = decoder_params(r, 7, 10, 5, 5, 6, 1)
+        return (BadCase(f, "C%n_heads", (r.integers(0, 7, (1, 3)), params, 4)),)
+    return ()

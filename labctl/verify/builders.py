@@ -1,0 +1,91 @@
+"""The shared builders of verify's inputs: seeded arrays in contract v1's layouts, and `Fixture`.
+
+`rng(tag)` seeds a generator with `SEED` and the tag, so each function's
+fixtures, bad inputs and causal variants draw from a stream of their own.
+Weights are `(in, out)` scaled by 1/sqrt(in), positions int64;
+`block_params` and `decoder_params` hold the keys `transformer_block` and
+`decoder_forward` read.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+SEED = 5
+
+
+@dataclass(eq=False)
+class Fixture:
+    """One call of one contract function: positional args and keyword args."""
+
+    function: str
+    name: str
+    args: tuple
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+    def call(self) -> tuple[tuple, dict]:
+        """Fresh copies of the arguments, so no caller ever shares an array with another."""
+        return copy.deepcopy(self.args), copy.deepcopy(dict(self.kwargs))
+
+
+def rng(tag: str) -> np.random.Generator:
+    return np.random.default_rng([SEED, zlib.crc32(tag.encode("utf-8"))])
+
+
+def normal(r: np.random.Generator, *shape: int) -> np.ndarray:
+    return r.standard_normal(shape)
+
+
+def weight(r: np.random.Generator, fan_in: int, fan_out: int) -> np.ndarray:
+    """(in, out), scaled by 1/sqrt(in) so activations stay O(1)."""
+    return r.standard_normal((fan_in, fan_out)) / math.sqrt(fan_in)
+
+
+def attention_weights(r, C: int, H: int, Hkv: int) -> tuple[np.ndarray, ...]:
+    D = C // H
+    return (
+        weight(r, C, H * D),
+        weight(r, C, Hkv * D),
+        weight(r, C, Hkv * D),
+        weight(r, H * D, C),
+    )
+
+
+def block_params(r, C: int, H: int, Hkv: int, F: int) -> dict[str, np.ndarray]:
+    wq, wk, wv, wo = attention_weights(r, C, H, Hkv)
+    return {
+        "norm1": 1.0 + 0.1 * normal(r, C),
+        "wq": wq,
+        "wk": wk,
+        "wv": wv,
+        "wo": wo,
+        "norm2": 1.0 + 0.1 * normal(r, C),
+        "w_gate": weight(r, C, F),
+        "w_up": weight(r, C, F),
+        "w_down": weight(r, F, C),
+    }
+
+
+def decoder_params(r, V: int, C: int, H: int, Hkv: int, F: int, n_blocks: int) -> dict:
+    return {
+        "embed": normal(r, V, C),
+        "blocks": [block_params(r, C, H, Hkv, F) for _ in range(n_blocks)],
+        "final_norm": 1.0 + 0.1 * normal(r, C),
+    }
+
+
+def causal_formula(t_q: int, t_k: int) -> np.ndarray:
+    """The contract's causal mask, written here from its formula: True where j > t_k - t_q + i."""
+    return np.arange(t_k)[None, :] > (t_k - t_q) + np.arange(t_q)[:, None]
+
+
+def ints(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
