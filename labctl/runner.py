@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import hashlib
 import io
 import math
 import os
@@ -23,11 +22,9 @@ from dataclasses import dataclass, field
 from importlib import util
 from pathlib import Path
 
-import labctl
-from labctl import contract, registry
+from labctl import registry
 from labctl.errors import CallError, LabctlError
-from labctl.evidence.environment import environment, head_commit, now_iso, project_root
-from labctl.evidence.models import Artifact, EvidenceRecord, LabctlInfo, License, MetricRecord
+from labctl.evidence.records import machine_record, metric_record, shown_path, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
 from labctl.lab import (
     IMPLS,
@@ -45,15 +42,6 @@ from labctl.sandbox import DEFAULT_TIMEOUT_S, CleanRoom
 
 DEFAULT_SEED = 5
 IMPL_CHOICES = ("reference", "clean-room", "both")
-LICENSES = [
-    License(
-        source="labctl",
-        version=labctl.__version__,
-        license="MIT",
-        attribution="labctl developers",
-        redistribution="allowed with the license notice",
-    )
-]
 
 
 @dataclass(frozen=True)
@@ -274,56 +262,27 @@ def write_evidence(
     """One record per lab (YAML and JSON) plus its figures as CSV; point the manifest at it."""
     stem = record_stem(seed)
     target = folder / result.lab.id
-    root = project_root()
-    artifacts: list[Artifact | str] = []
+    artifacts = []
     for index, figure in enumerate(result.figures):
         found = _artifact(figure)
-        if found is None:
-            continue
-        name, data = found
-        path = store.write_artifact(target, f"{stem}-{index}-{name}.csv", data)
-        relative = os.path.relpath(path.resolve(), root)
-        artifacts.append(Artifact(path=relative, sha256=hashlib.sha256(data).hexdigest()))
-        result.records.append(path)
-    commit = head_commit()
-    verified_at = now_iso()
-    record = EvidenceRecord(
-        schema="learn-llm.evidence.v1",
+        if found is not None:
+            name, data = found
+            path, artifact = write_artifact(store, target, f"{stem}-{index}-{name}.csv", data)
+            artifacts.append(artifact)
+            result.records.append(path)
+    record = machine_record(
         module=result.lab.id,
-        commit=commit.sha,
-        commit_dirty=commit.dirty,
-        verified_at=verified_at,
-        environment=environment(),
         seed=seed,
-        commands=[_command(result.lab, seed, impl, room)],
-        metrics=[
-            MetricRecord(
-                name=m.name,
-                expected=m.expected,
-                actual=m.actual,
-                impl=m.impl,
-                passed=m.passed,
-                unit=m.unit,
-                timing=m.timing,
-            )
-            for m in result.metrics
-            if math.isfinite(m.actual)
-        ],
+        command=_command(result.lab, seed, impl, room),
+        metrics=[metric_record(m) for m in result.metrics if math.isfinite(m.actual)],
         artifacts=artifacts,
-        cost={"gross_usd": 0.0, "credit_usd": 0.0},
-        licenses=LICENSES,
         known_failures=result.failures(),
-        labctl=LabctlInfo(
-            version=labctl.__version__,
-            contract_id=contract.CONTRACT_ID,
-            contract_sha256=contract.CONTRACT_V1_SHA256,
-            tolerances=registry.TOLERANCE_TABLE_VERSION,
-            impl=impl,
-            lab=result.lab.id,
-            clean_room=room if impl != "reference" else None,
-            passed=result.passed,
-            wall_time_s=round(result.wall_time_s, 3),
-        ),
+        tolerances=registry.TOLERANCE_TABLE_VERSION,
+        impl=impl,
+        passed=result.passed,
+        wall_time_s=result.wall_time_s,
+        lab=result.lab.id,
+        clean_room=room if impl != "reference" else None,
     )
     paths = store.write_record(target, stem, record)
     result.records[:0] = paths
@@ -331,20 +290,12 @@ def write_evidence(
         result.lab.id,
         {
             "record": store.relative(paths[1]),
-            "verified_at": verified_at,
+            "verified_at": record.verified_at,
             "passed": result.passed,
             "seed": seed,
             "impl": impl,
         },
     )
-
-
-def shown_path(path: Path) -> str:
-    """A path as it may appear in evidence: relative to the working directory, else its name."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return path.name
 
 
 def run_labs(

@@ -47,7 +47,8 @@ def check(
 ) -> None:
     """Check that a clean room exposes every contract function with the exact signature."""
     from labctl.contract_check import check_clean_room
-    from labctl.runner import default_clean_room, shown_path
+    from labctl.evidence.records import shown_path
+    from labctl.runner import default_clean_room
 
     room = path or default_clean_room()
     report = check_clean_room(room, shown=shown_path(room))

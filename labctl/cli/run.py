@@ -77,7 +77,8 @@ def run(
     json_: JsonFlag = False,
 ) -> None:
     """Run labs on the reference and a clean room; print metrics; write evidence records."""
-    from labctl.runner import run_labs, shown_path
+    from labctl.evidence.records import shown_path
+    from labctl.runner import run_labs
 
     with err.status("starting…") as status:
 

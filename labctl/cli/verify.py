@@ -75,8 +75,9 @@ def clean_room(
     json_: JsonFlag = False,
 ) -> None:
     """Check a clean room: contract, import policy, parity, properties, isolation; diagnose."""
+    from labctl.evidence.records import shown_path
     from labctl.runner import default_clean_room
-    from labctl.verify.verify import shown_path, verify_clean_room
+    from labctl.verify.verify import verify_clean_room
 
     _positive(timeout, "--timeout")
     if memory_mb < 0:
@@ -217,8 +218,8 @@ def faults(
     json_: JsonFlag = False,
 ) -> None:
     """Run every check against every catalogued fault; print which checks catch which fault."""
+    from labctl.evidence.records import shown_path
     from labctl.verify.matrix import build_matrix
-    from labctl.verify.verify import shown_path
 
     _positive(timeout, "--timeout")
     with err.status("verifying the project's clean room…") as status:

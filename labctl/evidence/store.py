@@ -34,8 +34,9 @@ MANIFEST_NAME = "module-manifest-v1.json"
 MANIFEST_SCHEMA = "labctl.module-manifest.v1"
 
 
-def write_new(path: Path, data: bytes) -> None:
-    """Create `path` with `data` atomically; refuse if it exists."""
+@contextlib.contextmanager
+def _temporary(path: Path, data: bytes) -> Iterator[str]:
+    """`data` flushed to disk in a temporary file beside `path`, removed after the block."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
     try:
@@ -43,26 +44,24 @@ def write_new(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.link(tmp, path)
-    except FileExistsError:
-        raise StoreError(f"{path} already exists; evidence is never overwritten") from None
+        yield tmp
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+def write_new(path: Path, data: bytes) -> None:
+    """Create `path` with `data` atomically; refuse if it exists."""
+    with _temporary(path, data) as tmp:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise StoreError(f"{path} already exists; evidence is never overwritten") from None
 
 
 def replace_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+    with _temporary(path, data) as tmp:
         os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
 
 
 @contextlib.contextmanager

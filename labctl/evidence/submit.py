@@ -33,10 +33,11 @@ from labctl.errors import CleanRoomError, StoreError
 from labctl.evidence import modules
 from labctl.evidence.environment import now_iso
 from labctl.evidence.models import EvidenceRecord
+from labctl.evidence.records import shown_path
 from labctl.evidence.store import EvidenceStore, write_new
 from labctl.evidence.validate import Report, claim_impl, course_module, is_number, validate_file
 from labctl.lab import IMPLS, Lab, Metric
-from labctl.runner import LabResult, default_clean_room, implementations, run_lab, shown_path
+from labctl.runner import LabResult, default_clean_room, implementations, run_lab
 from labctl.sandbox import DEFAULT_TIMEOUT_S
 
 RECEIPT_SCHEMA = "labctl.submission-receipt.v1"

@@ -15,7 +15,6 @@ by the fault's name. The matrix is kept as evidence.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import os
@@ -25,10 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import labctl
 from labctl import contract, faults
-from labctl.evidence.environment import environment, head_commit, now_iso, project_root
-from labctl.evidence.models import Artifact, EvidenceRecord, LabctlInfo, MetricRecord
+from labctl.evidence.models import MetricRecord
+from labctl.evidence.records import machine_record, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
 from labctl.faults import Fault
 from labctl.sandbox import DEFAULT_MEMORY_MB
@@ -266,28 +264,21 @@ def build_matrix(
 
 def write_evidence(matrix: FaultMatrix, out: Path) -> None:
     """The matrix as CSV and JSON artifacts, and a learn-llm.evidence.v1 record pointing at them."""
-    from labctl.runner import LICENSES
-
     store = EvidenceStore(out.parent)
     folder = Path(out.name)
-    stem = record_stem(0)
-    root = project_root()
-    csv_data = matrix.csv_text().encode("utf-8")
-    csv_path = store.write_artifact(folder, f"{stem}-matrix.csv", csv_data)
-    json_data = (
-        json.dumps(
-            finite(matrix.to_json(lambda p: os.path.relpath(p, store.root))),
-            indent=2,
-            ensure_ascii=False,
-            allow_nan=False,
-        )
-        + "\n"
-    ).encode("utf-8")
-    json_path = store.write_artifact(folder, f"{stem}-matrix.json", json_data)
-    artifacts = [
-        Artifact(path=os.path.relpath(p.resolve(), root), sha256=hashlib.sha256(d).hexdigest())
-        for p, d in ((csv_path, csv_data), (json_path, json_data))
-    ]
+    stem = record_stem(SEED)
+    csv_path, csv_artifact = write_artifact(
+        store, folder, f"{stem}-matrix.csv", matrix.csv_text().encode("utf-8")
+    )
+    document = json.dumps(
+        finite(matrix.to_json(lambda p: os.path.relpath(p, store.root))),
+        indent=2,
+        ensure_ascii=False,
+        allow_nan=False,
+    )
+    json_path, json_artifact = write_artifact(
+        store, folder, f"{stem}-matrix.json", (document + "\n").encode("utf-8")
+    )
 
     def metric(name: str, expected: str, actual: int, ok: bool) -> MetricRecord:
         return MetricRecord(
@@ -307,31 +298,17 @@ def write_evidence(matrix: FaultMatrix, out: Path) -> None:
             not matrix.baseline.failures,
         ),
     ]
-    commit = head_commit()
-    verified_at = now_iso()
-    record = EvidenceRecord(
-        schema="learn-llm.evidence.v1",
+    record = machine_record(
         module=MODULE_ID,
-        commit=commit.sha,
-        commit_dirty=commit.dirty,
-        verified_at=verified_at,
-        environment=environment(),
         seed=SEED,
-        commands=[f"labctl faults --timeout {matrix.timeout_s:g}"],
+        command=f"labctl faults --timeout {matrix.timeout_s:g}",
         metrics=metrics,
-        artifacts=artifacts,
-        cost={"gross_usd": 0.0, "credit_usd": 0.0},
-        licenses=LICENSES,
+        artifacts=[csv_artifact, json_artifact],
         known_failures=matrix.problems(),
-        labctl=LabctlInfo(
-            version=labctl.__version__,
-            contract_id=contract.CONTRACT_ID,
-            contract_sha256=contract.CONTRACT_V1_SHA256,
-            tolerances=TOLERANCE_VERSION,
-            impl="clean-room",
-            passed=matrix.passed,
-            wall_time_s=round(matrix.wall_time_s, 3),
-        ),
+        tolerances=TOLERANCE_VERSION,
+        impl="clean-room",
+        passed=matrix.passed,
+        wall_time_s=matrix.wall_time_s,
     )
     paths = store.write_record(folder, stem, record)
     matrix.records = [*paths, csv_path, json_path]
@@ -339,7 +316,7 @@ def write_evidence(matrix: FaultMatrix, out: Path) -> None:
         MODULE_ID,
         {
             "record": store.relative(paths[1]),
-            "verified_at": verified_at,
+            "verified_at": record.verified_at,
             "passed": matrix.passed,
         },
     )

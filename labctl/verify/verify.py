@@ -17,7 +17,6 @@ fix-after record, and show parity with the reference. One call does it:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -27,12 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import labctl
 from labctl import contract, registry
 from labctl.errors import CleanRoomError
-from labctl.evidence.environment import environment, head_commit, now_iso, project_root
-from labctl.evidence.models import Artifact, EvidenceRecord, LabctlInfo, MetricRecord
+from labctl.evidence.environment import now_iso
+from labctl.evidence.models import MetricRecord
 from labctl.evidence.modules import DEFAULT_MODULE, MODULES
+from labctl.evidence.records import machine_record, metric_record, shown_path, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
 from labctl.loader import resolve_package_dir
 from labctl.sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, CleanRoom
@@ -212,14 +211,6 @@ def finite(value):
     return value
 
 
-def shown_path(path: Path) -> str:
-    """A path relative to the working directory, else its name (never an absolute path)."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return path.name
-
-
 def verify_clean_room(
     path: str | Path,
     timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -306,8 +297,6 @@ def _command(report: VerifyReport) -> str:
 
 def write_evidence(report: VerifyReport, out: Path) -> None:
     """A learn-llm.evidence.v1 record (YAML and JSON), the report as an artifact, a history line."""
-    from labctl.runner import LICENSES
-
     store = EvidenceStore(out.parent)
     folder = Path(out.name)
     stem = record_stem(METRICS_SEED)
@@ -317,19 +306,12 @@ def write_evidence(report: VerifyReport, out: Path) -> None:
         ensure_ascii=False,
         allow_nan=False,
     )
-    data = (document + "\n").encode("utf-8")
-    artifact = store.write_artifact(folder, f"{stem}-report.json", data)
-    commit = head_commit()
+    artifact_path, artifact = write_artifact(
+        store, folder, f"{stem}-report.json", (document + "\n").encode("utf-8")
+    )
     failed_checks = sum(1 for c in report.checks if c.failed)
     metric_records = [
-        MetricRecord(
-            name=m.name,
-            expected=m.expected,
-            actual=m.actual,
-            impl=m.impl,
-            passed=m.passed,
-            unit=m.unit,
-        )
+        metric_record(m)
         for m in report.metrics
         if m.actual is not None and m.expected is not None and math.isfinite(m.actual)
     ]
@@ -345,38 +327,22 @@ def write_evidence(report: VerifyReport, out: Path) -> None:
     )
     known = report.failures() + [d.message for d in report.diagnosis]
     known += [f"{m.name}: {m.note}" for m in report.metrics if m.actual is None and m.note]
-    record = EvidenceRecord(
-        schema="learn-llm.evidence.v1",
+    record = machine_record(
         module=MODULE_ID,
-        commit=commit.sha,
-        commit_dirty=commit.dirty,
-        verified_at=report.verified_at,
-        environment=environment(),
         seed=METRICS_SEED,
-        commands=[_command(report)],
+        command=_command(report),
         metrics=metric_records,
-        artifacts=[
-            Artifact(
-                path=os.path.relpath(artifact.resolve(), project_root()),
-                sha256=hashlib.sha256(data).hexdigest(),
-            )
-        ],
-        cost={"gross_usd": 0.0, "credit_usd": 0.0},
-        licenses=LICENSES,
+        artifacts=[artifact],
         known_failures=known,
-        labctl=LabctlInfo(
-            version=labctl.__version__,
-            contract_id=contract.CONTRACT_ID,
-            contract_sha256=contract.CONTRACT_V1_SHA256,
-            tolerances=TOLERANCE_VERSION,
-            impl="clean-room",
-            clean_room=report.path,
-            passed=report.passed,
-            wall_time_s=round(report.wall_time_s, 3),
-        ),
+        tolerances=TOLERANCE_VERSION,
+        impl="clean-room",
+        passed=report.passed,
+        wall_time_s=report.wall_time_s,
+        verified_at=report.verified_at,
+        clean_room=report.path,
     )
     paths = store.write_record(folder, stem, record)
-    report.records = [*paths, artifact]
+    report.records = [*paths, artifact_path]
     store.point_manifest(
         MODULE_ID,
         {
@@ -398,8 +364,8 @@ def write_evidence(report: VerifyReport, out: Path) -> None:
             "failed_checks": [f"{c.function}:{c.name}" for c in report.checks if c.failed],
             "diagnosis": [d.message for d in report.diagnosis],
             "record": store.relative(paths[1]),
-            "commit": commit.sha,
-            "commit_dirty": commit.dirty,
+            "commit": record.commit,
+            "commit_dirty": record.commit_dirty,
             "contract_sha256": contract.CONTRACT_V1_SHA256,
             "tolerances": TOLERANCE_VERSION,
             "wall_time_s": round(report.wall_time_s, 3),
