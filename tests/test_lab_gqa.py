@@ -5,16 +5,12 @@ Faulty clean rooms are written into tmp_path; evidence goes under tmp_path too.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from labtools import CACHE_REPEATED, cli_run_json, faulty_room, rows, run, values
 
 from labctl import faults
-from labctl.cli.main import app
 from labctl.lab import Note, TableFigure
-from labctl.runner import implementations, run_lab
 from labs.gqa import LAB, _mean_pool
 
 ROOM = faults.project_clean_room()
@@ -24,37 +20,10 @@ POOL = "gqa_meanpool_error_ratio"
 BYTES = "gqa_kv_bytes_llama2_70b_error"
 LLAMA_BYTES = 2 * 4096 * 8 * 128 * 2 * 80  # 004 §7.4's expression, evaluated here
 
-# Not in the catalogue: a decode that keeps the H repeated K/V heads in its cache instead of
-# the Hkv shared ones (repeat_kv before the cache update). Outputs stay right; memory does not.
-CACHE_REPEATED = faults.Fault(
-    name="kv-cache-repeated-heads",
-    function="attention_decode",
-    module="transformer_block",
-    description="the KV cache holds the H repeated heads, not the Hkv shared ones",
-    course="004 §05.5, §07.4",
-    source="""
-    from .primitives import repeat_kv as _repeat_kv
-
-    _correct_decode = attention_decode
-
-    def attention_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads=None, window=None, rope_theta=None):
-        n_rep = n_heads // (n_heads if n_kv_heads is None else n_kv_heads)
-        if past_k is not None:
-            past_k, past_v = past_k[:, ::n_rep], past_v[:, ::n_rep]
-        out, k_all, v_all = _correct_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads, window, rope_theta)
-        return out, _repeat_kv(k_all, n_rep), _repeat_kv(v_all, n_rep)
-    """,
-)
-
-
-def rows(result) -> dict:
-    return {(m.name, m.impl): m for m in result.metrics}
-
 
 @pytest.fixture(scope="module")
 def seed5():
-    with implementations("both", ROOM) as impls:
-        return run_lab(LAB, 5, impls)
+    return run(LAB)
 
 
 def test_passes_on_both_implementations_at_seed_5(seed5):
@@ -88,9 +57,7 @@ def test_course_numbers_are_recomputed_and_the_llama_line_is_flagged(seed5):
 
 
 def test_gqa_tiled_fails_head_order_and_mean_pooling(tmp_path):
-    room = faults.get("gqa-tiled").materialize(tmp_path / "room")
-    with implementations("both", room) as impls:
-        result = run_lab(LAB, 5, impls)
+    result = run(LAB, faulty_room(tmp_path, "gqa-tiled"))
     assert result.error is None and not result.passed
     got = rows(result)
     for name in (ORDER, POOL):
@@ -102,9 +69,7 @@ def test_gqa_tiled_fails_head_order_and_mean_pooling(tmp_path):
 
 
 def test_a_cache_of_repeated_heads_fails_the_llama_bytes(tmp_path):
-    room = CACHE_REPEATED.materialize(tmp_path / "room")
-    with implementations("clean-room", room) as impls:
-        result = run_lab(LAB, 5, impls)
+    result = run(LAB, faulty_room(tmp_path, CACHE_REPEATED), impl="clean-room")
     got = rows(result)
     assert not got[(BYTES, "clean-room")].passed
     assert got[(BYTES, "clean-room")].actual == LLAMA_BYTES  # 16 heads cached instead of 8
@@ -122,13 +87,7 @@ def test_mean_pool_keeps_groups_contiguous():
 
 
 def test_same_seed_same_values_other_seed_other_values():
-    with implementations("both", ROOM) as impls:
-
-        def values(seed: int) -> dict:
-            result = run_lab(LAB, seed, impls)
-            return {(m.name, m.impl): m.actual for m in result.metrics if not m.timing}
-
-        first, again, other = values(5), values(5), values(6)
+    first, again, other = (values(run(LAB, seed=seed)) for seed in (5, 5, 6))
     assert first == again
     assert first[(POOL, "clean-room")] != other[(POOL, "clean-room")]
     assert first[(POOL, "reference")] != other[(POOL, "reference")]
@@ -137,16 +96,6 @@ def test_same_seed_same_values_other_seed_other_values():
 
 
 def test_cli_run_json(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    out = tmp_path / "evidence" / "runs"
-    result = CliRunner().invoke(
-        app, ["run", "gqa", "--json", "--out", str(out), "--clean-room", str(ROOM)]
-    )
-    assert result.exit_code == 0, result.output
-    document = json.loads(result.stdout)
-    assert document["passed"] is True
-    (lab,) = document["labs"]
-    assert lab["id"] == "gqa"
+    lab, _ = cli_run_json("gqa", tmp_path, monkeypatch)
     assert {m["name"] for m in lab["metrics"]} == {FULL, ORDER, POOL, BYTES}
     assert any("~10.7 GB" in note["text"] and note["flag"] for note in lab["notes"])
-    assert sorted(out.glob("gqa/*.json"))

@@ -5,15 +5,11 @@ Faulty clean rooms are written into tmp_path; evidence goes under tmp_path too.
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from typer.testing import CliRunner
+from labtools import CACHE_REPEATED, cli_run_json, faulty_room, rows, run, values
 
 from labctl import faults
-from labctl.cli.main import app
 from labctl.lab import satisfies
-from labctl.runner import implementations, run_lab
 from labs.kv_cache import LAB, LENGTHS, flops
 
 ROOM = faults.project_clean_room()
@@ -21,37 +17,10 @@ STEP = "decode_token_by_token_max_error"
 CHUNK = "decode_chunked_max_error"
 BYTES = "decode_kv_bytes_per_token_error"
 
-# Not in the catalogue: a decode that keeps the H repeated K/V heads in its cache instead of
-# the Hkv shared ones (repeat_kv before the cache update). Outputs stay right; memory does not.
-CACHE_REPEATED = faults.Fault(
-    name="kv-cache-repeated-heads",
-    function="attention_decode",
-    module="transformer_block",
-    description="the KV cache holds the H repeated heads, not the Hkv shared ones",
-    course="004 §05.5, §07.4",
-    source="""
-    from .primitives import repeat_kv as _repeat_kv
-
-    _correct_decode = attention_decode
-
-    def attention_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads=None, window=None, rope_theta=None):
-        n_rep = n_heads // (n_heads if n_kv_heads is None else n_kv_heads)
-        if past_k is not None:
-            past_k, past_v = past_k[:, ::n_rep], past_v[:, ::n_rep]
-        out, k_all, v_all = _correct_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads, window, rope_theta)
-        return out, _repeat_kv(k_all, n_rep), _repeat_kv(v_all, n_rep)
-    """,
-)
-
-
-def rows(result) -> dict:
-    return {(m.name, m.impl): m for m in result.metrics}
-
 
 @pytest.fixture(scope="module")
 def seed5():
-    with implementations("both", ROOM) as impls:
-        return run_lab(LAB, 5, impls)
+    return run(LAB)
 
 
 def test_passes_on_both_implementations_at_seed_5(seed5):
@@ -72,9 +41,7 @@ def test_passes_on_both_implementations_at_seed_5(seed5):
 
 @pytest.mark.parametrize("fault", ["decode-rope-offset", "mask-reversed"])
 def test_decode_vs_full_fails_on_a_faulty_clean_room(tmp_path, fault):
-    room = faults.get(fault).materialize(tmp_path / "room")
-    with implementations("both", room) as impls:
-        result = run_lab(LAB, 5, impls)
+    result = run(LAB, faulty_room(tmp_path, fault))
     assert result.error is None and not result.passed
     got = rows(result)
     for name in (STEP, CHUNK):
@@ -84,9 +51,7 @@ def test_decode_vs_full_fails_on_a_faulty_clean_room(tmp_path, fault):
 
 
 def test_a_cache_of_repeated_heads_fails_the_bytes_per_token(tmp_path):
-    room = CACHE_REPEATED.materialize(tmp_path / "room")
-    with implementations("clean-room", room) as impls:
-        result = run_lab(LAB, 5, impls)
+    result = run(LAB, faulty_room(tmp_path, CACHE_REPEATED), impl="clean-room")
     got = rows(result)
     assert got[(STEP, "clean-room")].passed  # the outputs are still right...
     assert not got[(BYTES, "clean-room")].passed  # ...but the cache is H / Hkv = 4x too big
@@ -104,13 +69,7 @@ def test_flop_ratio_threshold_refuses_a_decode_that_recomputes():
 
 
 def test_same_seed_same_values_other_seed_other_values():
-    with implementations("both", ROOM) as impls:
-
-        def values(seed: int) -> dict:
-            result = run_lab(LAB, seed, impls)
-            return {(m.name, m.impl): m.actual for m in result.metrics if not m.timing}
-
-        first, again, other = values(5), values(5), values(6)
+    first, again, other = (values(run(LAB, seed=seed)) for seed in (5, 5, 6))
     assert first == again
     assert set(first) == set(other)
     # Every non-timing metric here is a rounding error (~1e-15, quantised in ulps, so equal
@@ -121,16 +80,6 @@ def test_same_seed_same_values_other_seed_other_values():
 
 
 def test_cli_run_json(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    out = tmp_path / "evidence" / "runs"
-    result = CliRunner().invoke(
-        app, ["run", "kv-cache", "--json", "--out", str(out), "--clean-room", str(ROOM)]
-    )
-    assert result.exit_code == 0, result.output
-    document = json.loads(result.stdout)
-    assert document["passed"] is True
-    (lab,) = document["labs"]
-    assert lab["id"] == "kv-cache"
+    lab, _ = cli_run_json("kv-cache", tmp_path, monkeypatch)
     timing = [m for m in lab["metrics"] if m["timing"]]
     assert {m["name"] for m in timing} == {f"decode_time_ratio[T={T}]" for T in LENGTHS}
-    assert sorted(out.glob("kv-cache/*.json"))

@@ -10,7 +10,6 @@ and checks that the thread count does not change a single bit of the result.
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
@@ -18,11 +17,9 @@ import sys
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
+from labtools import cli_run_json, faulty_room, rows, run, values
 
 from labctl import faults
-from labctl.cli.main import app
-from labctl.runner import implementations, run_lab
 from labs import mask_ablation as lab_module
 from labs.mask_ablation import LAB
 
@@ -51,34 +48,13 @@ SDPA_ALWAYS_CAUSAL = faults.Fault(
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def rows(result) -> dict[tuple[str, str], object]:
-    return {(m.name, m.impl): m for m in result.metrics}
-
-
-def values(result) -> dict[tuple[str, str], float]:
-    return {key: m.actual for key, m in rows(result).items()}
-
-
-def run_with_room(room, seed=SEED, impl="both"):
-    with implementations(impl, room) as impls:
-        return run_lab(LAB, seed, impls)
-
-
 def faulty(tmp_path_factory, fault):
-    return run_with_room(fault.materialize(tmp_path_factory.mktemp("fault") / "room"))
+    return run(LAB, faulty_room(tmp_path_factory.mktemp("fault"), fault))
 
 
 @pytest.fixture(scope="module")
 def result():
-    return run_with_room(faults.project_clean_room())
+    return run(LAB)
 
 
 def assert_caught(result, name):
@@ -147,7 +123,7 @@ def test_an_ablation_that_forgets_to_remove_the_mask_fails(monkeypatch):
         return train(init, batches, heldout, causal if blocked_mask is None else blocked_mask, p)
 
     monkeypatch.setattr(lab_module, "_train_lm", still_masked)
-    broken = run_with_room(None, impl="reference")
+    broken = run(LAB, None, impl="reference")
     measured = rows(broken)
     assert not measured[("unmasked_train_loss_over_lnV", "reference")].passed
     assert not measured[("mask_leak_loss_gap", "reference")].passed
@@ -170,12 +146,12 @@ def test_reversed_share_on_equal_scores_is_the_count_of_future_keys():
 
 
 def test_same_seed_gives_identical_values(result):
-    again = run_with_room(faults.project_clean_room())
+    again = run(LAB)
     assert values(again) == values(result)
 
 
 def test_another_seed_gives_other_values_and_still_passes(result):
-    other = run_with_room(faults.project_clean_room(), seed=SEED + 1)
+    other = run(LAB, seed=SEED + 1)
     assert other.passed, other.failures()
     first, second = values(result), values(other)
     names = (TEMPLATE, "mask_reversed_future_share", HELDOUT, "unmasked_train_loss_over_lnV")
@@ -189,12 +165,13 @@ def test_the_thread_count_does_not_change_the_lm():
     params = lab_module.Params(steps=8, tail=4)
     init, batches, heldout = lab_module._lm_data(np.random.default_rng(SEED), params)
     results = []
+    before = torch.get_num_threads()
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
             results.append(lab_module._train_lm(init, batches, heldout, None, params))
     finally:
-        torch.set_num_threads(1)
+        torch.set_num_threads(before)
     assert results[0] == results[1]
 
 
@@ -204,17 +181,7 @@ def test_importing_the_lab_does_not_import_torch():
 
 
 def test_cli_run_json(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    room = str(faults.project_clean_room())
-    out = tmp_path / "evidence" / "runs"
-    invoked = CliRunner().invoke(
-        app, ["run", "mask-ablation", "--json", "--out", str(out), "--clean-room", room]
-    )
-    assert invoked.exit_code == 0, invoked.output
-    report = json.loads(invoked.stdout)
-    assert report["passed"] is True
-    (lab,) = report["labs"]
-    assert lab["id"] == "mask-ablation" and lab["passed"] is True
+    lab, out = cli_run_json("mask-ablation", tmp_path, monkeypatch)
     by_key = {(m["name"], m["impl"]): m for m in lab["metrics"]}
     assert by_key[(TEMPLATE, "clean-room")]["actual"] > 1e-5
     assert by_key[(MASKED, "clean-room")]["actual"] == 0.0

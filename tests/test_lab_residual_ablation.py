@@ -6,19 +6,12 @@ goes under tmp_path too, never into the repository's evidence/.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from typer.testing import CliRunner
+from labtools import cli_run_json, faulty_room, rows, run, values
 
-from labctl import faults
-from labctl.cli.main import app
 from labctl.lab import satisfies
-from labctl.runner import implementations, run_lab
 from labs.residual_ablation import DEEPEST, LAB, Params, _gradients
 
-ROOM = faults.project_clean_room()
 TEMPLATE = "residual_ablation_max_output_delta"
 IDENTITY = "residual_identity_max_error"
 FORMULA = "residual_block_formula_max_error"
@@ -29,14 +22,9 @@ GRADIENTS = (
 )
 
 
-def rows(result) -> dict[tuple[str, str], object]:
-    return {(m.name, m.impl): m for m in result.metrics}
-
-
 @pytest.fixture(scope="module")
 def seed5():
-    with implementations("both", ROOM) as impls:
-        return run_lab(LAB, 5, impls)
+    return run(LAB)
 
 
 def test_passes_on_both_implementations_at_seed_5(seed5):
@@ -62,9 +50,7 @@ def test_passes_on_both_implementations_at_seed_5(seed5):
     ],
 )
 def test_key_metrics_fail_on_a_faulty_clean_room(tmp_path, fault, caught):
-    room = faults.get(fault).materialize(tmp_path / "room")
-    with implementations("both", room) as impls:
-        result = run_lab(LAB, 5, impls)
+    result = run(LAB, faulty_room(tmp_path, fault))
     assert result.error is None
     assert not result.passed
     got = rows(result)
@@ -78,13 +64,7 @@ def test_key_metrics_fail_on_a_faulty_clean_room(tmp_path, fault, caught):
 
 
 def test_same_seed_same_values_other_seed_other_values():
-    with implementations("both", ROOM) as impls:
-
-        def values(seed: int) -> dict:
-            result = run_lab(LAB, seed, impls)
-            return {(m.name, m.impl): m.actual for m in result.metrics if not m.timing}
-
-        first, again, other = values(5), values(5), values(6)
+    first, again, other = (values(run(LAB, seed=seed)) for seed in (5, 5, 6))
     assert first == again
     for name in (TEMPLATE, *GRADIENTS):
         impl = "clean-room" if name == TEMPLATE else "reference"
@@ -110,16 +90,7 @@ def test_gradient_thresholds_separate_the_variants(seed):
 
 
 def test_cli_run_json(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    out = tmp_path / "evidence" / "runs"
-    args = ["run", "residual-ablation", "--json", "--out", str(out), "--clean-room", str(ROOM)]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    document = json.loads(result.stdout)
-    assert document["passed"] is True
-    (lab,) = document["labs"]
-    assert lab["id"] == "residual-ablation"
+    lab, _ = cli_run_json("residual-ablation", tmp_path, monkeypatch)
     names = {m["name"] for m in lab["metrics"]}
     assert {TEMPLATE, IDENTITY, FORMULA, *GRADIENTS} <= names
     assert any("Xiong" in note["text"] for note in lab["notes"])
-    assert sorted(Path(out).glob("residual-ablation/*.json"))

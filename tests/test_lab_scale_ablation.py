@@ -9,18 +9,15 @@ names the bug must fail on the clean-room row while the reference row passes.
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from labtools import cli_run_json, faulty_room, rows, run, values
 
 from labctl import faults
-from labctl.cli.main import app
-from labctl.runner import implementations, run_lab
 from labs import scale_ablation as lab_module
 from labs.scale_ablation import D_KS, LAB, LARGEST
 
@@ -45,34 +42,19 @@ SCALE_IGNORED = faults.Fault(
 )
 
 
-def rows(result) -> dict[tuple[str, str], object]:
-    return {(m.name, m.impl): m for m in result.metrics}
-
-
-def values(result) -> dict[tuple[str, str], float]:
-    return {key: m.actual for key, m in rows(result).items()}
-
-
-def run_with_room(room, seed=SEED):
-    with implementations("both", room) as impls:
-        return run_lab(LAB, seed, impls)
-
-
 @pytest.fixture(scope="module")
 def result():
-    return run_with_room(faults.project_clean_room())
+    return run(LAB)
 
 
 @pytest.fixture(scope="module")
 def no_sqrt_dk(tmp_path_factory):
-    room = faults.get("no-sqrt-dk").materialize(tmp_path_factory.mktemp("fault") / "room")
-    return run_with_room(room)
+    return run(LAB, faulty_room(tmp_path_factory.mktemp("fault"), "no-sqrt-dk"))
 
 
 @pytest.fixture(scope="module")
 def scale_ignored(tmp_path_factory):
-    room = SCALE_IGNORED.materialize(tmp_path_factory.mktemp("fault") / "room")
-    return run_with_room(room)
+    return run(LAB, faulty_room(tmp_path_factory.mktemp("fault"), SCALE_IGNORED))
 
 
 def test_passes_on_both_implementations(result):
@@ -133,12 +115,12 @@ def test_ignored_scale_fails_the_raw_variances_and_the_ablation(scale_ignored):
 
 
 def test_same_seed_gives_identical_values(result):
-    again = run_with_room(faults.project_clean_room())
+    again = run(LAB)
     assert values(again) == values(result)
 
 
 def test_another_seed_gives_other_values_and_still_passes(result):
-    other = run_with_room(faults.project_clean_room(), seed=SEED + 1)
+    other = run(LAB, seed=SEED + 1)
     assert other.passed, other.failures()
     first, second = values(result), values(other)
     for name in [*VARIANCE_METRICS, KEY, "scaled_max_prob_spread"]:
@@ -204,8 +186,7 @@ def test_sampling_error_formula_matches_a_simulation():
 
 
 def test_runs_on_one_implementation_alone():
-    with implementations("reference", None) as impls:
-        alone = run_lab(LAB, SEED, impls)
+    alone = run(LAB, None, impl="reference")
     assert alone.passed, alone.failures()
     assert {m.impl for m in alone.metrics} == {"reference"}
 
@@ -216,18 +197,7 @@ def test_importing_the_lab_does_not_import_torch():
 
 
 def test_cli_run_json(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    room = str(faults.project_clean_room())
-    out = tmp_path / "evidence" / "runs"
-    invoked = CliRunner().invoke(
-        app, ["run", "scale-ablation", "--json", "--out", str(out), "--clean-room", room]
-    )
-    assert invoked.exit_code == 0, invoked.output
-    report = json.loads(invoked.stdout)
-    assert report["passed"] is True
-    (lab,) = report["labs"]
-    assert lab["id"] == "scale-ablation" and lab["passed"] is True
+    lab, out = cli_run_json("scale-ablation", tmp_path, monkeypatch)
     by_key = {(m["name"], m["impl"]): m for m in lab["metrics"]}
     assert by_key[(KEY, "clean-room")]["passed"] is True
     assert math.isclose(by_key[(KEY, "clean-room")]["actual"], by_key[(KEY, "reference")]["actual"])
-    assert any((out / "scale-ablation").iterdir())

@@ -6,10 +6,11 @@ prints exactly one JSON document on stdout. Rich honours NO_COLOR by itself.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rich.console import Console
+
+from labctl.jsonsafe import dumps
 
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
@@ -17,17 +18,7 @@ err = Console(stderr=True, highlight=False)
 
 def print_json(document: Any) -> None:
     """One JSON document on stdout, nothing else; NaN and inf become null."""
-    print(json.dumps(_finite(document), indent=2, ensure_ascii=False))
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+    print(dumps(document))
 
 
 def verdict(passed: bool | None) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from labctl.evidence.models import MetricRecord
 from labctl.evidence.records import machine_record, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
 from labctl.faults import Fault
+from labctl.jsonsafe import dumps
 from labctl.sandbox import DEFAULT_MEMORY_MB
 from labctl.verify import fixtures as fx
 from labctl.verify.builders import SEED
@@ -36,7 +36,6 @@ from labctl.verify.checks import CHECK_NAMES, JUSTIFIED, CheckResult, evaluate
 from labctl.verify.compare import TOLERANCE_VERSION
 from labctl.verify.diagnosis import ROOMS, Diagnosis, diagnose
 from labctl.verify.observe import observe
-from labctl.verify.verify import finite
 
 MODULE_ID = "fault-matrix"
 DEFAULT_OUT = Path("evidence/faults")
@@ -270,12 +269,7 @@ def write_evidence(matrix: FaultMatrix, out: Path) -> None:
     csv_path, csv_artifact = write_artifact(
         store, folder, f"{stem}-matrix.csv", matrix.csv_text().encode("utf-8")
     )
-    document = json.dumps(
-        finite(matrix.to_json(lambda p: os.path.relpath(p, store.root))),
-        indent=2,
-        ensure_ascii=False,
-        allow_nan=False,
-    )
+    document = dumps(matrix.to_json(lambda p: os.path.relpath(p, store.root)))
     json_path, json_artifact = write_artifact(
         store, folder, f"{stem}-matrix.json", (document + "\n").encode("utf-8")
     )

@@ -33,6 +33,7 @@ from labctl.evidence.models import MetricRecord
 from labctl.evidence.modules import DEFAULT_MODULE, MODULES
 from labctl.evidence.records import machine_record, metric_record, shown_path, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
+from labctl.jsonsafe import dumps
 from labctl.loader import resolve_package_dir
 from labctl.sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, CleanRoom
 from labctl.verify import fixtures as fx
@@ -200,17 +201,6 @@ def template_metrics(
 # --------------------------------------------------------------------------
 
 
-def finite(value):
-    """The document with NaN and inf as null, so it stays strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    return value
-
-
 def verify_clean_room(
     path: str | Path,
     timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -300,12 +290,7 @@ def write_evidence(report: VerifyReport, out: Path) -> None:
     store = EvidenceStore(out.parent)
     folder = Path(out.name)
     stem = record_stem(METRICS_SEED)
-    document = json.dumps(
-        finite(report.to_json(lambda p: os.path.relpath(p, store.root))),
-        indent=2,
-        ensure_ascii=False,
-        allow_nan=False,
-    )
+    document = dumps(report.to_json(lambda p: os.path.relpath(p, store.root)))
     artifact_path, artifact = write_artifact(
         store, folder, f"{stem}-report.json", (document + "\n").encode("utf-8")
     )
