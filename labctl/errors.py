@@ -38,15 +38,26 @@ class ImportPolicyError(CleanRoomError):
 class CallError(LabctlError):
     """A clean-room function raised, hung, crashed or returned something unusable.
 
-    `kind` is one of: exception, timeout, crash, unsupported-return.
+    `kind` is one of: exception, timeout, crash, missing, unsupported-return;
+    `exc_type` names the learner's exception class when `kind` is exception.
     """
 
-    def __init__(self, function: str, kind: str, message: str, where: str | None = None):
+    def __init__(
+        self,
+        function: str,
+        kind: str,
+        message: str,
+        where: str | None = None,
+        exc_type: str | None = None,
+    ):
         self.function = function
         self.kind = kind
+        self.detail = message
         self.where = where
+        self.exc_type = exc_type
         place = f" at {where}" if where else ""
-        super().__init__(f"{function}: {message}{place}")
+        shown = f"raised {exc_type}: {message}" if exc_type else message
+        super().__init__(f"{function}: {shown}{place}")
 
 
 class EvidenceError(LabctlError):

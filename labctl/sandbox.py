@@ -26,7 +26,8 @@ from labctl.loader import resolve_package_dir
 
 DEFAULT_TIMEOUT_S = 20.0
 DEFAULT_MEMORY_MB = 4096
-_LOAD_TIMEOUT_S = 60.0
+# Loading starts Python and numpy before the learner's code: never less than this.
+_MIN_LOAD_TIMEOUT_S = 10.0
 _BOOT = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
     "from labctl.sandbox_worker import main; main(sys.argv[1:])"
@@ -86,7 +87,8 @@ class CleanRoom:
         os.close(from_child_w)
         self._write, self._read = to_child_w, from_child_r
         request = {"op": "load", "path": str(self.path), "guard": self.guard, "names": self._names}
-        reply = self._exchange(request, _LOAD_TIMEOUT_S, "loading the clean room")
+        load_timeout_s = max(self.timeout_s, _MIN_LOAD_TIMEOUT_S)
+        reply = self._exchange(request, load_timeout_s, "loading the clean room")
         self.violations.extend(reply.get("violations", []))
         if reply["ok"] and reply.get("violations"):
             # An import the clean room wrapped in try/except was refused all the same.
@@ -169,8 +171,9 @@ class CleanRoom:
         if not reply["ok"]:
             error = reply["error"]
             if error["kind"] == "exception":
-                message = f"raised {error['type']}: {error['message']}"
-                raise CallError(name, "exception", message, error.get("where"))
+                raise CallError(
+                    name, "exception", error["message"], error.get("where"), error["type"]
+                )
             raise CallError(name, error["kind"], error["message"])
         return CallResult(reply["value"], reply["elapsed_s"], reply["mutated"])
 

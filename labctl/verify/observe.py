@@ -202,8 +202,6 @@ def _located(root: Path, text: str) -> Located:
 # Calling
 # --------------------------------------------------------------------------
 
-_RAISED = re.compile(r"^raised (?P<type>[\w.]+): (?P<message>.*)$", re.S)
-
 
 def call(room: CleanRoom, name: str, args: tuple, kwargs: dict) -> Outcome:
     """One call through the sandbox; every failure of the clean room becomes an Outcome."""
@@ -220,17 +218,10 @@ def call(room: CleanRoom, name: str, args: tuple, kwargs: dict) -> Outcome:
 
 
 def _failed(name: str, exc: CallError) -> Outcome:
-    text = str(exc)
-    prefix = f"{exc.function}: "
-    body = text[len(prefix) :] if text.startswith(prefix) else text
-    if exc.where and body.endswith(f" at {exc.where}"):
-        body = body[: -len(f" at {exc.where}")]
+    body = exc.detail
     if exc.kind == "exception":
-        match = _RAISED.match(body)
-        exc_type = match["type"] if match else "Exception"
-        message = match["message"] if match else body
-        kind = "not-implemented" if exc_type == "NotImplementedError" else "exception"
-        return Outcome(kind, message=message, exc_type=exc_type, where=exc.where)
+        kind = "not-implemented" if exc.exc_type == "NotImplementedError" else "exception"
+        return Outcome(kind, message=body, exc_type=exc.exc_type, where=exc.where)
     if exc.kind == "timeout":
         return Outcome("timeout", message=f"did not return: {body}")
     if exc.kind == "missing":
