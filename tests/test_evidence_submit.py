@@ -64,10 +64,6 @@ def working_directory(path: Path):
         os.chdir(before)
 
 
-def course_labs_present() -> list[str]:
-    return [name for name in COURSE.required if name not in registry.metric_table()]
-
-
 def labs_for(names: tuple[str, ...]) -> list[str]:
     table = registry.metric_table()
     wanted = {table[n][0].id for n in names if n in table}
@@ -216,10 +212,6 @@ def test_human_submit_output(repo):
     )
 
 
-@pytest.mark.skipif(
-    "scale_ablation_max_weight_delta" not in registry.metric_table(),
-    reason="the scale-ablation lab is not written yet",
-)
 def test_fill_keeps_one_seed_across_labs(repo, monkeypatch):
     monkeypatch.setattr(modules, "MODULES", (*MODULES, TWO_LABS))
     out = Path("evidence/runs")
@@ -487,13 +479,9 @@ def test_timing_metrics_are_not_re_measured(monkeypatch):
     assert "not re-measured" in report.warnings[0].reason
 
 
-# -- the course module, once all its labs exist ------------------------------------------
+# -- the course module ---------------------------------------------------------------
 
 
-@pytest.mark.skipif(
-    bool(course_labs_present()),
-    reason=f"no lab measures {', '.join(course_labs_present())} yet",
-)
 def test_course_module_template_flow(repo):
     have = labs_for(TEST_MODULE.required + TWO_LABS.required)
     rest = [lab for lab in labs_for(COURSE.required) if lab not in have]

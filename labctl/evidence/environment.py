@@ -34,7 +34,8 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def _git(args: list[str], cwd: Path) -> str | None:
+def git(args: list[str], cwd: Path) -> str | None:
+    """The stripped output of a git command, or None when git fails or is missing."""
     try:
         done = subprocess.run(
             ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=False
@@ -53,19 +54,19 @@ class Commit:
 def head_commit(cwd: Path | None = None) -> Commit:
     """HEAD of the repository holding `cwd`, or `unknown`; dirty ignores untracked files."""
     where = cwd or Path.cwd()
-    sha = _git(["rev-parse", "HEAD"], where)
+    sha = git(["rev-parse", "HEAD"], where)
     if not sha:
         return Commit("unknown", None)
-    status = _git(["status", "--porcelain", "--untracked-files=no"], where)
+    status = git(["status", "--porcelain", "--untracked-files=no"], where)
     return Commit(sha, None if status is None else bool(status))
 
 
 def project_root(cwd: Path | None = None) -> Path:
     """The repository holding `cwd` (its git top level), or `cwd` outside any repository."""
     where = (cwd or Path.cwd()).resolve()
-    top = _git(["rev-parse", "--show-toplevel"], where)
+    top = git(["rev-parse", "--show-toplevel"], where)
     return Path(top).resolve() if top else where
 
 
 def commit_exists(sha: str, root: Path) -> bool:
-    return _git(["cat-file", "-e", f"{sha}^{{commit}}"], root) is not None
+    return git(["cat-file", "-e", f"{sha}^{{commit}}"], root) is not None

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-import subprocess
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING
 
-from labctl.evidence.environment import commit_exists
+from labctl.evidence.environment import commit_exists, git
 
 if TYPE_CHECKING:
     # Only the annotation: validate imports this module to run its checks.
@@ -25,17 +24,7 @@ _HEX_COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
 
 
 def _is_repository(root: Path) -> bool:
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--git-dir"],
-            cwd=root,
-            capture_output=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
+    return git(["rev-parse", "--git-dir"], root) is not None
 
 
 def check_commit(data: dict, root: Path, report: Report) -> None:
