@@ -43,23 +43,11 @@ from labctl.lab import Metric, parse_expected, satisfies, tolerance_key
 # `<learner-commit-sha>`, `<recorded-value>`, `<...>`; not `<=1e-12` nor `a < b > c`.
 PLACEHOLDER = re.compile(r"<[^<>\s=][^<>\n]*>")
 NONE = {"none", "无", "n/a", "-"}
+# Problems are listed in the record's own field order.
 FIELD_ORDER = (
     "file",
     "(document)",
-    "schema",
-    "module",
-    "commit",
-    "commit_dirty",
-    "verified_at",
-    "environment",
-    "seed",
-    "commands",
-    "metrics",
-    "artifacts",
-    "cost",
-    "licenses",
-    "known_failures",
-    "labctl",
+    *(field.alias or name for name, field in EvidenceRecord.model_fields.items()),
 )
 # Union members pydantic names in an error location, and the input each one reads.
 _UNION_FIELDS = {"environment": ("Environment", "str"), "artifacts": ("Artifact", "str")}
