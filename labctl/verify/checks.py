@@ -220,6 +220,15 @@ def _not_loaded(seen: RoomObservation) -> str:
     return "not run: the clean room does not load"
 
 
+def _run_or_skip(
+    seen: RoomObservation, function: str, check: str
+) -> tuple[FunctionRun | None, CheckResult | None]:
+    """The function's calls, or the not-run result when its output checks cannot run."""
+    run = seen.runs.get(function)
+    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
+    return run, CheckResult(function, check, NOT_RUN, reason) if reason else None
+
+
 @check("runs", "returns in time, no exception or crash")
 def check_runs(seen: RoomObservation, function: str) -> CheckResult:
     """Every fixture call returns within the timeout, without an exception or a crash.
@@ -258,10 +267,9 @@ def check_shape(seen: RoomObservation, function: str) -> CheckResult:
     (or one array where a tuple is), a value that is no array at all.
     Fault: `decode-cache-not-appended`.
     """
-    run = seen.runs.get(function)
-    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
-    if reason:
-        return CheckResult(function, "shape", NOT_RUN, reason)
+    run, skipped = _run_or_skip(seen, function, "shape")
+    if skipped:
+        return skipped
     checked = 0
     for fixture, outcome in _values(run):
         problem = structure_problem(function, outcome.value, fx.reference_output(fixture))
@@ -284,10 +292,9 @@ def check_dtype(seen: RoomObservation, function: str) -> CheckResult:
     Catches: an upcast (float32 input, float64 output), a float or int mask
     where the contract says bool. Fault: `relu-ffn-float64`.
     """
-    run = seen.runs.get(function)
-    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
-    if reason:
-        return CheckResult(function, "dtype", NOT_RUN, reason)
+    run, skipped = _run_or_skip(seen, function, "dtype")
+    if skipped:
+        return skipped
     checked = 0
     for fixture, outcome in _values(run):
         reference = fx.reference_output(fixture)
@@ -327,10 +334,9 @@ def check_parity(seen: RoomObservation, function: str) -> CheckResult:
     tolerance, and the margin (error / tolerance) of the worst fixture.
     Faults: most of the catalogue; `no-sqrt-dk` for one.
     """
-    run = seen.runs.get(function)
-    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
-    if reason:
-        return CheckResult(function, "parity", NOT_RUN, reason)
+    run, skipped = _run_or_skip(seen, function, "parity")
+    if skipped:
+        return skipped
     results: list[tuple[str, Comparison | str]] = []
     for fixture, outcome in _values(run, with_probes=False):
         results.append(
@@ -403,10 +409,9 @@ def check_finite(seen: RoomObservation, function: str) -> CheckResult:
     on a fully blocked row (-inf - (-inf)), a division by a zero sum.
     Faults: `softmax-no-max`, `softmax-blocked-nan`.
     """
-    run = seen.runs.get(function)
-    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
-    if reason:
-        return CheckResult(function, "finite", NOT_RUN, reason)
+    run, skipped = _run_or_skip(seen, function, "finite")
+    if skipped:
+        return skipped
     checked = 0
     for fixture, outcome in _values(run):
         for item in elements(outcome.value):
@@ -440,10 +445,9 @@ def check_pure(seen: RoomObservation, function: str) -> CheckResult:
     Catches: `x -= mean`, `scores[mask] = -inf` on a caller's array, an
     in-place RoPE; the contract's functions are pure. Fault: `layer-norm-in-place`.
     """
-    run = seen.runs.get(function)
-    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
-    if reason:
-        return CheckResult(function, "pure", NOT_RUN, reason)
+    run, skipped = _run_or_skip(seen, function, "pure")
+    if skipped:
+        return skipped
     named = [(n, o) for n, o in {**run.fixtures, **run.probes}.items() if o.ok]
     named += [(f"future-after-{t}", o) for t, o in run.causal.items() if o.ok]
     if not named:
@@ -486,10 +490,9 @@ def check_rows_sum(seen: RoomObservation, function: str) -> CheckResult:
     longer sum to 1), a wrong denominator, NaN rows, uniform weights on a
     fully blocked row (a finite -1e9 fill). Fault: `mask-after-softmax`.
     """
-    run = seen.runs.get(function)
-    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
-    if reason:
-        return CheckResult(function, "rows-sum", NOT_RUN, reason)
+    run, skipped = _run_or_skip(seen, function, "rows-sum")
+    if skipped:
+        return skipped
     worst, worst_name, checked = 0.0, None, 0
     for fixture, outcome in _values(run, with_probes=False):
         if structure_problem(function, outcome.value, fx.reference_output(fixture)):
@@ -545,10 +548,9 @@ def check_causal(seen: RoomObservation, function: str) -> CheckResult:
     the softmax (the future still moves the denominator), a transposed mask.
     Faults: `mask-reversed`, `mask-adds-zero`.
     """
-    run = seen.runs.get(function)
-    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
-    if reason:
-        return CheckResult(function, "causal", NOT_RUN, reason)
+    run, skipped = _run_or_skip(seen, function, "causal")
+    if skipped:
+        return skipped
     base_fixture = fx.causal_base(function)
     base = run.fixtures.get(base_fixture.name)
     if base is None or not base.ok or not isinstance(base.value, np.ndarray):
@@ -616,10 +618,9 @@ def check_bad_input(seen: RoomObservation, function: str) -> CheckResult:
     (window=0 gives a mask that blocks everything), an exception of another
     type. Fault: `window-unchecked`.
     """
-    run = seen.runs.get(function)
-    reason = _not_loaded(seen) if not seen.loaded else _skipped_reason(run)
-    if reason:
-        return CheckResult(function, "bad-input", NOT_RUN, reason)
+    run, skipped = _run_or_skip(seen, function, "bad-input")
+    if skipped:
+        return skipped
     if not run.bad:
         return CheckResult(function, "bad-input", NOT_RUN, "not run")
     for name, outcome in run.bad.items():
