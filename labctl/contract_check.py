@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labctl import contract
-from labctl.sandbox import CleanRoom
+from labctl.isolation.sandbox import CleanRoom
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from labctl.course import Section
+from labctl.i18n import Msg
+
 IMPLS = ("reference", "clean-room")
 TIMING_UNITS = ("s", "ms", "us", "ratio-of-times")
 
@@ -26,17 +29,6 @@ class LabParams(BaseModel):
     """Base for a lab's parameters: strict, no unknown fields."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-@dataclass(frozen=True)
-class Section:
-    """Where the course teaches this: a seed file in shared/seeds/ and a heading in it."""
-
-    file: str
-    heading: str
-
-    def __str__(self) -> str:
-        return f"{self.file} {self.heading}"
 
 
 _EXPECTED = re.compile(
@@ -125,29 +117,43 @@ class Measurement:
 
 @dataclass(frozen=True)
 class TableFigure:
-    """A table to show under the metrics (for example the course's d_k table)."""
+    """A table to show under the metrics (for example the course's d_k table).
 
-    title: str
-    columns: tuple[str, ...]
+    Where a value is measured on an implementation, the table has a column for
+    each (the clean room's beside the reference's), so a learner sees their own
+    numbers. Column headers and text cells are messages (`N_`/`Msg`); numbers
+    and identifiers are shown as they are.
+    """
+
+    title: str | Msg
+    columns: tuple[str | Msg, ...]
     rows: tuple[tuple[Any, ...], ...]
 
 
 @dataclass(frozen=True)
 class HeatmapFigure:
-    """A matrix to show as a terminal heatmap and keep as an artifact (CSV)."""
+    """A matrix to show as a terminal heatmap and keep as an artifact (CSV).
 
-    title: str
+    A lab emits one per implementation it ran, with the same `name` and `impl`
+    set, so the learner's own matrix is shown beside the reference's.
+    `row_ticks`/`col_ticks` label the axes (token strings, positions).
+    """
+
+    title: str | Msg
     name: str
     matrix: tuple[tuple[float, ...], ...]
     row_label: str = "query"
     col_label: str = "key"
+    impl: str = ""
+    row_ticks: tuple[str, ...] = ()
+    col_ticks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Note:
     """A sentence the learner should read: a disagreement with the course, a caveat."""
 
-    text: str
+    text: str | Msg
     flag: bool = False
 
 

@@ -26,6 +26,7 @@ from labctl import registry
 from labctl.errors import CallError, LabctlError
 from labctl.evidence.records import machine_record, metric_record, shown_path, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
+from labctl.isolation.sandbox import DEFAULT_TIMEOUT_S, CleanRoom
 from labctl.lab import (
     IMPLS,
     HeatmapFigure,
@@ -38,7 +39,6 @@ from labctl.lab import (
     TableFigure,
     satisfies,
 )
-from labctl.sandbox import DEFAULT_TIMEOUT_S, CleanRoom
 
 DEFAULT_SEED = 5
 IMPL_CHOICES = ("reference", "clean-room", "both")
@@ -139,7 +139,7 @@ def default_clean_room() -> Path:
     local = Path("clean_room")
     if (local / "__init__.py").is_file():
         return local
-    return Path(util.find_spec("clean_room").origin).parent
+    return Path(util.find_spec("labctl.clean_room").origin).parent
 
 
 @contextlib.contextmanager

@@ -13,8 +13,8 @@ import re
 import numpy as np
 import pytest
 
-import clean_room
 import labctl.reference as reference
+from labctl import clean_room
 
 IMPLS = {"reference": reference, "clean_room": clean_room}
 

@@ -37,7 +37,9 @@ def flat(text: str) -> str:
 
 def copy_clean_room(tmp_path: Path, name: str = "room") -> Path:
     target = tmp_path / name
-    shutil.copytree(REPO / "clean_room", target, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "labctl" / "clean_room", target, ignore=shutil.ignore_patterns("__pycache__")
+    )
     return target
 
 
@@ -324,7 +326,7 @@ def test_reformatted_contract_data_still_matches_the_pin(
 
 def test_importing_labctl_and_the_cli_does_not_import_torch():
     code = (
-        "import sys, labctl, labctl.cli.main, labctl.contract_check, labctl.sandbox; "
+        "import sys, labctl, labctl.cli.main, labctl.contract_check, labctl.isolation.sandbox; "
         "print('torch' in sys.modules, 'labctl.reference' in sys.modules)"
     )
     done = subprocess.run(

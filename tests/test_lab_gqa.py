@@ -11,7 +11,7 @@ from labtools import CACHE_REPEATED, cli_run_json, faulty_room, rows, run, value
 
 from labctl import faults
 from labctl.lab import Note, TableFigure
-from labs.gqa import LAB, _mean_pool
+from labctl.labs.gqa import LAB, _mean_pool
 
 ROOM = faults.project_clean_room()
 FULL = "gqa_full_kv_vs_mha_max_error"

@@ -10,7 +10,7 @@ from labtools import CACHE_REPEATED, cli_run_json, faulty_room, rows, run, value
 
 from labctl import faults
 from labctl.lab import satisfies
-from labs.kv_cache import LAB, LENGTHS, flops
+from labctl.labs.kv_cache import LAB, LENGTHS, flops
 
 ROOM = faults.project_clean_room()
 STEP = "decode_token_by_token_max_error"

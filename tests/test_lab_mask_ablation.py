@@ -20,8 +20,8 @@ import torch
 from labtools import cli_run_json, faulty_room, rows, run, values
 
 from labctl import faults
-from labs import mask_ablation as lab_module
-from labs.mask_ablation import LAB
+from labctl.labs import mask_ablation as lab_module
+from labctl.labs.mask_ablation import LAB
 
 SEED = 5
 TEMPLATE = "no_mask_future_prefix_influence"
@@ -176,7 +176,7 @@ def test_the_thread_count_does_not_change_the_lm():
 
 
 def test_importing_the_lab_does_not_import_torch():
-    code = "import sys, labs.mask_ablation; sys.exit('torch' in sys.modules)"
+    code = "import sys, labctl.labs.mask_ablation; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 

@@ -10,7 +10,7 @@ import pytest
 from labtools import cli_run_json, faulty_room, rows, run, values
 
 from labctl.lab import satisfies
-from labs.residual_ablation import DEEPEST, LAB, Params, _gradients
+from labctl.labs.residual_ablation import DEEPEST, LAB, Params, _gradients
 
 TEMPLATE = "residual_ablation_max_output_delta"
 IDENTITY = "residual_identity_max_error"

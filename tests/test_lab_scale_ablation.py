@@ -18,8 +18,8 @@ import pytest
 from labtools import cli_run_json, faulty_room, rows, run, values
 
 from labctl import faults
-from labs import scale_ablation as lab_module
-from labs.scale_ablation import D_KS, LAB, LARGEST
+from labctl.labs import scale_ablation as lab_module
+from labctl.labs.scale_ablation import D_KS, LAB, LARGEST
 
 SEED = 5
 KEY = "scale_ablation_max_weight_delta"
@@ -192,7 +192,7 @@ def test_runs_on_one_implementation_alone():
 
 
 def test_importing_the_lab_does_not_import_torch():
-    code = "import sys, labs.scale_ablation; sys.exit('torch' in sys.modules)"
+    code = "import sys, labctl.labs.scale_ablation; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 

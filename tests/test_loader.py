@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import clean_room as installed_clean_room
-from labctl import contract, loader
+from labctl import clean_room as installed_clean_room
+from labctl import contract
 from labctl.errors import CleanRoomError, UsageError
+from labctl.isolation import loader
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,9 +79,9 @@ def test_two_clean_rooms_of_the_same_name_are_isolated(tmp_path):
 
 
 def test_the_directory_name_is_given_back_after_a_load(tmp_path):
-    assert sys.modules["clean_room"] is installed_clean_room
+    before = sys.modules.get("clean_room")
     loader.load_package(named_room(tmp_path, "mine"))
-    assert sys.modules["clean_room"] is installed_clean_room
+    assert sys.modules.get("clean_room") is before
     assert "clean_room.helpers" not in sys.modules
 
 
@@ -108,7 +109,7 @@ def test_loading_the_same_directory_twice_gives_distinct_modules(tmp_path):
 
 
 def test_the_project_clean_room_loads_and_matches_the_contract():
-    module = loader.load_package(REPO / "clean_room")
+    module = loader.load_package(REPO / "labctl" / "clean_room")
     assert module is not installed_clean_room
     assert module.__name__.startswith(loader.PACKAGE_PREFIX)
     observed = loader.observe_signatures(module, contract.function_names())

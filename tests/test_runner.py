@@ -17,11 +17,12 @@ from typer.testing import CliRunner
 
 from labctl import registry
 from labctl.cli.main import app
+from labctl.course import PARTS, Section
 from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.store import EvidenceStore
 from labctl.faults import get as get_fault
 from labctl.faults import project_clean_room
-from labctl.lab import Lab, LabOutput, LabParams, Metric, Section, parse_expected, satisfies
+from labctl.lab import Lab, LabOutput, LabParams, Metric, parse_expected, satisfies
 from labctl.runner import implementations, judge, run_lab
 
 runner = CliRunner()
@@ -87,7 +88,7 @@ def _toy_lab(measure) -> Lab:
         Metric("compared", "abs", "<=1e-10", "a comparison", impls=("both",)),
         Metric("speed", "ratio-of-times", ">1", "a timing", impls=("reference",), timing=True),
     )
-    return Lab("toy", "Toy", "?", (Section("f", "h"),), Params, metrics, measure)
+    return Lab("toy", "Toy", "?", (Section(PARTS, "§6.13", "h"),), Params, metrics, measure)
 
 
 def test_judge_fails_unmeasured_metrics_and_timing_never_decides():
@@ -138,7 +139,7 @@ def test_list_shows_every_lab_and_json_parses():
     listed = json.loads(run_cli("list", "--json").output)
     ids = [lab["id"] for lab in listed["labs"]]
     assert ids == [lab.id for lab in registry.discover()]
-    assert listed["tolerances"] == "v1"
+    assert listed["tolerances"] == registry.TOLERANCE_TABLE_VERSION == "v2"
 
 
 def test_unknown_lab_is_a_usage_error_that_lists_the_known_ones(workdir):
@@ -173,7 +174,7 @@ def test_run_json_is_one_document_and_records_validate(workdir):
     from_json = EvidenceRecord.model_validate(json.loads(json_files[0].read_text()))
     assert from_yaml == from_json
     assert from_json.seed == 5
-    assert from_json.labctl.tolerances == "v1"
+    assert from_json.labctl.tolerances == registry.TOLERANCE_TABLE_VERSION
     assert {m.name for m in from_json.metrics} >= {"future_token_invariance", "sdpa_max_error"}
     environment = from_json.environment
     assert "/" not in environment.platform

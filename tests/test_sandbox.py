@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import clean_room as installed_clean_room
-from labctl import guard, wire
+from labctl import clean_room as installed_clean_room
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError, UsageError
-from labctl.sandbox import CallResult, CleanRoom
+from labctl.isolation import guard, wire
+from labctl.isolation.sandbox import CallResult, CleanRoom
 
 REPO = Path(__file__).resolve().parents[1]
 # A hang must be stopped near timeout_s=1; 5 s leaves room for a slow machine to
@@ -144,7 +144,7 @@ def test_the_project_clean_room_runs_in_the_sandbox():
     x = rng.standard_normal((2, 3, 5)).astype(np.float32)
     q = rng.standard_normal((1, 4, 3, 2))
     k = rng.standard_normal((1, 2, 3, 2))
-    with CleanRoom(REPO / "clean_room") as room:
+    with CleanRoom(REPO / "labctl" / "clean_room") as room:
         assert room.violations == []
         out = room.softmax(x)
         assert out.dtype == np.float32
@@ -443,7 +443,7 @@ def test_scan_names_a_syntax_error(tmp_path):
 
 
 def test_scan_of_the_project_clean_room_is_clean():
-    assert guard.scan(REPO / "clean_room") == []
+    assert guard.scan(REPO / "labctl" / "clean_room") == []
 
 
 # --------------------------------------------------------------------------

@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labctl import contract, wire
+from labctl import contract
 from labctl.evidence.models import EvidenceRecord
 from labctl.faults import project_clean_room
+from labctl.isolation import wire
 from labctl.verify import checks, compare
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases

@@ -77,6 +77,7 @@ def run(
     json_: JsonFlag = False,
 ) -> None:
     """Run labs on the reference and a clean room; print metrics; write evidence records."""
+    from labctl import registry
     from labctl.evidence.records import shown_path
     from labctl.runner import run_labs
 
@@ -94,7 +95,7 @@ def run(
         passed = sum(r.passed for r in report.labs)
         out.print(
             f"{verdict(report.passed)}  {passed}/{len(report.labs)} labs passed "
-            f"(seed {report.seed}, impl {report.impl}, tolerances v1) "
+            f"(seed {report.seed}, impl {report.impl}, tolerances {registry.TOLERANCE_TABLE_VERSION}) "
             f"in {report.wall_time_s:.1f} s; records under {shown_path(out_dir)}"
         )
     if not report.passed:

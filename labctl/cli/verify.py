@@ -106,7 +106,7 @@ def _short_number(value: float) -> str:
 
 
 def _render_report(report, shown) -> None:
-    from labctl import contract
+    from labctl import contract, registry
     from labctl.verify.checks import CHECK_NAMES
     from labctl.verify.observe import PACKAGE
 
@@ -169,7 +169,7 @@ def _render_report(report, shown) -> None:
     passed, total = report.functions_passed()
     out.print(
         f"{verdict(report.passed)}  {passed}/{total} functions pass every check "
-        f"({contract.CONTRACT_ID}, tolerances v1, timeout {report.timeout_s:g} s) "
+        f"({contract.CONTRACT_ID}, tolerances {registry.TOLERANCE_TABLE_VERSION}, timeout {report.timeout_s:g} s) "
         f"in {report.wall_time_s:.1f} s{where}",
         soft_wrap=True,
     )

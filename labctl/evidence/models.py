@@ -102,10 +102,16 @@ class LabctlInfo(Strict):
     version: str
     contract_id: str
     contract_sha256: str
-    tolerances: Literal["v1"]
+    tolerances: Literal["v1", "v2"]
     impl: Literal["reference", "clean-room", "both"] | None = None
     lab: str | None = None
     clean_room: str | None = None
+    # How the clean room's code was run: "sandbox" (an OS boundary) or "process"
+    # (a worker process, not a security boundary); a grader can require "sandbox".
+    isolation: Literal["sandbox", "process"] | None = None
+    # The lab's parameters as run, and whether any differs from the lab's default.
+    params: dict[str, int | float | str | bool] | None = None
+    params_default: bool | None = None
     passed: bool | None = None
     wall_time_s: float | None = None
 

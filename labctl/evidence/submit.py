@@ -36,9 +36,9 @@ from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.records import shown_path
 from labctl.evidence.store import EvidenceStore, write_new
 from labctl.evidence.validate import Report, claim_impl, course_module, is_number, validate_file
+from labctl.isolation.sandbox import DEFAULT_TIMEOUT_S
 from labctl.lab import IMPLS, Lab, Metric
 from labctl.runner import LabResult, default_clean_room, implementations, run_lab
-from labctl.sandbox import DEFAULT_TIMEOUT_S
 
 RECEIPT_SCHEMA = "labctl.submission-receipt.v1"
 DIGEST_CHARS = 24

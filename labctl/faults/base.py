@@ -37,4 +37,4 @@ class Fault:
 
 
 def project_clean_room() -> Path:
-    return Path(util.find_spec("clean_room").origin).parent
+    return Path(util.find_spec("labctl.clean_room").origin).parent

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labctl import wire
+from labctl.isolation import wire
 from labctl.verify.functions import RETURNS
 
 TOLERANCE_VERSION = "v1"

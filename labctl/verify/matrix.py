@@ -28,8 +28,8 @@ from labctl.evidence.models import MetricRecord
 from labctl.evidence.records import machine_record, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
 from labctl.faults import Fault
+from labctl.isolation.sandbox import DEFAULT_MEMORY_MB
 from labctl.jsonsafe import dumps
-from labctl.sandbox import DEFAULT_MEMORY_MB
 from labctl.verify import fixtures as fx
 from labctl.verify.builders import SEED
 from labctl.verify.checks import CHECK_NAMES, JUSTIFIED, CheckResult, evaluate

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labctl import contract, guard
+from labctl import contract
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError, LabctlError
-from labctl.sandbox import CleanRoom
+from labctl.isolation import guard
+from labctl.isolation.sandbox import CleanRoom
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
 from labctl.verify.functions import CAUSAL_FUNCTIONS

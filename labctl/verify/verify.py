@@ -33,9 +33,9 @@ from labctl.evidence.models import MetricRecord
 from labctl.evidence.modules import DEFAULT_MODULE, MODULES
 from labctl.evidence.records import machine_record, metric_record, shown_path, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
+from labctl.isolation.loader import resolve_package_dir
+from labctl.isolation.sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, CleanRoom
 from labctl.jsonsafe import dumps
-from labctl.loader import resolve_package_dir
-from labctl.sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, CleanRoom
 from labctl.verify import fixtures as fx
 from labctl.verify.checks import CHECK_NAMES, CheckResult, evaluate
 from labctl.verify.compare import TOLERANCE_VERSION

@@ -21,7 +21,8 @@ import math
 
 import numpy as np
 
-from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, Section, TableFigure
+from labctl.course import HANDS_ON, Section
+from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
 LENGTHS = (64, 128, 256, 512)
 
@@ -257,8 +258,8 @@ LAB = Lab(
     question="Does decoding with a KV cache, token by token or in chunks, reproduce full "
     "attention exactly, and how much work does the cache save per generated token?",
     sections=(
-        Section("004_da527c0ef51194a6.txt", "07. KV Cache 原理：推理时为什么可以缓存 K 和 V"),
-        Section("004_da527c0ef51194a6.txt", "13.2 代码题"),
+        Section(HANDS_ON, "§07", "KV Cache 原理：推理时为什么可以缓存 K 和 V"),
+        Section(HANDS_ON, "§13.2", "代码题"),
     ),
     params=Params,
     metrics=METRICS,

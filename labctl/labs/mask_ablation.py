@@ -27,6 +27,7 @@ import math
 
 import numpy as np
 
+from labctl.course import CH8, PARTS, Section
 from labctl.lab import (
     HeatmapFigure,
     Lab,
@@ -35,7 +36,6 @@ from labctl.lab import (
     LabParams,
     Metric,
     Note,
-    Section,
     TableFigure,
 )
 
@@ -416,12 +416,9 @@ LAB = Lab(
     question="Without a correct causal mask does the future leak into the prefix, and does "
     "a language model's loss then fall below what i.i.d. noise allows?",
     sections=(
-        Section("000_cf65d1cb04d4e9f1.txt", "6.4 因果遮罩为什么必须存在"),
-        Section(
-            "000_cf65d1cb04d4e9f1.txt",
-            "6.13 动手：用断言验证注意力 (故意失败的实验: 去掉 causal mask)",
-        ),
-        Section("002_edf31da47b29d4da.txt", "故障注入与预期信号 (mask 加 0; mask 上下三角写反)"),
+        Section(PARTS, "§6.4", "因果遮罩为什么必须存在"),
+        Section(PARTS, "§6.13", "动手：用断言验证注意力（故意失败的实验：去掉 causal mask）"),
+        Section(CH8, "阶段六", "故障注入与预期信号（mask 加 0；mask 上下三角写反）"),
     ),
     params=Params,
     metrics=METRICS,

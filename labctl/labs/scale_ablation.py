@@ -26,7 +26,8 @@ import math
 
 import numpy as np
 
-from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, Section, TableFigure
+from labctl.course import CH8, HANDS_ON, PARTS, Section
+from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
 D_KS = (2, 16, 64, 256, 512)  # 004 §03.2's table
 LARGEST = D_KS[-1]
@@ -281,11 +282,9 @@ LAB = Lab(
     question="Does dividing by √d_k keep the score variance at 1 for every d_k, and does "
     "removing it saturate the softmax and shrink its gradient?",
     sections=(
-        Section(
-            "000_cf65d1cb04d4e9f1.txt", "6.13 动手：用断言验证注意力 (故意失败的实验: 去掉 sqrt(D))"
-        ),
-        Section("002_edf31da47b29d4da.txt", "阶段二 第二步：除以 √d_k 缩放"),
-        Section("004_da527c0ef51194a6.txt", "03.2 为什么要除以 √d_k — 方差分析的严格证明"),
+        Section(PARTS, "§6.13", "动手：用断言验证注意力（故意失败的实验：去掉 sqrt(D)）"),
+        Section(CH8, "阶段二", "第二步：除以 √d_k 缩放"),
+        Section(HANDS_ON, "§03.2", "为什么要除以 √d_k — 方差分析的严格证明"),
     ),
     params=Params,
     metrics=METRICS,

@@ -24,7 +24,8 @@ import math
 
 import numpy as np
 
-from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, Section, TableFigure
+from labctl.course import CH8, HANDS_ON, Section
+from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
 DEPTHS = (2, 8, 32)
 DEEPEST = DEPTHS[-1]
@@ -318,9 +319,9 @@ LAB = Lab(
     question="Does each residual change the block's output, is the identity lane exact, and "
     "does the gradient reach the first of 32 layers with and without it?",
     sections=(
-        Section("002_edf31da47b29d4da.txt", "阶段四：组装 Transformer Block"),
-        Section("004_da527c0ef51194a6.txt", "06.8 残差连接与深度稳定性"),
-        Section("004_da527c0ef51194a6.txt", "6.4 Pre-Norm vs Post-Norm"),
+        Section(CH8, "阶段四", "组装 Transformer Block"),
+        Section(HANDS_ON, "§06.8", "残差连接与深度稳定性"),
+        Section(HANDS_ON, "§6.4", "Pre-Norm vs Post-Norm"),
     ),
     params=Params,
     metrics=METRICS,

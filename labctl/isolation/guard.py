@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from labctl.loader import PACKAGE_PREFIX
+from labctl.isolation.loader import PACKAGE_PREFIX
 
 # Standard-library modules that run or load code outside the policy: a clean
 # room has no use for them, and each is a way to reach torch out of sight.

@@ -22,7 +22,8 @@ import math
 
 import numpy as np
 
-from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, Section, TableFigure
+from labctl.course import HANDS_ON, PARTS, Section
+from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
 # The course's Llama-2-70B example (004 §07.4): 80 layers, 8 KV heads of width 128, fp16, 4096 tokens.
 LLAMA_LAYERS, LLAMA_KV_HEADS, LLAMA_HEAD_DIM, LLAMA_TOKENS, FP16_BYTES = 80, 8, 128, 4096, 2
@@ -293,10 +294,10 @@ LAB = Lab(
     question="Is GQA with Hkv = H exactly MHA, do query heads read the K/V head torch's "
     "enable_gqa gives them, and what do fewer K/V heads save in parameters and KV cache?",
     sections=(
-        Section("000_cf65d1cb04d4e9f1.txt", "6.6 MHA、MQA 和 GQA"),
-        Section("004_da527c0ef51194a6.txt", "05.5 GQA / MQA：参数共享如何降低推理成本"),
-        Section("004_da527c0ef51194a6.txt", "5.3 参数量精确计算"),
-        Section("004_da527c0ef51194a6.txt", "7.4 显存开销计算"),
+        Section(PARTS, "§6.6", "MHA、MQA 和 GQA"),
+        Section(HANDS_ON, "§05.5", "GQA / MQA：参数共享如何降低推理成本"),
+        Section(HANDS_ON, "§5.3", "参数量精确计算"),
+        Section(HANDS_ON, "§7.4", "显存开销计算"),
     ),
     params=Params,
     metrics=METRICS,

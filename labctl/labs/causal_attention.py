@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-from labctl.lab import HeatmapFigure, Lab, LabContext, LabOutput, LabParams, Metric, Section
+from labctl.course import CH8, PARTS, Section
+from labctl.lab import HeatmapFigure, Lab, LabContext, LabOutput, LabParams, Metric
 
 BOTH_ROWS = ("reference", "clean-room")
 
@@ -138,8 +139,8 @@ LAB = Lab(
     title="Causal attention, proved by assertions",
     question="Does the causal mask keep every position from reading its future, exactly?",
     sections=(
-        Section("000_cf65d1cb04d4e9f1.txt", "6.13 动手：用断言验证注意力 (实验 03)"),
-        Section("002_edf31da47b29d4da.txt", "阶段二：scaled dot-product attention 逐步算"),
+        Section(PARTS, "§6.13", "动手：用断言验证注意力（实验 03）"),
+        Section(CH8, "阶段二", "scaled dot-product attention 逐步算"),
     ),
     params=Params,
     metrics=METRICS,

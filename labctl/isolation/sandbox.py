@@ -1,7 +1,7 @@
 """Run a clean room in a separate process, with a timeout per call and a memory limit.
 
 `CleanRoom` looks like the clean-room package to its caller (`room.softmax(x)`),
-but every call crosses to a worker process (`labctl.sandbox_worker`) that holds
+but every call crosses to a worker process (`labctl.isolation.worker`) that holds
 the learner's code behind the runtime import guard. A hang is stopped at the
 timeout, a crash or the memory limit ends only the worker, and each becomes a
 `CallError` that names the function; the next call starts a fresh worker.
@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import labctl
-from labctl import contract, wire
+from labctl import contract
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError, UsageError
-from labctl.loader import resolve_package_dir
+from labctl.isolation import wire
+from labctl.isolation.loader import resolve_package_dir
 
 DEFAULT_TIMEOUT_S = 20.0
 DEFAULT_MEMORY_MB = 4096
@@ -30,7 +31,7 @@ DEFAULT_MEMORY_MB = 4096
 _MIN_LOAD_TIMEOUT_S = 10.0
 _BOOT = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-    "from labctl.sandbox_worker import main; main(sys.argv[1:])"
+    "from labctl.isolation.worker import main; main(sys.argv[1:])"
 )
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from labctl import guard, loader, wire
 from labctl.errors import LabctlError
+from labctl.isolation import guard, loader, wire
 
 _MESSAGE_LIMIT = 500
 
