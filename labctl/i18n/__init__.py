@@ -1,6 +1,8 @@
 """Learner-facing text: English source strings, translated through gettext catalogs.
 
-Two markers, so that extraction finds every message and identifiers stay out:
+`_("...")` translates a message where it is shown (command help, errors,
+verdict words). Two markers keep text that is defined before it is shown
+(lab declarations, figures) extractable while identifiers stay out:
 
 - `N_("...")` marks a static English string (a lab title, a metric's
   description, a column header) as a message; it returns the string unchanged,
@@ -17,6 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+
+def _(message: str) -> str:
+    """Translate `message` into the chosen language (English until a catalog says otherwise)."""
+    return message
 
 
 def N_(message: str) -> str:
