@@ -104,7 +104,16 @@ class LabResult:
             "wall_time_s": round(self.wall_time_s, 3),
             "metrics": [m.to_json() for m in self.metrics],
             "notes": [
-                {"text": f.text, "flag": f.flag} for f in self.figures if isinstance(f, Note)
+                {"text": str(f.text), "flag": f.flag} for f in self.figures if isinstance(f, Note)
+            ],
+            "tables": [
+                {
+                    "title": str(f.title),
+                    "columns": [str(c) for c in f.columns],
+                    "rows": [list(row) for row in f.rows],
+                }
+                for f in self.figures
+                if isinstance(f, TableFigure)
             ],
             "records": [relative(p) for p in self.records],
         }
@@ -240,11 +249,11 @@ def _artifact(figure: TableFigure | HeatmapFigure | Note) -> tuple[str, bytes] |
         writer.writerows([f"{v:.17g}" for v in row] for row in figure.matrix)
         return figure.name, buffer.getvalue().encode()
     if isinstance(figure, TableFigure):
-        writer.writerow(figure.columns)
+        writer.writerow([str(c) for c in figure.columns])
         writer.writerows(
             [v if isinstance(v, str) else f"{v:.17g}" for v in row] for row in figure.rows
         )
-        slug = re.sub(r"[^a-z0-9]+", "-", figure.title.lower()).strip("-")[:48] or "table"
+        slug = re.sub(r"[^a-z0-9]+", "-", str(figure.title).lower()).strip("-")[:48] or "table"
         return slug, buffer.getvalue().encode()
     return None
 

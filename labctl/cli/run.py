@@ -106,7 +106,7 @@ def _render_lab(result) -> None:
     from labctl.lab import HeatmapFigure, Note, TableFigure
 
     lab = result.lab
-    out.rule(f"[bold]{lab.id}[/bold]: {lab.title}")
+    out.rule(f"[bold]{lab.id}[/bold]: {escape(str(lab.title))}")
     out.print(f"[dim]{escape(lab.question)}[/dim]")
     out.print(f"[dim]course: {escape('; '.join(str(s) for s in lab.sections))}[/dim]")
     if result.error:
@@ -141,18 +141,18 @@ def _render_lab(result) -> None:
             out.print(_table(figure))
         elif isinstance(figure, Note):
             mark = "[bold yellow]![/bold yellow]" if figure.flag else "[dim]·[/dim]"
-            out.print(f"{mark} {escape(figure.text)}")
+            out.print(f"{mark} {escape(str(figure.text))}")
     out.print(f"{verdict(result.passed)}  {lab.id} in {result.wall_time_s:.2f} s\n")
 
 
 def _table(figure) -> Table:
     """Numbers right-aligned, text left-aligned, markup in cells shown as written."""
-    table = Table(title=escape(figure.title), show_edge=False)
+    table = Table(title=escape(str(figure.title)), show_edge=False)
     numeric = [
         all(not isinstance(row[i], str) for row in figure.rows) for i in range(len(figure.columns))
     ]
     for column, is_number in zip(figure.columns, numeric, strict=True):
-        table.add_column(escape(column), justify="right" if is_number else "left")
+        table.add_column(escape(str(column)), justify="right" if is_number else "left")
     for row in figure.rows:
         table.add_row(*(escape(v) if isinstance(v, str) else number(v) for v in row))
     return table
@@ -161,16 +161,16 @@ def _table(figure) -> Table:
 def _heatmap(figure) -> Table:
     """Each cell shows its weight and a shade, so the pattern reads with or without colour."""
     shades = " ░▒▓█"
-    table = Table(title=escape(figure.title), show_edge=False, pad_edge=False)
+    table = Table(title=escape(str(figure.title)), show_edge=False, pad_edge=False)
     table.add_column(f"{figure.row_label}\\{figure.col_label}", justify="right", style="dim")
     width = len(figure.matrix[0]) if figure.matrix else 0
     for j in range(width):
-        table.add_column(str(j), justify="right")
+        table.add_column(figure.col_ticks[j] if figure.col_ticks else str(j), justify="right")
     for i, row in enumerate(figure.matrix):
         cells = []
         for value in row:
             level = min(int(max(value, 0.0) * (len(shades) - 1) + 0.5), len(shades) - 1)
             style = f"on color({232 + min(int(max(value, 0.0) * 23), 23)})"
             cells.append(Text(f"{shades[level]}{value:.2f}", style=style if value > 0 else ""))
-        table.add_row(str(i), *cells)
+        table.add_row(figure.row_ticks[i] if figure.row_ticks else str(i), *cells)
     return table

@@ -11,4 +11,8 @@ ORDER = (
     "residual-ablation",
     "gqa",
     "kv-cache",
+    "positions",
+    "norms-ffn",
+    "multi-head",
+    "worked-examples",
 )

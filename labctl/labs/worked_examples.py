@@ -1,0 +1,174 @@
+"""The course's worked examples: is every number the chapters print right?
+
+The three chapters ask learners to compute small examples by hand and print
+the answers: softmax of a few scores, the three-token attention example, dot
+products, variances, parameter counts, KV-cache sizes, growth factors, the
+receptive field of stacked sliding windows. Learners trust those numbers.
+Each becomes a row (`worked_examples_rows.ROWS`): the printed value, the value
+recomputed (through the contract's functions on every implementation where
+one applies, else by the arithmetic written out beside it), the rounding it is
+judged at, and a verdict: agrees, disagrees (with the true value and why), or
+approximation where the chapter says so itself.
+
+How many rows disagree with the chapter is a property of the course, reported
+in a table and a note. What decides the lab is the implementations: each must
+match the arithmetic on the rows it computes, the two must match each other,
+and no row may get a different verdict from the clean room than from the
+reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labctl.course import CH8, HANDS_ON, PARTS, Section
+from labctl.i18n import N_, Msg
+from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
+from labctl.labs.worked_examples_rows import ROWS, UNCHECKED, Row
+
+ORDER = {"disagrees": 0, "approximation": 1, "agrees": 2}
+
+
+class Params(LabParams):
+    """No knobs: the examples are the chapters' own."""
+
+
+METRICS = (
+    Metric(
+        "worked_arithmetic_max_error", "abs", "<=1e-9",
+        N_("largest |value through the contract - value by the arithmetic written out in the "
+           "lab| over the rows a contract function computes (softmax, attention, masks, "
+           "repeat_kv, the sinusoidal table, tiled attention)"),
+        why=N_("both are float64 evaluations of one formula (~1e-15 apart; the largest value is "
+               "about 64); a wrong softmax, mask or table is off by 1e-3 or more"),
+    ),
+    Metric(
+        "worked_impl_max_difference", "abs", "<=1e-10",
+        N_("largest difference between the clean room's and the reference's value over the rows "
+           "computed through the contract"),
+        impls=("both",),
+        why=N_("two float64 implementations of one formula differ by rounding only (~1e-15)"),
+    ),
+    Metric(
+        "worked_verdicts_differing", "count", "==0",
+        N_("rows whose verdict against the chapter (agrees / disagrees / approximation) differs "
+           "between the clean room and the reference"),
+        impls=("both",),
+        why=N_("a verdict is a property of the course: an implementation that changes one is "
+               "wrong on that example"),
+        reproduce_abs=0.0, reproduce_rel=0.0,
+    ),
+)  # fmt: skip
+
+
+def _cell(row: Row, verdict: str, values: dict[str, np.ndarray]) -> tuple:
+    return (
+        f"{row.section.chapter.title} {row.section.number}",
+        row.what,
+        row.printed,
+        row.rounding,
+        N_("contract") if row.contract is not None else N_("arithmetic"),
+        *(row.show(values[name]) for name in values),
+        verdict,
+    )
+
+
+def run(ctx: LabContext) -> LabOutput:
+    output = LabOutput()
+    names = list(ctx.impls)
+    judged = []  # (row, verdict by impl, value by impl)
+    worst = dict.fromkeys(names, 0.0)
+    apart, differing = 0.0, 0
+    for row in ROWS:
+        values = {name: row.recompute(impl) for name, impl in ctx.impls.items()}
+        verdicts = {name: row.verdict(value) for name, value in values.items()}
+        if row.contract is not None:
+            arithmetic = row.arithmetic().ravel()
+            for name, value in values.items():
+                error = (
+                    np.max(np.abs(value - arithmetic))
+                    if value.shape == arithmetic.shape
+                    else np.inf
+                )
+                worst[name] = max(worst[name], float(error))
+            if ctx.both:
+                ref, room = values["reference"], values["clean-room"]
+                gap = np.max(np.abs(ref - room)) if ref.shape == room.shape else np.inf
+                apart = max(apart, float(gap))
+        differing += len(set(verdicts.values())) > 1
+        judged.append((row, verdicts, values))
+    for name in names:
+        output.add("worked_arithmetic_max_error", name, worst[name])
+    if ctx.both:
+        output.add("worked_impl_max_difference", "both", apart)
+        output.add("worked_verdicts_differing", "both", differing)
+
+    shown = "reference" if "reference" in ctx.impls else names[0]
+    judged.sort(key=lambda item: ORDER[item[1][shown]])
+    wrong = [
+        (row, values[shown]) for row, verdicts, values in judged if verdicts[shown] != "agrees"
+    ]
+    counts = {v: sum(verdicts[shown] == v for _, verdicts, _ in judged) for v in ORDER}
+    output.figures.append(
+        Note(
+            Msg(
+                "{n} printed examples recomputed: {agrees} agree with the chapter, {disagrees} "
+                "disagree, {approx} approximate as the chapter itself says (verdicts of the "
+                "{impl})",
+                n=len(ROWS), agrees=counts["agrees"], disagrees=counts["disagrees"],
+                approx=counts["approximation"], impl=shown,
+            ),
+            flag=counts["disagrees"] > 0,
+        )
+    )  # fmt: skip
+    output.figures.append(
+        TableFigure(
+            title=N_("where the chapters' printed numbers are wrong or approximate"),
+            columns=(N_("section"), N_("computed"), N_("printed"), N_("true value"), N_("why")),
+            rows=tuple(
+                (
+                    f"{row.section.chapter.title} {row.section.number}",
+                    row.what,
+                    row.printed,
+                    row.show(value),
+                    row.reason,
+                )
+                for row, value in wrong
+            ),
+        )
+    )
+    output.figures.append(
+        TableFigure(
+            title=N_("every printed example, recomputed (disagreements first)"),
+            columns=(
+                N_("section"), N_("computed"), N_("printed"), N_("judged at"), N_("via"), *names,
+                N_("verdict"),
+            ),
+            rows=tuple(
+                _cell(row, " / ".join(sorted(set(verdicts.values()))), values)
+                for row, verdicts, values in judged
+            ),
+        )
+    )  # fmt: skip
+    output.figures.extend(Note(text) for text in UNCHECKED)
+    return output
+
+
+LAB = Lab(
+    id="worked-examples",
+    title=N_("The course's worked examples, recomputed"),
+    question=N_(
+        "Is every number the chapters print for a hand calculation right, and does your "
+        "clean room reproduce each one?"
+    ),
+    sections=(
+        Section(HANDS_ON, "§3.6", "完整公式一览"),
+        Section(HANDS_ON, "§13.4", "参考答案要点"),
+        Section(CH8, "阶段二", "scaled dot-product attention 逐步算"),
+        Section(CH8, "阶段五", "位置从哪里来"),
+        Section(PARTS, "§6.12", "为什么 Attention 是 O(T²)"),
+    ),
+    params=Params,
+    metrics=METRICS,
+    run=run,
+)
