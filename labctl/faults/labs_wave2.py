@@ -102,6 +102,36 @@ LABS_WAVE2: tuple[Fault, ...] = (
         """,
     ),
     Fault(
+        name="layer-norm-uncentred",
+        function="layer_norm",
+        module="primitives",
+        description="layer_norm subtracts the mean inside the variance but divides the raw x: "
+        "x / sqrt(var + eps) * weight + bias",
+        course="004 §6.1 LayerNorm(x)_i = γ_i (x_i - μ) / sqrt(σ² + ε) + β_i",
+        source="""
+        def layer_norm(x, weight, bias, eps=1e-5):
+            x = _as_float(x, "x")
+            weight = _check_vector(weight, "weight", x.shape[-1])
+            bias = _check_vector(bias, "bias", x.shape[-1])
+            var = np.var(x, axis=-1, keepdims=True)
+            return (x / np.sqrt(var + eps) * weight + bias).astype(_float_dtype(x), copy=False)
+        """,
+    ),
+    Fault(
+        name="rms-no-sqrt",
+        function="rms_norm",
+        module="primitives",
+        description="rms_norm divides by the mean square instead of its square root",
+        course="004 §6.2 RMS(x) = sqrt((1/d) Σ x_i²)",
+        source="""
+        def rms_norm(x, weight, eps=1e-6):
+            x = _as_float(x, "x")
+            weight = _check_vector(weight, "weight", x.shape[-1])
+            ms = np.mean(x * x, axis=-1, keepdims=True) + eps
+            return (x / ms * weight).astype(_float_dtype(x), copy=False)
+        """,
+    ),
+    Fault(
         name="merge-heads-no-transpose",
         function="merge_heads",
         module="primitives",
