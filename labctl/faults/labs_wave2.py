@@ -132,6 +132,20 @@ LABS_WAVE2: tuple[Fault, ...] = (
         """,
     ),
     Fault(
+        name="split-heads-no-transpose",
+        function="split_heads",
+        module="primitives",
+        description="split_heads stops at view(B, T, H, D) and forgets transpose(1, 2): the "
+        "head axis stays behind the sequence axis",
+        course="第8章 阶段三: 关键转置 transpose(1, 2) → [B, H, T, d_k]",
+        source="""
+        def split_heads(x, n_heads):
+            x = _as_float(x, "x", ndim=3)
+            B, T, C = x.shape
+            return x.reshape(B, T, n_heads, C // n_heads).copy()
+        """,
+    ),
+    Fault(
         name="merge-heads-no-transpose",
         function="merge_heads",
         module="primitives",

@@ -209,7 +209,7 @@ def run(ctx: LabContext) -> LabOutput:
 
     output.figures.append(
         TableFigure(
-            title=N_("手撕 §6.3's x = [1.0, -2.0, 3.0, 0.5], γ = 1, β = 0, step by step "
+            title=N_("Transformer 手撕与注意力机制 §6.3: x = [1.0, -2.0, 3.0, 0.5], γ = 1, β = 0, step by step "
                      "(the chapter prints the code, not its output)"),
             columns=(N_("step"), N_("written out"), *names),
             rows=(
