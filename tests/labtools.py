@@ -71,3 +71,18 @@ def cli_run_json(lab_id: str, workdir: Path, monkeypatch) -> tuple[dict, Path]:
     assert lab["id"] == lab_id and lab["passed"] is True
     assert sorted(out.glob(f"{lab_id}/*.json")), "no evidence record written"
     return lab, out
+
+
+def failing(result: LabResult) -> set[tuple[str, str]]:
+    """(name, impl) of every deciding metric row that failed."""
+    return {(m.name, m.impl) for m in result.metrics if m.decides and not m.passed}
+
+
+def wave2_fault(name: str) -> faults.Fault:
+    """A fault of the second-wave labs' module, or of the catalogue."""
+    from labctl.faults import labs_wave2
+
+    try:
+        return labs_wave2.get(name)
+    except KeyError:
+        return faults.get(name)

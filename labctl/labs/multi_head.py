@@ -24,6 +24,7 @@ import numpy as np
 from pydantic import Field
 
 from labctl.course import CH8, HANDS_ON, PARTS, Section
+from labctl.errors import CallError
 from labctl.i18n import N_, Msg
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
@@ -113,41 +114,65 @@ def _future_leak(impl, x, weights, noise, H: int) -> float:
     return worst
 
 
-def _measure(impl, p: Params, x, weights, noise):
+def _chain(impl, p: Params, x, weights) -> tuple[list[tuple[str, tuple, tuple | None]], dict]:
+    """The chapter's steps with this implementation's functions; stops at the first wrong shape."""
     B, T, C, H = p.B, p.T, p.C, p.H
     D = C // H
     wq, wk, wv, wo = weights
-    q = impl.split_heads(x @ wq, H)  # (B, H, T, D)
-    k, v = impl.split_heads(x @ wk, H), impl.split_heads(x @ wv, H)
-    heads, attn = impl.scaled_dot_product_attention(q, k, v, impl.causal_mask(T))
-    merged = impl.merge_heads(heads)  # (B, T, C)
-    out = merged @ wo
-    chain = [
-        ("x", (B, T, C), x.shape),
-        ("Q = x @ W_Q", (B, T, C), (x @ wq).shape),
-        ("view (B, T, H, D)", (B, T, H, D), (x @ wq).reshape(B, T, H, D).shape),
-        ("split_heads: transpose(1, 2)", (B, H, T, D), q.shape),
-        ("scores / weights", (B, H, T, T), attn.shape),
-        ("weights @ V", (B, H, T, D), heads.shape),
-        ("merge_heads", (B, T, C), merged.shape),
-        ("@ W_O", (B, T, C), out.shape),
+    expected = [
+        ("x", (B, T, C)),
+        ("Q = x @ W_Q", (B, T, C)),
+        ("view (B, T, H, D)", (B, T, H, D)),
+        ("split_heads: transpose(1, 2)", (B, H, T, D)),
+        ("scores / weights", (B, H, T, T)),
+        ("weights @ V", (B, H, T, D)),
+        ("merge_heads", (B, T, C)),
+        ("@ W_O", (B, T, C)),
     ]
-    got = {"mh_shape_chain_matches": float(all(want == have for _, want, have in chain))}
-    got["mh_split_merge_roundtrip_error"] = float(
-        np.max(np.abs(impl.merge_heads(impl.split_heads(x, H)) - x))
+    have: list[tuple | None] = [x.shape, (x @ wq).shape, (x @ wq).reshape(B, T, H, D).shape]
+    kept: dict[str, np.ndarray] = {}
+    q = impl.split_heads(x @ wq, H)  # (B, H, T, D)
+    have.append(q.shape)
+    if q.shape == (B, H, T, D):
+        k, v = impl.split_heads(x @ wk, H), impl.split_heads(x @ wv, H)
+        heads, attn = impl.scaled_dot_product_attention(q, k, v, impl.causal_mask(T))
+        merged = impl.merge_heads(heads)  # (B, T, C)
+        have += [attn.shape, heads.shape, merged.shape]
+        if merged.shape == (B, T, C):
+            kept["out"] = merged @ wo
+            have.append(kept["out"].shape)
+    have += [None] * (len(expected) - len(have))
+    return [(step, want, got) for (step, want), got in zip(expected, have, strict=True)], kept
+
+
+def _guard(compute) -> tuple[float, str]:
+    """A metric's value, or NaN and the reason when the implementation refuses the call."""
+    try:
+        return float(compute()), ""
+    except (CallError, ValueError) as exc:
+        return math.nan, f"call failed: {exc}"
+
+
+def _measure(impl, p: Params, x, weights, noise):
+    B, T, C, H = p.B, p.T, p.C, p.H
+    D = C // H
+    chain, kept = _chain(impl, p, x, weights)
+    got = {"mh_shape_chain_matches": (float(all(want == have for _, want, have in chain)), "")}
+    got["mh_split_merge_roundtrip_error"] = _guard(
+        lambda: np.max(np.abs(impl.merge_heads(impl.split_heads(x, H)) - x))
     )
     probe = np.broadcast_to(np.arange(T, dtype=np.float64)[None, :, None], (B, T, C)).copy()
     split = np.asarray(impl.split_heads(probe, H))
-    if split.shape == (B, H, T, D):
-        source = split[0]  # (H, T, D): the position each feature came from
-        mixed = int(np.sum(np.any(source != np.arange(T)[None, :, None], axis=-1)))
-    else:
-        source, mixed = None, H * T
-    got["mh_positions_mixed"] = float(mixed)
-    mha = impl.multi_head_attention(x, *weights, H)
-    got["mh_per_head_parity_error"] = float(np.max(np.abs(mha - per_head_loop(x, *weights, H))))
-    got["mh_future_leak"] = _future_leak(impl, x, weights, noise, H)
-    kept = {"out": out, "mha": mha, "merged": merged}
+    source = split[0] if split.shape == (B, H, T, D) else None  # (H, T, D): positions
+    mixed = H * T if source is None else np.sum(np.any(source != np.arange(T)[None, :, None], -1))
+    got["mh_positions_mixed"] = (float(mixed), "")
+
+    def parity() -> float:
+        kept["mha"] = impl.multi_head_attention(x, *weights, H)
+        return np.max(np.abs(kept["mha"] - per_head_loop(x, *weights, H)))
+
+    got["mh_per_head_parity_error"] = _guard(parity)
+    got["mh_future_leak"] = _guard(lambda: _future_leak(impl, x, weights, noise, H))
     return got, kept, chain, source
 
 
@@ -163,15 +188,12 @@ def run(ctx: LabContext) -> LabOutput:
     kept, chains, sources = {}, {}, {}
     for name, impl in ctx.impls.items():
         got, kept[name], chains[name], sources[name] = _measure(impl, p, x, weights, noise)
-        for metric, value in got.items():
-            output.add(metric, name, value)
+        for metric, (value, note) in got.items():
+            output.add(metric, name, value, note)
     names = list(kept)
     if ctx.both:
         ref, room = kept["reference"], kept["clean-room"]
-        gaps = [
-            np.max(np.abs(ref[k] - room[k])) if ref[k].shape == room[k].shape else np.inf
-            for k in ref
-        ]
+        gaps = [np.max(np.abs(ref[k] - room[k])) if k in room else np.inf for k in ref]
         output.add("mh_reference_max_error", "both", float(max(gaps)))
     first = chains[names[0]]
     output.figures.append(
@@ -182,7 +204,7 @@ def run(ctx: LabContext) -> LabOutput:
             ),
             columns=(N_("step"), N_("chapter's shape"), *names),
             rows=tuple(
-                (step, str(want), *(str(chains[n][i][2]) for n in names))
+                (step, str(want), *(str(chains[n][i][2] or "-") for n in names))
                 for i, (step, want, _) in enumerate(first)
             ),
         )

@@ -1,0 +1,102 @@
+"""Lab `positions`: permutation symmetry, the chapter's PE dot products, RoPE's properties and layouts.
+
+Faulty clean rooms are written into tmp_path; evidence goes under tmp_path too.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from labtools import cli_run_json, failing, faulty_room, rows, run, values, wave2_fault
+
+from labctl.labs.positions import CHAPTER_DOTS, LAB, half_split_rope, interleaved_rope, pe_dot
+
+BOTH = ("positions_reference_max_error", "both")
+
+
+@pytest.fixture(scope="module")
+def seed5():
+    return run(LAB)
+
+
+def test_passes_on_both_implementations(seed5):
+    assert seed5.error is None
+    assert seed5.passed, seed5.failures()
+    got = rows(seed5)
+    for impl in ("reference", "clean-room"):
+        # float64 rounding only (~1e-15) where a property holds; O(0.1) where positions act.
+        assert got[("positions_perm_equivariance_error", impl)].actual <= 1e-14
+        assert got[("positions_perm_change_sinusoidal", impl)].actual > 0.05
+        assert got[("positions_perm_change_rope", impl)].actual > 0.05
+        assert got[("rope_permutation_max_error", impl)].actual <= 1e-14
+        assert got[("rope_layouts_difference", impl)].actual > 0.1
+
+
+def test_the_chapters_pe_dot_products_are_reproduced_to_the_printed_digits():
+    # 第8章 阶段五 prints 6 decimals: half a unit of the last digit is 5e-7.
+    for delta, printed in CHAPTER_DOTS.items():
+        assert abs(pe_dot(delta) - printed) <= 5e-7
+
+
+def test_a_column_permutation_maps_half_split_onto_interleaved_exactly():
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((5, 12)), rng.standard_normal((12, 8))
+    positions = np.array([0, 1, 4, 9, 100])
+    P = np.concatenate([np.arange(0, 8, 2), np.arange(1, 8, 2)])
+    ours = interleaved_rope(x @ w, positions, 10000.0)[:, P]
+    assert np.array_equal(half_split_rope(x @ w[:, P], positions, 10000.0), ours)
+    # Without the permutation the layouts disagree by O(1), not by rounding.
+    assert np.max(np.abs(half_split_rope(x @ w, positions, 10000.0) - ours)) > 0.1
+
+
+@pytest.mark.parametrize(
+    ("fault", "caught"),
+    [
+        ("mha-always-causal", {"positions_perm_equivariance_error"}),
+        ("sinusoidal-unfilled", {"positions_perm_change_sinusoidal", "pe_dot_chapter_max_error"}),
+        ("sinusoidal-odd-frequency", {"pe_dot_chapter_max_error", "pe_dot_start_spread"}),
+        (
+            "rope-unapplied",
+            {"positions_perm_change_rope", "rope_nonconsecutive_max_error",
+             "rope_permutation_max_error"},
+        ),
+        (
+            "rope-not-rotation",
+            {"rope_norm_change", "rope_shift_invariance_error", "rope_nonconsecutive_max_error",
+             "rope_permutation_max_error"},
+        ),
+        (
+            "rope-half-split",
+            {"rope_layouts_difference", "rope_nonconsecutive_max_error",
+             "rope_permutation_max_error"},
+        ),
+        ("rope-ignores-positions", {"rope_nonconsecutive_max_error", "rope_permutation_max_error"}),
+    ],
+)  # fmt: skip
+def test_each_fault_is_caught_at_its_metrics_only(tmp_path, fault, caught):
+    result = run(LAB, faulty_room(tmp_path, wave2_fault(fault)))
+    assert result.error is None
+    assert failing(result) == {(name, "clean-room") for name in caught} | {BOTH}
+
+
+def test_same_seed_same_values_other_seed_other_values():
+    first, again, other = (values(run(LAB, seed=seed)) for seed in (5, 5, 6))
+    assert first == again
+    assert set(first) == set(other)
+    key = ("positions_perm_change_sinusoidal", "clean-room")
+    assert first[key] != other[key]  # random inputs: a new seed moves the O(0.1) changes
+
+
+def test_the_lab_module_imports_without_torch():
+    code = "import sys, labctl.labs.positions; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_cli_run_json(tmp_path, monkeypatch):
+    lab, _ = cli_run_json("positions", tmp_path, monkeypatch)
+    assert any("15.313649" in note["text"] for note in lab["notes"])
+    (table,) = lab["tables"]
+    assert table["rows"][1][2] == "15.313649"
