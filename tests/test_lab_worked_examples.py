@@ -1,0 +1,121 @@
+"""Lab `worked-examples`: every printed hand calculation, recomputed and judged.
+
+Faulty clean rooms are written into tmp_path; evidence goes under tmp_path too.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from labtools import ROOM, cli_run_json, failing, faulty_room, run, values, wave2_fault
+from typer.testing import CliRunner
+
+from labctl.cli.main import app
+from labctl.labs.worked_examples import LAB
+from labctl.labs.worked_examples_rows import ROWS
+
+# The rows the chapters get wrong, by what they compute, with the true value checked by hand
+# below (and the one approximation the chapter states as such).
+WRONG = {
+    'SwiGLU parameters at D = 4096, hidden 11008, over the 4·D ReLU FFN\'s ("完全持平": '
+    "exactly equal)",
+    "receptive field of L = 32 layers of window W = 4096 (the chapter: L x W)",
+    "Step 4: causal softmax, row 退款 (also the diagram and 关键洞察's 4%, 26%, 70%)",
+    "Step 5: output[2] = A @ V",
+    "KV cache of Llama 2 70B at 4096 tokens: 2 x 4096 x 8 x 128 x 2 B x 80 layers, in GB",
+    "the softmax denominator e^2 + e^1 + e^0",
+    "softmax([2, 1, 0])",
+}
+APPROXIMATE = {"SwiGLU hidden width ≈ 8/3·D at D = 4096 (the chapter takes 11008)"}
+
+
+def verdicts(impl=None) -> dict[str, str]:
+    return {row.what: row.verdict(row.recompute(impl)) for row in ROWS}
+
+
+def test_passes_on_both_implementations():
+    result = run(LAB)
+    assert result.error is None
+    assert result.passed, result.failures()
+
+
+def test_the_disagreements_are_exactly_the_known_errors():
+    judged = verdicts()
+    assert {what for what, v in judged.items() if v == "disagrees"} == WRONG
+    assert {what for what, v in judged.items() if v == "approximation"} == APPROXIMATE
+    for row in ROWS:
+        assert row.rounding and (row.reason or row.what not in WRONG | APPROXIMATE)
+
+
+def test_the_true_values_by_hand():
+    # Each to the rounding the report prints it at.
+    assert round(math.e**2 + math.e + 1, 2) == 11.11
+    e = np.exp([2.0, 1.0, 0.0])
+    assert np.allclose(e / e.sum(), [0.67, 0.24, 0.09], atol=0.005)
+    row = np.exp(np.array([1, 3, 4]) / math.sqrt(2))  # the scaled scores of 退款
+    weights = row / row.sum()
+    assert np.allclose(weights, [0.07, 0.31, 0.62], atol=0.005)
+    assert np.allclose(weights @ [[0.2, 0.1], [0.5, 0.3], [0.9, 0.8]], [0.73, 0.60], atol=0.005)
+    assert 2 * 4096 * 8 * 128 * 2 * 80 == 1_342_177_280  # bytes: 1.34 GB, not 10.7
+    assert 3 * 4096 * 11008 - 2 * 4096 * 16384 == 1_048_576  # 0.78% more than the ReLU FFN
+    assert 32 * (4096 - 1) + 1 == 131_041
+
+
+def test_contract_rows_agree_between_implementations_on_the_project_clean_room():
+    from labctl.runner import implementations
+
+    with implementations("both", ROOM) as impls:
+        by_impl = {name: verdicts(impl) for name, impl in impls.items()}
+    assert by_impl["reference"] == by_impl["clean-room"] == verdicts()
+
+
+@pytest.mark.parametrize(
+    "fault", ["mask-reversed", "sinusoidal-odd-frequency", "tiled-no-rescale", "window-off-by-one"]
+)
+def test_a_faulty_clean_room_fails_every_metric(tmp_path, fault):
+    result = run(LAB, faulty_room(tmp_path, wave2_fault(fault)))
+    assert result.error is None
+    assert failing(result) == {
+        ("worked_arithmetic_max_error", "clean-room"),
+        ("worked_impl_max_difference", "both"),
+        ("worked_verdicts_differing", "both"),
+    }
+
+
+def test_a_fault_the_examples_do_not_touch_passes(tmp_path):
+    # The examples use no GQA order: a tiled repeat_kv still gives 4 query heads per K/V head.
+    result = run(LAB, faulty_room(tmp_path, wave2_fault("gqa-tiled")))
+    assert result.passed, result.failures()
+
+
+def test_same_seed_same_values():
+    assert values(run(LAB, seed=5)) == values(run(LAB, seed=6))  # no randomness at all
+
+
+def test_the_lab_module_imports_without_torch():
+    code = "import sys, labctl.labs.worked_examples; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_cli_json_carries_every_row(tmp_path, monkeypatch):
+    lab, _ = cli_run_json("worked-examples", tmp_path, monkeypatch)
+    wrong, every = lab["tables"]
+    assert len(every["rows"]) == len(ROWS)
+    assert {row[1] for row in wrong["rows"]} == WRONG | APPROXIMATE
+    assert every["columns"][-1] == "verdict"
+    assert [row[-1] for row in every["rows"]][: len(WRONG)] == ["disagrees"] * len(WRONG)
+
+
+def test_terminal_shows_the_disagreements_first(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "250")
+    args = ["run", "worked-examples", "--out", str(tmp_path / "runs"), "--clean-room", str(ROOM)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert text.index("where the chapters' printed numbers are wrong") < text.index("every printed")
+    assert text.index("~10.7 GB") < text.index("dot_product([1, 2, 3], [4, 5, 6])")
