@@ -290,7 +290,7 @@ def run(ctx: LabContext) -> LabOutput:
                         "第8章 阶段五 prints {printed:.6f} for Δ = {delta}; the {impl} gives "
                         "{value:.9f}: {verdict} at the 6 decimals printed",
                         printed=printed, delta=delta, impl=name, value=value,
-                        verdict=N_("agrees") if agrees else N_("disagrees"),
+                        verdict=Msg("agrees") if agrees else Msg("disagrees"),
                     ),
                     flag=not agrees,
                 )
