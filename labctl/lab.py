@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 import time
+import tracemalloc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,6 +190,27 @@ class Implementation:
         start = time.perf_counter()
         value = getattr(self._target, fn)(*args, **kwargs)
         return value, time.perf_counter() - start
+
+    def measured(self, fn: str, *args: Any, **kwargs: Any) -> tuple[Any, int | None]:
+        """The value and the call's peak memory in bytes, measured where the code runs.
+
+        A clean room measures inside its worker (tracemalloc). An in-process target
+        may bring its own meter as `peak_bytes(fn, *args)` (the torch reference does:
+        tracemalloc does not see torch's allocator); otherwise tracemalloc here.
+        """
+        invoke = getattr(self._target, "invoke", None)
+        if invoke is not None:
+            result = invoke(fn, *args, trace_memory=True, **kwargs)
+            return result.value, result.peak_bytes
+        meter = getattr(self._target, "peak_bytes", None)
+        if meter is not None:
+            return meter(getattr(self._target, fn), *args, **kwargs)
+        tracemalloc.start()
+        try:
+            value = getattr(self._target, fn)(*args, **kwargs)
+            return value, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
 
 
 @dataclass(frozen=True)

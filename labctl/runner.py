@@ -244,7 +244,7 @@ def _artifact(figure: TableFigure | HeatmapFigure | Note) -> tuple[str, bytes] |
         writer.writerows(
             [v if isinstance(v, str) else f"{v:.17g}" for v in row] for row in figure.rows
         )
-        slug = re.sub(r"[^a-z0-9]+", "-", figure.title.lower()).strip("-")[:48] or "table"
+        slug = re.sub(r"[^a-z0-9]+", "-", str(figure.title).lower()).strip("-")[:48] or "table"
         return slug, buffer.getvalue().encode()
     return None
 

@@ -11,4 +11,8 @@ ORDER = (
     "residual-ablation",
     "gqa",
     "kv-cache",
+    "tiled-attention",
+    "sliding-window",
+    "decoder",
+    "attention-inspect",
 )

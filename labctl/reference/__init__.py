@@ -27,6 +27,8 @@ from labctl.reference.transformer_block import (
     transformer_block,
 )
 
+from labctl.reference.memory import peak_bytes
+
 __all__ = [
     "attention_decode",
     "causal_mask",
@@ -35,6 +37,7 @@ __all__ = [
     "merge_heads",
     "multi_head_attention",
     "padding_mask",
+    "peak_bytes",
     "relu_ffn",
     "repeat_kv",
     "rms_norm",
