@@ -204,7 +204,9 @@ def run(ctx: LabContext) -> LabOutput:
         cached = _cached(impl, prompt, model, p)
         runs[name] = (full, cached)
         output.add(
-            "greedy_tokens_mismatch", name, sum(a != b for a, b in zip(full[0], cached[0], strict=True))
+            "greedy_tokens_mismatch",
+            name,
+            sum(a != b for a, b in zip(full[0], cached[0], strict=True)),
         )
         error = max(float(np.max(np.abs(a - b))) for a, b in zip(full[1], cached[1], strict=True))
         output.add("greedy_logits_max_error", name, error)
@@ -255,11 +257,13 @@ def run(ctx: LabContext) -> LabOutput:
     )  # fmt: skip
     output.figures.append(
         Note(
-            N_("The cached path sends only the new token through the blocks: attention_decode "
-               "appends its key and value to each layer's cache and attends to the window. "
-               "Recomputing runs the whole prefix through every block at every step. Times are "
-               "each implementation's own compute, summed over its calls; at these sizes fixed "
-               "per-call costs dominate, so they are reported, never deciding.")
+            N_(
+                "The cached path sends only the new token through the blocks: attention_decode "
+                "appends its key and value to each layer's cache and attends to the window. "
+                "Recomputing runs the whole prefix through every block at every step. Times are "
+                "each implementation's own compute, summed over its calls; at these sizes fixed "
+                "per-call costs dominate, so they are reported, never deciding."
+            )
         )
     )
     return output
@@ -268,9 +272,11 @@ def run(ctx: LabContext) -> LabOutput:
 LAB = Lab(
     id="decoder",
     title=N_("The mini decoder: logits, causality, and greedy generation with a KV cache"),
-    question=N_("Does the NumPy mini decoder give the reference's logits and ignore future "
-                "tokens, and does greedy generation with a per-layer KV cache (GQA, RoPE, a "
-                "window) give exactly the tokens and logits of recomputing the whole prefix?"),
+    question=N_(
+        "Does the NumPy mini decoder give the reference's logits and ignore future "
+        "tokens, and does greedy generation with a per-layer KV cache (GQA, RoPE, a "
+        "window) give exactly the tokens and logits of recomputing the whole prefix?"
+    ),
     sections=(
         Section(HANDS_ON, "§08", "完整最小 Transformer Decoder（纯 NumPy）"),
         Section(HANDS_ON, "§13.2", "代码题"),

@@ -22,7 +22,16 @@ from pydantic import Field
 
 from labctl.course import CH8, Section
 from labctl.i18n import N_, Msg
-from labctl.lab import HeatmapFigure, Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
+from labctl.lab import (
+    HeatmapFigure,
+    Lab,
+    LabContext,
+    LabOutput,
+    LabParams,
+    Metric,
+    Note,
+    TableFigure,
+)
 
 
 class Params(LabParams):
@@ -187,11 +196,13 @@ def run(ctx: LabContext) -> LabOutput:
     )  # fmt: skip
     output.figures.append(
         Note(
-            N_("With the window the cache stops growing at W tokens: O(W) bytes per layer, "
-               "however long the text; without it the cache grows by the same bytes every "
-               "token, O(T). Dropping is exact here because attention_decode is driven without "
-               "RoPE: the contract places new tokens at position Tp = the cache length, so with "
-               "RoPE a shortened cache would also need the true position offset.")
+            N_(
+                "With the window the cache stops growing at W tokens: O(W) bytes per layer, "
+                "however long the text; without it the cache grows by the same bytes every "
+                "token, O(T). Dropping is exact here because attention_decode is driven without "
+                "RoPE: the contract places new tokens at position Tp = the cache length, so with "
+                "RoPE a shortened cache would also need the true position offset."
+            )
         )
     )
     return output
@@ -200,9 +211,11 @@ def run(ctx: LabContext) -> LabOutput:
 LAB = Lab(
     id="sliding-window",
     title=N_("Sliding-window attention: the band, the receptive field, the constant cache"),
-    question=N_("What does a query see under a window of W keys, how far back does a stack of "
-                "L windowed layers reach, and can a windowed decoder drop the old keys and "
-                "values exactly?"),
+    question=N_(
+        "What does a query see under a window of W keys, how far back does a stack of "
+        "L windowed layers reach, and can a windowed decoder drop the old keys and "
+        "values exactly?"
+    ),
     sections=(
         Section(CH8, "阶段五", "现代长上下文变体深探——滑动窗口注意力（SWA）与推理 Infra 的颠覆"),
         Section(CH8, "本章验收", "自查清单与闭卷解释题：SWA 的感受野推导与显存截断机制"),

@@ -119,9 +119,7 @@ def _chapter_vector(impl, scores: np.ndarray) -> list[np.ndarray]:
     k = scores.reshape(1, 1, n, 1)  # (B, Hkv, Tk, D)
     v = np.eye(n).reshape(1, 1, n, n)  # (B, Hkv, Tk, Dv): the output row is the weights
     return [
-        impl.tiled_attention(q, k[:, :, : j + 1], v[:, :, : j + 1, : j + 1], 1, False, 1.0)[
-            0, 0, 0
-        ]
+        impl.tiled_attention(q, k[:, :, : j + 1], v[:, :, : j + 1, : j + 1], 1, False, 1.0)[0, 0, 0]
         for j in range(n)
     ]
 
@@ -273,10 +271,12 @@ def run(ctx: LabContext) -> LabOutput:
     )  # fmt: skip
     output.figures.append(
         Note(
-            N_("With Tq = Tk = n tiles a side, n(n - 1)/2 of the n² tile pairs lie above the "
-               "diagonal: a causal kernel skips almost half the work, and the fraction tends to "
-               "1/2 as n grows. The tiled functions here still visit every key block and mask "
-               "it; skipping is what FlashAttention's kernels add.")
+            N_(
+                "With Tq = Tk = n tiles a side, n(n - 1)/2 of the n² tile pairs lie above the "
+                "diagonal: a causal kernel skips almost half the work, and the fraction tends to "
+                "1/2 as n grows. The tiled functions here still visit every key block and mask "
+                "it; skipping is what FlashAttention's kernels add."
+            )
         )
     )
     return output
@@ -285,9 +285,11 @@ def run(ctx: LabContext) -> LabOutput:
 LAB = Lab(
     id="tiled-attention",
     title=N_("Tiled attention: the online softmax, its exactness, and the memory it saves"),
-    question=N_("Does tiled attention with an online softmax give the same output as full "
-                "attention, how exactly in float64 and float32, and how much memory does it "
-                "save, measured?"),
+    question=N_(
+        "Does tiled attention with an online softmax give the same output as full "
+        "attention, how exactly in float64 and float32, and how much memory does it "
+        "save, measured?"
+    ),
     sections=(
         Section(HANDS_ON, "§07.5", "FlashAttention 核心思想"),
         Section(PARTS, "§6.12", "为什么 Attention 是 O(T²)"),
