@@ -248,10 +248,11 @@ def run(ctx: LabContext) -> LabOutput:
             columns=(N_("layer"), N_("head"), N_("query scale"),
                      *(Msg("entropy, {impl}", impl=n) for n in names), N_("pattern")),
             rows=tuple(
-                (str(l + 1), str(h + 1), p.head_scales[h],
-                 *(float(entropies[n][l, h].mean()) for n in names),
-                 N_("sharp") if entropies[names[0]][l, h].mean() < 0.6 * ceiling else N_("diffuse"))
-                for l in range(p.L) for h in range(p.H)
+                (str(layer + 1), str(h + 1), p.head_scales[h],
+                 *(float(entropies[n][layer, h].mean()) for n in names),
+                 N_("sharp") if entropies[names[0]][layer, h].mean() < 0.6 * ceiling
+                 else N_("diffuse"))
+                for layer in range(p.L) for h in range(p.H)
             ),
         )
     )  # fmt: skip

@@ -166,9 +166,9 @@ def run(ctx: LabContext) -> LabOutput:
             columns=(N_("layers"), *(Msg("measured, {impl}", impl=n) for n in names),
                      N_("exact l(W - 1) + 1"), N_("chapter l x W"), N_("chapter over by")),
             rows=tuple(
-                (str(l), *(str(moved[n][l - 1]) for n in names), str(l * (p.W - 1) + 1),
-                 str(l * p.W), str(l - 1))
-                for l in range(1, p.L + 1)
+                (str(depth), *(str(moved[n][depth - 1]) for n in names),
+                 str(depth * (p.W - 1) + 1), str(depth * p.W), str(depth - 1))
+                for depth in range(1, p.L + 1)
             ),
         )
     )  # fmt: skip

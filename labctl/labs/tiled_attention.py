@@ -191,12 +191,12 @@ def run(ctx: LabContext) -> LabOutput:
                      "recurrence; the weights read off tiled_attention over the keys so far)"),
             columns=(N_("step"), N_("score"), N_("running max m"), N_("rescale exp(m_old - m)"),
                      N_("running sum d"), *(Msg("weights, {impl}", impl=n) for n in names)),
-            rows=tuple(
-                (str(j + 1), scores[j], m, rescale, d,
-                 *(" ".join(f"{w:.4f}" for w in prefixes[n][j]) for n in names))
-                for j, (m, rescale, d) in enumerate(steps)
-            ) + (
-                (N_("one-shot"), "", float(scores.max()), "", float(np.exp(scores - scores.max()).sum()),
+            rows=(
+                *((str(j + 1), scores[j], m, rescale, d,
+                   *(" ".join(f"{w:.4f}" for w in prefixes[n][j]) for n in names))
+                  for j, (m, rescale, d) in enumerate(steps)),
+                (N_("one-shot"), "", float(scores.max()), "",
+                 float(np.exp(scores - scores.max()).sum()),
                  *(" ".join(f"{w:.4f}" for w in one_shot) for _ in names)),
             ),
         )

@@ -5,6 +5,7 @@ against the reference import it.
 """
 
 from labctl.reference.attention import scaled_dot_product_attention, tiled_attention
+from labctl.reference.memory import peak_bytes
 from labctl.reference.primitives import (
     causal_mask,
     layer_norm,
@@ -26,8 +27,6 @@ from labctl.reference.transformer_block import (
     multi_head_attention,
     transformer_block,
 )
-
-from labctl.reference.memory import peak_bytes
 
 __all__ = [
     "attention_decode",
