@@ -104,7 +104,7 @@ class LabResult:
             "wall_time_s": round(self.wall_time_s, 3),
             "metrics": [m.to_json() for m in self.metrics],
             "notes": [
-                {"text": f.text, "flag": f.flag} for f in self.figures if isinstance(f, Note)
+                {"text": str(f.text), "flag": f.flag} for f in self.figures if isinstance(f, Note)
             ],
             "records": [relative(p) for p in self.records],
         }
@@ -240,7 +240,7 @@ def _artifact(figure: TableFigure | HeatmapFigure | Note) -> tuple[str, bytes] |
         writer.writerows([f"{v:.17g}" for v in row] for row in figure.matrix)
         return figure.name, buffer.getvalue().encode()
     if isinstance(figure, TableFigure):
-        writer.writerow(figure.columns)
+        writer.writerow(str(column) for column in figure.columns)
         writer.writerows(
             [v if isinstance(v, str) else f"{v:.17g}" for v in row] for row in figure.rows
         )

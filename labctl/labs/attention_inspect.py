@@ -162,12 +162,17 @@ def _padding(impl, rng, p: Params) -> tuple[float, float, float]:
     # Causal | padding as in a decoder, and padding alone as in an encoder (BERT, §10.3).
     for mask in (causal | padding, padding):
         out, weights = impl.scaled_dot_product_attention(q, k, v, mask)
-        on_padded = max(on_padded, float(np.max(weights * padded_key)))
+        # np.max, not max(): a NaN must reach the verdict, and max(0.0, nan) is 0.0.
+        on_padded = float(np.max([on_padded, np.max(weights * padded_key)]))
         dead = np.broadcast_to(np.broadcast_to(mask, (B, 1, T, T)).all(axis=-1), weights.shape[:3])
-        blocked = max(
-            blocked,
-            float(np.max(np.abs(weights[dead]), initial=0.0)),
-            float(np.max(np.abs(out[dead]), initial=0.0)),
+        blocked = float(
+            np.max(
+                [
+                    blocked,
+                    np.max(np.abs(weights[dead]), initial=0.0),
+                    np.max(np.abs(out[dead]), initial=0.0),
+                ]
+            )
         )
     # Right padding under a causal mask hides the leak (real queries never reach the padded
     # tail); without it, a mask on the query axis lets real tokens read [PAD].
