@@ -263,7 +263,7 @@ def run(ctx: LabContext) -> LabOutput:
     )  # fmt: skip
     output.figures.append(
         TableFigure(
-            title=N_("padding (004 §4.3): a batch of lengths 8, 5, 0, with causal | padding and "
+            title=N_("padding (§4.3): a batch of lengths 8, 5, 0, with causal | padding and "
                      "with padding alone"),
             columns=(N_("implementation"), N_("max weight on a padded key"),
                      N_("max |blocked row|"), N_("leak, mask on the query axis")),
@@ -272,7 +272,7 @@ def run(ctx: LabContext) -> LabOutput:
     )  # fmt: skip
     output.figures.append(
         TableFigure(
-            title=N_("dilution (004 §11.2): weight of one key favoured by a margin log 11 among "
+            title=N_("dilution (§11.2): weight of one key favoured by a margin log 11 among "
                      "T keys"),
             columns=("T", N_("closed form 11 / (10 + T)"),
                      *(Msg("measured, {impl}", impl=n) for n in names), N_("the chapter")),

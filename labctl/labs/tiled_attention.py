@@ -25,7 +25,7 @@ from labctl.course import HANDS_ON, PARTS, Section
 from labctl.i18n import N_, Msg
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
-CHAPTER_SCORES = (2.0, 1.0, 0.5, 3.0)  # 004 §7.5.3
+CHAPTER_SCORES = (2.0, 1.0, 0.5, 3.0)  # 手撕与注意力机制 §7.5.3
 MEMORY_T = 4096  # the length the memory claim is judged at
 
 
