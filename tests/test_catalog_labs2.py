@@ -22,7 +22,7 @@ def catalog() -> dict[str, str]:
     """msgid -> msgstr, joining continued lines."""
     entries: dict[str, str] = {}
     key, parts = None, {"msgid": [], "msgstr": []}
-    for line in CATALOG.read_text("utf-8").splitlines() + [""]:
+    for line in [*CATALOG.read_text("utf-8").splitlines(), ""]:
         match = re.match(r'^(msgid|msgstr) "(.*)"$', line)
         if match:
             key = match[1]
