@@ -175,9 +175,10 @@ class Implementation:
     pipe between processes is not counted).
     """
 
-    def __init__(self, name: str, target: Any):
+    def __init__(self, name: str, target: Any, meter: Callable[..., tuple[Any, int]] | None = None):
         self.name = name
         self._target = target
+        self._meter = meter
 
     def __getattr__(self, fn: str) -> Any:
         return getattr(self._target, fn)
@@ -195,16 +196,15 @@ class Implementation:
         """The value and the call's peak memory in bytes, measured where the code runs.
 
         A clean room measures inside its worker (tracemalloc). An in-process target
-        may bring its own meter as `peak_bytes(fn, *args)` (the torch reference does:
+        may come with its own `meter(fn, *args)` (the torch reference does:
         tracemalloc does not see torch's allocator); otherwise tracemalloc here.
         """
         invoke = getattr(self._target, "invoke", None)
         if invoke is not None:
             result = invoke(fn, *args, trace_memory=True, **kwargs)
             return result.value, result.peak_bytes
-        meter = getattr(self._target, "peak_bytes", None)
-        if meter is not None:
-            return meter(getattr(self._target, fn), *args, **kwargs)
+        if self._meter is not None:
+            return self._meter(getattr(self._target, fn), *args, **kwargs)
         tracemalloc.start()
         try:
             value = getattr(self._target, fn)(*args, **kwargs)

@@ -155,13 +155,14 @@ def implementations(
             import torch
 
             from labctl import reference
+            from labctl.reference.memory import peak_bytes
 
             # One thread, like the clean-room worker: float64 reductions then sum in one
             # order on every machine, and small ops do not pay for a thread pool.
             threads = torch.get_num_threads()
             torch.set_num_threads(1)
             stack.callback(torch.set_num_threads, threads)
-            chosen["reference"] = Implementation("reference", reference)
+            chosen["reference"] = Implementation("reference", reference, meter=peak_bytes)
         if impl in ("clean-room", "both"):
             room = stack.enter_context(CleanRoom(clean_room or default_clean_room(), timeout_s))
             chosen["clean-room"] = Implementation("clean-room", room)

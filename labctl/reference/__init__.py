@@ -5,7 +5,6 @@ against the reference import it.
 """
 
 from labctl.reference.attention import scaled_dot_product_attention, tiled_attention
-from labctl.reference.memory import peak_bytes
 from labctl.reference.primitives import (
     causal_mask,
     layer_norm,
@@ -36,7 +35,6 @@ __all__ = [
     "merge_heads",
     "multi_head_attention",
     "padding_mask",
-    "peak_bytes",
     "relu_ffn",
     "repeat_kv",
     "rms_norm",
