@@ -46,6 +46,8 @@ def test_a_faulty_decode_fails_the_cached_generation(tmp_path, fault):
     got = rows(result)
     assert not got[(LOGITS, "clean-room")].passed
     assert got[(LOGITS, "clean-room")].actual > 1e-6
+    assert got[(TOKENS, "clean-room")].actual > 0  # the argmax moves too (3 and 5 of 8 at seed 5)
+    assert not got[("greedy_tokens_vs_reference", "both")].passed
     assert got[(LOGITS, "reference")].passed
     assert got[(PARITY, "both")].passed and got[(FUTURE, "clean-room")].passed
 
