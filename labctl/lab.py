@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 import time
+import tracemalloc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,9 +175,10 @@ class Implementation:
     pipe between processes is not counted).
     """
 
-    def __init__(self, name: str, target: Any):
+    def __init__(self, name: str, target: Any, meter: Callable[..., tuple[Any, int]] | None = None):
         self.name = name
         self._target = target
+        self._meter = meter
 
     def __getattr__(self, fn: str) -> Any:
         return getattr(self._target, fn)
@@ -189,6 +191,26 @@ class Implementation:
         start = time.perf_counter()
         value = getattr(self._target, fn)(*args, **kwargs)
         return value, time.perf_counter() - start
+
+    def measured(self, fn: str, *args: Any, **kwargs: Any) -> tuple[Any, int | None]:
+        """The value and the call's peak memory in bytes, measured where the code runs.
+
+        A clean room measures inside its worker (tracemalloc). An in-process target
+        may come with its own `meter(fn, *args)` (the torch reference does:
+        tracemalloc does not see torch's allocator); otherwise tracemalloc here.
+        """
+        invoke = getattr(self._target, "invoke", None)
+        if invoke is not None:
+            result = invoke(fn, *args, trace_memory=True, **kwargs)
+            return result.value, result.peak_bytes
+        if self._meter is not None:
+            return self._meter(getattr(self._target, fn), *args, **kwargs)
+        tracemalloc.start()
+        try:
+            value = getattr(self._target, fn)(*args, **kwargs)
+            return value, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
 
 
 @dataclass(frozen=True)

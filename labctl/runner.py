@@ -26,6 +26,7 @@ from labctl import registry
 from labctl.errors import CallError, LabctlError
 from labctl.evidence.records import machine_record, metric_record, shown_path, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
+from labctl.i18n import Msg
 from labctl.isolation.sandbox import DEFAULT_TIMEOUT_S, CleanRoom
 from labctl.lab import (
     IMPLS,
@@ -110,7 +111,7 @@ class LabResult:
                 {
                     "title": str(f.title),
                     "columns": [str(c) for c in f.columns],
-                    "rows": [list(row) for row in f.rows],
+                    "rows": [[_cell(v) for v in row] for row in f.rows],
                 }
                 for f in self.figures
                 if isinstance(f, TableFigure)
@@ -164,13 +165,14 @@ def implementations(
             import torch
 
             from labctl import reference
+            from labctl.reference.memory import peak_bytes
 
             # One thread, like the clean-room worker: float64 reductions then sum in one
             # order on every machine, and small ops do not pay for a thread pool.
             threads = torch.get_num_threads()
             torch.set_num_threads(1)
             stack.callback(torch.set_num_threads, threads)
-            chosen["reference"] = Implementation("reference", reference)
+            chosen["reference"] = Implementation("reference", reference, meter=peak_bytes)
         if impl in ("clean-room", "both"):
             room = stack.enter_context(CleanRoom(clean_room or default_clean_room(), timeout_s))
             chosen["clean-room"] = Implementation("clean-room", room)
@@ -251,7 +253,8 @@ def _artifact(figure: TableFigure | HeatmapFigure | Note) -> tuple[str, bytes] |
     if isinstance(figure, TableFigure):
         writer.writerow([str(c) for c in figure.columns])
         writer.writerows(
-            [v if isinstance(v, str) else f"{v:.17g}" for v in row] for row in figure.rows
+            [_cell(v) if isinstance(v, (str, Msg)) else f"{v:.17g}" for v in row]
+            for row in figure.rows
         )
         slug = re.sub(r"[^a-z0-9]+", "-", str(figure.title).lower()).strip("-")[:48] or "table"
         return slug, buffer.getvalue().encode()
@@ -331,3 +334,8 @@ def run_labs(
             write_evidence(result, store, Path(out.name), seed, impl, room)
             results.append(result)
     return RunReport(results, seed, impl, room, time.perf_counter() - start)
+
+
+def _cell(value):
+    """A table cell as data: text (a `Msg` rendered in English) or the number as it is."""
+    return str(value) if isinstance(value, Msg) else value

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from labctl.cli.render import err, number, out, print_json, verdict
 from labctl.errors import EXIT_FAILED
+from labctl.i18n import Msg, _
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
@@ -141,36 +142,44 @@ def _render_lab(result) -> None:
             out.print(_table(figure))
         elif isinstance(figure, Note):
             mark = "[bold yellow]![/bold yellow]" if figure.flag else "[dim]·[/dim]"
-            out.print(f"{mark} {escape(str(figure.text))}")
+            out.print(f"{mark} {escape(_text(figure.text))}")
     out.print(f"{verdict(result.passed)}  {lab.id} in {result.wall_time_s:.2f} s\n")
+
+
+def _text(message) -> str:
+    """A figure's text as shown: a `Msg` with its values formatted in."""
+    return message.render(_) if isinstance(message, Msg) else _(message)
 
 
 def _table(figure) -> Table:
     """Numbers right-aligned, text left-aligned, markup in cells shown as written."""
-    table = Table(title=escape(str(figure.title)), show_edge=False)
+    table = Table(title=escape(_text(figure.title)), show_edge=False)
     numeric = [
-        all(not isinstance(row[i], str) for row in figure.rows) for i in range(len(figure.columns))
+        all(not isinstance(row[i], (str, Msg)) for row in figure.rows)
+        for i in range(len(figure.columns))
     ]
     for column, is_number in zip(figure.columns, numeric, strict=True):
-        table.add_column(escape(str(column)), justify="right" if is_number else "left")
+        table.add_column(escape(_text(column)), justify="right" if is_number else "left")
     for row in figure.rows:
-        table.add_row(*(escape(v) if isinstance(v, str) else number(v) for v in row))
+        table.add_row(*(escape(_text(v)) if isinstance(v, (str, Msg)) else number(v) for v in row))
     return table
 
 
 def _heatmap(figure) -> Table:
     """Each cell shows its weight and a shade, so the pattern reads with or without colour."""
     shades = " ░▒▓█"
-    table = Table(title=escape(str(figure.title)), show_edge=False, pad_edge=False)
+    title = _text(figure.title) + (f" [{figure.impl}]" if figure.impl else "")
+    table = Table(title=escape(title), show_edge=False, pad_edge=False)
     table.add_column(f"{figure.row_label}\\{figure.col_label}", justify="right", style="dim")
     width = len(figure.matrix[0]) if figure.matrix else 0
     for j in range(width):
-        table.add_column(figure.col_ticks[j] if figure.col_ticks else str(j), justify="right")
+        tick = figure.col_ticks[j] if j < len(figure.col_ticks) else str(j)
+        table.add_column(escape(tick), justify="right")
     for i, row in enumerate(figure.matrix):
         cells = []
         for value in row:
             level = min(int(max(value, 0.0) * (len(shades) - 1) + 0.5), len(shades) - 1)
             style = f"on color({232 + min(int(max(value, 0.0) * 23), 23)})"
             cells.append(Text(f"{shades[level]}{value:.2f}", style=style if value > 0 else ""))
-        table.add_row(figure.row_ticks[i] if figure.row_ticks else str(i), *cells)
+        table.add_row(escape(figure.row_ticks[i] if i < len(figure.row_ticks) else str(i)), *cells)
     return table

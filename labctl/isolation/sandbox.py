@@ -40,6 +40,7 @@ class CallResult:
     value: Any
     elapsed_s: float
     mutated: list[str] = field(default_factory=list)
+    peak_bytes: int | None = None
 
 
 class CleanRoom:
@@ -156,8 +157,14 @@ class CleanRoom:
 
     # -- calls ------------------------------------------------------------
 
-    def invoke(self, name: str, *args: Any, **kwargs: Any) -> CallResult:
-        """Call `name` in the worker; return its value, compute time and mutated inputs."""
+    def invoke(
+        self, name: str, *args: Any, trace_memory: bool = False, **kwargs: Any
+    ) -> CallResult:
+        """Call `name` in the worker; return its value, compute time and mutated inputs.
+
+        With `trace_memory`, the worker also measures the call's peak memory with
+        tracemalloc (`peak_bytes`): where the code runs, not estimated from shapes.
+        """
         if self._proc is None:
             self._start()
         request = {
@@ -166,6 +173,7 @@ class CleanRoom:
             "args": list(args),
             "kwargs": kwargs,
             "arg_names": self._arg_names.get(name, []),
+            "trace_memory": trace_memory,
         }
         reply = self._exchange(request, self.timeout_s, name)
         self.violations.extend(reply.get("violations", []))
@@ -176,7 +184,9 @@ class CleanRoom:
                     name, "exception", error["message"], error.get("where"), error["type"]
                 )
             raise CallError(name, error["kind"], error["message"])
-        return CallResult(reply["value"], reply["elapsed_s"], reply["mutated"])
+        return CallResult(
+            reply["value"], reply["elapsed_s"], reply["mutated"], reply.get("peak_bytes")
+        )
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         return self.invoke(name, *args, **kwargs).value

@@ -12,6 +12,7 @@ from __future__ import annotations
 import resource
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -79,10 +80,16 @@ class Worker:
             }
         args, kwargs = request.get("args", []), request.get("kwargs", {})
         before = {path: array.copy() for path, array in _arrays([args, kwargs], "")}
+        trace = bool(request.get("trace_memory", False))
+        if trace:
+            # NumPy reports its array buffers to tracemalloc: the peak is the call's own memory.
+            tracemalloc.start()
         start = time.perf_counter()
         try:
             value = fn(*args, **kwargs)
         except BaseException as exc:
+            if trace:
+                tracemalloc.stop()
             return {
                 "ok": False,
                 "error": {
@@ -94,6 +101,10 @@ class Worker:
                 "violations": self._new_violations(),
             }
         elapsed = time.perf_counter() - start
+        peak_bytes = None
+        if trace:
+            peak_bytes = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
         after = dict(_arrays([args, kwargs], ""))
         mutated = [
             _argument_name(path, request)
@@ -104,6 +115,7 @@ class Worker:
             "ok": True,
             "value": value,
             "elapsed_s": elapsed,
+            "peak_bytes": peak_bytes,
             "mutated": mutated,
             "violations": self._new_violations(),
         }

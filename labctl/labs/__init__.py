@@ -15,4 +15,8 @@ ORDER = (
     "norms-ffn",
     "multi-head",
     "worked-examples",
+    "tiled-attention",
+    "sliding-window",
+    "decoder",
+    "attention-inspect",
 )
