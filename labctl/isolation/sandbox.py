@@ -234,6 +234,8 @@ class CleanRoom:
                     code = self._proc.wait(timeout=2.0)
             self.close()
             note = self._printed_note()
+            if self.isolation == "sandbox" and code is not None and 128 < code < 128 + 65:
+                code = 128 - code  # bwrap exits 128 + N when its child dies of signal N
             raise CallError(what, "crash", _crash_reason(code, exc) + note) from None
         except wire.WireError as exc:
             reply = exc
