@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from labctl.isolation import sandbox_status
 from hostile.attacks import ATTACKS, BY_NAME, REPO, Attack, build
+from labctl.isolation import sandbox_status
 
 RUN_LIMIT_S = 180
 FORK_DELAY_S = 8.0  # the fork attack writes 6 s after forking; look after that
