@@ -50,6 +50,9 @@ _ENV = {
     "PYTHONDONTWRITEBYTECODE": "1",
 }
 _LIVE: set[int] = set()  # pids of workers in use, which the orphan sweep spares
+# A worker is started and registered in one step, so a sweep in another thread never
+# takes a worker that has just started for an orphan.
+_SPAWN = threading.Lock()
 
 
 @dataclass
@@ -141,20 +144,21 @@ class CleanRoom:
         output_r, output_w = os.pipe()
         command, room_path = self._command(to_child_r, from_child_w)
         try:
-            self._proc = subprocess.Popen(
-                command,
-                pass_fds=(to_child_r, from_child_w),
-                stdin=subprocess.DEVNULL,
-                stdout=output_w,
-                stderr=output_w,
-                cwd=self.path.parent,
-                env=dict(_ENV) if self.isolation == "process" else {"PATH": "/usr/bin:/bin"},
-                start_new_session=True,
-            )
+            with _SPAWN:
+                self._proc = subprocess.Popen(
+                    command,
+                    pass_fds=(to_child_r, from_child_w),
+                    stdin=subprocess.DEVNULL,
+                    stdout=output_w,
+                    stderr=output_w,
+                    cwd=self.path.parent,
+                    env=dict(_ENV) if self.isolation == "process" else {"PATH": "/usr/bin:/bin"},
+                    start_new_session=True,
+                )
+                _LIVE.add(self._proc.pid)
         finally:
             for fd in (to_child_r, from_child_w, output_w):
                 os.close(fd)
-        _LIVE.add(self._proc.pid)
         self._write, self._read = to_child_w, from_child_r
         self._output = _Output(output_r)
         request = {"op": "load", "path": room_path, "guard": self.guard, "names": self._names}
@@ -330,7 +334,11 @@ def sweep_orphans() -> None:
 
     A child in labctl's own session is labctl's (git, say); a worker in use is spared.
     """
-    own_session = os.getsid(0)
+    with _SPAWN:
+        _sweep(os.getsid(0))
+
+
+def _sweep(own_session: int) -> None:
     for pid, session in _children():
         if pid in _LIVE or session == own_session:
             continue
