@@ -64,6 +64,13 @@ def staged_worker() -> Path:
         (package / "__init__.py").write_text("")
     for path in [top, *top.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
+    # numpy alone, for the process level: its sys.path holds no site-packages (no torch).
+    site = top / "site"
+    site.mkdir(mode=0o755)
+    numpy = numpy_dir()
+    for name in ("numpy", "numpy.libs"):
+        if (numpy.parent / name).is_dir():
+            (site / name).symlink_to(numpy.parent / name)
     return top
 
 
@@ -170,7 +177,7 @@ def sandbox_status() -> SandboxStatus:
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}
         code = f"import sys; sys.path[:0] = [{SITE!r}, {WORKER!r}]; import numpy, labctl.isolation.worker"
         done = subprocess.run(
-            [*command(probe, env), python_binary(), "-I", "-c", code],
+            [*command(probe, env), python_binary(), "-I", "-S", "-c", code],
             capture_output=True,
             timeout=30,
             stdin=subprocess.DEVNULL,

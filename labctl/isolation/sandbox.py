@@ -17,7 +17,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import sysconfig
 import threading
 import time
@@ -130,12 +129,13 @@ class CleanRoom:
     def _command(self, to_child_r: int, from_child_w: int) -> tuple[list[str], str]:
         fds = [str(to_child_r), str(from_child_w), str(self.memory_mb)]
         if self.isolation == "sandbox":
-            boot = [bwrap.python_binary(), "-I", "-c", _BOOT, bwrap.SITE, bwrap.WORKER]
+            boot = [bwrap.python_binary(), "-I", "-S", "-c", _BOOT, bwrap.SITE, bwrap.WORKER]
             env = dict(_ENV)
             return [*bwrap.command(self.path, env), *boot, *fds, "0"], bwrap.room_path(self.path)
         staged = str(bwrap.staged_worker())
-        needed = [sysconfig.get_paths()["stdlib"], str(self.path), staged]
-        boot = [sys.executable, "-I", "-c", _BOOT, staged, staged]
+        needed = [sysconfig.get_paths()["stdlib"], str(bwrap.numpy_dir()), str(self.path), staged]
+        # -S: no site-packages on its path, only the staged numpy and worker modules.
+        boot = [bwrap.python_binary(), "-I", "-S", "-c", _BOOT, f"{staged}/site", staged]
         return [*boot, *fds, str(os.getpid()), *needed], str(self.path)
 
     def _start(self) -> None:
