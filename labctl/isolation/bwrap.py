@@ -5,9 +5,11 @@ the Python runtime with its standard library (its site-packages hidden under
 an empty tmpfs), numpy's own directory, the clean room, and a private copy of
 the worker's few modules (`STAGED`). labctl, its reference, torch and the
 repository are not there to read. It gets a private 64 MiB /tmp, no network,
-its own PID, IPC, UTS and cgroup namespaces, a user namespace where it runs as
-uid 65534 with no capabilities, a new session (no terminal to inject into), and
-it dies with labctl.
+its own PID, IPC, UTS and cgroup namespaces, a new session (no terminal to
+inject into), and it dies with labctl. Started by root, the worker drops to the
+real uid 65534 before any learner code loads (no capabilities, and the process
+limit then holds: no fork); started by another user, it runs as uid 65534 in a
+user namespace, mapped to that user.
 """
 
 from __future__ import annotations
@@ -74,6 +76,34 @@ def staged_worker() -> Path:
     return top
 
 
+ROOM_COPY_LIMIT = 64 << 20
+
+
+def copy_room(room: Path) -> Path:
+    """A private, world-readable copy of the clean room, the one the sandbox binds.
+
+    The worker drops to uid 65534, which must read the room whatever the
+    learner's umask; and a copy cannot change under a run. Returns the
+    copy's own directory (same name), inside a new temporary directory.
+    """
+    from labctl.errors import CleanRoomError
+
+    files = [p for p in room.rglob("*") if "__pycache__" not in p.parts]
+    size = sum(p.stat().st_size for p in files if p.is_file() and not p.is_symlink())
+    if size > ROOM_COPY_LIMIT:
+        raise CleanRoomError(
+            f"clean room {room.name} holds {size >> 20} MiB; a clean room is source code "
+            f"(at most {ROOM_COPY_LIMIT >> 20} MiB)"
+        )
+    top = Path(tempfile.mkdtemp(prefix="labctl-room-"))
+    dest = top / room.name
+    shutil.copytree(room, dest, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
+    for path in [top, *top.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    return dest
+
+
 def python_binary() -> str:
     """The real interpreter (not a venv's link to it): it finds its stdlib from its own path."""
     return os.path.realpath(sys.executable)
@@ -98,6 +128,39 @@ def _site_dirs() -> list[str]:
     return sorted(p for p in found if Path(p).is_dir())
 
 
+def _reachable(path: Path) -> list[str]:
+    """Directories above `path` made searchable inside the sandbox (bwrap copies their modes).
+
+    A runtime under /root (0700) would otherwise be out of reach of the uid the worker drops to.
+    """
+    args = []
+    for parent in reversed(path.parents):
+        if str(parent) != "/":
+            args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+def _namespaces() -> list[str]:
+    """As root: no user namespace, so the worker can become a real unprivileged uid itself
+    (CAP_SETUID and CAP_SETGID kept for that, and lost with it). Otherwise bwrap needs a
+    user namespace, where the worker runs as uid 65534 mapped to the caller's own uid."""
+    if os.geteuid() == 0:
+        return [
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--cap-drop",
+            "ALL",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+        ]
+    return ["--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534"]
+
+
 def _system_binds() -> list[str]:
     args = ["--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
@@ -111,7 +174,7 @@ def _system_binds() -> list[str]:
             args += ["--ro-bind", file, file]
     runtime = Path(python_binary()).parent.parent
     if not runtime.is_relative_to("/usr"):
-        args += ["--ro-bind", str(runtime), str(runtime)]
+        args += [*_reachable(runtime), "--ro-bind", str(runtime), str(runtime)]
     for site in _site_dirs():
         args += ["--tmpfs", site]
     return args
@@ -122,15 +185,7 @@ def command(room: Path, env: dict[str, str]) -> list[str]:
     numpy = numpy_dir()
     args = [
         bwrap_binary() or "bwrap",
-        "--unshare-all",
-        "--unshare-user",
-        "--uid",
-        "65534",
-        "--gid",
-        "65534",
-        "--disable-userns",
-        "--cap-drop",
-        "ALL",
+        *_namespaces(),
         "--die-with-parent",
         "--new-session",
         "--hostname",
@@ -140,10 +195,17 @@ def command(room: Path, env: dict[str, str]) -> list[str]:
         "/proc",
         "--dev",
         "/dev",
+        "--perms",
+        "1777",
         "--size",
         str(TMP_SIZE),
         "--tmpfs",
         "/tmp",
+        *_reachable(Path(SITE) / "numpy"),
+        "--perms",
+        "0755",
+        "--dir",
+        ROOM_PARENT,
         "--ro-bind",
         str(numpy),
         f"{SITE}/numpy",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sysconfig
@@ -97,6 +98,7 @@ class CleanRoom:
     """A clean room held in a worker; contract functions are its attributes."""
 
     _proc: subprocess.Popen | None = None
+    _copy: Path | None = None
 
     def __init__(
         self,
@@ -117,6 +119,7 @@ class CleanRoom:
         self.privileges = ""
         self.printed = ""
         self._seq = 0
+        self._copy: Path | None = None
         self._output: _Output | None = None
         self._names = contract.function_names()
         self._arg_names = {f.name: [p.name for p in f.params] for f in contract.functions()}
@@ -131,7 +134,11 @@ class CleanRoom:
         if self.isolation == "sandbox":
             boot = [bwrap.python_binary(), "-I", "-S", "-c", _BOOT, bwrap.SITE, bwrap.WORKER]
             env = dict(_ENV)
-            return [*bwrap.command(self.path, env), *boot, *fds, "0"], bwrap.room_path(self.path)
+            if self._copy is None:
+                self._copy = bwrap.copy_room(self.path)
+            inside = bwrap.room_path(self._copy)
+            needed = [sysconfig.get_paths()["stdlib"], inside]
+            return [*bwrap.command(self._copy, env), *boot, *fds, "0", *needed], inside
         staged = str(bwrap.staged_worker())
         needed = [sysconfig.get_paths()["stdlib"], str(bwrap.numpy_dir()), str(self.path), staged]
         # -S: no site-packages on its path, only the staged numpy and worker modules.
@@ -201,14 +208,21 @@ class CleanRoom:
         if self._output is not None:
             self._output.thread.join(timeout=1.0)
 
+    def dispose(self) -> None:
+        """Close the worker and remove the sandbox's copy of the clean room."""
+        self.close()
+        if self._copy is not None:
+            shutil.rmtree(self._copy.parent, ignore_errors=True)
+            self._copy = None
+
     def __enter__(self) -> CleanRoom:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        self.dispose()
 
     def __del__(self) -> None:
-        self.close()
+        self.dispose()
 
     def _printed_note(self) -> str:
         if self._output is None:

@@ -30,7 +30,7 @@ class Attack:
     labctl_signal: bool = False  # the harm is labctl being stopped or killed
     forges_pass: bool = False  # the harm is verify passing
     process_stops: bool = True  # what the process fallback does (README table)
-    reason: str = ""  # text the verify JSON must hold under the sandbox
+    reason: str = ""  # text the verify JSON must hold under the sandbox (| between choices)
 
 
 ATTACKS = [
@@ -62,7 +62,9 @@ ATTACKS = [
         """,
         harm="pwned-subprocess",
         process_stops=False,
-        reason="CalledProcessError",
+        # As root the worker is uid 65534 and may not fork; otherwise the shell has nowhere
+        # to write.
+        reason="BlockingIOError|CalledProcessError",
     ),
     Attack(
         "ctypes-system",

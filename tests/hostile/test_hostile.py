@@ -222,7 +222,8 @@ def fallback(base):
 
 
 def _says(result: Result, text: str) -> bool:
-    return text in json.dumps(result.document)
+    shown = json.dumps(result.document)
+    return any(choice in shown for choice in text.split("|"))
 
 
 @pytest.mark.parametrize("name", [a.name for a in ATTACKS])
