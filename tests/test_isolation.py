@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -247,6 +248,23 @@ def test_a_forged_reply_is_a_named_failure_of_the_function(tmp_path):
         room.softmax(np.zeros(3))
     assert caught.value.kind == "malformed"
     assert replies.MALFORMED in str(caught.value)
+
+
+def test_a_fifo_in_the_clean_room_does_not_block_the_sandbox(tmp_path):
+    require = bwrap.sandbox_status()
+    if not require.works:
+        pytest.skip(require.reason)
+    root = room_with(tmp_path, "")
+    os.mkfifo(root / "data.bin")
+    done = []
+    worker = threading.Thread(
+        target=lambda: done.append(CleanRoom(root, isolation="sandbox")), daemon=True
+    )
+    worker.start()
+    worker.join(timeout=30)
+    assert done, "copying the clean room blocked on its FIFO"
+    with done[0] as room:
+        assert room.softmax(np.zeros(2)).tolist() == [0.5, 0.5]
 
 
 def test_dependents_of_a_function_are_known_transitively():

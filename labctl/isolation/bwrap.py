@@ -97,11 +97,22 @@ def copy_room(room: Path) -> Path:
         )
     top = Path(tempfile.mkdtemp(prefix="labctl-room-"))
     dest = top / room.name
-    shutil.copytree(room, dest, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
+    shutil.copytree(room, dest, ignore=_not_source, symlinks=True)
     for path in [top, *top.rglob("*")]:
         if not path.is_symlink():
             path.chmod(0o755 if path.is_dir() else 0o644)
     return dest
+
+
+def _not_source(folder: str, names: list[str]) -> list[str]:
+    """Left out of the copy: caches, and anything but directories, files and links (a FIFO
+    would block the copy forever, a device has no business in a clean room)."""
+    skipped = []
+    for name in names:
+        path = Path(folder, name)
+        if name == "__pycache__" or not (path.is_symlink() or path.is_dir() or path.is_file()):
+            skipped.append(name)
+    return skipped
 
 
 def python_binary() -> str:

@@ -12,7 +12,6 @@ ends the process, and the parent names those.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import tracemalloc
@@ -124,7 +123,6 @@ def main(argv: list[str]) -> None:
         limits.die_with_parent(parent_pid)
     privileges = limits.drop_privileges(needed)
     limits.apply_rlimits(memory_mb)
-    os.environ.pop("LABCTL_DEBUG", None)
     worker = Worker(privileges)
     while True:
         try:
