@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hostile.attacks import require_sandbox
 from typer.testing import CliRunner
 
 from labctl.cli.main import app
@@ -251,9 +252,7 @@ def test_a_forged_reply_is_a_named_failure_of_the_function(tmp_path):
 
 
 def test_a_fifo_in_the_clean_room_does_not_block_the_sandbox(tmp_path):
-    require = bwrap.sandbox_status()
-    if not require.works:
-        pytest.skip(require.reason)
+    require_sandbox()
     root = room_with(tmp_path, "")
     os.mkfifo(root / "data.bin")
     done = []

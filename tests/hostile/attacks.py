@@ -9,12 +9,16 @@ attacks the `process` fallback stops; the README's table says the same.
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from labctl.faults import project_clean_room
+from labctl.isolation import sandbox_status
 from labctl.verify.stubs import init_clean_room
 
 REPO = Path(__file__).resolve().parents[2]
@@ -253,3 +257,13 @@ def build(attack: Attack, dest: Path, watched: Path, port: int) -> Path:
     with (dest / "__init__.py").open("a", encoding="utf-8") as handle:
         handle.write("\n\n" + code.strip() + "\n")
     return dest
+
+
+def require_sandbox() -> None:
+    """Skip without a working sandbox; under CI=true, fail: CI must test the boundary."""
+    status = sandbox_status()
+    if status.works:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and no working sandbox: {status.reason}")
+    pytest.skip(f"no working sandbox here: {status.reason}")

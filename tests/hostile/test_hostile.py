@@ -26,21 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from hostile.attacks import ATTACKS, BY_NAME, REPO, Attack, build
-from labctl.isolation import sandbox_status
+from hostile.attacks import ATTACKS, BY_NAME, REPO, Attack, build, require_sandbox
 
 RUN_LIMIT_S = 180
 FORK_DELAY_S = 8.0  # the fork attack writes 6 s after forking; look after that
 _CLI = "from labctl.cli.main import main; main()"
-
-
-def require_sandbox() -> None:
-    status = sandbox_status()
-    if status.works:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and no working sandbox: {status.reason}")
-    pytest.skip(f"no working sandbox here: {status.reason}")
 
 
 def fingerprint(root: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
