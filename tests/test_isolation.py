@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -255,14 +256,27 @@ def test_a_fifo_in_the_clean_room_does_not_block_the_sandbox(tmp_path):
     require_sandbox()
     root = room_with(tmp_path, "")
     os.mkfifo(root / "data.bin")
-    done = []
-    worker = threading.Thread(
-        target=lambda: done.append(CleanRoom(root, isolation="sandbox")), daemon=True
-    )
+    copied = []
+    worker = threading.Thread(target=lambda: copied.append(bwrap.copy_room(root)), daemon=True)
     worker.start()
     worker.join(timeout=30)
-    assert done, "copying the clean room blocked on its FIFO"
-    with done[0] as room:
+    assert copied, "copying the clean room blocked on its FIFO"
+    assert not (copied[0] / "data.bin").exists() and (copied[0] / "__init__.py").is_file()
+    shutil.rmtree(copied[0].parent)
+
+
+@pytest.mark.parametrize("level", ["sandbox", "process"])
+def test_a_room_opened_in_a_thread_outlives_the_thread(level):
+    if level == "sandbox":
+        require_sandbox()
+    opened = []
+    worker = threading.Thread(
+        target=lambda: opened.append(CleanRoom(project_clean_room(), isolation=level))
+    )
+    worker.start()
+    worker.join()
+    time.sleep(0.5)  # a parent-death signal tied to the ended thread would have fired
+    with opened[0] as room:
         assert room.softmax(np.zeros(2)).tolist() == [0.5, 0.5]
 
 

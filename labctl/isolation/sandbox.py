@@ -21,6 +21,7 @@ import subprocess
 import sysconfig
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,10 @@ _LIVE: set[int] = set()  # pids of workers in use, which the orphan sweep spares
 # A worker is started and registered in one step, so a sweep in another thread never
 # takes a worker that has just started for an orphan.
 _SPAWN = threading.Lock()
+# Every worker is started from this one long-lived thread: a parent-death signal (bwrap's
+# --die-with-parent, the fallback's PR_SET_PDEATHSIG) fires when the *thread* that started
+# the process ends, so a room opened in a short-lived thread would die with that thread.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="labctl-spawner")
 
 
 @dataclass
@@ -152,7 +157,8 @@ class CleanRoom:
         command, room_path = self._command(to_child_r, from_child_w)
         try:
             with _SPAWN:
-                self._proc = subprocess.Popen(
+                self._proc = _SPAWNER.submit(
+                    subprocess.Popen,
                     command,
                     pass_fds=(to_child_r, from_child_w),
                     stdin=subprocess.DEVNULL,
@@ -161,7 +167,7 @@ class CleanRoom:
                     cwd=self.path.parent,
                     env=dict(_ENV) if self.isolation == "process" else {"PATH": "/usr/bin:/bin"},
                     start_new_session=True,
-                )
+                ).result()
                 _LIVE.add(self._proc.pid)
         finally:
             for fd in (to_child_r, from_child_w, output_w):
