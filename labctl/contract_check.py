@@ -21,6 +21,7 @@ class ContractReport:
     digest: str
     checked: tuple[str, ...]
     deviations: tuple[contract.Deviation, ...]
+    isolation: str = ""
 
     @property
     def passed(self) -> bool:
@@ -31,6 +32,7 @@ class ContractReport:
             "passed": self.passed,
             "path": self.path,
             "contract": {"id": self.contract_id, "sha256": self.digest},
+            "isolation": self.isolation,
             "functions": [
                 {
                     "function": name,
@@ -43,19 +45,27 @@ class ContractReport:
 
 
 def check_clean_room(
-    path: str | Path, timeout_s: float = 20.0, shown: str | None = None
+    path: str | Path,
+    timeout_s: float = 20.0,
+    shown: str | None = None,
+    isolation: str = "auto",
 ) -> ContractReport:
-    """Load the clean room at `path` and compare its signatures with the pinned contract.
+    """Load the clean room at `path` in a worker and compare its signatures with the contract.
 
-    `shown` is how the report names the path (never an absolute path in output).
+    The worker observes the signatures (`inspect`, where the code runs) and
+    sends them as plain data; the comparison happens here. The import policy
+    is verify's business, so the worker's import guard is off; the isolation
+    level is not. `shown` is how the report names the path (never absolute).
     """
     digest = contract.verify_pin()
-    with CleanRoom(path, timeout_s=timeout_s, guard=False) as room:
+    with CleanRoom(path, timeout_s, isolation=isolation, guard=False) as room:
         deviations = contract.check_signatures(room.signatures)
+        level = room.isolation
     return ContractReport(
         path=shown or str(path),
         contract_id=contract.CONTRACT_ID,
         digest=digest,
         checked=contract.function_names(),
         deviations=tuple(deviations),
+        isolation=level,
     )

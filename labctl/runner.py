@@ -154,7 +154,10 @@ def default_clean_room() -> Path:
 
 @contextlib.contextmanager
 def implementations(
-    impl: str, clean_room: Path | None, timeout_s: float = DEFAULT_TIMEOUT_S
+    impl: str,
+    clean_room: Path | None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    isolation: str = "auto",
 ) -> Iterator[dict[str, Implementation]]:
     """The implementations `impl` asks for; the clean room lives in a worker until the block ends."""
     if impl not in IMPL_CHOICES:
@@ -174,7 +177,9 @@ def implementations(
             stack.callback(torch.set_num_threads, threads)
             chosen["reference"] = Implementation("reference", reference, meter=peak_bytes)
         if impl in ("clean-room", "both"):
-            room = stack.enter_context(CleanRoom(clean_room or default_clean_room(), timeout_s))
+            room = stack.enter_context(
+                CleanRoom(clean_room or default_clean_room(), timeout_s, isolation=isolation)
+            )
             chosen["clean-room"] = Implementation("clean-room", room)
         yield chosen
 
@@ -318,6 +323,7 @@ def run_labs(
     out: Path = Path("evidence/runs"),
     timeout_s: float = DEFAULT_TIMEOUT_S,
     progress: Callable[[Lab, int, int], None] | None = None,
+    isolation: str = "auto",
 ) -> RunReport:
     """Run the labs named by `ids` (or `all`), write their evidence under `out`, and report."""
     labs = registry.resolve(ids)
@@ -326,7 +332,7 @@ def run_labs(
     room = shown_path(room_path) if room_path else None
     store = EvidenceStore(out.parent)
     results = []
-    with implementations(impl, room_path, timeout_s) as impls:
+    with implementations(impl, room_path, timeout_s, isolation) as impls:
         for index, lab in enumerate(labs):
             if progress:
                 progress(lab, index, len(labs))

@@ -305,7 +305,13 @@ def test_edited_contract_data_fails_the_pin(
     assert result.exit_code == 1
     text = flat(result.output)
     assert "pinned" in text and "v2" in text
-    assert result.stdout == ""  # the error goes to stderr, no half document on stdout
+    if "--json" in command:
+        # One document on stdout, the error's, and nothing else.
+        document = json.loads(result.stdout)
+        assert document["passed"] is False and document["error"]["kind"] == "refused"
+        assert "pinned" in document["error"]["message"]
+    else:
+        assert result.stdout == ""  # the error goes to stderr
     with pytest.raises(labctl.errors.ContractError):
         contract.functions()
 

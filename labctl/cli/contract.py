@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from labctl import contract
+from labctl.cli.isolation import IsolationOption, effective
 from labctl.cli.render import out, print_json, verdict
 from labctl.errors import EXIT_FAILED
 
@@ -43,6 +44,7 @@ def check(
             show_default=False,
         ),
     ] = None,
+    isolation: IsolationOption = "auto",
     json_: JsonFlag = False,
 ) -> None:
     """Check that a clean room exposes every contract function with the exact signature."""
@@ -51,7 +53,8 @@ def check(
     from labctl.runner import default_clean_room
 
     room = path or default_clean_room()
-    report = check_clean_room(room, shown=shown_path(room))
+    level = effective(isolation)
+    report = check_clean_room(room, shown=shown_path(room), isolation=level)
     if json_:
         print_json(report.to_json())
     else:

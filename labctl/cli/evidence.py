@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from labctl.cli.isolation import IsolationOption, effective
 from labctl.cli.render import err, out, print_json
 from labctl.errors import EXIT_FAILED
 from labctl.evidence.modules import DEFAULT_MODULE
@@ -124,6 +125,7 @@ def submit(
         ),
     ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds one clean-room call may take.")] = 20.0,
+    isolation: IsolationOption = "auto",
     json_: JsonFlag = False,
 ) -> None:
     """Validate a submission, re-measure its claims on the recorded seed, and keep it if they hold.
@@ -134,7 +136,7 @@ def submit(
     from labctl.evidence.submit import submit as run_submit
 
     with err.status("re-measuring…"):
-        outcome = run_submit(file, root, clean_room, timeout)
+        outcome = run_submit(file, root, clean_room, timeout, isolation=effective(isolation))
     report = outcome.report
     if json_:
         print_json(

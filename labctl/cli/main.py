@@ -2,13 +2,17 @@
 
 Every command raises `LabctlError` subclasses from the library; the handler
 here prints one line on stderr and exits with the error's code (1 refused or
-failed, 2 usage). Anything else is a bug: it gets one line too, and its
-traceback only with LABCTL_DEBUG=1.
+failed, 2 usage, 130 interrupted). Anything else is a bug: it gets one line
+too, and its traceback only with LABCTL_DEBUG=1. With `--json` every one of
+these also prints one JSON document on stdout, `{"passed": false, "error":
+{...}}`, so a script reading stdout always gets a document.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import traceback
 from typing import Annotated
 
 import typer
@@ -16,31 +20,72 @@ from typer.core import TyperGroup
 
 import labctl
 from labctl.cli import contract as contract_cli
+from labctl.cli import doctor as doctor_cli
 from labctl.cli import evidence as evidence_cli
 from labctl.cli import run as run_cli
 from labctl.cli import verify as verify_cli
-from labctl.errors import EXIT_FAILED, LabctlError
+from labctl.cli.render import print_json
+from labctl.errors import EXIT_FAILED, EXIT_USAGE, LabctlError, UsageError
+
+EXIT_INTERRUPTED = 130
+
+
+def _debug() -> bool:
+    return os.environ.get("LABCTL_DEBUG") == "1"
 
 
 class _HandledGroup(TyperGroup):
+    json_mode = False
+
+    def _fail(self, kind: str, message: str, code: int) -> typer.Exit:
+        """Report an error on stderr (and stdout as JSON with --json); the Exit to raise."""
+        typer.echo(f"error: {message}" if kind != "internal" else message, err=True)
+        if self.json_mode:
+            print_json(
+                {"passed": False, "error": {"kind": kind, "message": message, "exit_code": code}}
+            )
+        return typer.Exit(code)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except LabctlError as exc:
-            if os.environ.get("LABCTL_DEBUG") == "1":
+            if _debug() and not self.json_mode:
                 raise
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(exc.exit_code) from None
+            if _debug():
+                traceback.print_exc(file=sys.stderr)
+            kind = "usage" if isinstance(exc, UsageError) else "refused"
+            raise self._fail(kind, str(exc), exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise self._fail("interrupted", "interrupted", EXIT_INTERRUPTED) from None
         except (typer.Exit, typer.Abort, typer.TyperException):
             raise
         except Exception as exc:
-            if os.environ.get("LABCTL_DEBUG") == "1":
+            if _debug() and not self.json_mode:
                 raise
-            typer.echo(
-                f"internal error: {type(exc).__name__}: {exc} (LABCTL_DEBUG=1 shows the traceback)",
-                err=True,
+            if _debug():
+                traceback.print_exc(file=sys.stderr)
+            message = (
+                f"internal error: {type(exc).__name__}: {exc} (LABCTL_DEBUG=1 shows the traceback)"
             )
-            raise typer.Exit(EXIT_FAILED) from None
+            raise self._fail("internal", message, EXIT_FAILED) from None
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        words = list(sys.argv[1:] if args is None else args)
+        self.json_mode = "--json" in words
+        if not self.json_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        # Parse errors (an unknown option, a bad value) must become JSON too.
+        try:
+            code = super().main(words, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.Abort:
+            self._fail("interrupted", "aborted", EXIT_FAILED)
+            code = EXIT_FAILED
+        except Exception as exc:  # click's UsageError and its kin, from parsing
+            message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+            code = getattr(exc, "exit_code", EXIT_USAGE)
+            self._fail("usage" if code == EXIT_USAGE else "refused", message, code)
+        sys.exit(code or 0)
 
 
 app = typer.Typer(
@@ -57,6 +102,7 @@ app.command("run")(run_cli.run)
 app.add_typer(verify_cli.verify_app, name="verify")
 app.add_typer(verify_cli.clean_room_app, name="clean-room")
 app.command("faults")(verify_cli.faults)
+app.command("doctor")(doctor_cli.doctor)
 
 
 def _version(value: bool) -> None:

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from labctl.cli.isolation import IsolationOption, effective
 from labctl.cli.render import err, number, out, print_json, verdict
 from labctl.errors import EXIT_FAILED
 from labctl.i18n import Msg, _
@@ -75,6 +76,7 @@ def run(
         "evidence/runs"
     ),
     timeout: Annotated[float, typer.Option(help="Seconds one clean-room call may take.")] = 20.0,
+    isolation: IsolationOption = "auto",
     json_: JsonFlag = False,
 ) -> None:
     """Run labs on the reference and a clean room; print metrics; write evidence records."""
@@ -87,7 +89,9 @@ def run(
         def progress(lab, index, total):
             status.update(f"[{index + 1}/{total}] {lab.id}: {lab.title}")
 
-        report = run_labs(labs, seed, impl.lower(), clean_room, out_dir, timeout, progress)
+        report = run_labs(
+            labs, seed, impl.lower(), clean_room, out_dir, timeout, progress, effective(isolation)
+        )
     if json_:
         print_json(report.to_json(shown_path))
     else:

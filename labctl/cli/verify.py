@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
+from labctl.cli.isolation import IsolationOption, effective
 from labctl.cli.render import err, number, out, print_json, verdict
 from labctl.errors import EXIT_FAILED, UsageError
 
@@ -72,16 +74,19 @@ def clean_room(
             help="Measure the course template's metrics through the labs (slower).",
         ),
     ] = True,
+    isolation: IsolationOption = "auto",
     json_: JsonFlag = False,
 ) -> None:
     """Check a clean room: contract, import policy, parity, properties, isolation; diagnose."""
     from labctl.evidence.records import shown_path
     from labctl.runner import default_clean_room
-    from labctl.verify.verify import verify_clean_room
+    from labctl.verify.verify import check_out_dir, verify_clean_room
 
     _positive(timeout, "--timeout")
     if memory_mb < 0:
         raise UsageError(f"--memory-mb must be >= 0 (0: no limit), got {memory_mb}")
+    check_out_dir(out_dir)
+    level = effective(isolation)
     target = path if path is not None else default_clean_room()
     with err.status("verifying…") as status:
 
@@ -89,7 +94,13 @@ def clean_room(
             status.update(f"verifying {shown_path(target)}: {what}")
 
         report = verify_clean_room(
-            target, timeout, memory_mb, out_dir, measure=metrics, progress=progress
+            target,
+            timeout,
+            memory_mb,
+            out_dir,
+            measure=metrics,
+            progress=progress,
+            isolation=level,
         )
     if json_:
         print_json(report.to_json(shown_path))
@@ -107,19 +118,23 @@ def _short_number(value: float) -> str:
 
 def _render_report(report, shown) -> None:
     from labctl import contract, registry
+    from labctl.isolation import describe
     from labctl.verify.checks import CHECK_NAMES
     from labctl.verify.observe import PACKAGE
 
     record = next((shown(p) for p in report.records if p.suffix == ".json"), None)
     where = f"; record {record}" if record else ""
     if report.status != "loaded":
-        out.print(f"{verdict(False)}  {report.path}: {report.message}{where}", soft_wrap=True)
+        out.print(
+            f"{verdict(False)}  {escape(report.path)}: {escape(report.message)}{escape(where)}",
+            soft_wrap=True,
+        )
         return
     by_cell = {(c.function, c.name): c for c in report.checks}
     package = [by_cell[(PACKAGE, n)] for n in ("loads", "import-policy") if (PACKAGE, n) in by_cell]
     out.print(
-        f"{report.path}: "
-        + "; ".join(f"{c.name} {_MARK[c.status]} ({c.message})" for c in package),
+        f"{escape(report.path)}: "
+        + "; ".join(f"{c.name} {_MARK[c.status]} ({escape(c.message)})" for c in package),
         soft_wrap=True,
     )
     # import-policy has a cell only where a function holds a violation.
@@ -145,7 +160,7 @@ def _render_report(report, shown) -> None:
     if failed:
         out.print("[bold]failures[/bold]")
         for c in failed:
-            out.print(f"  {c.function} · {c.name}: {c.message}", soft_wrap=True)
+            out.print(f"  {c.function} · {c.name}: {escape(c.message)}", soft_wrap=True)
     if report.diagnosis:
         out.print("[bold]diagnosis[/bold]")
         stubs = [d.function for d in report.diagnosis if d.kind == "not-implemented"]
@@ -155,12 +170,12 @@ def _render_report(report, shown) -> None:
             out.print(f"  not implemented yet: {shown}", soft_wrap=True)
         for d in report.diagnosis:
             if d.kind != "not-implemented":
-                out.print(f"  {d.message}", soft_wrap=True)
+                out.print(f"  {escape(d.message)}", soft_wrap=True)
     if report.metrics:
         out.print("[bold]course template metrics (002 学习者提交模板), on this clean room[/bold]")
         for m in report.metrics:
             if m.actual is None:
-                out.print(f"  [dim]{m.name}: {m.note}[/dim]", soft_wrap=True)
+                out.print(f"  [dim]{m.name}: {escape(m.note)}[/dim]", soft_wrap=True)
             else:
                 out.print(
                     f"  {verdict(m.passed)}  {m.name} = {number(m.actual)} "
@@ -170,7 +185,7 @@ def _render_report(report, shown) -> None:
     out.print(
         f"{verdict(report.passed)}  {passed}/{total} functions pass every check "
         f"({contract.CONTRACT_ID}, tolerances {registry.TOLERANCE_TABLE_VERSION}, timeout {report.timeout_s:g} s) "
-        f"in {report.wall_time_s:.1f} s{where}",
+        f"in {report.wall_time_s:.1f} s{escape(where)}; isolation {describe(report.isolation)}",
         soft_wrap=True,
     )
 
@@ -215,6 +230,7 @@ def faults(
     out_dir: Annotated[Path, typer.Option("--out", help="Where the matrix record goes.")] = Path(
         "evidence/faults"
     ),
+    isolation: IsolationOption = "auto",
     json_: JsonFlag = False,
 ) -> None:
     """Run every check against every catalogued fault; print which checks catch which fault."""
@@ -222,12 +238,13 @@ def faults(
     from labctl.verify.matrix import build_matrix
 
     _positive(timeout, "--timeout")
+    level = effective(isolation)
     with err.status("verifying the project's clean room…") as status:
 
         def progress(name: str, done: int, total: int) -> None:
             status.update(f"[{done}/{total}] {name}")
 
-        matrix = build_matrix(timeout, memory_mb, out_dir, progress)
+        matrix = build_matrix(timeout, memory_mb, out_dir, progress, isolation=level)
     if json_:
         print_json(matrix.to_json(shown_path))
     else:

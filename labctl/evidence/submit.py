@@ -149,7 +149,11 @@ def _mode(needed: set[str]) -> str:
 
 
 def _measure(
-    claims: list[_Claim], seed: int, clean_room: Path | None, timeout_s: float
+    claims: list[_Claim],
+    seed: int,
+    clean_room: Path | None,
+    timeout_s: float,
+    isolation: str = "auto",
 ) -> tuple[dict[tuple[str, str], LabResult], dict[str, str]]:
     """Each lab run once, on just the implementations its claims need: {(lab, row): result},
     and {row: why it could not be measured}."""
@@ -162,7 +166,7 @@ def _measure(
     broken: dict[str, str] = {}
 
     def run(mode: str, labs: list[Lab]) -> None:
-        with implementations(mode, clean_room, timeout_s) as impls:
+        with implementations(mode, clean_room, timeout_s, isolation) as impls:
             rows = [*impls, "both"] if len(impls) == len(IMPLS) else list(impls)
             for lab in labs:
                 result = run_lab(lab, seed, impls)
@@ -181,11 +185,16 @@ def _measure(
 
 
 def _compare(
-    claims: list[_Claim], seed: int, clean_room: Path | None, timeout_s: float, report: Report
+    claims: list[_Claim],
+    seed: int,
+    clean_room: Path | None,
+    timeout_s: float,
+    report: Report,
+    isolation: str = "auto",
 ) -> list[Reproduction]:
     if not claims:
         return []
-    results, broken = _measure(claims, seed, clean_room, timeout_s)
+    results, broken = _measure(claims, seed, clean_room, timeout_s, isolation)
     done = []
     for claim in claims:
         here = f"metrics[{claim.index}]"
@@ -241,6 +250,7 @@ def submit(
     clean_room: Path | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     now: datetime | None = None,
+    isolation: str = "auto",
 ) -> Submission:
     """Validate `path`, re-measure its claims, and keep it under `root` when it holds."""
     report = validate_file(Path(path), now=now)
@@ -259,7 +269,9 @@ def submit(
     seed = report.data.get("seed")
     if is_number(seed) and isinstance(seed, int) and seed >= 0 and not report.flagged("seed"):
         outcome.seed = seed
-        outcome.reproductions = _compare(_claims(report), seed, clean_room, timeout_s, report)
+        outcome.reproductions = _compare(
+            _claims(report), seed, clean_room, timeout_s, report, isolation
+        )
     else:
         _claims(report)  # still refuse what could never be re-measured
     report.tidy()

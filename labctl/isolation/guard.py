@@ -64,11 +64,16 @@ class Violation:
         return f"{self.where}: {self.what}"
 
 
+def is_stdlib(top: str) -> bool:
+    """Part of the standard library: `sysconfig`'s generated `_sysconfigdata_*` is, unlisted."""
+    return top in sys.stdlib_module_names or top.startswith("_sysconfigdata_")
+
+
 def allowed_top_level(name: str, own: frozenset[str]) -> bool:
     top = name.split(".")[0]
     if top in own or top in ALLOWED_THIRD_PARTY or top.startswith(PACKAGE_PREFIX):
         return True
-    return top in sys.stdlib_module_names and top not in FORBIDDEN_STDLIB
+    return is_stdlib(top) and top not in FORBIDDEN_STDLIB
 
 
 def own_names(root: Path) -> frozenset[str]:
@@ -181,7 +186,7 @@ class RuntimeGuard:
         caller = sys._getframe(1)
         room = self._room_frame(caller)
         top = fullname.split(".")[0]
-        third_party = top not in sys.stdlib_module_names
+        third_party = not is_stdlib(top)
         importer = self._importer(caller)
         if room is not None and (third_party or (importer is not None and self._in_room(importer))):
             self._refuse(room, f"imports {fullname}")

@@ -1,38 +1,63 @@
-"""Run a clean room in a separate process, with a timeout per call and a memory limit.
+"""Run a clean room in a worker process, inside bubblewrap where it works.
 
 `CleanRoom` looks like the clean-room package to its caller (`room.softmax(x)`),
-but every call crosses to a worker process (`labctl.isolation.worker`) that holds
-the learner's code behind the runtime import guard. A hang is stopped at the
-timeout, a crash or the memory limit ends only the worker, and each becomes a
-`CallError` that names the function; the next call starts a fresh worker.
+but every call crosses to a worker (`labctl.isolation.worker`) at the
+isolation level `resolve_isolation` chose: `sandbox` (bwrap: the operating
+system is the boundary) or `process` (a hardened child process, not a
+security boundary). A hang, a stopped worker or the memory limit ends the
+whole worker (its process group, and with bwrap its PID namespace); each
+becomes a `CallError` that names the function, and the next call starts a
+fresh worker. Replies are checked before anything reads them (`replies`);
+the learner's stdout and stderr are captured here, never shown on labctl's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import select
+import shutil
 import signal
 import subprocess
-import sys
+import sysconfig
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import labctl
 from labctl import contract
-from labctl.errors import CallError, CleanRoomError, ImportPolicyError, UsageError
-from labctl.isolation import wire
+from labctl.errors import CallError, CleanRoomError, ImportPolicyError
+from labctl.isolation import bwrap, limits, replies, wire
+from labctl.isolation.levels import resolve_isolation
 from labctl.isolation.loader import resolve_package_dir
 
 DEFAULT_TIMEOUT_S = 20.0
 DEFAULT_MEMORY_MB = 4096
 # Loading starts Python and numpy before the learner's code: never less than this.
 _MIN_LOAD_TIMEOUT_S = 10.0
+OUTPUT_LIMIT = 64 << 10
 _BOOT = (
-    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "import sys; sys.path[:0] = [sys.argv.pop(1), sys.argv.pop(1)]; "
     "from labctl.isolation.worker import main; main(sys.argv[1:])"
 )
+_ENV = {
+    "PATH": "/usr/bin:/bin",
+    "HOME": "/tmp",
+    "LANG": "C.UTF-8",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+_LIVE: set[int] = set()  # pids of workers in use, which the orphan sweep spares
+# A worker is started and registered in one step, so a sweep in another thread never
+# takes a worker that has just started for an orphan.
+_SPAWN = threading.Lock()
+# Every worker is started from this one long-lived thread: a parent-death signal (bwrap's
+# --die-with-parent, the fallback's PR_SET_PDEATHSIG) fires when the *thread* that started
+# the process ends, so a room opened in a short-lived thread would die with that thread.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="labctl-spawner")
 
 
 @dataclass
@@ -43,61 +68,122 @@ class CallResult:
     peak_bytes: int | None = None
 
 
+class _Output:
+    """The worker's stdout and stderr, drained as they come, the first OUTPUT_LIMIT bytes kept."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.kept = bytearray()
+        self.total = 0
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+
+    def _drain(self) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := os.read(self.fd, 1 << 16):
+                with self.lock:
+                    self.total += len(chunk)
+                    room = OUTPUT_LIMIT - len(self.kept)
+                    if room > 0:
+                        self.kept += chunk[:room]
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+    def take(self) -> str:
+        """What was printed since the last take, cleaned for a terminal."""
+        with self.lock:
+            data, total = bytes(self.kept), self.total
+            self.kept.clear()
+            self.total = 0
+        return replies.printable(data.decode("utf-8", "replace"), total - len(data))
+
+
 class CleanRoom:
-    """A clean room held in a worker process; contract functions are its attributes."""
+    """A clean room held in a worker; contract functions are its attributes."""
 
     _proc: subprocess.Popen | None = None
+    _copy: Path | None = None
 
     def __init__(
         self,
         path: str | Path,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         memory_mb: int = DEFAULT_MEMORY_MB,
+        *,
+        isolation: str = "auto",
         guard: bool = True,
     ):
         self.path = resolve_package_dir(path)
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
         self.guard = guard
+        self.isolation = resolve_isolation(isolation)
         self.violations: list[str] = []
         self.signatures: dict[str, dict] = {}
+        self.privileges = ""
+        self.printed = ""
+        self._seq = 0
+        self._copy: Path | None = None
+        self._output: _Output | None = None
         self._names = contract.function_names()
         self._arg_names = {f.name: [p.name for p in f.params] for f in contract.functions()}
+        if self.isolation == "process":
+            limits.become_subreaper()
         self._start()
 
     # -- process lifetime -------------------------------------------------
 
+    def _command(self, to_child_r: int, from_child_w: int) -> tuple[list[str], str]:
+        fds = [str(to_child_r), str(from_child_w), str(self.memory_mb)]
+        if self.isolation == "sandbox":
+            boot = [bwrap.python_binary(), "-I", "-S", "-c", _BOOT, bwrap.SITE, bwrap.WORKER]
+            env = dict(_ENV)
+            if self._copy is None:
+                self._copy = bwrap.copy_room(self.path)
+            inside = bwrap.room_path(self._copy)
+            needed = [sysconfig.get_paths()["stdlib"], inside]
+            return [*bwrap.command(self._copy, env), *boot, *fds, "0", *needed], inside
+        staged = str(bwrap.staged_worker())
+        needed = [sysconfig.get_paths()["stdlib"], str(bwrap.numpy_dir()), str(self.path), staged]
+        # -S: no site-packages on its path, only the staged numpy and worker modules.
+        boot = [bwrap.python_binary(), "-I", "-S", "-c", _BOOT, f"{staged}/site", staged]
+        return [*boot, *fds, str(os.getpid()), *needed], str(self.path)
+
     def _start(self) -> None:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        debug = os.environ.get("LABCTL_DEBUG") == "1"
-        package_parent = str(Path(labctl.__file__).resolve().parent.parent)
-        command = [sys.executable, "-I", "-c", _BOOT, package_parent]
-        command += [str(to_child_r), str(from_child_w), str(self.memory_mb)]
-        self._proc = subprocess.Popen(
-            command,
-            pass_fds=(to_child_r, from_child_w),
-            stdin=subprocess.DEVNULL,
-            stdout=None if debug else subprocess.DEVNULL,
-            stderr=None if debug else subprocess.DEVNULL,
-            cwd=self.path.parent,
-            env=env,
-            start_new_session=True,
-        )
-        os.close(to_child_r)
-        os.close(from_child_w)
+        output_r, output_w = os.pipe()
+        command, room_path = self._command(to_child_r, from_child_w)
+        try:
+            with _SPAWN:
+                self._proc = _SPAWNER.submit(
+                    subprocess.Popen,
+                    command,
+                    pass_fds=(to_child_r, from_child_w),
+                    stdin=subprocess.DEVNULL,
+                    stdout=output_w,
+                    stderr=output_w,
+                    cwd=self.path.parent,
+                    env=dict(_ENV) if self.isolation == "process" else {"PATH": "/usr/bin:/bin"},
+                    start_new_session=True,
+                ).result()
+                _LIVE.add(self._proc.pid)
+        finally:
+            for fd in (to_child_r, from_child_w, output_w):
+                os.close(fd)
         self._write, self._read = to_child_w, from_child_r
-        request = {"op": "load", "path": str(self.path), "guard": self.guard, "names": self._names}
+        self._output = _Output(output_r)
+        request = {"op": "load", "path": room_path, "guard": self.guard, "names": self._names}
         load_timeout_s = max(self.timeout_s, _MIN_LOAD_TIMEOUT_S)
         reply = self._exchange(request, load_timeout_s, "loading the clean room")
-        self.violations.extend(reply.get("violations", []))
-        if reply["ok"] and reply.get("violations"):
+        violations = reply.get("violations", [])
+        self.violations.extend(violations)
+        if reply["ok"] and violations:
             # An import the clean room wrapped in try/except was refused all the same.
             self.close()
             raise ImportPolicyError(
-                f"clean room {self.path.name} breaks the import policy: "
-                + "; ".join(reply["violations"])
+                f"clean room {self.path.name} breaks the import policy: " + "; ".join(violations)
             )
         if not reply["ok"]:
             self.close()
@@ -107,52 +193,85 @@ class CleanRoom:
                     f"clean room {self.path.name} breaks the import policy: "
                     + "; ".join(error["violations"])
                 )
-            if error["kind"] == "UsageError":
-                raise UsageError(error["message"])
-            raise CleanRoomError(error["message"])
+            raise CleanRoomError(error["message"] + self._printed_note())
         self.signatures = reply["signatures"]
+        self.privileges = reply["privileges"]
 
     def close(self) -> None:
         if self._proc is None:
             return
+        proc, self._proc = self._proc, None
         for fd in (self._write, self._read):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        if self._proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._proc.pid, signal.SIGKILL)
-        self._proc.wait()
-        self._proc = None
+        # The whole group: with bwrap, its PID namespace goes with it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        _LIVE.discard(proc.pid)
+        if self.isolation == "process":
+            sweep_orphans()
+        if self._output is not None:
+            self._output.thread.join(timeout=1.0)
+
+    def dispose(self) -> None:
+        """Close the worker and remove the sandbox's copy of the clean room."""
+        self.close()
+        if self._copy is not None:
+            shutil.rmtree(self._copy.parent, ignore_errors=True)
+            self._copy = None
 
     def __enter__(self) -> CleanRoom:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        self.dispose()
 
     def __del__(self) -> None:
-        self.close()
+        self.dispose()
+
+    def _printed_note(self) -> str:
+        if self._output is None:
+            return ""
+        self.printed = self._output.take()
+        return f"; it printed: {self.printed}" if self.printed else ""
 
     def _exchange(self, request: dict, timeout_s: float, what: str) -> dict:
-        """Send one request and wait for its reply; a hang or crash raises CallError."""
+        """Send one request and wait for its checked reply; a hang, crash or forgery raises."""
+        self._seq += 1
+        request["seq"] = self._seq
+        deadline = time.monotonic() + timeout_s
         try:
             wire.write_frame(self._write, request)
-            ready, _, _ = select.select([self._read], [], [], timeout_s)
-            if not ready:
-                self.close()
-                raise CallError(what, "timeout", f"no answer within {timeout_s:g} s (stopped)")
-            reply = wire.read_frame(self._read)
-        except (EOFError, BrokenPipeError, wire.WireError) as exc:
+            reply = wire.read_frame(self._read, deadline)
+        except wire.Timeout:
+            self.close()
+            note = self._printed_note()
+            raise CallError(
+                what, "timeout", f"no answer within {timeout_s:g} s (stopped){note}"
+            ) from None
+        except (EOFError, BrokenPipeError, OSError) as exc:
             code = None
             if self._proc is not None:
                 # The pipe closes a moment before the process can be reaped: wait for its code.
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     code = self._proc.wait(timeout=2.0)
             self.close()
-            raise CallError(what, "crash", _crash_reason(code, exc)) from None
-        if not isinstance(reply, dict) or "ok" not in reply:
+            note = self._printed_note()
+            if self.isolation == "sandbox" and code is not None and 128 < code < 128 + 65:
+                code = 128 - code  # bwrap exits 128 + N when its child dies of signal N
+            raise CallError(what, "crash", _crash_reason(code, exc) + note) from None
+        except wire.WireError as exc:
+            reply = exc
+        problem = (
+            f"unreadable frame ({reply})"
+            if isinstance(reply, wire.WireError)
+            else replies.problem(reply, request)
+        )
+        if problem:
             self.close()
-            raise CallError(what, "crash", "the worker sent a malformed reply")
+            note = self._printed_note()
+            raise CallError(what, "malformed", f"{replies.MALFORMED}: {problem}{note}")
         return reply
 
     # -- calls ------------------------------------------------------------
@@ -160,10 +279,10 @@ class CleanRoom:
     def invoke(
         self, name: str, *args: Any, trace_memory: bool = False, **kwargs: Any
     ) -> CallResult:
-        """Call `name` in the worker; return its value, compute time and mutated inputs.
+        """Call `name` in the worker; return its value, compute time and the inputs it edited.
 
-        With `trace_memory`, the worker also measures the call's peak memory with
-        tracemalloc (`peak_bytes`): where the code runs, not estimated from shapes.
+        With `trace_memory`, the worker measures the call's peak traced memory
+        (tracemalloc) where the code runs: `CallResult.peak_bytes`.
         """
         if self._proc is None:
             self._start()
@@ -172,11 +291,11 @@ class CleanRoom:
             "function": name,
             "args": list(args),
             "kwargs": kwargs,
-            "arg_names": self._arg_names.get(name, []),
             "trace_memory": trace_memory,
         }
         reply = self._exchange(request, self.timeout_s, name)
         self.violations.extend(reply.get("violations", []))
+        self._printed_note()
         if not reply["ok"]:
             error = reply["error"]
             if error["kind"] == "exception":
@@ -184,9 +303,14 @@ class CleanRoom:
                     name, "exception", error["message"], error.get("where"), error["type"]
                 )
             raise CallError(name, error["kind"], error["message"])
-        return CallResult(
-            reply["value"], reply["elapsed_s"], reply["mutated"], reply.get("peak_bytes")
-        )
+        mutated = replies.mutated(list(args), kwargs, reply["args_after"])
+        if mutated is None:
+            self.close()
+            raise CallError(
+                name, "malformed", f"{replies.MALFORMED}: the arguments came back changed in kind"
+            )
+        names = [replies.argument_name(path, self._arg_names.get(name, [])) for path in mutated]
+        return CallResult(reply["value"], reply["elapsed_s"], names, reply.get("peak_bytes"))
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         return self.invoke(name, *args, **kwargs).value
@@ -205,3 +329,40 @@ def _crash_reason(code: int | None, exc: Exception) -> str:
     if code is not None:
         return f"the clean-room process exited with code {code}"
     return f"the clean-room process stopped answering: {exc}"
+
+
+def _children() -> list[tuple[int, int]]:
+    """(pid, session id) of this process's children, from /proc (Linux)."""
+    found = []
+    me = str(os.getpid())
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = Path(entry.path, "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rpartition(")")[2].split()
+            if fields[1] == me:
+                found.append((int(entry.name), int(fields[3])))
+    return found
+
+
+def sweep_orphans() -> None:
+    """End what a worker left behind (re-parented to labctl, the subreaper), and reap it.
+
+    A child in labctl's own session is labctl's (git, say); a worker in use is spared.
+    """
+    with _SPAWN:
+        _sweep(os.getsid(0))
+
+
+def _sweep(own_session: int) -> None:
+    for pid, session in _children():
+        if pid in _LIVE or session == own_session:
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)

@@ -12,15 +12,25 @@ Frame: 8-byte big-endian length, then 4-byte header length, header JSON, blobs.
 from __future__ import annotations
 
 import json
+import math
 import os
+import select
 import struct
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-MAX_FRAME_BYTES = 1 << 30
-_NUMERIC_KINDS = "biufc"
+# The largest reply labctl reads: a fixture's arrays are kilobytes, the largest
+# lab input a few MiB; 256 MiB leaves room and bounds what a forged length costs.
+MAX_FRAME_BYTES = 256 << 20
+MAX_ELEMENTS = 1 << 26
+MAX_NDIM = 32
+# The dtypes that cross the wire, whatever their byte order: numeric, fixed size.
+ALLOWED_DTYPES = frozenset(
+    ["b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16"]
+)
 
 
 class WireError(Exception):
@@ -39,7 +49,7 @@ def _encode(value: Any, blobs: list[bytes], specs: list[dict]) -> Any:
         return value
     if isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
-        if array.dtype.kind not in _NUMERIC_KINDS or array.dtype.hasobject:
+        if array.dtype.str[1:] not in ALLOWED_DTYPES:
             return {"$unsupported": f"ndarray of dtype {array.dtype}"}
         # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
         specs.append({"dtype": array.dtype.str, "shape": list(array.shape)})
@@ -66,13 +76,20 @@ def encode(value: Any) -> bytes:
 
 def _array(spec: dict, payload: memoryview, offset: int) -> tuple[np.ndarray, int]:
     try:
+        if not isinstance(spec["dtype"], str) or spec["dtype"][1:] not in ALLOWED_DTYPES:
+            raise ValueError(f"dtype {spec['dtype']!r} is not a plain numeric dtype")
         dtype = np.dtype(spec["dtype"])
-        shape = tuple(int(n) for n in spec["shape"])
+        if not isinstance(spec["shape"], list) or len(spec["shape"]) > MAX_NDIM:
+            raise ValueError("shape is not a list of at most 32 sizes")
+        shape = tuple(spec["shape"])
+        if not all(type(n) is int and n >= 0 for n in shape):
+            raise ValueError(f"shape {shape} holds a size that is not a natural number")
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"bad array spec: {exc}") from None
-    if dtype.kind not in _NUMERIC_KINDS or dtype.hasobject or any(n < 0 for n in shape):
-        raise WireError(f"refused array of dtype {dtype} and shape {shape}")
-    nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
+    if count > MAX_ELEMENTS:
+        raise WireError(f"an array of {count} elements exceeds the {MAX_ELEMENTS} limit")
+    nbytes = dtype.itemsize * count
     if offset + nbytes > len(payload):
         raise WireError("truncated array data")
     array = np.frombuffer(payload[offset : offset + nbytes], dtype=dtype).reshape(shape).copy()
@@ -87,6 +104,8 @@ def decode(payload: bytes) -> Any:
     try:
         header = json.loads(bytes(view[4 : 4 + header_len]))
         tree, specs = header["tree"], header["blobs"]
+        if not isinstance(specs, list) or not all(isinstance(s, dict) for s in specs):
+            raise TypeError("blobs is not a list of array specs")
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise WireError(f"bad header: {exc}") from None
     arrays = []
@@ -94,6 +113,8 @@ def decode(payload: bytes) -> Any:
     for spec in specs:
         array, offset = _array(spec, view, offset)
         arrays.append(array)
+    if offset != len(view):
+        raise WireError(f"{len(view) - offset} bytes of array data that no array claims")
     try:
         return _decode(tree, arrays)
     except (IndexError, TypeError, AttributeError, RecursionError) as exc:
@@ -108,13 +129,15 @@ def _decode(node: Any, arrays: list[np.ndarray]) -> Any:
     if len(node) != 1:
         raise WireError("bad node")
     ((tag, body),) = node.items()
-    if tag == "$nd":
-        return arrays[body]
-    if tag == "$np":
-        return arrays[body][()]
+    if tag in ("$nd", "$np"):
+        if type(body) is not int or not 0 <= body < len(arrays):
+            raise WireError(f"bad array index {body!r}")
+        return arrays[body] if tag == "$nd" else arrays[body][()]
     if tag == "$tuple":
         return tuple(_decode(v, arrays) for v in body)
     if tag == "$dict":
+        if not isinstance(body, dict):
+            raise WireError("bad dict node")
         return {k: _decode(v, arrays) for k, v in body.items()}
     if tag == "$unsupported":
         return Unsupported(str(body))
@@ -129,9 +152,18 @@ def write_frame(fd: int, message: Any) -> None:
         view = view[written:]
 
 
-def read_exactly(fd: int, n: int) -> bytes:
+class Timeout(Exception):
+    """No complete frame arrived before the deadline."""
+
+
+def read_exactly(fd: int, n: int, deadline: float | None = None) -> bytes:
+    """`n` bytes from `fd`; with a deadline (time.monotonic), a stalled sender raises Timeout."""
     chunks = []
     while n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise Timeout("no complete frame before the deadline")
         chunk = os.read(fd, min(n, 1 << 20))
         if not chunk:
             raise EOFError("the other side closed the pipe")
@@ -140,8 +172,8 @@ def read_exactly(fd: int, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_frame(fd: int) -> Any:
-    (length,) = struct.unpack(">Q", read_exactly(fd, 8))
+def read_frame(fd: int, deadline: float | None = None) -> Any:
+    (length,) = struct.unpack(">Q", read_exactly(fd, 8, deadline))
     if length > MAX_FRAME_BYTES:
         raise WireError(f"frame of {length} bytes exceeds the {MAX_FRAME_BYTES} byte limit")
-    return decode(read_exactly(fd, length))
+    return decode(read_exactly(fd, length, deadline))

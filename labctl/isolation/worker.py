@@ -1,24 +1,24 @@
 """The process that holds a clean room: it loads the package, runs calls, and reports.
 
-Started by `labctl.sandbox` with two pipe descriptors and a memory limit. It
-speaks only `labctl.wire` frames, so nothing a clean room returns or prints can
-run code in labctl. Every failure of the learner's code becomes a reply that
-names it; only a hang or a hard crash ends the process, and the parent names
-those.
+Started by `labctl.isolation.sandbox` (inside bubblewrap, or as a plain
+process) with two pipe descriptors for frames; its stdout and stderr go to a
+third pipe that labctl captures. Its first act is to limit itself
+(`limits`), before any learner code loads. It speaks only `wire` frames and
+judges nothing: it returns the value and the arguments as they are after the
+call, and labctl compares them with what it sent. Every failure of the
+learner's code becomes a reply that names it; only a hang or a hard crash
+ends the process, and the parent names those.
 """
 
 from __future__ import annotations
 
-import resource
 import sys
 import time
 import tracemalloc
 from pathlib import Path
 
-import numpy as np
-
 from labctl.errors import LabctlError
-from labctl.isolation import guard, loader, wire
+from labctl.isolation import guard, limits, loader, wire
 
 _MESSAGE_LIMIT = 500
 
@@ -27,24 +27,13 @@ def _short(text: str) -> str:
     return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 1] + "…"
 
 
-def _arrays(value, path: str):
-    """Yield (path, array) for every array inside args, kwargs and nested params."""
-    if isinstance(value, np.ndarray):
-        yield path, value
-    elif isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            yield from _arrays(item, f"{path}[{i}]")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _arrays(item, f"{path}[{key!r}]")
-
-
 class Worker:
-    def __init__(self) -> None:
+    def __init__(self, privileges: str) -> None:
         self.root: Path | None = None
         self.module = None
         self.guard: guard.RuntimeGuard | None = None
         self.reported = 0
+        self.privileges = privileges
 
     def _new_violations(self) -> list[str]:
         if self.guard is None:
@@ -62,13 +51,18 @@ class Worker:
             self.module = loader.load_package(self.root, keep_alias=True)
         except LabctlError as exc:
             violations = self._new_violations()
-            kind = "import-policy" if violations else type(exc).__name__
+            kind = "import-policy" if violations else "load"
             return {
                 "ok": False,
                 "error": {"kind": kind, "message": str(exc), "violations": violations},
             }
         signatures = loader.observe_signatures(self.module, tuple(request.get("names", ())))
-        return {"ok": True, "signatures": signatures, "violations": self._new_violations()}
+        return {
+            "ok": True,
+            "signatures": signatures,
+            "violations": self._new_violations(),
+            "privileges": self.privileges,
+        }
 
     def call(self, request: dict) -> dict:
         name = request["function"]
@@ -79,17 +73,13 @@ class Worker:
                 "error": {"kind": "missing", "message": "not a callable of the package"},
             }
         args, kwargs = request.get("args", []), request.get("kwargs", {})
-        before = {path: array.copy() for path, array in _arrays([args, kwargs], "")}
-        trace = bool(request.get("trace_memory", False))
+        trace = bool(request.get("trace_memory"))
         if trace:
-            # NumPy reports its array buffers to tracemalloc: the peak is the call's own memory.
             tracemalloc.start()
         start = time.perf_counter()
         try:
             value = fn(*args, **kwargs)
         except BaseException as exc:
-            if trace:
-                tracemalloc.stop()
             return {
                 "ok": False,
                 "error": {
@@ -100,54 +90,40 @@ class Worker:
                 },
                 "violations": self._new_violations(),
             }
-        elapsed = time.perf_counter() - start
-        peak_bytes = None
-        if trace:
-            peak_bytes = tracemalloc.get_traced_memory()[1]
-            tracemalloc.stop()
-        after = dict(_arrays([args, kwargs], ""))
-        mutated = [
-            _argument_name(path, request)
-            for path, old in before.items()
-            if not np.array_equal(old, after[path], equal_nan=True)
-        ]
+        finally:
+            elapsed = time.perf_counter() - start
+            peak = tracemalloc.get_traced_memory()[1] if trace else None
+            if trace:
+                tracemalloc.stop()
         return {
             "ok": True,
             "value": value,
+            "args_after": [args, kwargs],
             "elapsed_s": elapsed,
-            "peak_bytes": peak_bytes,
-            "mutated": mutated,
+            "peak_bytes": peak,
             "violations": self._new_violations(),
         }
 
     def handle(self, request: dict) -> dict:
         op = request.get("op")
         if op == "load":
-            return self.load(request)
-        if op == "call" and self.module is not None:
-            return self.call(request)
-        return {"ok": False, "error": {"kind": "protocol", "message": f"unexpected op {op!r}"}}
-
-
-def _argument_name(path: str, request: dict) -> str:
-    """Turn `[0][2]['wq']` into `params['wq']` using the call's parameter names."""
-    names = request.get("arg_names", [])
-    head, _, rest = path[1:].partition("]")
-    if head == "0":
-        index, _, tail = rest[1:].partition("]")
-        position = int(index)
-        label = names[position] if position < len(names) else f"argument {position}"
-        return label + tail
-    key, _, tail = rest[1:].partition("]")
-    return key.strip("'") + tail
+            reply = self.load(request)
+        elif op == "call" and self.module is not None:
+            reply = self.call(request)
+        else:
+            reply = {"ok": False, "error": {"kind": "protocol", "message": f"unexpected op {op!r}"}}
+        reply["seq"] = request.get("seq")
+        return reply
 
 
 def main(argv: list[str]) -> None:
-    read_fd, write_fd, memory_mb = int(argv[0]), int(argv[1]), int(argv[2])
-    if memory_mb > 0:
-        limit = memory_mb << 20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    worker = Worker()
+    read_fd, write_fd, memory_mb, parent_pid = (int(a) for a in argv[:4])
+    needed = [Path(p) for p in argv[4:]]
+    if parent_pid > 0:
+        limits.die_with_parent(parent_pid)
+    privileges = limits.drop_privileges(needed)
+    limits.apply_rlimits(memory_mb)
+    worker = Worker(privileges)
     while True:
         try:
             request = wire.read_frame(read_fd)
@@ -158,7 +134,7 @@ def main(argv: list[str]) -> None:
             wire.write_frame(write_fd, reply)
         except (RecursionError, ValueError, TypeError) as exc:
             error = {"kind": "unsupported-return", "message": f"cannot send the result: {exc}"}
-            wire.write_frame(write_fd, {"ok": False, "error": error})
+            wire.write_frame(write_fd, {"ok": False, "error": error, "seq": reply["seq"]})
 
 
 if __name__ == "__main__":

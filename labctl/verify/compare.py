@@ -124,17 +124,28 @@ class Comparison:
         return self.max_error <= self.tolerance
 
 
-def compare(actual: np.ndarray, reference: np.ndarray, tolerance: float) -> Comparison:
-    """Max abs error (inf where one side is NaN or inf and the other is not), mismatch share."""
-    a = np.asarray(actual).astype(np.float64, copy=False)
-    r = np.asarray(reference).astype(np.float64, copy=False)
-    if r.size == 0:
-        return Comparison(0.0, tolerance, 0.0)
+def _real_diff(a: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """|a - r| per element, 0 where both hold the same NaN or infinity, inf where only one does."""
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(a - r)
     same_special = (np.isnan(a) & np.isnan(r)) | (np.isinf(a) & (a == r))
     diff = np.where(same_special, 0.0, diff)
-    diff = np.where(np.isnan(diff), np.inf, diff)
+    return np.where(np.isnan(diff), np.inf, diff)
+
+
+def compare(actual: np.ndarray, reference: np.ndarray, tolerance: float) -> Comparison:
+    """Max abs error (inf where one side is NaN or inf and the other is not), mismatch share.
+
+    Complex values are compared by both parts: the error of an element is the
+    larger of its real and imaginary errors, so `softmax(x) + 100j` is 100 off.
+    """
+    a, r = np.asarray(actual), np.asarray(reference)
+    if r.size == 0:
+        return Comparison(0.0, tolerance, 0.0)
+    diff = _real_diff(a.real.astype(np.float64), r.real.astype(np.float64))
+    if np.iscomplexobj(a) or np.iscomplexobj(r):
+        imaginary = _real_diff(np.imag(a).astype(np.float64), np.imag(r).astype(np.float64))
+        diff = np.maximum(diff, imaginary)
     return Comparison(float(np.max(diff)), tolerance, float(np.mean(diff > tolerance)))
 
 

@@ -193,9 +193,11 @@ def _cells(results: list[CheckResult]) -> dict[str, str]:
     return cells
 
 
-def _row(fault: Fault | None, path: Path, timeout_s: float, memory_mb: int) -> tuple:
+def _row(
+    fault: Fault | None, path: Path, timeout_s: float, memory_mb: int, isolation: str = "auto"
+) -> tuple:
     start = time.perf_counter()
-    seen = observe(path, timeout_s, memory_mb)
+    seen = observe(path, timeout_s, memory_mb, isolation=isolation)
     if fault is not None:
         ROOMS.remember(fault, timeout_s, memory_mb, seen)
     return seen, evaluate(seen), time.perf_counter() - start
@@ -207,6 +209,7 @@ def build_matrix(
     out: Path | None = DEFAULT_OUT,
     progress: Callable[[str, int, int], None] | None = None,
     workers: int | None = None,
+    isolation: str = "auto",
 ) -> FaultMatrix:
     """Verify the project's clean room and every catalogued fault; diagnose; keep the matrix."""
     start = time.perf_counter()
@@ -214,7 +217,9 @@ def build_matrix(
     fx.warm_reference(contract.function_names())
     catalogue = list(faults.CATALOGUE)
     paths = [ROOMS.path(f) for f in catalogue]
-    seen, results, elapsed = _row(None, faults.project_clean_room(), timeout_s, memory_mb)
+    seen, results, elapsed = _row(
+        None, faults.project_clean_room(), timeout_s, memory_mb, isolation
+    )
     baseline = FaultRow(
         None,
         _cells(results),
@@ -228,7 +233,7 @@ def build_matrix(
     def one(item: tuple[Fault, Path]):
         nonlocal done
         fault, path = item
-        outcome = _row(fault, path, timeout_s, memory_mb)
+        outcome = _row(fault, path, timeout_s, memory_mb, isolation)
         done += 1
         if progress:
             progress(fault.name, done, len(catalogue))

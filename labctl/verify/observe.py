@@ -20,11 +20,11 @@ from typing import Any
 
 from labctl import contract
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError, LabctlError
-from labctl.isolation import guard
+from labctl.isolation import guard, resolve_isolation
 from labctl.isolation.sandbox import CleanRoom
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
-from labctl.verify.functions import CAUSAL_FUNCTIONS
+from labctl.verify.functions import CAUSAL_FUNCTIONS, DEPENDS
 
 PACKAGE = "(package)"
 
@@ -37,7 +37,9 @@ _ACCEPTED_BAD_INPUT = {"ValueError", "TypeError", "AxisError", "UnicodeError"}
 class Outcome:
     """What one call did."""
 
-    kind: str  # value | exception | not-implemented | timeout | crash | missing | skipped
+    kind: (
+        str  # value | exception | not-implemented | timeout | crash | malformed | missing | skipped
+    )
     value: Any = None
     message: str = ""
     exc_type: str | None = None
@@ -60,6 +62,8 @@ class Outcome:
             return self.message or "did not return in time (stopped)"
         if self.kind == "crash":
             return f"crashed: {self.message}"
+        if self.kind == "malformed":
+            return self.message
         if self.kind == "missing":
             return "not exposed by the package"
         if self.kind == "skipped":
@@ -133,6 +137,7 @@ class RoomObservation:
 
     root: Path
     status: str = "loaded"  # loaded | refused | unloadable
+    isolation: str = ""  # sandbox | process: how the clean room's code ran
     message: str = ""
     load_error: Located | None = None
     violations: list[Located] = field(default_factory=list)
@@ -227,21 +232,39 @@ def _failed(name: str, exc: CallError) -> Outcome:
         return Outcome("timeout", message=f"did not return: {body}")
     if exc.kind == "missing":
         return Outcome("missing", message=body)
+    if exc.kind == "malformed":
+        return Outcome("malformed", message=body)
     return Outcome("crash", message=body)
+
+
+def depends_on(function: str) -> list[str]:
+    """Every contract function `function` is built from, directly or not, nearest first."""
+    found: list[str] = []
+    queue = list(DEPENDS.get(function, ()))
+    while queue:
+        name = queue.pop(0)
+        if name not in found:
+            found.append(name)
+            queue.extend(DEPENDS.get(name, ()))
+    return found
 
 
 def run_function(room: CleanRoom, function: str, timed_out: set[str]) -> FunctionRun:
     """Every call `function` needs; after a timeout its remaining calls are skipped.
 
     `timed_out` holds the functions that have hung in this room so far: a
-    function that hung once is not called again, so a hanging clean room costs
-    one timeout per function, not one per fixture.
+    function that hung once is not called again, and neither is one built
+    from it (it would hang the same way), so a hanging `softmax` costs one
+    timeout, not one per fixture of every function that calls it.
     """
     run = FunctionRun(function)
 
     def one(args: tuple, kwargs: dict) -> Outcome:
         if function in timed_out:
             return Outcome("skipped", message="not run: it timed out on an earlier fixture")
+        hung = next((d for d in depends_on(function) if d in timed_out), None)
+        if hung is not None:
+            return Outcome("skipped", message=f"not run: it is built from {hung}, which timed out")
         outcome = call(room, function, args, kwargs)
         run.elapsed_s += outcome.elapsed_s
         if outcome.kind == "timeout":
@@ -277,6 +300,7 @@ def observe(
     functions: tuple[str, ...] | None = None,
     with_room: Callable[[CleanRoom], None] | None = None,
     progress: Callable[[str], None] | None = None,
+    isolation: str = "auto",
 ) -> RoomObservation:
     """Scan, load and run the clean room at `root` (already resolved).
 
@@ -285,7 +309,7 @@ def observe(
     loaded room before it is closed (verify measures the course's metrics
     there).
     """
-    seen = RoomObservation(root)
+    seen = RoomObservation(root, isolation=resolve_isolation(isolation))
     files = [p for p in root.rglob("*.py") if "__pycache__" not in p.parts]
     seen.files_scanned = len(files)
     # Syntax errors are the loader's to report (a stray file that is never
@@ -300,7 +324,7 @@ def observe(
         )
         return seen
     try:
-        room = CleanRoom(root, timeout_s=timeout_s, memory_mb=memory_mb, guard=True)
+        room = CleanRoom(root, timeout_s, memory_mb, isolation=seen.isolation)
     except ImportPolicyError as exc:
         text = str(exc).partition("breaks the import policy: ")[2]
         seen.violations = [_located(root, part) for part in text.split("; ") if part]

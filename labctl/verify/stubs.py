@@ -11,11 +11,12 @@ layout follows the course: the functions live in `transformer_block.py` (002,
 
 from __future__ import annotations
 
+import contextlib
 import textwrap
 from pathlib import Path
 
 from labctl import contract
-from labctl.errors import LabctlError
+from labctl.errors import LabctlError, UsageError
 
 SHAPE_LETTERS = (
     "B batch, T sequence, Tq/Tk query/key lengths, C model width, H query heads, "
@@ -104,11 +105,24 @@ def init_clean_room(dest: str | Path) -> list[Path]:
             f"{dest} is not empty; clean-room init writes only into a new or empty directory "
             "(nothing was written)"
         )
-    dest.mkdir(parents=True, exist_ok=True)
     files = {"__init__.py": init_source(), "transformer_block.py": module_source()}
-    written = []
-    for name, text in files.items():
-        path = dest / name
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
+    created = not dest.exists()
+    written: list[Path] = []
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            path = dest / name
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    except OSError as exc:
+        # All or nothing: take back what this call wrote.
+        for path in written:
+            path.unlink(missing_ok=True)
+        if created and dest.is_dir():
+            with contextlib.suppress(OSError):
+                dest.rmdir()
+        raise UsageError(
+            f"{dest}: cannot write the clean room there ({exc.strerror or exc}); "
+            "nothing was written"
+        ) from None
     return written

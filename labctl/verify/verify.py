@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labctl import contract, registry
-from labctl.errors import CleanRoomError
+from labctl.errors import CleanRoomError, UsageError
 from labctl.evidence.environment import now_iso
 from labctl.evidence.models import MetricRecord
 from labctl.evidence.modules import DEFAULT_MODULE, MODULES
 from labctl.evidence.records import machine_record, metric_record, shown_path, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
+from labctl.isolation import resolve_isolation
 from labctl.isolation.loader import resolve_package_dir
 from labctl.isolation.sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, CleanRoom
 from labctl.jsonsafe import dumps
@@ -80,6 +81,7 @@ class VerifyReport:
     diagnosis: list[Diagnosis]
     timeout_s: float
     memory_mb: int
+    isolation: str = ""
     wall_time_s: float = 0.0
     metrics: list[TemplateMetric] = field(default_factory=list)
     records: list[Path] = field(default_factory=list)
@@ -116,6 +118,7 @@ class VerifyReport:
             "fixtures": fx.FIXTURES_VERSION,
             "timeout_s": self.timeout_s,
             "memory_mb": self.memory_mb,
+            "isolation": self.isolation,
             "check_names": list(CHECK_NAMES),
             "checks": [c.to_json() for c in self.checks],
             "diagnosis": [d.to_json() for d in self.diagnosis],
@@ -210,30 +213,43 @@ def verify_clean_room(
     measure: bool = True,
     diagnose_failures: bool = True,
     progress: Callable[[str], None] | None = None,
+    isolation: str = "auto",
 ) -> VerifyReport:
     """Verify the clean room at `path`; write evidence under `out` unless it is None.
 
-    Raises UsageError when `path` does not exist or is not a directory; every
-    other problem of the clean room (it does not load, breaks the import
-    policy, hangs, crashes, is wrong) is a failing check of the report.
+    Raises UsageError when `path` does not exist or is not a directory, when
+    `out` cannot hold the records, or when `isolation` asks for a sandbox this
+    machine lacks; every other problem of the clean room (it does not load,
+    breaks the import policy, hangs, crashes, is wrong, sends a forged reply)
+    is a failing check of the report.
     """
     start = time.perf_counter()
     contract.verify_pin()
+    level = resolve_isolation(isolation)
+    if out is not None:
+        check_out_dir(out)
     try:
         root = resolve_package_dir(path)  # a missing directory is a UsageError (exit 2)
     except CleanRoomError as exc:
         seen = RoomObservation(
-            Path(path).resolve(), status="unloadable", message=f"does not load: {exc}"
+            Path(path).resolve(),
+            status="unloadable",
+            message=f"does not load: {exc}",
+            isolation=level,
         )
         return _finish(seen, Path(path), timeout_s, memory_mb, out, [], start, diagnose_failures)
-    fx.warm_reference(contract.function_names())
     metrics: list[TemplateMetric] = []
 
     def measure_metrics(room: CleanRoom) -> None:
         if measure:
             metrics.extend(template_metrics(room, progress))
 
-    seen = observe(root, timeout_s, memory_mb, with_room=measure_metrics, progress=progress)
+    seen = observe(
+        root, timeout_s, memory_mb, with_room=measure_metrics, progress=progress, isolation=level
+    )
+    # The reference (torch) only where there is something to compare with it, and before
+    # the diagnosis starts its threads: a clean room that does not load costs no torch.
+    fx.warm_reference(tuple(f for f, run in seen.runs.items() if not run.not_implemented))
     if measure and not metrics:
         metrics = [
             TemplateMetric(name, note=f"not measured: the clean room {seen.message}")
@@ -264,6 +280,7 @@ def _finish(
         diagnosis=diagnosis,
         timeout_s=timeout_s,
         memory_mb=memory_mb,
+        isolation=seen.isolation,
         metrics=metrics,
         verified_at=now_iso(),
     )
@@ -282,7 +299,19 @@ def _command(report: VerifyReport) -> str:
     words = ["labctl", "verify", "clean-room", "--path", report.path]
     if report.timeout_s != DEFAULT_TIMEOUT_S:
         words += ["--timeout", f"{report.timeout_s:g}"]
+    words += ["--isolation", report.isolation]
     return shlex.join(words)
+
+
+def check_out_dir(out: Path) -> None:
+    """Refuse, before anything runs, an `--out` that is a file or cannot be written."""
+    existing = next((p for p in (out, *out.parents) if p.exists()), None)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: not a directory (nothing was written)")
+    if existing is not None and existing != out and not existing.is_dir():
+        raise UsageError(f"--out {out}: {existing} is not a directory (nothing was written)")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: {existing} is not writable (nothing was written)")
 
 
 def write_evidence(report: VerifyReport, out: Path) -> None:
@@ -326,6 +355,7 @@ def write_evidence(report: VerifyReport, out: Path) -> None:
         verified_at=report.verified_at,
         clean_room=report.path,
     )
+    record.labctl.isolation = report.isolation
     paths = store.write_record(folder, stem, record)
     report.records = [*paths, artifact_path]
     store.point_manifest(
@@ -353,6 +383,7 @@ def write_evidence(report: VerifyReport, out: Path) -> None:
             "commit_dirty": record.commit_dirty,
             "contract_sha256": contract.CONTRACT_V1_SHA256,
             "tolerances": TOLERANCE_VERSION,
+            "isolation": report.isolation,
             "wall_time_s": round(report.wall_time_s, 3),
         },
     )

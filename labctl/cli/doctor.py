@@ -1,0 +1,63 @@
+"""`labctl doctor`: what this machine offers labctl, and how to fix what it lacks."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from importlib import metadata
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from labctl.cli.render import out, print_json, verdict
+from labctl.i18n import _
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+def _version(package: str) -> str | None:
+    """A package's installed version, read from its metadata: torch is never imported here."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def facts() -> dict:
+    from labctl.isolation import describe, resolve_isolation, sandbox_status
+
+    status = sandbox_status()
+    level = resolve_isolation("auto")
+    return {
+        "python": platform.python_version(),
+        "platform": sys.platform,
+        "numpy": _version("numpy"),
+        "torch": _version("torch"),
+        "sandbox": {"works": status.works, "reason": status.reason},
+        "isolation": {"auto": level, "shown": describe(level)},
+    }
+
+
+def doctor(json_: JsonFlag = False) -> None:
+    """Python, numpy and torch versions; whether the sandbox works, and if not why and the fix."""
+    found = facts()
+    ready = found["sandbox"]["works"]
+    if json_:
+        print_json({"passed": ready, **found})
+    else:
+        for name in ("python", "numpy", "torch"):
+            value = found[name] or _("not installed")
+            out.print(f"{name:8} {escape(value)}")
+        out.print(
+            f"{'sandbox':8} {verdict(ready)}  {escape(found['sandbox']['reason'])}", soft_wrap=True
+        )
+        out.print(
+            f"{'isolation':8} "
+            + _("--isolation auto runs learner code as: {level}").format(
+                level=escape(found["isolation"]["shown"])
+            ),
+            soft_wrap=True,
+        )
+    if not ready:
+        raise typer.Exit(1)

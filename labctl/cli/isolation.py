@@ -1,0 +1,33 @@
+"""`--isolation auto|sandbox|process`, shared by every command that runs learner code."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from labctl.cli.render import err
+from labctl.i18n import _
+
+IsolationOption = Annotated[
+    str,
+    typer.Option(
+        "--isolation",
+        help="How learner code runs: sandbox (bubblewrap, a security boundary), process "
+        "(a separate process, not a security boundary), or auto (the sandbox where it works).",
+        case_sensitive=False,
+    ),
+]
+
+
+def effective(requested: str) -> str:
+    """Resolve the level before anything runs; say so on stderr when it is not a boundary.
+
+    `--isolation sandbox` without a working sandbox is a UsageError (exit 2).
+    """
+    from labctl.isolation import describe, resolve_isolation
+
+    level = resolve_isolation(requested.lower())
+    if level == "process":
+        err.print(_("isolation: {level}").format(level=describe(level)), markup=False)
+    return level

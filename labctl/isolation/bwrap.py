@@ -1,0 +1,266 @@
+"""The sandbox: bubblewrap (`bwrap`) around the worker, and the worker's private copy.
+
+Inside the sandbox the worker sees, read-only: the system's libraries (/usr),
+the Python runtime with its standard library (its site-packages hidden under
+an empty tmpfs), numpy's own directory, the clean room, and a private copy of
+the worker's few modules (`STAGED`). labctl, its reference, torch and the
+repository are not there to read. It gets a private 64 MiB /tmp, no network,
+its own PID, IPC, UTS and cgroup namespaces, a new session (no terminal to
+inject into), and it dies with labctl. Started by root, the worker drops to the
+real uid 65534 before any learner code loads (no capabilities, and the process
+limit then holds: no fork); started by another user, it runs as uid 65534 in a
+user namespace, mapped to that user.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_BWRAP = "LABCTL_BWRAP"  # another bwrap binary, or a missing path to test the fallback
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install "
+    "bubblewrap); in a container, allow user namespaces"
+)
+SITE = "/opt/labctl/site"
+WORKER = "/opt/labctl/worker"
+ROOM_PARENT = "/opt/labctl/room"
+TMP_SIZE = 64 << 20
+_PACKAGE = Path(__file__).resolve().parent.parent
+# The worker's own modules: all it imports from labctl (standard library and numpy only).
+STAGED = (
+    "errors.py",
+    "isolation/guard.py",
+    "isolation/limits.py",
+    "isolation/loader.py",
+    "isolation/wire.py",
+    "isolation/worker.py",
+)
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    works: bool
+    reason: str
+
+
+@functools.cache
+def staged_worker() -> Path:
+    """A private directory holding `labctl/` with only the worker's modules (once per process)."""
+    top = Path(tempfile.mkdtemp(prefix="labctl-worker-"))
+    atexit.register(shutil.rmtree, top, True)
+    for relative in STAGED:
+        dest = top / "labctl" / relative
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_PACKAGE / relative, dest)
+    for package in (top / "labctl", top / "labctl" / "isolation"):
+        (package / "__init__.py").write_text("")
+    for path in [top, *top.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    # numpy alone, for the process level: its sys.path holds no site-packages (no torch).
+    site = top / "site"
+    site.mkdir(mode=0o755)
+    numpy = numpy_dir()
+    for name in ("numpy", "numpy.libs"):
+        if (numpy.parent / name).is_dir():
+            (site / name).symlink_to(numpy.parent / name)
+    return top
+
+
+ROOM_COPY_LIMIT = 64 << 20
+
+
+def copy_room(room: Path) -> Path:
+    """A private, world-readable copy of the clean room, the one the sandbox binds.
+
+    The worker drops to uid 65534, which must read the room whatever the
+    learner's umask; and a copy cannot change under a run. Returns the
+    copy's own directory (same name), inside a new temporary directory.
+    """
+    from labctl.errors import CleanRoomError
+
+    files = [p for p in room.rglob("*") if "__pycache__" not in p.parts]
+    size = sum(p.stat().st_size for p in files if p.is_file() and not p.is_symlink())
+    if size > ROOM_COPY_LIMIT:
+        raise CleanRoomError(
+            f"clean room {room.name} holds {size >> 20} MiB; a clean room is source code "
+            f"(at most {ROOM_COPY_LIMIT >> 20} MiB)"
+        )
+    top = Path(tempfile.mkdtemp(prefix="labctl-room-"))
+    dest = top / room.name
+    shutil.copytree(room, dest, ignore=_not_source, symlinks=True)
+    for path in [top, *top.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    return dest
+
+
+def _not_source(folder: str, names: list[str]) -> list[str]:
+    """Left out of the copy: caches, and anything but directories, files and links (a FIFO
+    would block the copy forever, a device has no business in a clean room)."""
+    skipped = []
+    for name in names:
+        path = Path(folder, name)
+        if name == "__pycache__" or not (path.is_symlink() or path.is_dir() or path.is_file()):
+            skipped.append(name)
+    return skipped
+
+
+def python_binary() -> str:
+    """The real interpreter (not a venv's link to it): it finds its stdlib from its own path."""
+    return os.path.realpath(sys.executable)
+
+
+def numpy_dir() -> Path:
+    return Path(importlib.util.find_spec("numpy").origin).parent
+
+
+def bwrap_binary() -> str | None:
+    return os.environ.get(ENV_BWRAP) or shutil.which("bwrap")
+
+
+def _site_dirs() -> list[str]:
+    """Where the runtime would find third-party packages: hidden inside the sandbox."""
+    found = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
+    for base in {sys.base_prefix, "/usr", "/usr/local"}:
+        lib = Path(base) / "lib"
+        found.update(str(p) for p in lib.glob("python3*/site-packages"))
+        found.update(str(p) for p in lib.glob("python3*/dist-packages"))
+        found.update(str(p) for p in lib.glob("python3/dist-packages"))
+    return sorted(p for p in found if Path(p).is_dir())
+
+
+def _reachable(path: Path) -> list[str]:
+    """Directories above `path` made searchable inside the sandbox (bwrap copies their modes).
+
+    A runtime under /root (0700) would otherwise be out of reach of the uid the worker drops to.
+    """
+    args = []
+    for parent in reversed(path.parents):
+        if str(parent) != "/":
+            args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+def _namespaces() -> list[str]:
+    """As root: no user namespace, so the worker can become a real unprivileged uid itself
+    (CAP_SETUID and CAP_SETGID kept for that, and lost with it). Otherwise bwrap needs a
+    user namespace, where the worker runs as uid 65534 mapped to the caller's own uid."""
+    if os.geteuid() == 0:
+        return [
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--cap-drop",
+            "ALL",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+        ]
+    return ["--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534"]
+
+
+def _system_binds() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
+        path = Path(top)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), top]
+        elif path.is_dir():
+            args += ["--ro-bind", top, top]
+    for file in ("/etc/ld.so.cache", "/etc/localtime"):
+        if Path(file).exists():
+            args += ["--ro-bind", file, file]
+    runtime = Path(python_binary()).parent.parent
+    if not runtime.is_relative_to("/usr"):
+        args += [*_reachable(runtime), "--ro-bind", str(runtime), str(runtime)]
+    for site in _site_dirs():
+        args += ["--tmpfs", site]
+    return args
+
+
+def command(room: Path, env: dict[str, str]) -> list[str]:
+    """The bwrap command line that runs the worker's interpreter on `room` (resolved)."""
+    numpy = numpy_dir()
+    args = [
+        bwrap_binary() or "bwrap",
+        *_namespaces(),
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "clean-room",
+        *_system_binds(),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(TMP_SIZE),
+        "--tmpfs",
+        "/tmp",
+        *_reachable(Path(SITE) / "numpy"),
+        "--perms",
+        "0755",
+        "--dir",
+        ROOM_PARENT,
+        "--ro-bind",
+        str(numpy),
+        f"{SITE}/numpy",
+    ]
+    libs = numpy.parent / "numpy.libs"
+    if libs.is_dir():
+        args += ["--ro-bind", str(libs), f"{SITE}/numpy.libs"]
+    args += ["--ro-bind", str(staged_worker()), WORKER]
+    args += ["--ro-bind", str(room), f"{ROOM_PARENT}/{room.name}", "--chdir", ROOM_PARENT]
+    args += ["--clearenv"]
+    for key, value in env.items():
+        args += ["--setenv", key, value]
+    return [*args, "--"]
+
+
+def room_path(room: Path) -> str:
+    """Where the clean room appears inside the sandbox."""
+    return f"{ROOM_PARENT}/{room.name}"
+
+
+@functools.cache
+def sandbox_status() -> SandboxStatus:
+    """Whether bwrap can start the worker's interpreter with numpy here (probed once)."""
+    if not sys.platform.startswith("linux"):
+        return SandboxStatus(False, f"bubblewrap needs Linux (this is {sys.platform})")
+    binary = bwrap_binary()
+    if binary is None or not Path(binary).is_file():
+        return SandboxStatus(False, f"bwrap is not installed; {INSTALL_HINT}")
+    probe = Path(tempfile.mkdtemp(prefix="labctl-probe-"))
+    try:
+        env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}
+        code = f"import sys; sys.path[:0] = [{SITE!r}, {WORKER!r}]; import numpy, labctl.isolation.worker"
+        done = subprocess.run(
+            [*command(probe, env), python_binary(), "-I", "-S", "-c", code],
+            capture_output=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return SandboxStatus(False, f"bwrap could not start: {exc}; {INSTALL_HINT}")
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+    if done.returncode != 0:
+        lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        why = lines[-1] if lines else f"exit code {done.returncode}"
+        return SandboxStatus(False, f"bwrap cannot start a sandbox here: {why}; {INSTALL_HINT}")
+    return SandboxStatus(True, f"bubblewrap works ({binary})")

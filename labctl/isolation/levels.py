@@ -1,0 +1,41 @@
+"""Isolation levels: `sandbox` (bubblewrap, a boundary) or `process` (a separate process, not one)."""
+
+from __future__ import annotations
+
+from labctl.errors import UsageError
+from labctl.isolation.bwrap import INSTALL_HINT, sandbox_status
+
+ISOLATION_LEVELS = ("auto", "sandbox", "process")
+EFFECTIVE_LEVELS = ("sandbox", "process")
+PROCESS_NOTE = "not a security boundary"
+
+
+def resolve_isolation(requested: str) -> str:
+    """The level a run gets: `auto` takes the sandbox where it works, else the process."""
+    if requested not in ISOLATION_LEVELS:
+        raise UsageError(
+            f"--isolation must be one of {', '.join(ISOLATION_LEVELS)}, got {requested!r}"
+        )
+    if requested == "process":
+        return "process"
+    status = sandbox_status()
+    if status.works:
+        return "sandbox"
+    if requested == "sandbox":
+        raise UsageError(f"--isolation sandbox: no working sandbox: {status.reason}")
+    return "process"
+
+
+def describe(level: str) -> str:
+    """How a level is shown to a person: the fallback says plainly what it is not."""
+    return f"process ({PROCESS_NOTE})" if level == "process" else "sandbox (bubblewrap)"
+
+
+__all__ = [
+    "EFFECTIVE_LEVELS",
+    "INSTALL_HINT",
+    "ISOLATION_LEVELS",
+    "describe",
+    "resolve_isolation",
+    "sandbox_status",
+]

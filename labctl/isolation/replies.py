@@ -1,0 +1,159 @@
+"""Checking what a worker sends back, before labctl reads a field of it.
+
+A worker runs learner code, so its replies are claims. Each is checked
+against the request it answers (sequence number, schema, types) and anything
+else is a named failure of that call: "the clean room's process sent a
+malformed reply". Purity is decided here too, in labctl's process: the
+arguments as they came back are compared with the ones labctl sent.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+MALFORMED = "the clean room's process sent a malformed reply"
+ERROR_KINDS = frozenset({"exception", "missing", "unsupported-return", "protocol"})
+LOAD_ERROR_KINDS = frozenset({"import-policy", "load", "protocol"})
+_SHOWN_OUTPUT = 300
+# Control characters (terminal escapes, bidi overrides) other than newline and tab.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _error_problem(reply: dict, kinds: frozenset[str]) -> str | None:
+    error = reply.get("error")
+    if not isinstance(error, dict) or error.get("kind") not in kinds:
+        return "an error of no known kind"
+    if not isinstance(error.get("message"), str):
+        return "an error without a message"
+    if error["kind"] == "exception" and not (
+        isinstance(error.get("type"), str) and isinstance(error.get("where"), (str, type(None)))
+    ):
+        return "an exception without its type"
+    if error["kind"] == "import-policy" and not _is_str_list(error.get("violations")):
+        return "an import-policy error without its violations"
+    return None
+
+
+def problem(reply: Any, request: dict) -> str | None:
+    """Why `reply` cannot be the answer to `request`, or None."""
+    if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+        return "not a reply"
+    if reply.get("seq") != request["seq"]:
+        return f"an answer to request {reply.get('seq')!r}, not to request {request['seq']}"
+    if "violations" in reply and not _is_str_list(reply["violations"]):
+        return "violations that are not text"
+    load = request["op"] == "load"
+    if not reply["ok"]:
+        return _error_problem(reply, LOAD_ERROR_KINDS if load else ERROR_KINDS)
+    if load:
+        signatures = reply.get("signatures")
+        if not isinstance(signatures, dict) or not all(
+            _signature_ok(v) for v in signatures.values()
+        ):
+            return "signatures that are not a table of parameters"
+        if not isinstance(reply.get("privileges"), str):
+            return "no privileges line"
+        return None
+    if "value" not in reply:
+        return "no value"
+    elapsed = reply.get("elapsed_s")
+    if type(elapsed) is not float or not math.isfinite(elapsed) or elapsed < 0:
+        return "a compute time that is not a finite number of seconds"
+    peak = reply.get("peak_bytes")
+    if peak is not None and (type(peak) is not int or peak < 0):
+        return "a peak memory that is not a byte count"
+    if peak is None and request.get("trace_memory"):
+        return "no peak memory where it was asked for"
+    after = reply.get("args_after")
+    if not (isinstance(after, list) and len(after) == 2 and isinstance(after[1], dict)):
+        return "no arguments after the call"
+    return None
+
+
+_KINDS = frozenset(
+    {"POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD", "VAR_POSITIONAL", "KEYWORD_ONLY", "VAR_KEYWORD"}
+)
+
+
+def _signature_ok(entry: Any) -> bool:
+    """`{"present": bool, "callable": bool, "params": [{"name", "kind", "default"?}] | None}`."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("present"), bool):
+        return False
+    if not entry["present"]:
+        return True
+    if not isinstance(entry.get("callable"), bool):
+        return False
+    params = entry.get("params")
+    if not entry["callable"] or params is None:
+        return True
+    return isinstance(params, list) and all(
+        isinstance(p, dict)
+        and isinstance(p.get("name"), str)
+        and p.get("kind") in _KINDS
+        and set(p) <= {"name", "kind", "default"}
+        for p in params
+    )
+
+
+def arrays(value: Any, path: str = ""):
+    """Yield (path, array) for every array inside args, kwargs and nested params."""
+    if isinstance(value, np.ndarray):
+        yield path, value
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from arrays(item, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from arrays(item, f"{path}[{key!r}]")
+
+
+def mutated(args: list, kwargs: dict, after: list) -> list[str] | None:
+    """Paths of the arrays the call changed, from what was sent and what came back.
+
+    None when the arguments came back with another structure, shape or dtype:
+    a call cannot do that to its caller's arrays, so the reply is not genuine.
+    """
+    sent = dict(arrays([args, kwargs]))
+    back = dict(arrays(after))
+    if sent.keys() != back.keys():
+        return None
+    changed = []
+    for path, old in sent.items():
+        new = back[path]
+        if new.shape != old.shape or new.dtype != old.dtype:
+            return None
+        if not np.array_equal(old, new, equal_nan=old.dtype.kind in "fc"):
+            changed.append(path)
+    return changed
+
+
+def argument_name(path: str, names: list[str]) -> str:
+    """Turn `[0][2]['wq']` into `params['wq']` using the call's parameter names."""
+    head, _, rest = path[1:].partition("]")
+    if head == "0":
+        index, _, tail = rest[1:].partition("]")
+        position = int(index)
+        label = names[position] if position < len(names) else f"argument {position}"
+        return label + tail
+    key, _, tail = rest[1:].partition("]")
+    return key.strip("'") + tail
+
+
+def printable(text: str, dropped: int = 0) -> str:
+    """Learner output made safe to show: control characters escaped, the length capped."""
+    text = _CONTROL.sub(
+        lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 256 else f"\\u{ord(m[0]):04x}", text
+    )
+    text = text.strip()
+    if len(text) > _SHOWN_OUTPUT:
+        dropped += len(text) - _SHOWN_OUTPUT
+        text = text[:_SHOWN_OUTPUT]
+    return f"{text} … ({dropped} more characters)" if dropped else text

@@ -1,0 +1,300 @@
+"""The hostile-clean-room suite: every attack, under the sandbox and under the process fallback.
+
+Under `--isolation sandbox` every attack ends with verify exit 1 and a named
+reason, labctl alive, no file changed outside the sandbox (the repository and
+a watched directory are fingerprinted before and after), and no process left
+behind. Under `--isolation process` each attack ends as the README's table
+says (`Attack.process_stops`). Under CI=true a missing sandbox fails, never skips.
+The attacks of one level run in parallel, each as its own `labctl` process
+(some attack labctl itself), with a 3 s call timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from hostile.attacks import ATTACKS, BY_NAME, REPO, Attack, build, require_sandbox
+
+RUN_LIMIT_S = 180
+FORK_DELAY_S = 8.0  # the fork attack writes 6 s after forking; look after that
+_CLI = "from labctl.cli.main import main; main()"
+
+
+def fingerprint(root: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
+    """{relative path: (size, mtime_ns)} of every file under `root`, but `skip`ped folders."""
+    found = {}
+    for path in root.rglob("*"):
+        parts = path.relative_to(root).parts
+        if any(p in skip for p in parts) or not path.is_file():
+            continue
+        stat = path.stat()
+        found[str(path.relative_to(root))] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def repo_fingerprint() -> dict[str, tuple[int, int]]:
+    return fingerprint(REPO, (".venv", ".git", "__pycache__", ".ruff_cache", ".pytest_cache"))
+
+
+def processes_with(needles: list[str]) -> list[str]:
+    """`pid cmdline` of every process whose command line holds one of `needles`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (
+                (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            )
+        except OSError:
+            continue
+        if any(n in cmdline for n in needles):
+            found.append(f"{entry.name} {cmdline[:200]}")
+    return found
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+class Listener:
+    """A loopback TCP server that counts the connections it accepts."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.2)
+        self.port = self.server.getsockname()[1]
+        self.accepted = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                continue
+            self.accepted += 1
+            conn.close()
+
+    def close(self) -> None:
+        self.stop = True
+        self.thread.join()
+        self.server.close()
+
+
+@dataclass
+class Result:
+    attack: Attack
+    rc: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    document: dict | None = None
+    labctl_stopped: bool = False
+    connections: int = 0
+    ended: float = 0.0
+    token: str = ""
+    watched: Path = Path()
+    watched_before: dict = field(default_factory=dict)
+    harm: list[str] = field(default_factory=list)
+
+    @property
+    def harmed(self) -> bool:
+        return bool(self.harm)
+
+
+def run_attack(attack: Attack, level: str, base: Path) -> Result:
+    token = f"hostile{uuid.uuid4().hex[:12]}"
+    work = base / token
+    watched = work / "watched"
+    (watched / "home").mkdir(parents=True)
+    (watched / "keep.txt").write_text("keep")
+    listener = Listener()
+    room = build(attack, work / token, watched, listener.port)
+    result = Result(attack, token=token, watched=watched, watched_before=fingerprint(watched))
+    out, errs = work / "stdout", work / "stderr"
+    env = dict(os.environ, LABCTL_DEBUG="1") if attack.name == "output-flood" else None
+    command = [sys.executable, "-c", _CLI, "verify", "clean-room", "--path", str(room)]
+    command += ["--no-metrics", "--json", "--timeout", "3", "--out", str(work / "evidence")]
+    command += ["--isolation", level]
+    with out.open("wb") as stdout, errs.open("wb") as stderr:
+        proc = subprocess.Popen(command, stdout=stdout, stderr=stderr, cwd=work, env=env)
+        deadline = time.monotonic() + RUN_LIMIT_S
+        while proc.poll() is None:
+            if _state(proc.pid) == "T" or time.monotonic() > deadline:
+                result.labctl_stopped = True
+                proc.kill()
+                proc.wait()
+                break
+            time.sleep(0.05)
+    result.rc = proc.returncode
+    result.ended = time.monotonic()
+    listener.close()
+    result.connections = listener.accepted
+    result.stdout = out.read_text("utf-8", "replace")
+    result.stderr = errs.read_text("utf-8", "replace")[-4000:]
+    try:
+        result.document = json.loads(result.stdout)
+    except ValueError:
+        result.document = None
+    return result
+
+
+def judge(result: Result) -> None:
+    """Fill `result.harm`: what the attack achieved, outside its sandbox."""
+    attack = result.attack
+    if attack.harm and (result.watched / attack.harm).exists():
+        result.harm.append(f"wrote {attack.harm}")
+    if fingerprint(result.watched) != result.watched_before and not attack.harm:
+        result.harm.append("changed the watched directory")
+    if not (result.watched / "keep.txt").exists():
+        result.harm.append("deleted a file outside the clean room")
+    if result.connections:
+        result.harm.append("reached a loopback server")
+    if result.labctl_stopped:
+        result.harm.append("stopped labctl")
+    if result.rc is not None and result.rc < 0:
+        result.harm.append(f"killed labctl ({signal.Signals(-result.rc).name})")
+    if attack.forges_pass and result.rc == 0:
+        result.harm.append("verify passed on borrowed code")
+
+
+_BATCHES: dict[str, tuple[dict[str, Result], list[str], bool]] = {}
+
+
+def batch(level: str, base: Path) -> tuple[dict[str, Result], list[str], bool]:
+    """Every attack at `level`, in parallel: results, processes left behind, repo unchanged."""
+    if level not in _BATCHES:
+        before = repo_fingerprint()
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            done = list(pool.map(lambda a: run_attack(a, level, base / level), ATTACKS))
+        fork = next(r for r in done if r.attack.name == "fork-outlives")
+        time.sleep(max(0.0, FORK_DELAY_S - (time.monotonic() - fork.ended)))
+        results = {r.attack.name: r for r in done}
+        for result in done:
+            judge(result)
+        left = processes_with([r.token for r in done] + ["/opt/labctl/"])
+        _BATCHES[level] = (results, left, repo_fingerprint() == before)
+    return _BATCHES[level]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("hostile")
+
+
+@pytest.fixture(scope="module")
+def sandboxed(base):
+    require_sandbox()
+    return batch("sandbox", base)
+
+
+@pytest.fixture(scope="module")
+def fallback(base):
+    return batch("process", base)
+
+
+def _says(result: Result, text: str) -> bool:
+    shown = json.dumps(result.document)
+    return any(choice in shown for choice in text.split("|"))
+
+
+@pytest.mark.parametrize("name", [a.name for a in ATTACKS])
+def test_the_sandbox_stops_the_attack(sandboxed, name):
+    results, _, _ = sandboxed
+    result = results[name]
+    assert not result.harm, f"{name}: {result.harm}\n{result.stderr}"
+    assert result.rc == 1, result.stderr
+    assert result.document is not None and result.document["passed"] is False
+    assert result.document["isolation"] == "sandbox"
+    if result.attack.reason:
+        assert _says(result, result.attack.reason), result.stdout[:3000]
+
+
+def test_the_sandbox_leaves_no_process_and_no_file_behind(sandboxed):
+    _, left, repo_unchanged = sandboxed
+    assert left == []
+    assert repo_unchanged
+
+
+@pytest.mark.parametrize("name", [a.name for a in ATTACKS])
+def test_the_process_fallback_stops_what_the_readme_says(fallback, name):
+    results, _, _ = fallback
+    result = results[name]
+    assert result.harmed != result.attack.process_stops, (
+        f"{name}: documented {'stopped' if result.attack.process_stops else 'not stopped'}, "
+        f"got harm {result.harm}\n{result.stderr}"
+    )
+    if result.attack.process_stops:
+        assert result.rc == 1, result.stderr
+        assert result.document["isolation"] == "process"
+        assert "not a security boundary" in result.stderr
+        if result.attack.reason:
+            assert _says(result, result.attack.reason), result.stdout[:3000]
+
+
+def test_the_process_fallback_leaves_no_process_behind(fallback):
+    _, left, _ = fallback
+    assert left == []
+
+
+def test_a_flood_of_output_stays_off_labctls_stdout(sandboxed, fallback):
+    for results, _, _ in (sandboxed, fallback):
+        result = results["output-flood"]
+        assert result.document is not None  # one JSON document, with LABCTL_DEBUG=1 too
+        assert len(result.stdout) < 1 << 20
+        assert "xxxxxxxxxx" not in result.stdout and "xxxxxxxxxx" not in result.stderr
+
+
+def test_a_stopped_softmax_costs_one_timeout_and_its_dependents_are_not_run(sandboxed):
+    results, _, _ = sandboxed
+    result = results["self-stop"]
+    assert _says(result, "not run: it is built from softmax, which timed out")
+    assert result.document["wall_time_s"] < 60
+
+
+@pytest.mark.parametrize("level", ["sandbox", "process"])
+def test_killing_labctl_ends_a_spinning_worker(tmp_path, level):
+    if level == "sandbox":
+        require_sandbox()
+    token = f"spin{uuid.uuid4().hex[:12]}"
+    room = tmp_path / token
+    build(BY_NAME["self-stop"], room, tmp_path, 0)
+    with (room / "__init__.py").open("a") as handle:
+        handle.write("\n\ndef softmax(x, axis=-1):\n    while True:\n        pass\n")
+    command = [sys.executable, "-c", _CLI, "verify", "clean-room", "--path", str(room)]
+    command += ["--no-metrics", "--timeout", "120", "--out", str(tmp_path / "ev")]
+    proc = subprocess.Popen(
+        [*command, "--isolation", level],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    needle = "/opt/labctl/" if level == "sandbox" else token
+    deadline = time.monotonic() + 90
+    while not any(" -c " in p for p in processes_with([needle])) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_with([needle]), "the worker never started"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while processes_with([needle]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_with([needle]) == []
