@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import json
 import math
 import os
 import re
@@ -23,9 +24,10 @@ from importlib import util
 from pathlib import Path
 
 from labctl import registry
-from labctl.errors import CallError, LabctlError
+from labctl.errors import CallError, LabctlError, UsageError
 from labctl.evidence.records import machine_record, metric_record, shown_path, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
+from labctl.i18n import Msg, _
 from labctl.isolation.sandbox import DEFAULT_TIMEOUT_S, CleanRoom
 from labctl.lab import (
     IMPLS,
@@ -39,9 +41,13 @@ from labctl.lab import (
     TableFigure,
     satisfies,
 )
+from labctl.params import non_default, record_values, resolve_params
 
 DEFAULT_SEED = 5
 IMPL_CHOICES = ("reference", "clean-room", "both")
+MAX_SEED = 2**32 - 1  # numpy's and torch's seeds are unsigned; one range for both
+MAX_TIMEOUT_S = 3600.0
+FIGURES_SUFFIX = "figures.jsonl"
 
 
 @dataclass(frozen=True)
@@ -80,10 +86,16 @@ class LabResult:
     error: str | None = None
     wall_time_s: float = 0.0
     records: list[Path] = field(default_factory=list)
+    params: LabParams | None = None
 
     @property
     def passed(self) -> bool:
         return self.error is None and all(m.passed for m in self.metrics if m.decides)
+
+    @property
+    def changed_params(self) -> dict:
+        """The parameters this run changed from the lab's defaults (empty for a default run)."""
+        return non_default(self.lab, self.params) if self.params is not None else {}
 
     def failures(self) -> list[str]:
         failed = [
@@ -102,9 +114,12 @@ class LabResult:
             "passed": self.passed,
             "error": self.error,
             "wall_time_s": round(self.wall_time_s, 3),
+            "params": record_values(self.params) if self.params is not None else None,
+            "params_default": not self.changed_params,
+            "params_changed": sorted(self.changed_params),
             "metrics": [m.to_json() for m in self.metrics],
             "notes": [
-                {"text": f.text, "flag": f.flag} for f in self.figures if isinstance(f, Note)
+                {"text": str(f.text), "flag": f.flag} for f in self.figures if isinstance(f, Note)
             ],
             "records": [relative(p) for p in self.records],
         }
@@ -148,7 +163,11 @@ def implementations(
 ) -> Iterator[dict[str, Implementation]]:
     """The implementations `impl` asks for; the clean room lives in a worker until the block ends."""
     if impl not in IMPL_CHOICES:
-        raise LabctlError(f"--impl must be one of {', '.join(IMPL_CHOICES)}")
+        raise UsageError(
+            _("--impl must be one of {choices}, got {impl!r}").format(
+                choices=", ".join(IMPL_CHOICES), impl=impl
+            )
+        )
     chosen: dict[str, Implementation] = {}
     with contextlib.ExitStack() as stack:
         if impl in ("reference", "both"):
@@ -214,14 +233,16 @@ def run_lab(
 ) -> LabResult:
     """Run one lab (with its default parameters unless given) and judge it; writes nothing."""
     rows = set(impls) | ({"both"} if all(name in impls for name in IMPLS) else set())
-    result = LabResult(lab)
+    result = LabResult(lab, params=params or lab.params())
     start = time.perf_counter()
     try:
-        output = lab.run(LabContext(params=params or lab.params(), seed=seed, impls=impls))
+        output = lab.run(LabContext(params=result.params, seed=seed, impls=impls))
         result.metrics = judge(lab, output, rows)
         result.figures = output.figures
     except CallError as exc:
-        result.error = f"clean room failed: {exc}"
+        result.error = _("clean room failed: {error}").format(error=exc)
+        if "reference" in impls and len(impls) > 1:
+            _keep_reference(result, lab, seed, impls, rows)
     except LabctlError as exc:
         result.error = str(exc)
     except Exception as exc:
@@ -232,48 +253,115 @@ def run_lab(
     return result
 
 
+def _keep_reference(
+    result: LabResult, lab: Lab, seed: int, impls: dict[str, Implementation], rows: set[str]
+) -> None:
+    """The clean room failed: run the reference alone so its numbers and figures still show;
+    the clean room's rows stay, unmeasured and failing."""
+    try:
+        only = {"reference": impls["reference"]}
+        output = lab.run(LabContext(params=result.params, seed=seed, impls=only))
+    except Exception as exc:  # the failure shown is the clean room's; this one only adds to it
+        result.error += "; " + _("the reference alone failed too: {error}").format(error=exc)
+        return
+    result.metrics = judge(lab, output, rows)
+    result.figures = output.figures
+
+
 def _artifact(figure: TableFigure | HeatmapFigure | Note) -> tuple[str, bytes] | None:
     """A figure as a CSV artifact (name, bytes): heatmaps as matrices, tables with a header."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     if isinstance(figure, HeatmapFigure):
         writer.writerows([f"{v:.17g}" for v in row] for row in figure.matrix)
-        return figure.name, buffer.getvalue().encode()
+        name = f"{figure.name}-{figure.impl}" if figure.impl else figure.name
+        return name, buffer.getvalue().encode()
     if isinstance(figure, TableFigure):
-        writer.writerow(figure.columns)
+        writer.writerow([str(c) for c in figure.columns])
         writer.writerows(
             [v if isinstance(v, str) else f"{v:.17g}" for v in row] for row in figure.rows
         )
-        slug = re.sub(r"[^a-z0-9]+", "-", figure.title.lower()).strip("-")[:48] or "table"
+        slug = re.sub(r"[^a-z0-9]+", "-", str(figure.title).lower()).strip("-")[:48] or "table"
         return slug, buffer.getvalue().encode()
     return None
 
 
-def _command(lab: Lab, seed: int, impl: str, clean_room: str | None) -> str:
+def message_data(text: str | Msg) -> str | dict:
+    """A message as a record keeps it: plain text, or its template and values (translatable)."""
+    if isinstance(text, Msg):
+        return {
+            "msg": text.template,
+            "args": {k: message_data(v) if isinstance(v, Msg) else v for k, v in text.args.items()},
+        }
+    return text
+
+
+def figure_data(figure: TableFigure | HeatmapFigure | Note, csv_name: str | None) -> dict:
+    """What a report needs to draw a figure again: kind, title, labels, and its CSV's name."""
+    if isinstance(figure, HeatmapFigure):
+        return {
+            "kind": "heatmap",
+            "title": message_data(figure.title),
+            "name": figure.name,
+            "impl": figure.impl,
+            "row_label": figure.row_label,
+            "col_label": figure.col_label,
+            "row_ticks": list(figure.row_ticks),
+            "col_ticks": list(figure.col_ticks),
+            "csv": csv_name,
+        }
+    if isinstance(figure, TableFigure):
+        return {
+            "kind": "table",
+            "title": message_data(figure.title),
+            "columns": [message_data(c) for c in figure.columns],
+            "csv": csv_name,
+        }
+    return {"kind": "note", "text": message_data(figure.text), "flag": figure.flag}
+
+
+def _command(
+    lab: Lab, seed: int, impl: str, clean_room: str | None, changed: dict | None = None
+) -> str:
     words = ["labctl", "run", lab.id, "--seed", str(seed), "--impl", impl]
     if clean_room and impl != "reference":
         words += ["--clean-room", clean_room]
+    for name, value in (changed or {}).items():
+        shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
+        words += ["--set", f"{name}={shown}"]
     return shlex.join(words)
 
 
 def write_evidence(
     result: LabResult, store: EvidenceStore, folder: Path, seed: int, impl: str, room: str | None
 ) -> None:
-    """One record per lab (YAML and JSON) plus its figures as CSV; point the manifest at it."""
+    """One record per lab (YAML and JSON) plus its figures as CSV and their description as
+    JSON (what `labctl report` draws from); point the manifest at it."""
     stem = record_stem(seed)
     target = folder / result.lab.id
     artifacts = []
+    described = []
     for index, figure in enumerate(result.figures):
         found = _artifact(figure)
+        csv_name = None
         if found is not None:
             name, data = found
-            path, artifact = write_artifact(store, target, f"{stem}-{index}-{name}.csv", data)
+            csv_name = f"{stem}-{index}-{name}.csv"
+            path, artifact = write_artifact(store, target, csv_name, data)
             artifacts.append(artifact)
             result.records.append(path)
+        described.append(figure_data(figure, csv_name))
+    if described:
+        # JSON Lines, one figure a line: not `*.json`, which names the records themselves
+        data = "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in described).encode()
+        path, artifact = write_artifact(store, target, f"{stem}-{FIGURES_SUFFIX}", data)
+        artifacts.append(artifact)
+        result.records.append(path)
+    params = result.params or result.lab.params()
     record = machine_record(
         module=result.lab.id,
         seed=seed,
-        command=_command(result.lab, seed, impl, room),
+        command=_command(result.lab, seed, impl, room, result.changed_params),
         metrics=[metric_record(m) for m in result.metrics if math.isfinite(m.actual)],
         artifacts=artifacts,
         known_failures=result.failures(),
@@ -283,6 +371,8 @@ def write_evidence(
         wall_time_s=result.wall_time_s,
         lab=result.lab.id,
         clean_room=room if impl != "reference" else None,
+        params=record_values(params),
+        params_default=not result.changed_params,
     )
     paths = store.write_record(target, stem, record)
     result.records[:0] = paths
@@ -294,8 +384,49 @@ def write_evidence(
             "passed": result.passed,
             "seed": seed,
             "impl": impl,
+            "params_default": not result.changed_params,
         },
     )
+
+
+def check_options(seed: int, impl: str, timeout_s: float, out: Path) -> None:
+    """Refuse bad options before any lab runs or anything is written."""
+    if not 0 <= seed <= MAX_SEED:
+        raise UsageError(
+            _("--seed must be an integer from 0 to {top}, got {seed}").format(
+                top=MAX_SEED, seed=seed
+            )
+        )
+    if impl not in IMPL_CHOICES:
+        raise UsageError(
+            _("--impl must be one of {choices}, got {impl!r}").format(
+                choices=", ".join(IMPL_CHOICES), impl=impl
+            )
+        )
+    if not (math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
+        raise UsageError(
+            _("--timeout must be a number of seconds above 0 and at most {top:g}, got {t}").format(
+                top=MAX_TIMEOUT_S, t=timeout_s
+            )
+        )
+    check_out_dir(out)
+
+
+def check_out_dir(out: Path) -> None:
+    """`out` is a directory that exists or can be created, and can be written to."""
+    probe = out
+    while not probe.exists():
+        if probe.is_symlink():
+            raise UsageError(_("--out {path}: a dangling symbolic link").format(path=out))
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(
+            _("--out {path}: {where} is not a directory").format(path=out, where=probe)
+        )
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(_("--out {path}: {where} is not writable").format(path=out, where=probe))
 
 
 def run_labs(
@@ -306,19 +437,26 @@ def run_labs(
     out: Path = Path("evidence/runs"),
     timeout_s: float = DEFAULT_TIMEOUT_S,
     progress: Callable[[Lab, int, int], None] | None = None,
+    settings: list[str] | None = None,
 ) -> RunReport:
-    """Run the labs named by `ids` (or `all`), write their evidence under `out`, and report."""
+    """Run the labs named by `ids` (or `all`) with `settings` (`NAME=VALUE`, `LAB.NAME=VALUE`),
+    write their evidence under `out` (records in `out/<lab>/`, the manifest in `out`), report.
+
+    Every option is checked before the first lab runs: a refused one writes nothing.
+    """
     labs = registry.resolve(ids)
+    check_options(seed, impl, timeout_s, out)
+    params = resolve_params(labs, settings or [])
     start = time.perf_counter()
     room_path = clean_room or (default_clean_room() if impl != "reference" else None)
     room = shown_path(room_path) if room_path else None
-    store = EvidenceStore(out.parent)
+    store = EvidenceStore(out)
     results = []
     with implementations(impl, room_path, timeout_s) as impls:
         for index, lab in enumerate(labs):
             if progress:
                 progress(lab, index, len(labs))
-            result = run_lab(lab, seed, impls)
-            write_evidence(result, store, Path(out.name), seed, impl, room)
+            result = run_lab(lab, seed, impls, params[lab.id])
+            write_evidence(result, store, Path("."), seed, impl, room)
             results.append(result)
     return RunReport(results, seed, impl, room, time.perf_counter() - start)

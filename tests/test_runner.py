@@ -152,7 +152,7 @@ def test_unknown_lab_is_a_usage_error_that_lists_the_known_ones(workdir):
 
 def test_bad_impl_choice_is_refused(workdir):
     result = run_cli("run", "causal-attention", "--impl", "neither")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "--impl must be one of" in result.output
 
 
@@ -181,10 +181,8 @@ def test_run_json_is_one_document_and_records_validate(workdir):
     assert environment.device == "cpu"
     artifact = from_json.artifacts[0]
     assert (workdir / artifact.path).is_file()
-    manifest = json.loads((workdir / "evidence" / "module-manifest-v1.json").read_text())
-    assert manifest["modules"]["causal-attention"]["record"] == str(
-        json_files[0].relative_to(workdir / "evidence")
-    )
+    manifest = json.loads((out / "module-manifest-v1.json").read_text())
+    assert manifest["modules"]["causal-attention"]["record"] == str(json_files[0].relative_to(out))
 
 
 def test_same_seed_same_values_other_seed_other_values(workdir):
@@ -203,11 +201,12 @@ def test_a_second_run_writes_new_records_and_leaves_the_first_untouched(workdir)
     assert (
         run_cli("run", "causal-attention", "--out", str(out), "--impl", "reference").exit_code == 0
     )
-    first = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    records = out / "causal-attention"
+    first = {p: p.read_bytes() for p in records.rglob("*") if p.is_file()}
     assert (
         run_cli("run", "causal-attention", "--out", str(out), "--impl", "reference").exit_code == 0
     )
-    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    after = {p: p.read_bytes() for p in records.rglob("*") if p.is_file()}
     assert len(after) == 2 * len(first)
     assert all(after[p] == content for p, content in first.items())
 

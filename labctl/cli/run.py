@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
 
 from labctl.cli.render import err, number, out, print_json, verdict
 from labctl.errors import EXIT_FAILED
+from labctl.i18n import _
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
@@ -74,19 +74,36 @@ def run(
         "evidence/runs"
     ),
     timeout: Annotated[float, typer.Option(help="Seconds one clean-room call may take.")] = 20.0,
+    settings: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="NAME=VALUE",
+            help="Change a lab parameter (repeatable). NAME applies to every lab being run "
+            "that has it; LAB.NAME to that lab only (e.g. causal-attention.T=16). "
+            "`labctl show LAB` lists each lab's parameters and bounds; a value out of bounds "
+            "is refused before anything runs. Records made with changed parameters say so.",
+            show_default=False,
+        ),
+    ] = None,
     json_: JsonFlag = False,
 ) -> None:
-    """Run labs on the reference and a clean room; print metrics; write evidence records."""
+    """Run labs on the reference and a clean room; print metrics; write evidence records.
+
+    Records go to --out/<lab>/, and the manifest of the newest record per lab to --out.
+    """
     from labctl import registry
     from labctl.evidence.records import shown_path
     from labctl.runner import run_labs
 
-    with err.status("starting…") as status:
+    with err.status(_("starting…")) as status:
 
         def progress(lab, index, total):
-            status.update(f"[{index + 1}/{total}] {lab.id}: {lab.title}")
+            status.update(f"[{index + 1}/{total}] {lab.id}: {_(lab.title)}")
 
-        report = run_labs(labs, seed, impl.lower(), clean_room, out_dir, timeout, progress)
+        report = run_labs(
+            labs, seed, impl.lower(), clean_room, out_dir, timeout, progress, settings or []
+        )
     if json_:
         print_json(report.to_json(shown_path))
     else:
@@ -103,12 +120,23 @@ def run(
 
 
 def _render_lab(result) -> None:
-    from labctl.lab import HeatmapFigure, Note, TableFigure
+    from labctl.cli.figures import figures, text
+    from labctl.lab import Note
+    from labctl.params import record_values
 
     lab = result.lab
-    out.rule(f"[bold]{lab.id}[/bold]: {lab.title}")
-    out.print(f"[dim]{escape(lab.question)}[/dim]")
+    out.rule(f"[bold]{lab.id}[/bold]: {escape(_(lab.title))}")
+    out.print(f"[dim]{escape(_(lab.question))}[/dim]")
     out.print(f"[dim]course: {escape('; '.join(str(s) for s in lab.sections))}[/dim]")
+    changed = result.changed_params
+    if changed:
+        values = record_values(result.params)
+        shown = ", ".join(f"{name}={values[name]}" for name in changed)
+        out.print(
+            "[bold yellow]!"
+            + escape(_(" non-default parameters: {values}").format(values=shown))
+            + "[/bold yellow]"
+        )
     if result.error:
         out.print(f"{verdict(False)}  {escape(result.error)}")
     table = Table(show_edge=False)
@@ -134,43 +162,10 @@ def _render_lab(result) -> None:
         shown = verdict(passed) if not first.timing else f"[dim]{'ok' if passed else 'slow'}[/dim]"
         table.add_row(label, *cells, escape(first.expected), shown)
     out.print(table)
+    for renderable in figures(result.figures):
+        out.print(renderable)
     for figure in result.figures:
-        if isinstance(figure, HeatmapFigure):
-            out.print(_heatmap(figure))
-        elif isinstance(figure, TableFigure):
-            out.print(_table(figure))
-        elif isinstance(figure, Note):
+        if isinstance(figure, Note):
             mark = "[bold yellow]![/bold yellow]" if figure.flag else "[dim]·[/dim]"
-            out.print(f"{mark} {escape(figure.text)}")
+            out.print(f"{mark} {escape(text(figure.text))}")
     out.print(f"{verdict(result.passed)}  {lab.id} in {result.wall_time_s:.2f} s\n")
-
-
-def _table(figure) -> Table:
-    """Numbers right-aligned, text left-aligned, markup in cells shown as written."""
-    table = Table(title=escape(figure.title), show_edge=False)
-    numeric = [
-        all(not isinstance(row[i], str) for row in figure.rows) for i in range(len(figure.columns))
-    ]
-    for column, is_number in zip(figure.columns, numeric, strict=True):
-        table.add_column(escape(column), justify="right" if is_number else "left")
-    for row in figure.rows:
-        table.add_row(*(escape(v) if isinstance(v, str) else number(v) for v in row))
-    return table
-
-
-def _heatmap(figure) -> Table:
-    """Each cell shows its weight and a shade, so the pattern reads with or without colour."""
-    shades = " ░▒▓█"
-    table = Table(title=escape(figure.title), show_edge=False, pad_edge=False)
-    table.add_column(f"{figure.row_label}\\{figure.col_label}", justify="right", style="dim")
-    width = len(figure.matrix[0]) if figure.matrix else 0
-    for j in range(width):
-        table.add_column(str(j), justify="right")
-    for i, row in enumerate(figure.matrix):
-        cells = []
-        for value in row:
-            level = min(int(max(value, 0.0) * (len(shades) - 1) + 0.5), len(shades) - 1)
-            style = f"on color({232 + min(int(max(value, 0.0) * 23), 23)})"
-            cells.append(Text(f"{shades[level]}{value:.2f}", style=style if value > 0 else ""))
-        table.add_row(str(i), *cells)
-    return table

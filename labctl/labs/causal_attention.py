@@ -14,19 +14,25 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from pydantic import Field
 
 from labctl.course import CH8, PARTS, Section
+from labctl.i18n import Msg
 from labctl.lab import HeatmapFigure, Lab, LabContext, LabOutput, LabParams, Metric
 
 BOTH_ROWS = ("reference", "clean-room")
 
 
 class Params(LabParams):
-    B: int = 2
-    H: int = 4
-    T: int = 8
-    D: int = 16
-    perturbation: float = 1.0
+    B: int = Field(2, ge=1, le=64, description="batch size")
+    H: int = Field(4, ge=1, le=64, description="heads")
+    T: int = Field(
+        8, ge=2, le=512, description="sequence length (at least 2: one past, one future)"
+    )
+    D: int = Field(16, ge=1, le=1024, description="head width")
+    perturbation: float = Field(
+        1.0, gt=0, le=1e6, description="scale of the noise added to the future"
+    )
 
 
 METRICS = (
@@ -122,15 +128,21 @@ def run(ctx: LabContext) -> LabOutput:
         ref, room = results["reference"], results["clean-room"]
         error = max(float(np.max(np.abs(a - b))) for a, b in zip(ref, room, strict=True))
         output.add("reference_output_max_error", "both", error)
-    shown = "reference" if "reference" in results else "clean-room"
-    attn = results[shown][1]
-    output.figures.append(
-        HeatmapFigure(
-            title=f"attention weights, batch 0, head 0 ({shown}); the upper triangle must be 0",
-            name="attention-b0-h0",
-            matrix=tuple(tuple(float(w) for w in row) for row in attn[0, 0]),
+    positions = tuple(str(t) for t in range(p.T))
+    for name, (_, attn, _) in results.items():
+        output.figures.append(
+            HeatmapFigure(
+                title=Msg(
+                    "attention weights, batch 0, head 0 ({impl}); the upper triangle must be 0",
+                    impl=name,
+                ),
+                name="attention-b0-h0",
+                matrix=tuple(tuple(float(w) for w in row) for row in attn[0, 0]),
+                impl=name,
+                row_ticks=positions,
+                col_ticks=positions,
+            )
         )
-    )
     return output
 
 

@@ -21,8 +21,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from labctl.course import HANDS_ON, PARTS, Section
+from labctl.i18n import Msg
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
 # The course's Llama-2-70B example (004 §07.4): 80 layers, 8 KV heads of width 128, fp16, 4096 tokens.
@@ -33,11 +35,19 @@ COURSE_LLAMA_GB = 10.7
 
 
 class Params(LabParams):
-    B: int = 2
-    T: int = 8
-    C: int = 64
-    H: int = 8
-    Hkv: int = 4  # the GQA variant; MHA has H, MQA 1
+    B: int = Field(2, ge=1, le=64, description="batch size")
+    T: int = Field(8, ge=1, le=512, description="sequence length")
+    C: int = Field(64, ge=1, le=1024, description="model width")
+    H: int = Field(8, ge=1, le=64, description="query heads; must divide C")
+    Hkv: int = Field(4, ge=1, le=64, description="K/V heads of the GQA variant; must divide H")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> Params:
+        if self.C % self.H:
+            raise ValueError(f"H = {self.H} must divide C = {self.C}")
+        if self.H % self.Hkv:
+            raise ValueError(f"Hkv = {self.Hkv} must divide H = {self.H}")
+        return self
 
 
 METRICS = (
@@ -264,6 +274,19 @@ def run(ctx: LabContext) -> LabOutput:
                 )
                 for label, hkv in (("MHA", p.H), ("GQA", p.Hkv), ("MQA", 1))
             ),
+        )
+    )
+    lengths = (256, 512, 1024, 2048, 4096)
+    variants = (("MHA", p.H), ("GQA", p.Hkv), ("MQA", 1))
+    output.figures.append(
+        TableFigure(
+            title=Msg(
+                "KV cache of one layer against T (B = 1, float64, H = {H}, D = {D}), in KiB",
+                H=p.H,
+                D=D,
+            ),
+            columns=("T", *(f"{label} (Hkv={hkv})" for label, hkv in variants)),
+            rows=tuple((T, *(T * 2 * hkv * D * 8 / 1024 for _, hkv in variants)) for T in lengths),
         )
     )
     table, notes = _course_table(llama_measured)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from labctl.course import HANDS_ON, Section
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
@@ -28,14 +29,27 @@ LENGTHS = (64, 128, 256, 512)
 
 
 class Params(LabParams):
-    B: int = 2
-    T: int = 16
-    C: int = 64
-    H: int = 8
-    Hkv: int = 2
-    rope_theta: float = 10000.0
-    chunks: tuple[int, ...] = (5, 1, 3, 7)  # a prefill of 5, then 1, 3 and 7 tokens: sums to T
-    repeats: int = 5  # timing: best of this many calls per path and length
+    B: int = Field(2, ge=1, le=64, description="batch size")
+    T: int = Field(16, ge=1, le=512, description="sequence length; the chunks must sum to it")
+    C: int = Field(64, ge=2, le=1024, description="model width")
+    H: int = Field(8, ge=1, le=64, description="query heads; must divide C, with C / H even")
+    Hkv: int = Field(2, ge=1, le=64, description="K/V heads; must divide H")
+    rope_theta: float = Field(10000.0, gt=1.0, le=1e9, description="RoPE base")
+    # a prefill of 5, then 1, 3 and 7 tokens: sums to T
+    chunks: tuple[int, ...] = Field(
+        (5, 1, 3, 7), min_length=1, description="decode chunk sizes, summing to T"
+    )
+    repeats: int = Field(5, ge=1, le=100, description="timing: best of this many calls")
+
+    @model_validator(mode="after")
+    def _shapes_agree(self) -> Params:
+        if self.C % self.H or (self.C // self.H) % 2:
+            raise ValueError(f"H = {self.H} must divide C = {self.C} into an even head width")
+        if self.H % self.Hkv:
+            raise ValueError(f"Hkv = {self.Hkv} must divide H = {self.H}")
+        if any(c < 1 for c in self.chunks) or sum(self.chunks) != self.T:
+            raise ValueError(f"chunks {self.chunks} must be positive and sum to T = {self.T}")
+        return self
 
 
 def _flops_metric(T: int) -> Metric:

@@ -26,8 +26,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from labctl.course import CH8, PARTS, Section
+from labctl.i18n import N_, Msg
 from labctl.lab import (
     HeatmapFigure,
     Lab,
@@ -44,22 +46,34 @@ MASKS = ("causal_mask", "no mask", "adds 0", "reversed")
 
 class Params(LabParams):
     # attention probes, as the causal-attention lab: q, k, v of shape (B, H, T, D)
-    B: int = 2
-    H: int = 4
-    T: int = 8
-    D: int = 16
-    perturbation: float = 1.0
+    B: int = Field(2, ge=1, le=64, description="batch size")
+    H: int = Field(4, ge=1, le=64, description="heads")
+    T: int = Field(8, ge=2, le=512, description="sequence length of the mask probe")
+    D: int = Field(16, ge=1, le=1024, description="head width")
+    perturbation: float = Field(
+        1.0, gt=0, le=1e6, description="scale of the noise added to future keys and values"
+    )
     # the tiny language model
-    vocab: int = 16
-    context: int = 16  # tokens in, predicting the next 16
-    width: int = 32
-    heads: int = 2
-    ffn: int = 64  # SwiGLU hidden width
-    steps: int = 300
-    batch: int = 32
-    lr: float = 0.01
-    heldout: int = 256  # held-out sequences
-    tail: int = 20  # the training loss is the mean over the last `tail` steps
+    vocab: int = Field(16, ge=2, le=1024, description="vocabulary size V")
+    context: int = Field(16, ge=2, le=128, description="tokens in, predicting the next ones")
+    width: int = Field(32, ge=2, le=256, description="model width; heads must divide it")
+    heads: int = Field(2, ge=1, le=16, description="heads of the LM")
+    ffn: int = Field(64, ge=1, le=1024, description="SwiGLU hidden width")
+    steps: int = Field(300, ge=12, le=5000, description="Adam steps")
+    batch: int = Field(32, ge=1, le=512, description="sequences per step")
+    lr: float = Field(0.01, gt=0, le=1.0, description="Adam learning rate")
+    heldout: int = Field(256, ge=1, le=4096, description="held-out sequences")
+    tail: int = Field(
+        20, ge=1, le=5000, description="the training loss is the mean of the last `tail` steps"
+    )
+
+    @model_validator(mode="after")
+    def _shapes_agree(self) -> Params:
+        if self.width % self.heads:
+            raise ValueError(f"heads = {self.heads} must divide width = {self.width}")
+        if self.tail > self.steps:
+            raise ValueError(f"tail = {self.tail} must not exceed steps = {self.steps}")
+        return self
 
 
 METRICS = (
@@ -215,8 +229,8 @@ def _lm_logits(P, ids, blocked, n_heads: int):
     return rms(x, P["final_norm"]) @ P["embed"].T
 
 
-def _train_lm(init, batches, heldout, blocked_mask, p: Params) -> tuple[float, float]:
-    """(training loss: mean of the last `tail` steps; held-out loss), in nats."""
+def _train_lm(init, batches, heldout, blocked_mask, p: Params) -> tuple[float, float, list]:
+    """(training loss: mean of the last `tail` steps; held-out loss; every step's loss), in nats."""
     import torch
     import torch.nn.functional as F
 
@@ -238,7 +252,7 @@ def _train_lm(init, batches, heldout, blocked_mask, p: Params) -> tuple[float, f
         losses.append(loss.item())
     with torch.no_grad():
         held = float(loss_of(heldout))
-    return float(np.mean(losses[-p.tail :])), held
+    return float(np.mean(losses[-p.tail :])), held, losses
 
 
 def _language_models(ctx: LabContext, rng: np.random.Generator):
@@ -258,7 +272,7 @@ def _language_models(ctx: LabContext, rng: np.random.Generator):
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     torch.use_deterministic_algorithms(True)
     try:
-        runs: dict[bytes, tuple[float, float]] = {}
+        runs: dict[bytes, tuple[float, float, list]] = {}
         masked = {}
         for name, mask in masks.items():
             key = mask.tobytes()
@@ -269,6 +283,20 @@ def _language_models(ctx: LabContext, rng: np.random.Generator):
     finally:
         torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
     return masked, unmasked, masks
+
+
+def _loss_curves(curves: list[tuple[str, list]], steps: int) -> TableFigure:
+    """The training loss of each run, averaged over windows of steps so the table stays short."""
+    window = max(1, steps // 12)
+    ends = range(window, steps + 1, window)
+    return TableFigure(
+        title=Msg("training loss by step, mean over each window of {n} steps (nats)", n=window),
+        columns=(N_("step"), *(label for label, _ in curves)),
+        rows=tuple(
+            (end, *(float(np.mean(losses[end - window : end])) for _, losses in curves))
+            for end in ends
+        ),
+    )
 
 
 # ---- the lab ------------------------------------------------------------------------------
@@ -303,7 +331,7 @@ def run(ctx: LabContext) -> LabOutput:
 
     masked, unmasked, masks = _language_models(ctx, rng)
     ln_v = math.log(p.vocab)
-    for name, (_, held) in masked.items():
+    for name, (_, held, _) in masked.items():
         output.add("masked_heldout_loss_over_lnV", name, held / ln_v)
     if unmasked is not None:
         output.add("unmasked_train_loss_over_lnV", "reference", unmasked[0] / ln_v)
@@ -314,46 +342,69 @@ def run(ctx: LabContext) -> LabOutput:
 
 
 def _figures(p: Params, probes, masked, unmasked, masks) -> list:
-    shown = "clean-room" if "clean-room" in probes else "reference"
-    rows = probes[shown]
+    names = list(probes)
     shown_as = {
         "causal_mask": "causal_mask(T)",
         "no mask": "None",
-        "adds 0": "adds 0 (002 bug)",
-        "reversed": "reversed (002 bug)",
+        "adds 0": N_("adds 0 (002 bug)"),
+        "reversed": N_("reversed (002 bug)"),
     }
     figures: list = [
         TableFigure(
-            title=f"scaled_dot_product_attention under four masks ({shown}, T={p.T}); every key "
-            f"and value after t perturbed by N(0, {p.perturbation:g})",
-            columns=("mask", "max future weight", "future share", "prefix moved by"),
+            title=Msg(
+                "scaled_dot_product_attention under four masks (T={T}); every key and value "
+                "after t perturbed by N(0, {sd:g})",
+                T=p.T,
+                sd=p.perturbation,
+            ),
+            columns=(
+                N_("mask"),
+                *(Msg("max future weight ({impl})", impl=n) for n in names),
+                *(Msg("future share ({impl})", impl=n) for n in names),
+                *(Msg("prefix moved by ({impl})", impl=n) for n in names),
+            ),
             rows=tuple(
                 (
                     shown_as[label],
-                    f"{rows[label][0]:.3f}",
-                    f"{rows[label][1]:.3f}",
-                    f"{rows[label][2]:.3g}",
+                    *(probes[n][label][0] for n in names),
+                    *(probes[n][label][1] for n in names),
+                    *(probes[n][label][2] for n in names),
                 )
                 for label in MASKS
             ),
         ),
-        HeatmapFigure(
-            title=f"weights with the reversed triangle, batch 0, head 0 ({shown}): the future "
-            "dominates, the past is gone",
-            name="reversed-mask-b0-h0",
-            matrix=tuple(tuple(float(x) for x in row) for row in rows["reversed"][3][1][0, 0]),
-        ),
     ]
+    positions = tuple(str(t) for t in range(p.T))
+    for name in names:
+        figures.append(
+            HeatmapFigure(
+                title=Msg(
+                    "weights with the reversed triangle, batch 0, head 0 ({impl}): the future "
+                    "dominates, the past is gone",
+                    impl=name,
+                ),
+                name="reversed-mask-b0-h0",
+                matrix=tuple(
+                    tuple(float(x) for x in row) for row in probes[name]["reversed"][3][1][0, 0]
+                ),
+                impl=name,
+                row_ticks=positions,
+                col_ticks=positions,
+            )
+        )
     ln_v = math.log(p.vocab)
     same = len({m.tobytes() for m in masks.values()}) == 1
     lm_rows = []
-    for name, (train, held) in masked.items():
+    curves = []
+    for name, (train, held, losses) in masked.items():
         label = "causal_mask" if same else f"causal_mask ({name})"
         lm_rows.append((label, train, held))
+        curves.append((label, losses))
         if same:
             break
     if unmasked is not None:
-        lm_rows.append(("no mask", *unmasked))
+        lm_rows.append(("no mask", *unmasked[:2]))
+        curves.append(("no mask", unmasked[2]))
     figures.append(
         TableFigure(
             title=f"tiny LM on i.i.d. uniform tokens (V={p.vocab}, T={p.context}, "
@@ -365,6 +416,7 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
             ),
         )
     )
+    figures.append(_loss_curves(curves, p.steps))
     figures.append(
         Note(
             "'adds 0' is the course's additive mask with 0 where -inf belongs; through the "
@@ -376,7 +428,7 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
         )
     )
     if unmasked is not None and "reference" in masked:
-        train, held = masked["reference"]
+        train, held, _ = masked["reference"]
         gap = held - unmasked[0]
         figures.append(
             Note(

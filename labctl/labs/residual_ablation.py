@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from labctl.course import CH8, HANDS_ON, Section
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
@@ -33,12 +34,18 @@ WEIGHTS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
 
 class Params(LabParams):
-    B: int = 2
-    T: int = 8
-    C: int = 32
-    H: int = 4
-    F: int = 64  # SwiGLU hidden width
-    eps: float = 1e-6
+    B: int = Field(2, ge=1, le=64, description="batch size")
+    T: int = Field(8, ge=1, le=512, description="sequence length")
+    C: int = Field(32, ge=1, le=1024, description="model width")
+    H: int = Field(4, ge=1, le=64, description="heads; must divide C")
+    F: int = Field(64, ge=1, le=4096, description="SwiGLU hidden width")
+    eps: float = Field(1e-6, gt=0, le=1.0, description="RMSNorm epsilon")
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> Params:
+        if self.C % self.H:
+            raise ValueError(f"H = {self.H} must divide C = {self.C}")
+        return self
 
 
 METRICS = (

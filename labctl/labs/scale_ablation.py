@@ -25,8 +25,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from pydantic import Field
 
 from labctl.course import CH8, HANDS_ON, PARTS, Section
+from labctl.i18n import N_, Msg
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
 D_KS = (2, 16, 64, 256, 512)  # 004 §03.2's table
@@ -37,10 +39,11 @@ COURSE_SCALED_VAR = {2: 1.0050, 512: 1.0007}
 
 
 class Params(LabParams):
-    pairs: int = 10000  # (q, k) pairs per d_k, as 004 §03.2
-    pairs_per_block: int = 25  # queries sent in one attention block (only its diagonal is read)
-    keys: int = 16  # keys per softmax row, for the sharpness statistics
-    rows: int = 2048  # softmax rows per d_k
+    pairs: int = Field(10000, ge=1000, le=200000, description="(q, k) pairs per d_k, as 004 §03.2")
+    # queries sent in one attention block (only its diagonal is read)
+    pairs_per_block: int = Field(25, ge=1, le=200, description="pairs per attention block")
+    keys: int = Field(16, ge=2, le=4096, description="keys per softmax row")
+    rows: int = Field(2048, ge=16, le=100000, description="softmax rows per d_k")
 
 
 def _var_metrics() -> tuple[Metric, ...]:
@@ -209,33 +212,68 @@ def run(ctx: LabContext) -> LabOutput:
 
 
 def _figures(variances, sharpness, n_pairs: int, keys: int) -> list:
+    names = list(variances)
     shown = "clean-room" if "clean-room" in variances else "reference"
-    var, sharp = variances[shown], sharpness[shown]
+    sharp = sharpness[shown]
     rows = []
     worst_z = 0.0
     for d in D_KS:
         sd = _sampling_sd(d, n_pairs)
-        raw, scaled = var[d]
+        raw = variances[shown][d][0]
         course_raw = f"{COURSE_RAW_VAR[d]:.2f}" if d in COURSE_RAW_VAR else "—"
         course_scaled = f"{COURSE_SCALED_VAR[d]:.4f}" if d in COURSE_SCALED_VAR else "—"
         rows.append(
-            (str(d), f"{raw:.2f}", course_raw, f"{scaled:.4f}", course_scaled, f"{sd / d:.4f}")
+            (
+                str(d),
+                *(f"{variances[n][d][0]:.2f}" for n in names),
+                course_raw,
+                *(f"{variances[n][d][1]:.4f}" for n in names),
+                course_scaled,
+                f"{sd / d:.4f}",
+            )
         )
         if d in COURSE_RAW_VAR:
             # two independent samples of one variance: their difference has sd √2 · sd
             worst_z = max(worst_z, abs(raw - COURSE_RAW_VAR[d]) / (math.sqrt(2) * sd))
+    columns = (N_("max p"), N_("entropy"), "|J|")
     figures: list = [
         TableFigure(
-            title=f"004 §03.2's table over {n_pairs} pairs ({shown}; printed as the course prints)",
-            columns=("d_k", "raw_var", "course", "scaled_var", "course", "σ of scaled_var"),
+            title=Msg("004 §03.2's table over {n} pairs (printed as the course prints)", n=n_pairs),
+            columns=(
+                "d_k",
+                *(f"raw_var ({n})" for n in names),
+                N_("course"),
+                *(f"scaled_var ({n})" for n in names),
+                N_("course"),
+                N_("σ of scaled_var"),
+            ),
             rows=tuple(rows),
         ),
         TableFigure(
-            title=f"softmax over {keys} keys with the √d_k / without it ({shown}); "
-            "|J| = ‖diag(p) - p pᵀ‖_F is the softmax's gradient",
-            columns=("d_k", "max p", "max p, no √", "entropy", "entropy, no √", "|J|", "|J|, no √"),
+            title=Msg(
+                "softmax over {keys} keys with the √d_k / without it; "
+                "|J| = ‖diag(p) - p pᵀ‖_F is the softmax's gradient",
+                keys=keys,
+            ),
+            columns=(
+                "d_k",
+                *(
+                    Msg(template, column=column, impl=n)
+                    for column in columns
+                    for template in ("{column} ({impl})", "{column}, no √ ({impl})")
+                    for n in names
+                ),
+            ),
             rows=tuple(
-                (str(d), *(f"{sharp[d][i][j]:.3f}" for j in range(3) for i in range(2)))
+                (
+                    str(d),
+                    *(
+                        f"{sharpness[n][d][i][j]:.3f}"
+                        for j in range(3)
+                        for i in range(2)
+                        for n in names
+                    ),
+                )
                 for d in D_KS
             ),
         ),
