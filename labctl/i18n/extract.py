@@ -104,8 +104,10 @@ def placeholders(template: str) -> set[str]:
 def check(lang: str) -> list[str]:
     """One line per gap in `lang`'s catalog, naming the msgid and where it is used."""
     messages, problems = all_messages()
-    entries = {e.msgid: e for e in po.parse(catalog_path(lang).read_text("utf-8"), lang)}
+    parsed = po.parse(catalog_path(lang).read_text("utf-8"), lang)
+    entries = {e.msgid: e for e in reversed(parsed)}
     gaps = list(problems)
+    gaps += [f"duplicate msgid at line {e.line}: {e.msgid!r}" for e in po.duplicates(parsed)]
     for msgid, where in messages.items():
         entry = entries.get(msgid)
         at = f" (used at {where[0]})"

@@ -92,17 +92,24 @@ def parse(text: str, name: str = "<po>") -> list[Entry]:
             key = keyword
             parts[key] = [_unquote(rest, where)]
     finish()
+    return entries
+
+
+def duplicates(entries: list[Entry]) -> list[Entry]:
+    """Entries whose msgid an earlier entry already has (msgfmt refuses them; `translations` keeps the first)."""
     seen: set[str] = set()
+    repeated = []
     for entry in entries:
         if entry.msgid in seen:
-            raise CatalogError(f"{name}:{entry.line}: msgid {entry.msgid!r} appears twice")
+            repeated.append(entry)
         seen.add(entry.msgid)
-    return entries
+    return repeated
 
 
 def translations(entries: list[Entry]) -> dict[str, str]:
     """msgid → msgstr for the entries a program may use: not the header, not fuzzy, not empty."""
-    return {e.msgid: e.msgstr for e in entries if e.msgid and e.msgstr and not e.fuzzy}
+    usable = [e for e in entries if e.msgid and e.msgstr and not e.fuzzy]
+    return {e.msgid: e.msgstr for e in reversed(usable)}
 
 
 def quote(text: str) -> str:
