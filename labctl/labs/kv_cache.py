@@ -23,6 +23,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from labctl.course import HANDS_ON, Section
+from labctl.i18n import N_, Msg
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
 LENGTHS = (64, 128, 256, 512)
@@ -55,11 +56,17 @@ class Params(LabParams):
 def _flops_metric(T: int) -> Metric:
     return Metric(
         f"decode_flops_ratio[T={T}]", "ratio", f">={T // 2}",
-        f"matmul FLOPs to produce token {T}'s output by recomputing all {T} positions, over the "
-        "FLOPs of one cached attention_decode step; counted from the shapes of the calls and of "
-        "the cache each implementation returned",
-        why=f"every term is linear in the query count, so recompute = T x cached: {T}. At least "
-        "T/2 leaves room for counting conventions; a decode that recomputes the prefix is ~1",
+        Msg(
+            "matmul FLOPs to produce token {T}'s output by recomputing all {T} positions, over the "
+            "FLOPs of one cached attention_decode step; counted from the shapes of the calls and "
+            "of the cache each implementation returned",
+            T=T,
+        ),
+        why=Msg(
+            "every term is linear in the query count, so recompute = T x cached: {T}. At least T/2 "
+            "leaves room for counting conventions; a decode that recomputes the prefix is ~1",
+            T=T,
+        ),
         reproduce_abs=0.0, reproduce_rel=0.0,
     )  # fmt: skip
 
@@ -67,10 +74,13 @@ def _flops_metric(T: int) -> Metric:
 def _time_metric(T: int) -> Metric:
     return Metric(
         f"decode_time_ratio[T={T}]", "ratio-of-times", ">1",
-        f"seconds for token {T}'s output by recomputing (multi_head_attention over {T} tokens) "
-        "over one cached attention_decode step; best of `repeats` calls, timed where the code "
-        "runs",
-        why="timing depends on the machine and its load: reported, never deciding",
+        Msg(
+            "seconds for token {T}'s output by recomputing (multi_head_attention over {T} tokens) "
+            "over one cached attention_decode step; best of `repeats` calls, timed where the code "
+            "runs",
+            T=T,
+        ),
+        why=N_("timing depends on the machine and its load: reported, never deciding"),
         timing=True,
     )  # fmt: skip
 
@@ -78,22 +88,22 @@ def _time_metric(T: int) -> Metric:
 METRICS = (
     Metric(
         "decode_token_by_token_max_error", "abs", "<=1e-10",
-        "attention_decode one token at a time from an empty cache, against the rows of "
-        "multi_head_attention over the whole sequence; GQA (H = 8, Hkv = 2) and RoPE, float64",
-        why="the same float64 formula: rounding differs by ~1e-15; RoPE at the wrong positions "
-        "moves every row after the first by O(0.1)",
+        N_("attention_decode one token at a time from an empty cache, against the rows of "
+        "multi_head_attention over the whole sequence; GQA (H = 8, Hkv = 2) and RoPE, float64"),
+        why=N_("the same float64 formula: rounding differs by ~1e-15; RoPE at the wrong positions "
+        "moves every row after the first by O(0.1)"),
     ),
     Metric(
         "decode_chunked_max_error", "abs", "<=1e-10",
-        "attention_decode in chunks of 5, 1, 3 and 7 tokens (bottom-right causal mask within a "
-        "chunk) against multi_head_attention over the whole sequence",
-        why="as token by token; a chunk also needs the causal mask aligned bottom-right",
+        N_("attention_decode in chunks of 5, 1, 3 and 7 tokens (bottom-right causal mask within a "
+        "chunk) against multi_head_attention over the whole sequence"),
+        why=N_("as token by token; a chunk also needs the causal mask aligned bottom-right"),
     ),
     Metric(
         "decode_kv_bytes_per_token_error", "bytes", "==0",
-        "(k_all.nbytes + v_all.nbytes) / (B x T) of the cache attention_decode built, minus "
-        "2 x Hkv x D x itemsize (004 §7.4 per layer and token)",
-        why="array sizes are integers: exact. A cache of the H repeated heads is H/Hkv = 4x larger",
+        N_("(k_all.nbytes + v_all.nbytes) / (B x T) of the cache attention_decode built, minus "
+        "2 x Hkv x D x itemsize (004 §7.4 per layer and token)"),
+        why=N_("array sizes are integers: exact. A cache of the H repeated heads is H/Hkv = 4x larger"),
         reproduce_abs=0.0, reproduce_rel=0.0,
     ),
     *(_flops_metric(T) for T in LENGTHS),
@@ -233,19 +243,29 @@ def run(ctx: LabContext) -> LabOutput:
     itemsize = x.dtype.itemsize
     output.figures.append(
         Note(
-            f"KV cache per token and layer (004 §7.4): 2 x Hkv x D x bytes = 2 x {p.Hkv} x {D} x "
-            f"{itemsize} = {2 * p.Hkv * D * itemsize} B in float64 here; with MHA's {p.H} K/V "
-            f"heads it would be {2 * p.H * D * itemsize} B. The cache grows by that much per "
-            "token: it is the memory the cache trades for the FLOPs above."
+            Msg(
+                "KV cache per token and layer (004 §7.4): 2 x Hkv x D x bytes = 2 x {Hkv} x {D} x "
+                "{itemsize} = {per_token} B in float64 here; with MHA's {H} K/V heads it would be "
+                "{per_token_mha} B. The cache grows by that much per token: it is the memory the cache "
+                "trades for the FLOPs above.",
+                Hkv=p.Hkv,
+                D=D,
+                itemsize=itemsize,
+                per_token=2 * p.Hkv * D * itemsize,
+                H=p.H,
+                per_token_mha=2 * p.H * D * itemsize,
+            )
         )
     )
     output.figures.append(
         Note(
-            "Recomputing token T's output costs T times one cached step: every FLOP term is "
-            "linear in the number of queries, and here both paths score every query against all "
-            "T keys (a causal kernel that skips the masked half would save about half of the "
-            "recompute's attention term). Generating n tokens without the cache therefore costs "
-            "O(n^2) projections and O(n^3) attention in total, as 004 §7.1 says."
+            N_(
+                "Recomputing token T's output costs T times one cached step: every FLOP term is "
+                "linear in the number of queries, and here both paths score every query against all "
+                "T keys (a causal kernel that skips the masked half would save about half of the "
+                "recompute's attention term). Generating n tokens without the cache therefore costs "
+                "O(n^2) projections and O(n^3) attention in total, as 004 §7.1 says."
+            )
         )
     )
     below = {
@@ -253,14 +273,17 @@ def run(ctx: LabContext) -> LabOutput:
         for name, per_length in timings.items()
     }
     if any(below.values()):
-        where = "; ".join(f"{name} at T = {', '.join(Ts)}" for name, Ts in below.items() if Ts)
+        where = "; ".join(f"{name}: T = {', '.join(Ts)}" for name, Ts in below.items() if Ts)
         biggest = max(t["flops_cached"] for t in shown.values())
         output.figures.append(
             Note(
-                f"Measured time ratios fall short of the FLOP ratio ({where}): a cached step of "
-                f"at most {biggest:,} FLOPs is dominated by fixed per-call costs (argument "
-                "checks, allocation, dispatch), not arithmetic. The FLOP counts decide; the "
-                "times are reported only."
+                Msg(
+                    "Measured time ratios fall short of the FLOP ratio ({where}): a cached step of at most "
+                    "{biggest:,} FLOPs is dominated by fixed per-call costs (argument checks, allocation, "
+                    "dispatch), not arithmetic. The FLOP counts decide; the times are reported only.",
+                    where=where,
+                    biggest=biggest,
+                )
             )
         )
     return output
@@ -268,9 +291,11 @@ def run(ctx: LabContext) -> LabOutput:
 
 LAB = Lab(
     id="kv-cache",
-    title="The KV cache: exact decoding, and what one generated token costs",
-    question="Does decoding with a KV cache, token by token or in chunks, reproduce full "
-    "attention exactly, and how much work does the cache save per generated token?",
+    title=N_("The KV cache: exact decoding, and what one generated token costs"),
+    question=N_(
+        "Does decoding with a KV cache, token by token or in chunks, reproduce full "
+        "attention exactly, and how much work does the cache save per generated token?"
+    ),
     sections=(
         Section(HANDS_ON, "§07", "KV Cache 原理：推理时为什么可以缓存 K 和 V"),
         Section(HANDS_ON, "§13.2", "代码题"),

@@ -79,68 +79,68 @@ class Params(LabParams):
 METRICS = (
     Metric(
         "masked_future_prefix_influence", "abs", "==0",
-        "largest change of scaled_dot_product_attention outputs at positions <= t, with the "
+        N_("largest change of scaled_dot_product_attention outputs at positions <= t, with the "
         "implementation's own causal_mask, when every key and value after t is perturbed, over "
-        "all t",
-        why="exp(-inf) = 0 (and exp(-1e9) = 0 in float64 too), so masked keys add exact zeros "
-        "and the prefix cannot move by a single bit; any change is a leak",
+        "all t"),
+        why=N_("exp(-inf) = 0 (and exp(-1e9) = 0 in float64 too), so masked keys add exact zeros "
+        "and the prefix cannot move by a single bit; any change is a leak"),
         reproduce_abs=0.0, reproduce_rel=0.0,
     ),
     Metric(
         "no_mask_future_prefix_influence", "abs", ">1e-5",
-        "the course template's metric: the same change with mask=None; every position reads the "
-        "future, so the prefix must move",
-        why="a unit perturbation of future keys and values moves O(1) outputs by ~0.1 to 1; an "
-        "attention that blocks the future even without a mask gives exactly 0",
+        N_("the course template's metric: the same change with mask=None; every position reads the "
+        "future, so the prefix must move"),
+        why=N_("a unit perturbation of future keys and values moves O(1) outputs by ~0.1 to 1; an "
+        "attention that blocks the future even without a mask gives exactly 0"),
     ),
     Metric(
         "mask_adds_zero_prefix_influence", "abs", ">1e-5",
-        "002's first mask bug shown leaking: blocked scores get + 0 instead of -inf (here a mask "
-        "that blocks nothing); the same change of the prefix",
-        why="adding 0 blocks nothing, so the future leaks as without a mask (~0.1 to 1); "
-        "exactly 0 means the implementation blocks keys a mask does not ask for",
+        N_("002's first mask bug shown leaking: blocked scores get + 0 instead of -inf (here a mask "
+        "that blocks nothing); the same change of the prefix"),
+        why=N_("adding 0 blocks nothing, so the future leaks as without a mask (~0.1 to 1); "
+        "exactly 0 means the implementation blocks keys a mask does not ask for"),
     ),
     Metric(
         "mask_reversed_future_share", "probability", ">0.5",
-        "002's second mask bug shown leaking: with the triangle reversed (the past blocked, the "
-        "future visible), the mean weight a query puts on its future, over queries that have one",
-        why="query i then sees keys i..T-1, all but one in its future: on random scores the "
+        N_("002's second mask bug shown leaking: with the triangle reversed (the past blocked, the "
+        "future visible), the mean weight a query puts on its future, over queries that have one"),
+        why=N_("query i then sees keys i..T-1, all but one in its future: on random scores the "
         "share is ≈0.75 for T=8 (the course: the current token is dominated by the future); a "
-        "correct mask gives 0",
+        "correct mask gives 0"),
     ),
     Metric(
         "masked_heldout_loss_over_lnV", "ratio", ">=0.97",
-        "held-out cross-entropy of the tiny LM trained with the implementation's causal_mask, "
-        "over ln V: on i.i.d. uniform tokens nothing is predictable",
-        why="no model beats ln V on fresh uniform tokens (measured ≈1.005: a near-uniform "
+        N_("held-out cross-entropy of the tiny LM trained with the implementation's causal_mask, "
+        "over ln V: on i.i.d. uniform tokens nothing is predictable"),
+        why=N_("no model beats ln V on fresh uniform tokens (measured ≈1.005: a near-uniform "
         "prediction); a leaking mask lets the model read its target and drives this towards "
-        "1/T ≈ 0.06; 0.97 leaves room for the sampling error of 4096 held-out tokens",
+        "1/T ≈ 0.06; 0.97 leaves room for the sampling error of 4096 held-out tokens"),
         reproduce_abs=0.01, reproduce_rel=0.0,
     ),
     Metric(
         "unmasked_train_loss_over_lnV", "ratio", "<=0.5",
-        "training cross-entropy (mean of the last steps, on fresh batches) of the same LM "
-        "trained without a mask, over ln V: the 'too good' loss",
+        N_("training cross-entropy (mean of the last steps, on fresh batches) of the same LM "
+        "trained without a mask, over ln V: the 'too good' loss"),
         impls=("reference",),
-        why="without the mask position t reads token t+1, its target, at every position but "
+        why=N_("without the mask position t reads token t+1, its target, at every position but "
         "the last, so the loss falls to ≈ ln V / T (ratio ≈0.066 for T=16); an ablation that "
-        "still masks stays at ≈1",
+        "still masks stays at ≈1"),
         reproduce_abs=0.01, reproduce_rel=0.0,
     ),
     Metric(
         "mask_leak_loss_gap", "nats", ">1",
-        "masked held-out loss minus unmasked training loss: how much too good the leaking "
-        "model looks",
+        N_("masked held-out loss minus unmasked training loss: how much too good the leaking "
+        "model looks"),
         impls=("reference",),
-        why="the gap is at most ln V (1 - 1/T) ≈ 2.6 nats for V=16, T=16, and measured ≈2.6; "
-        "more than 1 nat cannot come from fitting noise",
+        why=N_("the gap is at most ln V (1 - 1/T) ≈ 2.6 nats for V=16, T=16, and measured ≈2.6; "
+        "more than 1 nat cannot come from fitting noise"),
         reproduce_abs=0.03, reproduce_rel=0.0,
     ),
     Metric(
         "mask_ablation_weights_max_error", "abs", "<=1e-10",
-        "float64 clean room vs reference: weights and outputs under all four masks",
+        N_("float64 clean room vs reference: weights and outputs under all four masks"),
         impls=("both",),
-        why="two float64 implementations of one formula differ by rounding only (~1e-15)",
+        why=N_("two float64 implementations of one formula differ by rounding only (~1e-15)"),
     ),
 )  # fmt: skip
 
@@ -419,12 +419,14 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
     figures.append(_loss_curves(curves, p.steps))
     figures.append(
         Note(
-            "'adds 0' is the course's additive mask with 0 where -inf belongs; through the "
-            "contract's boolean mask it is a mask that blocks nothing, so it leaks exactly as "
-            "no mask does. The reversed triangle blocks the past and shows each query its "
-            "future. 'future share' is the mean weight a query puts on keys after it; 'prefix "
-            "moved by' is the largest change of an output at a position <= t when only keys "
-            "and values after t change: it must be exactly 0."
+            N_(
+                "'adds 0' is the course's additive mask with 0 where -inf belongs; through the "
+                "contract's boolean mask it is a mask that blocks nothing, so it leaks exactly as "
+                "no mask does. The reversed triangle blocks the past and shows each query its "
+                "future. 'future share' is the mean weight a query puts on keys after it; 'prefix "
+                "moved by' is the largest change of an output at a position <= t when only keys "
+                "and values after t change: it must be exactly 0."
+            )
         )
     )
     if unmasked is not None and "reference" in masked:
@@ -432,13 +434,21 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
         gap = held - unmasked[0]
         figures.append(
             Note(
-                f"Every batch is fresh uniform noise, so the masked model cannot memorise: its "
-                f"losses stay at ln V ({train:.3f} training, {held:.3f} held-out). Without the "
-                f"mask the training loss falls to {unmasked[0]:.3f} nats "
-                f"({unmasked[0] / ln_v:.3f} ln V), {gap:.2f} nats below, and its held-out loss "
-                f"({unmasked[1]:.3f}) is just as low: it is not learning the data, it is reading "
-                f"the answer. Its floor is ln V / T: only the last of the {p.context} positions "
-                "has a target that is not in its input."
+                Msg(
+                    "Every batch is fresh uniform noise, so the masked model cannot memorise: its losses "
+                    "stay at ln V ({train:.3f} training, {held:.3f} held-out). Without the mask the "
+                    "training loss falls to {unmasked_train:.3f} nats ({unmasked_ratio:.3f} ln V), "
+                    "{gap:.2f} nats below, and its held-out loss ({unmasked_held:.3f}) is just as low: it "
+                    "is not learning the data, it is reading the answer. Its floor is ln V / T: only the "
+                    "last of the {context} positions has a target that is not in its input.",
+                    train=train,
+                    held=held,
+                    unmasked_train=unmasked[0],
+                    unmasked_ratio=unmasked[0] / ln_v,
+                    gap=gap,
+                    unmasked_held=unmasked[1],
+                    context=p.context,
+                )
             )
         )
     if not same:
@@ -446,17 +456,24 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
         differ = int(np.sum(reference != room)) if reference is not None else 0
         figures.append(
             Note(
-                f"The two implementations' causal_mask({p.context}) differ in {differ} of "
-                f"{p.context * p.context} entries; each row of masked_heldout_loss_over_lnV is "
-                "the LM trained with that implementation's own mask.",
+                Msg(
+                    "The two implementations' causal_mask({context}) differ in {differ} of {pairs} "
+                    "entries; each row of masked_heldout_loss_over_lnV is the LM trained with that "
+                    "implementation's own mask.",
+                    context=p.context,
+                    differ=differ,
+                    pairs=p.context * p.context,
+                ),
                 flag=True,
             )
         )
     elif len(masks) > 1:
         figures.append(
             Note(
-                "Both implementations' causal_mask are identical, so one masked run serves both "
-                "rows of masked_heldout_loss_over_lnV."
+                N_(
+                    "Both implementations' causal_mask are identical, so one masked run serves both "
+                    "rows of masked_heldout_loss_over_lnV."
+                )
             )
         )
     return figures
@@ -464,9 +481,11 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
 
 LAB = Lab(
     id="mask-ablation",
-    title="Mask ablation: the leak, the two mask bugs, and the too-good loss",
-    question="Without a correct causal mask does the future leak into the prefix, and does "
-    "a language model's loss then fall below what i.i.d. noise allows?",
+    title=N_("Mask ablation: the leak, the two mask bugs, and the too-good loss"),
+    question=N_(
+        "Without a correct causal mask does the future leak into the prefix, and does "
+        "a language model's loss then fall below what i.i.d. noise allows?"
+    ),
     sections=(
         Section(PARTS, "§6.4", "因果遮罩为什么必须存在"),
         Section(PARTS, "§6.13", "动手：用断言验证注意力（故意失败的实验：去掉 causal mask）"),
