@@ -101,10 +101,12 @@ def placeholders(template: str) -> set[str]:
     return names
 
 
-def check(lang: str) -> list[str]:
-    """One line per gap in `lang`'s catalog, naming the msgid and where it is used."""
+def check(lang: str, catalog_text: str | None = None) -> list[str]:
+    """One line per gap in `lang`'s catalog (or in `catalog_text`), naming the msgid and its use."""
     messages, problems = all_messages()
-    parsed = po.parse(catalog_path(lang).read_text("utf-8"), lang)
+    if catalog_text is None:
+        catalog_text = catalog_path(lang).read_text("utf-8")
+    parsed = po.parse(catalog_text, lang)
     entries = {e.msgid: e for e in reversed(parsed)}
     gaps = list(problems)
     gaps += [f"duplicate msgid at line {e.line}: {e.msgid!r}" for e in po.duplicates(parsed)]
