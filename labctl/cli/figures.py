@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from labctl.cli.render import number
+from labctl.cli.render import Column, fit, number
 from labctl.i18n import Msg, _
 from labctl.lab import HeatmapFigure, TableFigure
 
@@ -87,17 +87,18 @@ def heatmap_group(figures: list[HeatmapFigure]) -> RenderableType:
     return Columns(tables, padding=(0, 3)) if len(tables) > 1 else tables[0]
 
 
-def table(figure: TableFigure) -> Table:
-    """Numbers right-aligned, text left-aligned, markup in cells shown as written."""
-    result = Table(title=escape(text(figure.title)), show_edge=False)
+def table(figure: TableFigure) -> RenderableType:
+    """Numbers right-aligned, text left-aligned, markup in cells shown as written; stacked
+    when too wide for the terminal."""
     numeric = [
         all(not isinstance(row[i], str) for row in figure.rows) for i in range(len(figure.columns))
     ]
-    for column, is_number in zip(figure.columns, numeric, strict=True):
-        result.add_column(escape(text(column)), justify="right" if is_number else "left")
-    for row in figure.rows:
-        result.add_row(*(escape(_(v)) if isinstance(v, str) else number(v) for v in row))
-    return result
+    columns = [
+        Column(text(c), identifier=True, justify="right" if n else "left")
+        for c, n in zip(figure.columns, numeric, strict=True)
+    ]
+    rows = [[escape(_(v)) if isinstance(v, str) else number(v) for v in row] for row in figure.rows]
+    return fit(columns, rows, title=escape(text(figure.title)), show_edge=False)
 
 
 def figures(items: Iterable[object]) -> list[RenderableType]:

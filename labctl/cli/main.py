@@ -18,6 +18,7 @@ from typer.core import TyperGroup
 import labctl
 from labctl.cli import contract as contract_cli
 from labctl.cli import evidence as evidence_cli
+from labctl.cli import report as report_cli
 from labctl.cli import run as run_cli
 from labctl.cli import show as show_cli
 from labctl.cli import verify as verify_cli
@@ -61,6 +62,7 @@ app.command("show")(show_cli.show)
 app.add_typer(verify_cli.verify_app, name="verify")
 app.add_typer(verify_cli.clean_room_app, name="clean-room")
 app.command("faults")(verify_cli.faults)
+app.command("report")(report_cli.report)
 
 
 class Language(str, Enum):

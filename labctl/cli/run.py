@@ -1,4 +1,4 @@
-"""`labctl list` and `labctl run`."""
+"""`labctl run`."""
 
 from __future__ import annotations
 
@@ -7,53 +7,12 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from labctl.cli.render import err, number, out, print_json, verdict
+from labctl.cli.render import Column, err, fit, number, out, print_json, verdict
 from labctl.errors import EXIT_FAILED
-from labctl.i18n import _
+from labctl.i18n import N_, _
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-
-
-def list_labs(json_: JsonFlag = False) -> None:
-    """List the labs: id, title, course section, metrics."""
-    from labctl import registry
-
-    labs = registry.discover()
-    if json_:
-        print_json(
-            {
-                "tolerances": registry.TOLERANCE_TABLE_VERSION,
-                "labs": [
-                    {
-                        "id": lab.id,
-                        "title": lab.title,
-                        "sections": [str(s) for s in lab.sections],
-                        "metrics": [
-                            {
-                                "name": m.name,
-                                "unit": m.unit,
-                                "expected": m.expected,
-                                "impls": list(m.impls),
-                                "timing": m.timing,
-                            }
-                            for m in lab.metrics
-                        ],
-                    }
-                    for lab in labs
-                ],
-            }
-        )
-        return
-    table = Table(title=f"labs (tolerance table {registry.TOLERANCE_TABLE_VERSION})")
-    for column in ("id", "title", "course section", "metrics"):
-        table.add_column(column, overflow="fold")
-    for lab in labs:
-        metrics = ", ".join(m.name for m in lab.metrics)
-        sections = "\n".join(str(s) for s in lab.sections)
-        table.add_row(lab.id, escape(lab.title), escape(sections), escape(metrics))
-    out.print(table)
 
 
 def run(
@@ -139,28 +98,35 @@ def _render_lab(result) -> None:
         )
     if result.error:
         out.print(f"{verdict(False)}  {escape(result.error)}")
-    table = Table(show_edge=False)
-    # Metric names fold rather than truncate: a learner copies them into a submission.
-    table.add_column("metric", overflow="fold", ratio=1)
-    for column in ("reference", "clean room"):
-        table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("expected", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
+    rows_shown = []
     by_name: dict[str, dict] = {}
     for m in result.metrics:
         by_name.setdefault(m.name, {})[m.impl] = m
     for name, rows in by_name.items():
         first = next(iter(rows.values()))
-        label = escape(name) + (" [dim](timing)[/dim]" if first.timing else "")
+        label = escape(name) + (f" [dim]({_('timing')})[/dim]" if first.timing else "")
         if "both" in rows:
-            cells = ("[dim]↔[/dim]", number(rows["both"].actual))
+            cells = ("[dim]↔[/dim]", _shown(rows["both"].actual))
         else:
             cells = tuple(
-                number(rows[i].actual) if i in rows else "" for i in ("reference", "clean-room")
+                _shown(rows[i].actual) if i in rows else "" for i in ("reference", "clean-room")
             )
         passed = all(m.passed for m in rows.values())
-        shown = verdict(passed) if not first.timing else f"[dim]{'ok' if passed else 'slow'}[/dim]"
-        table.add_row(label, *cells, escape(first.expected), shown)
+        timing_word = _("ok") if passed else _("slow")
+        shown = verdict(passed) if not first.timing else f"[dim]{timing_word}[/dim]"
+        rows_shown.append([label, *cells, escape(first.expected), shown])
+    # Metric names are identifiers a learner copies into a submission: never broken.
+    table = fit(
+        [
+            Column(N_("metric"), identifier=True),
+            Column(N_("reference"), identifier=True, justify="right"),
+            Column(N_("clean room"), identifier=True, justify="right"),
+            Column(N_("expected"), identifier=True),
+            Column(N_("verdict"), identifier=True),
+        ],
+        rows_shown,
+        show_edge=False,
+    )
     out.print(table)
     for renderable in figures(result.figures):
         out.print(renderable)
@@ -169,3 +135,8 @@ def _render_lab(result) -> None:
             mark = "[bold yellow]![/bold yellow]" if figure.flag else "[dim]·[/dim]"
             out.print(f"{mark} {escape(text(figure.text))}")
     out.print(f"{verdict(result.passed)}  {lab.id} in {result.wall_time_s:.2f} s\n")
+
+
+def _shown(value: float) -> str:
+    """A metric's value; one not measured (the clean room failed first) shows as a dash."""
+    return "—" if value != value else number(value)
