@@ -17,6 +17,7 @@ import math
 import os
 import re
 import shlex
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -425,8 +426,14 @@ def check_out_dir(out: Path) -> None:
         raise UsageError(
             _("--out {path}: {where} is not a directory").format(path=out, where=probe)
         )
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(_("--out {path}: {where} is not writable").format(path=out, where=probe))
+    try:
+        # os.access says yes to root everywhere; a nameless file (O_TMPFILE) asks the filesystem
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError:
+        raise UsageError(
+            _("--out {path}: {where} is not writable").format(path=out, where=probe)
+        ) from None
 
 
 def run_labs(

@@ -248,9 +248,14 @@ def submit(
     if not isinstance(report.data, dict):
         return outcome
     _submission_module(report)
+    record = report.record
+    if record is not None and record.labctl is not None and record.labctl.params_default is False:
+        report.warn(
+            "labctl.params_default",
+            "made with non-default lab parameters; labctl re-measures with the labs' defaults",
+        )
     store = EvidenceStore(root)
     folder = store.root / "submissions"
-    record = report.record
     if report.valid and record is not None:
         name = digest(record)[:DIGEST_CHARS]
         outcome.already = _stored(folder / record.module, name)
@@ -296,6 +301,7 @@ def _keep(outcome: Submission, store: EvidenceStore, record: EvidenceRecord, roo
         "labctl_version": labctl.__version__,
         "tolerances": registry.TOLERANCE_TABLE_VERSION,
         "clean_room": _room_shown(outcome, room),
+        "params_default": record.labctl.params_default if record.labctl else None,
         "reproduced": [r.to_json() for r in outcome.reproductions],
         "warnings": [w.to_json() for w in report.warnings],
     }

@@ -341,6 +341,11 @@ def _fill_fields(template: Template, found: list[_Found], seed: int) -> None:
         rooms = {i.clean_room for i in infos}
         if len(rooms) == 1 and None not in rooms:
             block["clean_room"] = rooms.pop()
+        if any(i.params_default is False for i in infos):
+            block["params_default"] = False
+            template.warnings.append(
+                "some records were made with non-default lab parameters: the submission says so"
+            )
         data["labctl"] = block
     order = list(FIELD_ORDER)
     template.data = dict(sorted(data.items(), key=lambda kv: order.index(kv[0])))
