@@ -51,7 +51,7 @@ def describe(params: type[LabParams], name: str) -> str:
     default = field.default
     shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
     text = f"{name}: {kind}" + (f", {', '.join(bounds)}" if bounds else "")
-    return text + _(" (default {default})").format(default=shown)
+    return text + " " + _("(default {default})").format(default=shown)
 
 
 def _kind(annotation: object) -> str:

@@ -92,8 +92,8 @@ def _render_lab(result) -> None:
         values = record_values(result.params)
         shown = ", ".join(f"{name}={values[name]}" for name in changed)
         out.print(
-            "[bold yellow]!"
-            + escape(_(" non-default parameters: {values}").format(values=shown))
+            "[bold yellow]! "
+            + escape(_("non-default parameters: {values}").format(values=shown))
             + "[/bold yellow]"
         )
     if result.error:

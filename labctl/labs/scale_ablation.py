@@ -287,10 +287,12 @@ def _figures(variances, sharpness, n_pairs: int, keys: int) -> list:
             columns=(
                 "d_k",
                 *(
-                    Msg(template, column=column, impl=n)
+                    header
                     for column in columns
-                    for template in ("{column} ({impl})", "{column}, no √ ({impl})")
-                    for n in names
+                    for header in (
+                        *(Msg("{column} ({impl})", column=column, impl=n) for n in names),
+                        *(Msg("{column}, no √ ({impl})", column=column, impl=n) for n in names),
+                    )
                 ),
             ),
             rows=tuple(

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from labctl.errors import UsageError
 from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.validate import parse_time
-from labctl.i18n import Msg, _
+from labctl.i18n import _
 from labctl.lab import parse_expected
 
 FIGURES_SUFFIX = "-figures.jsonl"
@@ -74,11 +74,9 @@ def message(data: object) -> str:
     """A kept message in the chosen language: plain text, or `{"msg": ..., "args": {...}}`."""
     if isinstance(data, dict) and isinstance(data.get("msg"), str):
         args = data.get("args") if isinstance(data.get("args"), dict) else {}
+        values = {k: message(v) if isinstance(v, dict) else v for k, v in args.items()}
         try:
-            return Msg(
-                data["msg"],
-                **{k: message(v) if isinstance(v, dict) else v for k, v in args.items()},
-            ).render(_)
+            return _(data["msg"]).format(**values)
         except (KeyError, ValueError, IndexError):
             return data["msg"]
     return _(str(data)) if data is not None else ""
