@@ -29,6 +29,7 @@ out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
 
 PASS, FAIL, INFO = N_("pass"), N_("FAIL"), N_("info")
+PROSE_MIN_WIDTH = 24
 
 
 def print_json(document: Any) -> None:
@@ -81,24 +82,30 @@ def fit(
     console: Console = out,
     **table_options: Any,
 ) -> RenderableType:
-    """A table when it fits the console's width unwrapped, else the same rows stacked.
+    """A table when it fits the console's width, else the same rows stacked.
 
-    Cells are rich markup (escape text that is not). Stacked, each row is a block:
+    It fits when identifier and number columns fit whole and every prose column
+    keeps at least PROSE_MIN_WIDTH cells to wrap in. Cells are rich markup
+    (escape text that is not). Stacked, each row is a block:
     its first cell on a line of its own, then `header  value` lines, headers
     padded to a common width in cells.
     """
     limit = width or console.width
     table = Table(title=title or None, **table_options)
-    for column in columns:
+    for index, column in enumerate(columns):
+        longest = max((cell_len(Text.from_markup(str(r[index])).plain) for r in rows), default=0)
         table.add_column(
             _(column.header),
             justify=column.justify,
             no_wrap=not column.prose,
             overflow="fold" if column.prose else "ignore",
+            # Identifiers and numbers keep their whole width; prose narrower than
+            # PROSE_MIN_WIDTH reads as a column of fragments: stack instead.
+            min_width=min(PROSE_MIN_WIDTH, longest) if column.prose else longest,
         )
     for row in rows:
         table.add_row(*row)
-    if console.measure(table, options=console.options.update_width(10**4)).maximum <= limit:
+    if console.measure(table, options=console.options.update_width(10**4)).minimum <= limit:
         return table
     return stacked(columns, rows, title=title)
 
