@@ -342,3 +342,14 @@ def test_the_browser_checks_catch_a_console_error_and_a_request(browser, tmp_pat
     browser.load(bad.resolve().as_uri())
     assert any("boom" in e for e in browser.errors())
     assert browser.requests() == ["http://127.0.0.1:9/x.png"]
+
+
+def test_open_hands_the_file_to_the_web_browser(evidence, tmp_path, monkeypatch):
+    import webbrowser
+
+    opened = []
+    monkeypatch.setattr(webbrowser, "open", opened.append)
+    path = tmp_path / "opened.html"
+    result = runner.invoke(app, ["report", "--root", str(evidence), "--out", str(path), "--open"])
+    assert result.exit_code == 0, result.output
+    assert opened == [path.resolve().as_uri()]

@@ -69,11 +69,19 @@ def run(
         for result in report.labs:
             _render_lab(result)
         passed = sum(r.passed for r in report.labs)
-        out.print(
-            f"{verdict(report.passed)}  {passed}/{len(report.labs)} labs passed "
-            f"(seed {report.seed}, impl {report.impl}, tolerances {registry.TOLERANCE_TABLE_VERSION}) "
-            f"in {report.wall_time_s:.1f} s; records under {shown_path(out_dir)}"
+        summary = _(
+            "{passed}/{total} labs passed (seed {seed}, impl {impl}, tolerances {tolerances}) "
+            "in {seconds:.1f} s; records under {where}"
+        ).format(
+            passed=passed,
+            total=len(report.labs),
+            seed=report.seed,
+            impl=report.impl,
+            tolerances=registry.TOLERANCE_TABLE_VERSION,
+            seconds=report.wall_time_s,
+            where=shown_path(out_dir),
         )
+        out.print(f"{verdict(report.passed)}  {escape(summary)}")
     if not report.passed:
         raise typer.Exit(EXIT_FAILED)
 
@@ -86,7 +94,8 @@ def _render_lab(result) -> None:
     lab = result.lab
     out.rule(f"[bold]{lab.id}[/bold]: {escape(_(lab.title))}")
     out.print(f"[dim]{escape(_(lab.question))}[/dim]")
-    out.print(f"[dim]course: {escape('; '.join(str(s) for s in lab.sections))}[/dim]")
+    sections = "; ".join(str(s) for s in lab.sections)
+    out.print(f"[dim]{escape(_('course: {sections}').format(sections=sections))}[/dim]")
     changed = result.changed_params
     if changed:
         values = record_values(result.params)
@@ -134,7 +143,8 @@ def _render_lab(result) -> None:
         if isinstance(figure, Note):
             mark = "[bold yellow]![/bold yellow]" if figure.flag else "[dim]·[/dim]"
             out.print(f"{mark} {escape(text(figure.text))}")
-    out.print(f"{verdict(result.passed)}  {lab.id} in {result.wall_time_s:.2f} s\n")
+    footer = _("{lab} in {seconds:.2f} s").format(lab=lab.id, seconds=result.wall_time_s)
+    out.print(f"{verdict(result.passed)}  {footer}\n")
 
 
 def _shown(value: float) -> str:

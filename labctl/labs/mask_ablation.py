@@ -59,7 +59,7 @@ class Params(LabParams):
     width: int = Field(32, ge=2, le=256, description="model width; heads must divide it")
     heads: int = Field(2, ge=1, le=16, description="heads of the LM")
     ffn: int = Field(64, ge=1, le=1024, description="SwiGLU hidden width")
-    steps: int = Field(300, ge=12, le=5000, description="Adam steps")
+    steps: int = Field(300, ge=1, le=5000, description="Adam steps")
     batch: int = Field(32, ge=1, le=512, description="sequences per step")
     lr: float = Field(0.01, gt=0, le=1.0, description="Adam learning rate")
     heldout: int = Field(256, ge=1, le=4096, description="held-out sequences")

@@ -52,6 +52,15 @@ def _num(value: float | None) -> str:
     return f"{value:.6g}" if 1e-3 <= abs(value) < 1e6 else f"{value:.3e}"
 
 
+def _cell(text: str) -> str:
+    """A table cell as kept (CSV numbers carry 17 digits), shown as the terminal shows it."""
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return _num(value) if len(text) > 10 else text
+
+
 def _img(png: bytes, alt: str) -> str:
     data = base64.b64encode(png).decode("ascii")
     return f'<img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
@@ -166,7 +175,7 @@ def _figures(run: LabRun, plots) -> str:
                 all(plots.number(r[j]) is not None for r in entry.rows if j < len(r))
                 for j in range(len(entry.columns))
             ]
-            table = _table(entry.columns, [[_e(c) for c in r] for r in entry.rows], numeric)
+            table = _table(entry.columns, [[_e(_cell(c)) for c in r] for r in entry.rows], numeric)
             drawn = _img(plots.line_plot(entry), entry.title) if plots.plottable(entry) else ""
             parts.append(
                 f"<figure>{drawn}<figcaption>{_e(entry.title)}</figcaption>{table}</figure>"
