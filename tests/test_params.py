@@ -91,9 +91,7 @@ def test_every_lab_parameter_has_bounds_or_is_described():
 
 
 def test_a_non_default_run_says_so_everywhere(workdir):
-    result, out = _run(
-        workdir, "causal-attention", "--set", "T=5", "--impl", "reference", "--json"
-    )
+    result, out = _run(workdir, "causal-attention", "--set", "T=5", "--impl", "reference", "--json")
     assert result.exit_code == 0, result.output
     (lab,) = json.loads(result.stdout)["labs"]
     assert lab["params"]["T"] == 5 and lab["params_default"] is False
@@ -114,9 +112,12 @@ def test_a_non_default_run_says_so_everywhere(workdir):
     )
     (lab,) = json.loads(default.stdout)["labs"]
     assert lab["params_default"] is True and lab["params_changed"] == []
-    assert "non-default" not in runner.invoke(
-        app, ["run", "causal-attention", "--impl", "reference", "--out", str(out2)]
-    ).output
+    assert (
+        "non-default"
+        not in runner.invoke(
+            app, ["run", "causal-attention", "--impl", "reference", "--out", str(out2)]
+        ).output
+    )
 
 
 def test_submit_notes_a_record_made_with_non_default_parameters(workdir):
