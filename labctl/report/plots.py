@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import math
+import warnings
 
 from labctl.i18n import _
 from labctl.report.collect import Figure
@@ -41,7 +42,11 @@ def _png(fig) -> bytes:
     import matplotlib.pyplot as plt
 
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+    with warnings.catch_warnings():
+        # Without a CJK font installed, Chinese labels are drawn as boxes; matplotlib's warning
+        # per glyph would flood the learner's terminal (the HTML text around them is intact).
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font")
+        fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
     plt.close(fig)
     return buffer.getvalue()
 
