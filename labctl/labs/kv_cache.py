@@ -202,19 +202,33 @@ def run(ctx: LabContext) -> LabOutput:
         for T, t in timings[name].items():
             output.add(f"decode_flops_ratio[T={T}]", name, t["flops_recompute"] / t["flops_cached"])
             output.add(f"decode_time_ratio[T={T}]", name, t["recompute_s"] / t["cached_s"])
-    shown = next(iter(timings.values()))
     bytes_per_token = 2 * p.Hkv * D * x.dtype.itemsize
+    names = list(timings)
     output.figures.append(
         TableFigure(
-            title=f"one generated token at length T (B = 1, C = {p.C}, H = {p.H}, Hkv = {p.Hkv}): "
-            "matmul FLOPs counted from the shapes, and the cache it reads",
-            columns=("T", "FLOPs cached", "FLOPs recompute", "ratio", "KV cache, 1 layer"),
+            title=Msg(
+                "one generated token at length T (B = 1, C = {C}, H = {H}, Hkv = {Hkv}): matmul "
+                "FLOPs counted from the shapes of each implementation's calls and cache",
+                C=p.C,
+                H=p.H,
+                Hkv=p.Hkv,
+            ),
+            columns=(
+                "T",
+                *(Msg("FLOPs cached ({impl})", impl=n) for n in names),
+                *(Msg("FLOPs recompute ({impl})", impl=n) for n in names),
+                *(Msg("ratio ({impl})", impl=n) for n in names),
+                N_("KV cache, 1 layer"),
+            ),
             rows=tuple(
                 (
                     str(T),
-                    f"{shown[T]['flops_cached']:,}",
-                    f"{shown[T]['flops_recompute']:,}",
-                    shown[T]["flops_recompute"] / shown[T]["flops_cached"],
+                    *(f"{timings[n][T]['flops_cached']:,}" for n in names),
+                    *(f"{timings[n][T]['flops_recompute']:,}" for n in names),
+                    *(
+                        timings[n][T]["flops_recompute"] / timings[n][T]["flops_cached"]
+                        for n in names
+                    ),
                     f"{T * bytes_per_token:,} B",
                 )
                 for T in LENGTHS
@@ -274,7 +288,9 @@ def run(ctx: LabContext) -> LabOutput:
     }
     if any(below.values()):
         where = "; ".join(f"{name}: T = {', '.join(Ts)}" for name, Ts in below.items() if Ts)
-        biggest = max(t["flops_cached"] for t in shown.values())
+        biggest = max(
+            t["flops_cached"] for per_length in timings.values() for t in per_length.values()
+        )
         output.figures.append(
             Note(
                 Msg(
