@@ -127,7 +127,15 @@ def test_po_writer_round_trips_through_the_reader():
 
 
 @pytest.mark.parametrize(
-    "bad", ['msgid "a"\nmsgctxt "b"\n', 'msgid "a"\n', '"floating"\n', "msgid a\nmsgstr b\n"]
+    "bad",
+    [
+        'msgid "a"\nmsgctxt "b"\n',
+        'msgid "a"\n',
+        '"floating"\n',
+        "msgid a\nmsgstr b\n",
+        'msgid "a\\q"\nmsgstr ""\n',
+        'msgid "a"b"\nmsgstr ""\n',
+    ],
 )
 def test_po_reader_refuses_what_it_does_not_understand(bad):
     with pytest.raises(po.CatalogError):

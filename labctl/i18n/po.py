@@ -9,7 +9,7 @@ refused because no message of labctl needs them.
 
 from __future__ import annotations
 
-import ast
+import re
 from dataclasses import dataclass, field
 
 from labctl.errors import LabctlError
@@ -32,14 +32,24 @@ class Entry:
         return "fuzzy" in self.flags
 
 
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\"}
+_ESCAPE = re.compile(r"\\(.)")
+
+
 def _unquote(text: str, where: str) -> str:
     text = text.strip()
     if len(text) < 2 or text[0] != '"' or text[-1] != '"':
         raise CatalogError(f"{where}: expected a quoted string, got {text!r}")
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError) as exc:
-        raise CatalogError(f"{where}: bad string {text!r}") from exc
+
+    def unescape(match: re.Match) -> str:
+        if match[1] not in _ESCAPES:
+            raise CatalogError(f"{where}: unknown escape \\{match[1]} in {text!r}")
+        return _ESCAPES[match[1]]
+
+    body = text[1:-1]
+    if re.search(r'(?<!\\)(?:\\\\)*"', body):
+        raise CatalogError(f"{where}: a quote inside {text!r} is not escaped")
+    return _ESCAPE.sub(unescape, body)
 
 
 def parse(text: str, name: str = "<po>") -> list[Entry]:
