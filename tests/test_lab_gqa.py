@@ -41,7 +41,9 @@ def test_passes_on_both_implementations_at_seed_5(seed5):
 
 
 def test_course_numbers_are_recomputed_and_the_llama_line_is_flagged(seed5):
-    (course,) = [f for f in seed5.figures if isinstance(f, TableFigure) and "course" in str(f.title)]
+    (course,) = [
+        f for f in seed5.figures if isinstance(f, TableFigure) and "course" in str(f.title)
+    ]
     by_quantity = {row[0]: row for row in course.rows}
     llama = next(row for q, row in by_quantity.items() if "Llama-2-70B" in q)
     assert llama[2].startswith(f"{LLAMA_BYTES:,} B")
