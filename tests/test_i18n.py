@@ -65,6 +65,10 @@ def test_help_is_translated_even_when_printed_before_any_callback():
     assert "运行注意力与 Transformer 块的实验" in result.output
     sub = runner.invoke(app, ["--lang", "zh", "show", "--help"], env=ZH)
     assert sub.exit_code == 0 and "一个实验 id" in sub.output
+    assert "选项" in sub.output and "Options" not in sub.output
+    from typer import rich_utils
+
+    assert rich_utils.OPTIONS_PANEL_TITLE == "Options"  # put back after the invocation
 
 
 def test_an_unknown_language_is_a_usage_error():

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from labctl.i18n import _, choose, set_language
+from labctl.i18n import N_, _, choose, set_language
+
+# typer's help panels read these module globals when they draw; they are set for the
+# length of one invocation and put back after it.
+PANEL_TITLES = {
+    "ARGUMENTS_PANEL_TITLE": N_("Arguments"),
+    "OPTIONS_PANEL_TITLE": N_("Options"),
+    "COMMANDS_PANEL_TITLE": N_("Commands"),
+    "ERRORS_PANEL_TITLE": N_("Error"),
+}
 
 LANG_HELP = "Language of the output: zh or en [default: LABCTL_LANG, else the locale, else en]."
 
@@ -48,12 +57,19 @@ def localized(group_cls: type) -> type:
         def main(self, args=None, *rest, **kwargs):
             import sys
 
+            from typer import rich_utils
+
             argv = list(sys.argv[1:] if args is None else args)
             previous = set_language(choose(lang_from_args(argv)))
+            titles = {name: getattr(rich_utils, name) for name in PANEL_TITLES}
             try:
                 translate_help(self)
+                for name, title in PANEL_TITLES.items():
+                    setattr(rich_utils, name, _(title))
                 return super().main(argv, *rest, **kwargs)
             finally:
+                for name, title in titles.items():
+                    setattr(rich_utils, name, title)
                 set_language(previous)
 
     Localized.__name__ = f"Localized{group_cls.__name__}"
