@@ -54,7 +54,7 @@ METRICS = (
     Metric(
         "gqa_full_kv_vs_mha_max_error", "abs", "<=1e-12",
         N_("multi_head_attention with n_kv_heads = H against the course's per-head MHA loop "
-        "(004 §5.3): every query head with its own K/V head"),
+        "(Transformer 手撕与注意力机制 §5.3): every query head with its own K/V head"),
         why=N_("the same float64 sums over D and T in another order differ by ~1e-16 relative; "
         "a wrong head layout, scale or mask differs by O(0.1)"),
     ),
@@ -78,7 +78,7 @@ METRICS = (
     ),
     Metric(
         "gqa_kv_bytes_llama2_70b_error", "bytes", "==0",
-        N_("KV-cache bytes of Llama-2-70B at 4096 tokens (004 §7.4), measured: the K and V caches "
+        N_("KV-cache bytes of Llama-2-70B at 4096 tokens (Transformer 手撕与注意力机制 §7.4), measured: the K and V caches "
         "attention_decode returns for 8 KV heads of width 128, per token, in fp16, times 4096 "
         "tokens and 80 layers; minus the course's formula 2 x 4096 x 8 x 128 x 2 x 80 evaluated"),
         why=N_("integer arithmetic on array sizes: exact. A cache that keeps the H repeated heads "
@@ -99,7 +99,7 @@ def _inputs(p: Params, seed: int):
 
 
 def _per_head_mha(x, wq, wk, wv, wo, H: int) -> np.ndarray:
-    """The course's MHA (004 §5.3), one head at a time, causal: (B, T, C)."""
+    """The course's MHA (Transformer 手撕与注意力机制 §5.3), one head at a time, causal: (B, T, C)."""
     B, T, C = x.shape
     D = C // H
     future = np.triu(np.ones((T, T), dtype=bool), k=1)
@@ -203,7 +203,7 @@ def _course_table(measured_llama: int | None) -> tuple[TableFigure, list[Note]]:
         notes.append(
             Note(
                 Msg(
-                    "004 §7.4 prints {COURSE_LLAMA_PRINTS} for Llama-2-70B, but its own expression 2 x "
+                    "Transformer 手撕与注意力机制 §7.4 prints {COURSE_LLAMA_PRINTS} for Llama-2-70B, but its own expression 2 x "
                     "4096 x 8 x 128 x 2 B x 80 is {llama:,} B = {llama_g:.2f} GB ({llama_gib:.2f} GiB), "
                     "{factor}x less. The printed number is what 64 KV heads give ({llama_mha:,} B = "
                     "{llama_mha_g:.2f} GB): one KV head per query head, i.e. the cache without GQA. With "
@@ -314,7 +314,7 @@ def run(ctx: LabContext) -> LabOutput:
     output.figures.append(
         Note(
             N_(
-                "004 §05.5 writes the expansion as K.repeat(n_groups, axis=0): NumPy's repeat, which "
+                "Transformer 手撕与注意力机制 §05.5 writes the expansion as K.repeat(n_groups, axis=0): NumPy's repeat, which "
                 "interleaves (0,0,1,1), the layout torch's enable_gqa and HF's repeat_kv use. "
                 "torch's Tensor.repeat tiles instead (0,1,0,1); in torch write repeat_interleave."
             )

@@ -102,7 +102,7 @@ METRICS = (
     Metric(
         "decode_kv_bytes_per_token_error", "bytes", "==0",
         N_("(k_all.nbytes + v_all.nbytes) / (B x T) of the cache attention_decode built, minus "
-        "2 x Hkv x D x itemsize (004 §7.4 per layer and token)"),
+        "2 x Hkv x D x itemsize (Transformer 手撕与注意力机制 §7.4 per layer and token)"),
         why=N_("array sizes are integers: exact. A cache of the H repeated heads is H/Hkv = 4x larger"),
         reproduce_abs=0.0, reproduce_rel=0.0,
     ),
@@ -258,7 +258,7 @@ def run(ctx: LabContext) -> LabOutput:
     output.figures.append(
         Note(
             Msg(
-                "KV cache per token and layer (004 §7.4): 2 x Hkv x D x bytes = 2 x {Hkv} x {D} x "
+                "KV cache per token and layer (Transformer 手撕与注意力机制 §7.4): 2 x Hkv x D x bytes = 2 x {Hkv} x {D} x "
                 "{itemsize} = {per_token} B in float64 here; with MHA's {H} K/V heads it would be "
                 "{per_token_mha} B. The cache grows by that much per token: it is the memory the cache "
                 "trades for the FLOPs above.",
@@ -278,7 +278,7 @@ def run(ctx: LabContext) -> LabOutput:
                 "linear in the number of queries, and here both paths score every query against all "
                 "T keys (a causal kernel that skips the masked half would save about half of the "
                 "recompute's attention term). Generating n tokens without the cache therefore costs "
-                "O(n^2) projections and O(n^3) attention in total, as 004 §7.1 says."
+                "O(n^2) projections and O(n^3) attention in total, as Transformer 手撕与注意力机制 §7.1 says."
             )
         )
     )

@@ -300,8 +300,8 @@ def _notes(grads) -> list[Note]:
         Note(
             Msg(
                 "Without the residual the gradient {direction}: through {DEEPEST} blocks it is "
-                "{none:.3g}x the top's, a product of {DEEPEST} block Jacobians. 002 阶段四 (梯度断流) and 004 "
-                "§06.8's O(α^L) speak of decay; 004 §06.8 also says the product 'easily vanishes or "
+                "{none:.3g}x the top's, a product of {DEEPEST} block Jacobians. 第8章 · Attention 与 Transformer Block 阶段四 (梯度断流) and "
+                "Transformer 手撕与注意力机制 §06.8's O(α^L) speak of decay; Transformer 手撕与注意力机制 §06.8 also says the product 'easily vanishes or "
                 "explodes', and at this init (fan-in weights, unit norm gains) α > 1. With the "
                 "residual the ratio is {pre:.3g}: the identity lane keeps the gradient from vanishing "
                 "and the sum of branches grows it only slowly.",
@@ -316,7 +316,7 @@ def _notes(grads) -> list[Note]:
         notes.append(
             Note(
                 Msg(
-                    "The course (002 阶段四) says Post-LN's expected gradient decays exponentially with depth "
+                    "The course (第8章 · Attention 与 Transformer Block 阶段四) says Post-LN's expected gradient decays exponentially with depth "
                     "at initialisation. Measured here (RMSNorm, SwiGLU, causal attention, fan-in init), "
                     "the gradient reaching the first of {DEEPEST} post-norm blocks is {post:.3g}x the "
                     "top's: no exponential decay. What Xiong et al. (2020, On Layer Normalization in the "
@@ -333,7 +333,7 @@ def _notes(grads) -> list[Note]:
         notes.append(
             Note(
                 Msg(
-                    "As the course (002 阶段四) says, the post-norm gradient decays with depth: through "
+                    "As the course (第8章 · Attention 与 Transformer Block 阶段四) says, the post-norm gradient decays with depth: through "
                     "{DEEPEST} post-norm blocks it is {post:.3g}x the top's.",
                     DEEPEST=DEEPEST,
                     post=post,

@@ -39,7 +39,12 @@ COURSE_SCALED_VAR = {2: 1.0050, 512: 1.0007}
 
 
 class Params(LabParams):
-    pairs: int = Field(10000, ge=100, le=200000, description="(q, k) pairs per d_k, as 004 §03.2")
+    pairs: int = Field(
+        10000,
+        ge=100,
+        le=200000,
+        description="(q, k) pairs per d_k, as Transformer 手撕与注意力机制 §03.2",
+    )
     # queries sent in one attention block (only its diagonal is read)
     pairs_per_block: int = Field(25, ge=1, le=200, description="pairs per attention block")
     keys: int = Field(16, ge=2, le=4096, description="keys per softmax row")
@@ -267,7 +272,10 @@ def _figures(variances, sharpness, n_pairs: int, keys: int) -> list:
     columns = (N_("max p"), N_("entropy"), "|J|")
     figures: list = [
         TableFigure(
-            title=Msg("004 §03.2's table over {n} pairs (printed as the course prints)", n=n_pairs),
+            title=Msg(
+                "Transformer 手撕与注意力机制 §03.2's table over {n} pairs (printed as the course prints)",
+                n=n_pairs,
+            ),
             columns=(
                 "d_k",
                 *(f"raw_var ({n})" for n in names),
