@@ -6,15 +6,28 @@ The library raises these and never prints or exits; the CLI's single handler
 
 from __future__ import annotations
 
+# Imported here, not when a message is shown: a clean-room worker formats errors under an
+# import guard that refuses late imports. labctl.i18n imports nothing heavy.
+from labctl.i18n import Msg, _
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
 class LabctlError(Exception):
-    """Base of every error labctl raises on purpose. Exit code 1: input refused."""
+    """Base of every error labctl raises on purpose. Exit code 1: input refused.
+
+    The message is English source text or a `labctl.i18n.Msg`; it is translated
+    when shown (`str(error)`), in the language of the invocation.
+    """
 
     exit_code = EXIT_FAILED
+
+    def __str__(self) -> str:
+        if len(self.args) == 1 and isinstance(self.args[0], (str, Msg)):
+            return _(self.args[0])
+        return super().__str__()
 
 
 class UsageError(LabctlError):

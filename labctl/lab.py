@@ -89,9 +89,9 @@ class Metric:
     name: str
     unit: str
     expected: str
-    description: str
+    description: str | Msg
     impls: tuple[str, ...] = IMPLS
-    why: str = ""
+    why: str | Msg = ""
     reproduce_abs: float = 1e-12
     reproduce_rel: float = 1e-9
     timing: bool = False

@@ -11,6 +11,7 @@ import pkgutil
 from functools import cache
 
 from labctl.errors import UsageError
+from labctl.i18n import N_, Msg
 from labctl.lab import Lab, Metric
 
 # v2 is v1 with the metrics of the labs added since; a tolerance of v1 that
@@ -46,13 +47,15 @@ def get(lab_id: str) -> Lab:
         if lab.id == lab_id:
             return lab
     known = ", ".join(lab.id for lab in discover())
-    raise UsageError(f"unknown lab {lab_id!r}; known labs: {known}, or all")
+    raise UsageError(
+        Msg("unknown lab {lab!r}; known labs: {known}, or all", lab=lab_id, known=known)
+    )
 
 
 def resolve(ids: list[str]) -> list[Lab]:
     """Labs for command-line ids: `all`, or ids in the order given, duplicates dropped."""
     if not ids:
-        raise UsageError("name at least one lab, or all")
+        raise UsageError(N_("name at least one lab, or all"))
     if "all" in ids:
         return list(discover())
     chosen: list[Lab] = []
@@ -91,7 +94,7 @@ def tolerance_table() -> dict:
                 "timing": metric.timing,
                 "reproduce_abs": metric.reproduce_abs,
                 "reproduce_rel": metric.reproduce_rel,
-                "why": metric.why,
+                "why": str(metric.why),
             }
             for name, (lab, metric) in sorted(metric_table().items())
         },

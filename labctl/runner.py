@@ -10,12 +10,9 @@ other labs still run.
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import math
 import os
-import re
-import shlex
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,10 +20,10 @@ from importlib import util
 from pathlib import Path
 
 from labctl import registry
-from labctl.errors import CallError, LabctlError
-from labctl.evidence.records import machine_record, metric_record, shown_path, write_artifact
-from labctl.evidence.store import EvidenceStore, record_stem
-from labctl.i18n import Msg
+from labctl.errors import CallError, LabctlError, UsageError
+from labctl.evidence.records import shown_path
+from labctl.evidence.store import EvidenceStore
+from labctl.i18n import Msg, _
 from labctl.isolation.sandbox import DEFAULT_TIMEOUT_S, CleanRoom
 from labctl.lab import (
     IMPLS,
@@ -40,9 +37,13 @@ from labctl.lab import (
     TableFigure,
     satisfies,
 )
+from labctl.params import non_default, record_values, resolve_params
+from labctl.run_records import write_evidence
 
 DEFAULT_SEED = 5
 IMPL_CHOICES = ("reference", "clean-room", "both")
+MAX_SEED = 2**32 - 1  # numpy's and torch's seeds are unsigned; one range for both
+MAX_TIMEOUT_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -81,10 +82,16 @@ class LabResult:
     error: str | None = None
     wall_time_s: float = 0.0
     records: list[Path] = field(default_factory=list)
+    params: LabParams | None = None
 
     @property
     def passed(self) -> bool:
         return self.error is None and all(m.passed for m in self.metrics if m.decides)
+
+    @property
+    def changed_params(self) -> dict:
+        """The parameters this run changed from the lab's defaults (empty for a default run)."""
+        return non_default(self.lab, self.params) if self.params is not None else {}
 
     def failures(self) -> list[str]:
         failed = [
@@ -103,6 +110,9 @@ class LabResult:
             "passed": self.passed,
             "error": self.error,
             "wall_time_s": round(self.wall_time_s, 3),
+            "params": record_values(self.params) if self.params is not None else None,
+            "params_default": not self.changed_params,
+            "params_changed": sorted(self.changed_params),
             "metrics": [m.to_json() for m in self.metrics],
             "notes": [
                 {"text": str(f.text), "flag": f.flag} for f in self.figures if isinstance(f, Note)
@@ -127,6 +137,7 @@ class RunReport:
     impl: str
     clean_room: str | None
     wall_time_s: float
+    isolation: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -138,6 +149,7 @@ class RunReport:
             "seed": self.seed,
             "impl": self.impl,
             "clean_room": self.clean_room,
+            "isolation": self.isolation,
             "tolerances": registry.TOLERANCE_TABLE_VERSION,
             "wall_time_s": round(self.wall_time_s, 3),
             "labs": [lab.to_json(relative) for lab in self.labs],
@@ -161,7 +173,11 @@ def implementations(
 ) -> Iterator[dict[str, Implementation]]:
     """The implementations `impl` asks for; the clean room lives in a worker until the block ends."""
     if impl not in IMPL_CHOICES:
-        raise LabctlError(f"--impl must be one of {', '.join(IMPL_CHOICES)}")
+        raise UsageError(
+            _("--impl must be one of {choices}, got {impl!r}").format(
+                choices=", ".join(IMPL_CHOICES), impl=impl
+            )
+        )
     chosen: dict[str, Implementation] = {}
     with contextlib.ExitStack() as stack:
         if impl in ("reference", "both"):
@@ -230,14 +246,16 @@ def run_lab(
 ) -> LabResult:
     """Run one lab (with its default parameters unless given) and judge it; writes nothing."""
     rows = set(impls) | ({"both"} if all(name in impls for name in IMPLS) else set())
-    result = LabResult(lab)
+    result = LabResult(lab, params=params or lab.params())
     start = time.perf_counter()
     try:
-        output = lab.run(LabContext(params=params or lab.params(), seed=seed, impls=impls))
+        output = lab.run(LabContext(params=result.params, seed=seed, impls=impls))
         result.metrics = judge(lab, output, rows)
         result.figures = output.figures
     except CallError as exc:
-        result.error = f"clean room failed: {exc}"
+        result.error = _("clean room failed: {error}").format(error=exc)
+        if "reference" in impls and len(impls) > 1:
+            _keep_reference(result, lab, seed, impls, rows)
     except LabctlError as exc:
         result.error = str(exc)
     except Exception as exc:
@@ -248,71 +266,65 @@ def run_lab(
     return result
 
 
-def _artifact(figure: TableFigure | HeatmapFigure | Note) -> tuple[str, bytes] | None:
-    """A figure as a CSV artifact (name, bytes): heatmaps as matrices, tables with a header."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    if isinstance(figure, HeatmapFigure):
-        writer.writerows([f"{v:.17g}" for v in row] for row in figure.matrix)
-        return figure.name, buffer.getvalue().encode()
-    if isinstance(figure, TableFigure):
-        writer.writerow([str(c) for c in figure.columns])
-        writer.writerows(
-            [_cell(v) if isinstance(v, (str, Msg)) else f"{v:.17g}" for v in row]
-            for row in figure.rows
-        )
-        slug = re.sub(r"[^a-z0-9]+", "-", str(figure.title).lower()).strip("-")[:48] or "table"
-        return slug, buffer.getvalue().encode()
-    return None
-
-
-def _command(lab: Lab, seed: int, impl: str, clean_room: str | None) -> str:
-    words = ["labctl", "run", lab.id, "--seed", str(seed), "--impl", impl]
-    if clean_room and impl != "reference":
-        words += ["--clean-room", clean_room]
-    return shlex.join(words)
-
-
-def write_evidence(
-    result: LabResult, store: EvidenceStore, folder: Path, seed: int, impl: str, room: str | None
+def _keep_reference(
+    result: LabResult, lab: Lab, seed: int, impls: dict[str, Implementation], rows: set[str]
 ) -> None:
-    """One record per lab (YAML and JSON) plus its figures as CSV; point the manifest at it."""
-    stem = record_stem(seed)
-    target = folder / result.lab.id
-    artifacts = []
-    for index, figure in enumerate(result.figures):
-        found = _artifact(figure)
-        if found is not None:
-            name, data = found
-            path, artifact = write_artifact(store, target, f"{stem}-{index}-{name}.csv", data)
-            artifacts.append(artifact)
-            result.records.append(path)
-    record = machine_record(
-        module=result.lab.id,
-        seed=seed,
-        command=_command(result.lab, seed, impl, room),
-        metrics=[metric_record(m) for m in result.metrics if math.isfinite(m.actual)],
-        artifacts=artifacts,
-        known_failures=result.failures(),
-        tolerances=registry.TOLERANCE_TABLE_VERSION,
-        impl=impl,
-        passed=result.passed,
-        wall_time_s=result.wall_time_s,
-        lab=result.lab.id,
-        clean_room=room if impl != "reference" else None,
-    )
-    paths = store.write_record(target, stem, record)
-    result.records[:0] = paths
-    store.point_manifest(
-        result.lab.id,
-        {
-            "record": store.relative(paths[1]),
-            "verified_at": record.verified_at,
-            "passed": result.passed,
-            "seed": seed,
-            "impl": impl,
-        },
-    )
+    """The clean room failed: run the reference alone so its numbers and figures still show;
+    the clean room's rows stay, unmeasured and failing."""
+    try:
+        only = {"reference": impls["reference"]}
+        output = lab.run(LabContext(params=result.params, seed=seed, impls=only))
+    except Exception as exc:  # the failure shown is the clean room's; this one only adds to it
+        result.error += "; " + _("the reference alone failed too: {error}").format(error=exc)
+        return
+    result.metrics = judge(lab, output, rows)
+    result.figures = output.figures
+
+
+def check_options(seed: int, impl: str, timeout_s: float, out: Path) -> None:
+    """Refuse bad options before any lab runs or anything is written."""
+    if not 0 <= seed <= MAX_SEED:
+        raise UsageError(
+            _("--seed must be an integer from 0 to {top}, got {seed}").format(
+                top=MAX_SEED, seed=seed
+            )
+        )
+    if impl not in IMPL_CHOICES:
+        raise UsageError(
+            _("--impl must be one of {choices}, got {impl!r}").format(
+                choices=", ".join(IMPL_CHOICES), impl=impl
+            )
+        )
+    if not (math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
+        raise UsageError(
+            _("--timeout must be a number of seconds above 0 and at most {top:g}, got {t}").format(
+                top=MAX_TIMEOUT_S, t=timeout_s
+            )
+        )
+    check_out_dir(out)
+
+
+def check_out_dir(out: Path) -> None:
+    """`out` is a directory that exists or can be created, and can be written to."""
+    probe = out
+    while not probe.exists():
+        if probe.is_symlink():
+            raise UsageError(_("--out {path}: a dangling symbolic link").format(path=out))
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(
+            _("--out {path}: {where} is not a directory").format(path=out, where=probe)
+        )
+    try:
+        # os.access says yes to root everywhere; a nameless file (O_TMPFILE) asks the filesystem
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError:
+        raise UsageError(
+            _("--out {path}: {where} is not writable").format(path=out, where=probe)
+        ) from None
 
 
 def run_labs(
@@ -323,23 +335,37 @@ def run_labs(
     out: Path = Path("evidence/runs"),
     timeout_s: float = DEFAULT_TIMEOUT_S,
     progress: Callable[[Lab, int, int], None] | None = None,
+    settings: list[str] | None = None,
     isolation: str = "auto",
 ) -> RunReport:
-    """Run the labs named by `ids` (or `all`), write their evidence under `out`, and report."""
+    """Run the labs named by `ids` (or `all`) with `settings` (`NAME=VALUE`, `LAB.NAME=VALUE`),
+    write their evidence under `out` (records in `out/<lab>/`, the manifest in `out`), report.
+
+    Every option is checked before the first lab runs: a refused one writes nothing.
+    """
     labs = registry.resolve(ids)
+    check_options(seed, impl, timeout_s, out)
+    params = resolve_params(labs, settings or [])
     start = time.perf_counter()
     room_path = clean_room or (default_clean_room() if impl != "reference" else None)
     room = shown_path(room_path) if room_path else None
-    store = EvidenceStore(out.parent)
+    store = EvidenceStore(out)
     results = []
     with implementations(impl, room_path, timeout_s, isolation) as impls:
+        level = isolation_of(impls)
         for index, lab in enumerate(labs):
             if progress:
                 progress(lab, index, len(labs))
-            result = run_lab(lab, seed, impls)
-            write_evidence(result, store, Path(out.name), seed, impl, room)
+            result = run_lab(lab, seed, impls, params[lab.id])
+            write_evidence(result, store, Path("."), seed, impl, room, level)
             results.append(result)
-    return RunReport(results, seed, impl, room, time.perf_counter() - start)
+    return RunReport(results, seed, impl, room, time.perf_counter() - start, level)
+
+
+def isolation_of(impls: dict[str, Implementation]) -> str | None:
+    """How the clean room's code runs (`sandbox` or `process`); None when none runs."""
+    room = impls.get("clean-room")
+    return room.isolation if room is not None else None
 
 
 def _cell(value):

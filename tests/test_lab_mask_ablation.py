@@ -103,7 +103,7 @@ def test_mask_reversed_is_caught_by_the_probe_and_by_the_too_good_loss(tmp_path_
     assert_caught(caught, HELDOUT)
     # the LM with the reversed mask reads its own target: near the floor 1/T
     assert rows(caught)[(HELDOUT, "clean-room")].actual < 0.2
-    flagged = [f.text for f in caught.figures if getattr(f, "flag", False)]
+    flagged = [str(f.text) for f in caught.figures if getattr(f, "flag", False)]
     assert any("differ" in text for text in flagged)
 
 

@@ -152,7 +152,7 @@ def test_unknown_lab_is_a_usage_error_that_lists_the_known_ones(workdir):
 
 def test_bad_impl_choice_is_refused(workdir):
     result = run_cli("run", "causal-attention", "--impl", "neither")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "--impl must be one of" in result.output
 
 
@@ -181,10 +181,8 @@ def test_run_json_is_one_document_and_records_validate(workdir):
     assert environment.device == "cpu"
     artifact = from_json.artifacts[0]
     assert (workdir / artifact.path).is_file()
-    manifest = json.loads((workdir / "evidence" / "module-manifest-v1.json").read_text())
-    assert manifest["modules"]["causal-attention"]["record"] == str(
-        json_files[0].relative_to(workdir / "evidence")
-    )
+    manifest = json.loads((out / "module-manifest-v1.json").read_text())
+    assert manifest["modules"]["causal-attention"]["record"] == str(json_files[0].relative_to(out))
 
 
 def test_same_seed_same_values_other_seed_other_values(workdir):
@@ -203,11 +201,12 @@ def test_a_second_run_writes_new_records_and_leaves_the_first_untouched(workdir)
     assert (
         run_cli("run", "causal-attention", "--out", str(out), "--impl", "reference").exit_code == 0
     )
-    first = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    records = out / "causal-attention"
+    first = {p: p.read_bytes() for p in records.rglob("*") if p.is_file()}
     assert (
         run_cli("run", "causal-attention", "--out", str(out), "--impl", "reference").exit_code == 0
     )
-    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    after = {p: p.read_bytes() for p in records.rglob("*") if p.is_file()}
     assert len(after) == 2 * len(first)
     assert all(after[p] == content for p, content in first.items())
 
@@ -299,3 +298,97 @@ def test_no_color_is_honoured():
     colour = re.compile(r"\x1b\[[0-9;]*(3[0-7]|38|9[0-7])[0-9;]*m")
     assert colour.search(_contract_check_output())
     assert not colour.search(_contract_check_output(NO_COLOR="1"))
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        (["--timeout", "inf"], "--timeout must be"),
+        (["--timeout", "nan"], "--timeout must be"),
+        (["--timeout", "-1"], "--timeout must be"),
+        (["--timeout", "0"], "--timeout must be"),
+        (["--seed", "-1"], "--seed must be an integer from 0"),
+        (["--seed", str(2**32)], "--seed must be an integer from 0"),
+        (["--impl", "torch"], "--impl must be one of"),
+    ],
+)
+def test_bad_options_exit_2_before_any_lab_runs(workdir, option, says):
+    out = workdir / "evidence" / "runs"
+    result = run_cli("run", "causal-attention", "--out", str(out), *option)
+    assert result.exit_code == 2, result.output
+    assert says in result.output
+    assert "Traceback" not in result.output
+    assert list(workdir.iterdir()) == []
+
+
+def test_out_that_is_a_file_or_unwritable_is_refused(workdir):
+    (workdir / "a-file").write_text("x")
+    for out, says in (
+        (workdir / "a-file", "is not a directory"),
+        (workdir / "a-file" / "below", "is not a directory"),
+        (Path("/proc/labctl-test"), "is not writable"),
+    ):
+        result = run_cli("run", "causal-attention", "--impl", "reference", "--out", str(out))
+        assert result.exit_code == 2, result.output
+        assert says in result.output
+    assert sorted(p.name for p in workdir.iterdir()) == ["a-file"]
+    assert (workdir / "a-file").read_text() == "x"
+
+
+def test_out_dir_holds_records_manifest_and_lock_and_nothing_lands_beside_it(workdir):
+    out = workdir / "parent" / "mine"
+    result = run_cli("run", "causal-attention", "--impl", "reference", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in (workdir / "parent").iterdir()] == ["mine"]
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["causal-attention", "module-manifest-v1.json", "module-manifest-v1.json.lock"]
+    manifest = json.loads((out / "module-manifest-v1.json").read_text())
+    assert (out / manifest["modules"]["causal-attention"]["record"]).is_file()
+
+
+def test_a_failing_clean_room_keeps_the_reference_numbers(tmp_path):
+    from labctl.faults import Fault
+
+    raising = Fault(
+        name="mask-raises",
+        function="causal_mask",
+        module="primitives",
+        description="causal_mask raises",
+        course="none",
+        source="""
+        def causal_mask(t_q, t_k=None):
+            raise RuntimeError("not written yet")
+        """,
+    )
+    room = raising.materialize(tmp_path / "raising")
+    lab = registry.get("causal-attention")
+    with implementations("both", room) as impls:
+        result = run_lab(lab, 5, impls)
+    assert not result.passed
+    assert "not written yet" in result.error
+    reference = {m.name: m for m in result.metrics if m.impl == "reference"}
+    assert reference["future_weight_max"].actual == 0.0 and reference["future_weight_max"].passed
+    room_rows = [m for m in result.metrics if m.impl == "clean-room"]
+    assert room_rows and all(math.isnan(m.actual) and not m.passed for m in room_rows)
+    assert [f.impl for f in result.figures if hasattr(f, "matrix")] == ["reference"]
+
+
+def test_run_all_outside_the_repository_then_template_fill_validates(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "start"]):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True
+        )
+    monkeypatch.chdir(repo)
+    result = run_cli("run", "all", "--out", "../x", "--clean-room", ROOM)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in repo.iterdir()) == [".git"]
+    filled = run_cli("evidence", "template", "--fill", "--root", "../x")
+    assert filled.exit_code == 0, filled.output
+    assert "outside the repository" in filled.output
+    path = repo / "submission.yaml"
+    path.write_text(filled.stdout)
+    checked = run_cli("evidence", "validate", str(path), "--json")
+    assert checked.exit_code == 0, checked.output
+    assert json.loads(checked.stdout)["valid"] is True

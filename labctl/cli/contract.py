@@ -6,12 +6,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from labctl import contract
 from labctl.cli.isolation import IsolationOption, effective
-from labctl.cli.render import out, print_json, verdict
+from labctl.cli.render import Column, fit, out, print_json, text, verdict
 from labctl.errors import EXIT_FAILED
+from labctl.i18n import N_, Msg
 
 app = typer.Typer(help="The frozen clean-room interface, contract v1.", no_args_is_help=True)
 
@@ -26,11 +27,20 @@ def show(json_: JsonFlag = False) -> None:
     if json_:
         print_json({"id": contract.CONTRACT_ID, "sha256": digest, **contract.raw_contract()})
         return
-    table = Table(title=f"{contract.CONTRACT_ID} (sha256 {digest[:12]}…)", show_lines=True)
-    for column in ("#", "signature", "returns", "meaning"):
-        table.add_column(column, overflow="fold")
-    for fn in functions:
-        table.add_row(str(fn.number), fn.signature(), fn.returns, fn.meaning)
+    # A signature is code a learner copies: it is never broken; too wide, the table stacks.
+    table = fit(
+        (
+            Column(N_("signature"), identifier=True),
+            Column(N_("returns"), prose=True),
+            Column(N_("meaning"), prose=True),
+        ),
+        [
+            (f"{fn.number}. {escape(fn.signature())}", escape(fn.returns), escape(fn.meaning))
+            for fn in functions
+        ],
+        title=f"{contract.CONTRACT_ID} (sha256 {digest[:12]}…)",
+        show_lines=True,
+    )
     out.print(table)
 
 
@@ -61,13 +71,19 @@ def check(
         for name in report.checked:
             problems = [d.message for d in report.deviations if d.function == name]
             out.print(
-                f"{verdict(not problems)}  {name}" + "".join(f"\n      {m}" for m in problems)
+                f"{verdict(not problems)}  {name}"
+                + "".join(f"\n      {escape(m)}" for m in problems)
             )
         total = len(report.checked)
         bad = len({d.function for d in report.deviations})
-        out.print(
-            f"\n{verdict(report.passed)}  {total - bad}/{total} functions match "
-            f"{report.contract_id} (sha256 {report.digest[:12]}…) in {report.path}"
+        summary = Msg(
+            "{matching}/{total} functions match {contract} (sha256 {digest}…) in {path}",
+            matching=total - bad,
+            total=total,
+            contract=report.contract_id,
+            digest=report.digest[:12],
+            path=report.path,
         )
+        out.print(f"\n{verdict(report.passed)}  {text(summary)}")
     if not report.passed:
         raise typer.Exit(EXIT_FAILED)

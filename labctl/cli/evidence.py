@@ -15,9 +15,10 @@ import typer
 from rich.markup import escape
 
 from labctl.cli.isolation import IsolationOption, effective
-from labctl.cli.render import err, out, print_json
+from labctl.cli.render import err, out, print_json, text
 from labctl.errors import EXIT_FAILED
 from labctl.evidence.modules import DEFAULT_MODULE
+from labctl.i18n import Msg, _
 
 app = typer.Typer(
     help="The learn-llm.evidence.v1 schema, the learner template, validate and submit.",
@@ -41,7 +42,13 @@ def _problems(report) -> None:
     for problem in report.problems:
         _line(str(problem))
     for warning in report.warnings:
-        _line(f"warning: {warning}")
+        _line(_(Msg("warning: {warning}", warning=str(warning))))
+
+
+def _count(problems) -> Msg:
+    if len(problems) == 1:
+        return Msg("{count} problem", count=1)
+    return Msg("{count} problems", count=len(problems))
 
 
 def _shown(path: Path) -> str:
@@ -75,7 +82,7 @@ def template(
 
     made = build(module, EvidenceStore(root) if fill else None)
     for warning in made.warnings:
-        err.print(f"warning: {warning}", markup=False, soft_wrap=True)
+        err.print(_(Msg("warning: {warning}", warning=str(warning))), markup=False, soft_wrap=True)
     if json_:
         print_json(made.data)
     else:
@@ -100,12 +107,11 @@ def validate(file: FileArg, json_: JsonFlag = False) -> None:
     else:
         _problems(report)
         if report.valid:
-            out.print(f"[green]valid[/green]: {escape(_shown(file))}", soft_wrap=True)
+            out.print(f"[green]{_('valid')}[/green]: {escape(_shown(file))}", soft_wrap=True)
         else:
-            count = len(report.problems)
             out.print(
-                f"[bold red]invalid[/bold red]: {escape(_shown(file))}: "
-                f"{count} problem{'s' if count != 1 else ''}",
+                f"[bold red]{_('invalid')}[/bold red]: {escape(_shown(file))}: "
+                f"{text(_count(report.problems))}",
                 soft_wrap=True,
             )
     if not report.valid:
@@ -135,7 +141,7 @@ def submit(
     """
     from labctl.evidence.submit import submit as run_submit
 
-    with err.status("re-measuring…"):
+    with err.status(_("re-measuring…")):
         outcome = run_submit(file, root, clean_room, timeout, isolation=effective(isolation))
     report = outcome.report
     if json_:
@@ -158,28 +164,40 @@ def submit(
         for item in outcome.reproductions:
             if item.reproduced:
                 _line(
-                    f"reproduced: {item.field} {item.name} ({item.impl}): claimed "
-                    f"{item.claimed!r}, measured {item.measured!r}"
+                    _(
+                        Msg(
+                            "reproduced: {field} {name} ({impl}): claimed {claimed!r}, "
+                            "measured {measured!r}",
+                            field=item.field,
+                            name=item.name,
+                            impl=item.impl,
+                            claimed=item.claimed,
+                            measured=item.measured,
+                        )
+                    )
                 )
         shown = escape(_shown(file))
         if not outcome.accepted:
-            count = len(report.problems)
             out.print(
-                f"[bold red]refused[/bold red]: {shown}: {count} problem{'s' if count != 1 else ''}"
-                "; nothing written",
+                f"[bold red]{_('refused')}[/bold red]: {shown}: {text(_count(report.problems))}; "
+                f"{_('nothing written')}",
                 soft_wrap=True,
             )
         elif outcome.already is not None:
+            already = Msg("{file} as {stored}; nothing written", file=_shown(file),
+                          stored=_shown(outcome.already))  # fmt: skip
             out.print(
-                f"[green]already recorded[/green]: {shown} as {escape(_shown(outcome.already))}; "
-                "nothing written",
+                f"[green]{_('already recorded')}[/green]: {text(already)}",
                 soft_wrap=True,
             )
         else:
-            out.print(
-                f"[green]accepted[/green]: {shown}: {len(outcome.reproductions)} claim(s) "
-                f"re-measured on seed {outcome.seed}; stored as {escape(_shown(outcome.stored))}",
-                soft_wrap=True,
+            accepted = Msg(
+                "{file}: {n} claim(s) re-measured on seed {seed}; stored as {stored}",
+                file=_shown(file),
+                n=len(outcome.reproductions),
+                seed=outcome.seed,
+                stored=_shown(outcome.stored),
             )
+            out.print(f"[green]{_('accepted')}[/green]: {text(accepted)}", soft_wrap=True)
     if not outcome.accepted:
         raise typer.Exit(EXIT_FAILED)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from enum import Enum
 from typing import Annotated
 
 import typer
@@ -22,8 +23,11 @@ import labctl
 from labctl.cli import contract as contract_cli
 from labctl.cli import doctor as doctor_cli
 from labctl.cli import evidence as evidence_cli
+from labctl.cli import report as report_cli
 from labctl.cli import run as run_cli
+from labctl.cli import show as show_cli
 from labctl.cli import verify as verify_cli
+from labctl.cli.lang import LANG_HELP, localized
 from labctl.cli.render import print_json
 from labctl.errors import EXIT_FAILED, EXIT_USAGE, LabctlError, UsageError
 
@@ -89,7 +93,7 @@ class _HandledGroup(TyperGroup):
 
 
 app = typer.Typer(
-    cls=_HandledGroup,
+    cls=localized(_HandledGroup),
     help="Run the attention and Transformer-block labs, verify clean rooms, submit evidence.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -97,12 +101,20 @@ app = typer.Typer(
 )
 app.add_typer(contract_cli.app, name="contract")
 app.add_typer(evidence_cli.app, name="evidence")
-app.command("list")(run_cli.list_labs)
+app.command("list")(show_cli.list_labs)
 app.command("run")(run_cli.run)
+app.command("show")(show_cli.show)
 app.add_typer(verify_cli.verify_app, name="verify")
 app.add_typer(verify_cli.clean_room_app, name="clean-room")
 app.command("faults")(verify_cli.faults)
 app.command("doctor")(doctor_cli.doctor)
+app.command("report")(report_cli.report)
+
+
+class Language(str, Enum):
+    # Read from the raw arguments by `localized` before parsing; declared here for help and checking.
+    zh = "zh"
+    en = "en"
 
 
 def _version(value: bool) -> None:
@@ -117,6 +129,10 @@ def root(
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
     ] = False,
+    lang: Annotated[
+        Language | None,
+        typer.Option("--lang", help=LANG_HELP, case_sensitive=False, show_default=False),
+    ] = None,
 ) -> None:
     """labctl: prove each part of the Transformer block by experiment."""
 

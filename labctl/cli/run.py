@@ -1,4 +1,4 @@
-"""`labctl list` and `labctl run`."""
+"""`labctl run`."""
 
 from __future__ import annotations
 
@@ -7,55 +7,13 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from labctl.cli.isolation import IsolationOption, effective
-from labctl.cli.render import err, number, out, print_json, verdict
+from labctl.cli.render import Column, err, fit, number, out, print_json, verdict
 from labctl.errors import EXIT_FAILED
-from labctl.i18n import Msg, _
+from labctl.i18n import N_, _
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-
-
-def list_labs(json_: JsonFlag = False) -> None:
-    """List the labs: id, title, course section, metrics."""
-    from labctl import registry
-
-    labs = registry.discover()
-    if json_:
-        print_json(
-            {
-                "tolerances": registry.TOLERANCE_TABLE_VERSION,
-                "labs": [
-                    {
-                        "id": lab.id,
-                        "title": lab.title,
-                        "sections": [str(s) for s in lab.sections],
-                        "metrics": [
-                            {
-                                "name": m.name,
-                                "unit": m.unit,
-                                "expected": m.expected,
-                                "impls": list(m.impls),
-                                "timing": m.timing,
-                            }
-                            for m in lab.metrics
-                        ],
-                    }
-                    for lab in labs
-                ],
-            }
-        )
-        return
-    table = Table(title=f"labs (tolerance table {registry.TOLERANCE_TABLE_VERSION})")
-    for column in ("id", "title", "course section", "metrics"):
-        table.add_column(column, overflow="fold")
-    for lab in labs:
-        metrics = ", ".join(m.name for m in lab.metrics)
-        sections = "\n".join(str(s) for s in lab.sections)
-        table.add_row(lab.id, escape(lab.title), escape(sections), escape(metrics))
-    out.print(table)
 
 
 def run(
@@ -77,20 +35,43 @@ def run(
     ),
     timeout: Annotated[float, typer.Option(help="Seconds one clean-room call may take.")] = 20.0,
     isolation: IsolationOption = "auto",
+    settings: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="NAME=VALUE",
+            help="Change a lab parameter (repeatable). NAME applies to every lab being run "
+            "that has it; LAB.NAME to that lab only (e.g. causal-attention.T=16). "
+            "`labctl show LAB` lists each lab's parameters and bounds; a value out of bounds "
+            "is refused before anything runs. Records made with changed parameters say so.",
+            show_default=False,
+        ),
+    ] = None,
     json_: JsonFlag = False,
 ) -> None:
-    """Run labs on the reference and a clean room; print metrics; write evidence records."""
+    """Run labs on the reference and a clean room; print metrics; write evidence records.
+
+    Records go to --out/<lab>/, and the manifest of the newest record per lab to --out.
+    """
     from labctl import registry
     from labctl.evidence.records import shown_path
     from labctl.runner import run_labs
 
-    with err.status("starting…") as status:
+    with err.status(_("starting…")) as status:
 
         def progress(lab, index, total):
-            status.update(f"[{index + 1}/{total}] {lab.id}: {lab.title}")
+            status.update(f"[{index + 1}/{total}] {lab.id}: {_(lab.title)}")
 
         report = run_labs(
-            labs, seed, impl.lower(), clean_room, out_dir, timeout, progress, effective(isolation)
+            labs,
+            seed,
+            impl.lower(),
+            clean_room,
+            out_dir,
+            timeout,
+            progress,
+            settings or [],
+            effective(isolation),
         )
     if json_:
         print_json(report.to_json(shown_path))
@@ -98,92 +79,84 @@ def run(
         for result in report.labs:
             _render_lab(result)
         passed = sum(r.passed for r in report.labs)
-        out.print(
-            f"{verdict(report.passed)}  {passed}/{len(report.labs)} labs passed "
-            f"(seed {report.seed}, impl {report.impl}, tolerances {registry.TOLERANCE_TABLE_VERSION}) "
-            f"in {report.wall_time_s:.1f} s; records under {shown_path(out_dir)}"
+        summary = _(
+            "{passed}/{total} labs passed (seed {seed}, impl {impl}, tolerances {tolerances}) "
+            "in {seconds:.1f} s; records under {where}"
+        ).format(
+            passed=passed,
+            total=len(report.labs),
+            seed=report.seed,
+            impl=report.impl,
+            tolerances=registry.TOLERANCE_TABLE_VERSION,
+            seconds=report.wall_time_s,
+            where=shown_path(out_dir),
         )
+        out.print(f"{verdict(report.passed)}  {escape(summary)}")
     if not report.passed:
         raise typer.Exit(EXIT_FAILED)
 
 
 def _render_lab(result) -> None:
-    from labctl.lab import HeatmapFigure, Note, TableFigure
+    from labctl.cli.figures import figures, text
+    from labctl.lab import Note
+    from labctl.params import record_values
 
     lab = result.lab
-    out.rule(f"[bold]{lab.id}[/bold]: {escape(str(lab.title))}")
-    out.print(f"[dim]{escape(lab.question)}[/dim]")
-    out.print(f"[dim]course: {escape('; '.join(str(s) for s in lab.sections))}[/dim]")
+    out.rule(f"[bold]{lab.id}[/bold]: {escape(_(lab.title))}")
+    out.print(f"[dim]{escape(_(lab.question))}[/dim]")
+    sections = "; ".join(str(s) for s in lab.sections)
+    out.print(f"[dim]{escape(_('course: {sections}').format(sections=sections))}[/dim]")
+    changed = result.changed_params
+    if changed:
+        values = record_values(result.params)
+        shown = ", ".join(f"{name}={values[name]}" for name in changed)
+        out.print(
+            "[bold yellow]! "
+            + escape(_("non-default parameters: {values}").format(values=shown))
+            + "[/bold yellow]"
+        )
     if result.error:
         out.print(f"{verdict(False)}  {escape(result.error)}")
-    table = Table(show_edge=False)
-    # Metric names fold rather than truncate: a learner copies them into a submission.
-    table.add_column("metric", overflow="fold", ratio=1)
-    for column in ("reference", "clean room"):
-        table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("expected", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
+    rows_shown = []
     by_name: dict[str, dict] = {}
     for m in result.metrics:
         by_name.setdefault(m.name, {})[m.impl] = m
     for name, rows in by_name.items():
         first = next(iter(rows.values()))
-        label = escape(name) + (" [dim](timing)[/dim]" if first.timing else "")
+        label = escape(name) + (f" [dim]({_('timing')})[/dim]" if first.timing else "")
         if "both" in rows:
-            cells = ("[dim]↔[/dim]", number(rows["both"].actual))
+            cells = ("[dim]↔[/dim]", _shown(rows["both"].actual))
         else:
             cells = tuple(
-                number(rows[i].actual) if i in rows else "" for i in ("reference", "clean-room")
+                _shown(rows[i].actual) if i in rows else "" for i in ("reference", "clean-room")
             )
         passed = all(m.passed for m in rows.values())
-        shown = verdict(passed) if not first.timing else f"[dim]{'ok' if passed else 'slow'}[/dim]"
-        table.add_row(label, *cells, escape(first.expected), shown)
+        timing_word = _("ok") if passed else _("slow")
+        shown = verdict(passed) if not first.timing else f"[dim]{timing_word}[/dim]"
+        rows_shown.append([label, *cells, escape(first.expected), shown])
+    # Metric names are identifiers a learner copies into a submission: never broken.
+    table = fit(
+        [
+            Column(N_("metric"), identifier=True),
+            Column(N_("reference"), identifier=True, justify="right"),
+            Column(N_("clean room"), identifier=True, justify="right"),
+            Column(N_("expected"), identifier=True),
+            Column(N_("verdict"), identifier=True),
+        ],
+        rows_shown,
+        show_edge=False,
+    )
     out.print(table)
+    for renderable in figures(result.figures):
+        out.print(renderable)
     for figure in result.figures:
-        if isinstance(figure, HeatmapFigure):
-            out.print(_heatmap(figure))
-        elif isinstance(figure, TableFigure):
-            out.print(_table(figure))
-        elif isinstance(figure, Note):
+        if isinstance(figure, Note):
             mark = "[bold yellow]![/bold yellow]" if figure.flag else "[dim]·[/dim]"
-            out.print(f"{mark} {escape(_text(figure.text))}")
-    out.print(f"{verdict(result.passed)}  {lab.id} in {result.wall_time_s:.2f} s\n")
+            out.print(f"{mark} {escape(text(figure.text))}")
+    footer = _("{lab} in {seconds:.2f} s").format(lab=lab.id, seconds=result.wall_time_s)
+    out.print(f"{verdict(result.passed)}  {footer}\n")
 
 
-def _text(message) -> str:
-    """A figure's text as shown: a `Msg` with its values formatted in."""
-    return message.render(_) if isinstance(message, Msg) else _(message)
-
-
-def _table(figure) -> Table:
-    """Numbers right-aligned, text left-aligned, markup in cells shown as written."""
-    table = Table(title=escape(_text(figure.title)), show_edge=False)
-    numeric = [
-        all(not isinstance(row[i], (str, Msg)) for row in figure.rows)
-        for i in range(len(figure.columns))
-    ]
-    for column, is_number in zip(figure.columns, numeric, strict=True):
-        table.add_column(escape(_text(column)), justify="right" if is_number else "left")
-    for row in figure.rows:
-        table.add_row(*(escape(_text(v)) if isinstance(v, (str, Msg)) else number(v) for v in row))
-    return table
-
-
-def _heatmap(figure) -> Table:
-    """Each cell shows its weight and a shade, so the pattern reads with or without colour."""
-    shades = " ░▒▓█"
-    title = _text(figure.title) + (f" [{figure.impl}]" if figure.impl else "")
-    table = Table(title=escape(title), show_edge=False, pad_edge=False)
-    table.add_column(f"{figure.row_label}\\{figure.col_label}", justify="right", style="dim")
-    width = len(figure.matrix[0]) if figure.matrix else 0
-    for j in range(width):
-        tick = figure.col_ticks[j] if j < len(figure.col_ticks) else str(j)
-        table.add_column(escape(tick), justify="right")
-    for i, row in enumerate(figure.matrix):
-        cells = []
-        for value in row:
-            level = min(int(max(value, 0.0) * (len(shades) - 1) + 0.5), len(shades) - 1)
-            style = f"on color({232 + min(int(max(value, 0.0) * 23), 23)})"
-            cells.append(Text(f"{shades[level]}{value:.2f}", style=style if value > 0 else ""))
-        table.add_row(escape(figure.row_ticks[i] if i < len(figure.row_ticks) else str(i)), *cells)
-    return table
+def _shown(value: float) -> str:
+    """A metric's value; one not measured (the clean room failed first) shows as a dash."""
+    return "—" if value != value else number(value)

@@ -12,6 +12,7 @@ from rich.table import Table
 from labctl.cli.isolation import IsolationOption, effective
 from labctl.cli.render import err, number, out, print_json, verdict
 from labctl.errors import EXIT_FAILED, UsageError
+from labctl.i18n import Msg, _
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
@@ -44,7 +45,13 @@ def _legend(names) -> str:
 
 def _positive(value: float, option: str) -> None:
     if not value > 0:
-        raise UsageError(f"{option} must be a positive number of seconds, got {value:g}")
+        raise UsageError(
+            Msg(
+                "{option} must be a positive number of seconds, got {value:g}",
+                option=option,
+                value=value,
+            )
+        )
 
 
 @verify_app.command("clean-room")
@@ -84,14 +91,14 @@ def clean_room(
 
     _positive(timeout, "--timeout")
     if memory_mb < 0:
-        raise UsageError(f"--memory-mb must be >= 0 (0: no limit), got {memory_mb}")
+        raise UsageError(Msg("--memory-mb must be >= 0 (0: no limit), got {mb}", mb=memory_mb))
     check_out_dir(out_dir)
     level = effective(isolation)
     target = path if path is not None else default_clean_room()
-    with err.status("verifying…") as status:
+    with err.status(_("verifying…")) as status:
 
         def progress(what: str) -> None:
-            status.update(f"verifying {shown_path(target)}: {what}")
+            status.update(_(Msg("verifying {path}: {what}", path=shown_path(target), what=what)))
 
         report = verify_clean_room(
             target,
@@ -123,7 +130,7 @@ def _render_report(report, shown) -> None:
     from labctl.verify.observe import PACKAGE
 
     record = next((shown(p) for p in report.records if p.suffix == ".json"), None)
-    where = f"; record {record}" if record else ""
+    where = _(Msg("; record {record}", record=record)) if record else ""
     if report.status != "loaded":
         out.print(
             f"{verdict(False)}  {escape(report.path)}: {escape(report.message)}{escape(where)}",
@@ -140,7 +147,7 @@ def _render_report(report, shown) -> None:
     # import-policy has a cell only where a function holds a violation.
     names = [n for n in CHECK_NAMES if n != "loads"]
     table = Table(box=None, pad_edge=False, padding=(0, 1), collapse_padding=True)
-    table.add_column("function", no_wrap=True)
+    table.add_column(_("function"), no_wrap=True)
     for name in names:
         table.add_column(_SHORT[name], justify="left" if name == "parity" else "center")
     for function in contract.function_names():
@@ -155,39 +162,57 @@ def _render_report(report, shown) -> None:
                 cells.append(_MARK[result.status])
         table.add_row(function, *cells)
     out.print(table)
-    out.print(f"[dim]{_legend(names)}; parity: max abs error[/dim]", soft_wrap=True)
+    out.print(f"[dim]{_legend(names)}; {_('parity: max abs error')}[/dim]", soft_wrap=True)
     failed = [c for c in report.checks if c.failed]
     if failed:
-        out.print("[bold]failures[/bold]")
+        out.print(f"[bold]{_('failures')}[/bold]")
         for c in failed:
             out.print(f"  {c.function} · {c.name}: {escape(c.message)}", soft_wrap=True)
     if report.diagnosis:
-        out.print("[bold]diagnosis[/bold]")
+        out.print(f"[bold]{_('diagnosis')}[/bold]")
         stubs = [d.function for d in report.diagnosis if d.kind == "not-implemented"]
         if stubs:
             total = len(contract.function_names())
-            shown = f"all {total} functions" if len(stubs) == total else ", ".join(stubs)
-            out.print(f"  not implemented yet: {shown}", soft_wrap=True)
+            shown = (
+                _(Msg("all {total} functions", total=total))
+                if len(stubs) == total
+                else ", ".join(stubs)
+            )
+            out.print("  " + _(Msg("not implemented yet: {shown}", shown=shown)), soft_wrap=True)
         for d in report.diagnosis:
             if d.kind != "not-implemented":
                 out.print(f"  {escape(d.message)}", soft_wrap=True)
     if report.metrics:
-        out.print("[bold]course template metrics (002 学习者提交模板), on this clean room[/bold]")
+        out.print(
+            f"[bold]{_('course template metrics (学习者提交模板), on this clean room')}[/bold]"
+        )
         for m in report.metrics:
             if m.actual is None:
                 out.print(f"  [dim]{m.name}: {escape(m.note)}[/dim]", soft_wrap=True)
             else:
-                out.print(
-                    f"  {verdict(m.passed)}  {m.name} = {number(m.actual)} "
-                    f"(expected {m.expected}, {m.impl}, lab {m.lab})"
+                detail = _(
+                    Msg(
+                        "(expected {expected}, {impl}, lab {lab})",
+                        expected=m.expected,
+                        impl=m.impl,
+                        lab=m.lab,
+                    )
                 )
+                out.print(f"  {verdict(m.passed)}  {m.name} = {number(m.actual)} {detail}")
     passed, total = report.functions_passed()
-    out.print(
-        f"{verdict(report.passed)}  {passed}/{total} functions pass every check "
-        f"({contract.CONTRACT_ID}, tolerances {registry.TOLERANCE_TABLE_VERSION}, timeout {report.timeout_s:g} s) "
-        f"in {report.wall_time_s:.1f} s{escape(where)}; isolation {describe(report.isolation)}",
-        soft_wrap=True,
+    summary = Msg(
+        "{passed}/{total} functions pass every check ({contract}, tolerances {tolerances}, "
+        "timeout {timeout:g} s) in {seconds:.1f} s{where}; isolation {isolation}",
+        passed=passed,
+        total=total,
+        contract=contract.CONTRACT_ID,
+        tolerances=registry.TOLERANCE_TABLE_VERSION,
+        timeout=report.timeout_s,
+        seconds=report.wall_time_s,
+        where=escape(where),
+        isolation=describe(report.isolation),
     )
+    out.print(f"{verdict(report.passed)}  {_(summary)}", soft_wrap=True)
 
 
 @clean_room_app.command("init")
@@ -211,12 +236,17 @@ def init(
             }
         )
         return
+    wrote = Msg(
+        "wrote {n} stubs of {contract} to {files}",
+        n=len(contract.function_names()),
+        contract=contract.CONTRACT_ID,
+        files=", ".join(str(p) for p in written),
+    )
+    out.print(_(wrote), soft_wrap=True)
     out.print(
-        f"wrote {len(contract.function_names())} stubs of {contract.CONTRACT_ID} to "
-        f"{', '.join(str(p) for p in written)}",
+        _(Msg("next: {command}", command=f"labctl verify clean-room --path {directory}")),
         soft_wrap=True,
     )
-    out.print(f"next: labctl verify clean-room --path {directory}", soft_wrap=True)
 
 
 def faults(
@@ -239,7 +269,7 @@ def faults(
 
     _positive(timeout, "--timeout")
     level = effective(isolation)
-    with err.status("verifying the project's clean room…") as status:
+    with err.status(_("verifying the project's clean room…")) as status:
 
         def progress(name: str, done: int, total: int) -> None:
             status.update(f"[{done}/{total}] {name}")
@@ -258,10 +288,10 @@ def _render_matrix(matrix, shown) -> None:
 
     marks = {"caught": "[bold red]●[/bold red]", "pass": "[dim]·[/dim]", "not-run": "[dim]–[/dim]"}
     table = Table(box=None, pad_edge=False, padding=(0, 1), collapse_padding=True)
-    table.add_column("fault", no_wrap=True)
+    table.add_column(_("fault"), no_wrap=True)
     for name in CHECK_NAMES:
         table.add_column(_SHORT[name][:3], justify="center")
-    table.add_column("named")
+    table.add_column(_("named"))
     for row in [matrix.baseline, *matrix.rows]:
         fault = row.fault
         cells = []
@@ -273,33 +303,45 @@ def _render_matrix(matrix, shown) -> None:
         if fault is None:
             diagnosed = ""
         elif row.diagnosed_as == fault.name:
-            diagnosed = "[green]yes[/green]"
+            diagnosed = f"[green]{_('yes')}[/green]"
         else:
-            diagnosed = "[bold red]no[/bold red]"
-        table.add_row(row.name if fault else "(none: project clean room)", *cells, diagnosed)
+            diagnosed = f"[bold red]{_('no')}[/bold red]"
+        table.add_row(row.name if fault else _("(none: project clean room)"), *cells, diagnosed)
     out.print(
-        "which checks catch which fault: ● caught, ◉ caught by its signal check, · passed, – not run"
+        _(
+            "which checks catch which fault: ● caught, ◉ caught by its signal check, · passed, – not run"
+        )
     )
     out.print(table)
     out.print(
         f"[dim]{_legend(CHECK_NAMES).replace('parity parity · ', '')}; par parity; "
-        "named: diagnosed by its own name at its own function[/dim]",
+        f"{_('named: diagnosed by its own name at its own function')}[/dim]",
         soft_wrap=True,
     )
     for name, why in JUSTIFIED.items():
-        out.print(f"[dim]{name}: no catalogued fault, justified: {why}.[/dim]", soft_wrap=True)
+        justified = _(Msg("{name}: no catalogued fault, justified: {why}.", name=name, why=why))
+        out.print(f"[dim]{justified}[/dim]", soft_wrap=True)
     for problem in matrix.problems():
         out.print(f"{verdict(False)}  {problem}", soft_wrap=True)
     record = next((shown(p) for p in matrix.records if p.suffix == ".json"), None)
-    where = f"; record {record}" if record else ""
+    where = _(Msg("; record {record}", record=record)) if record else ""
     total = len(matrix.rows)
     caught = sum(1 for r in matrix.rows if r.caught_by)
     named = total - len(matrix.undiagnosed())
     proven = len(CHECK_NAMES) - len(matrix.unproven()) - len(JUSTIFIED)
-    baseline = "clean" if not matrix.baseline.failures else "FAILING"
-    out.print(
-        f"{verdict(matrix.passed)}  {caught}/{total} faults caught, {named}/{total} diagnosed by "
-        f"name; {proven}/{len(CHECK_NAMES)} checks proven by a fault (+{len(JUSTIFIED)} "
-        f"justified); baseline {baseline}; in {matrix.wall_time_s:.1f} s{where}",
-        soft_wrap=True,
+    baseline = Msg("clean") if not matrix.baseline.failures else Msg("FAILING")
+    summary = Msg(
+        "{caught}/{total} faults caught, {named}/{total} diagnosed by name; {proven}/{checks} "
+        "checks proven by a fault (+{justified} justified); baseline {baseline}; in "
+        "{seconds:.1f} s{where}",
+        caught=caught,
+        total=total,
+        named=named,
+        proven=proven,
+        checks=len(CHECK_NAMES),
+        justified=len(JUSTIFIED),
+        baseline=baseline,
+        seconds=matrix.wall_time_s,
+        where=where,
     )
+    out.print(f"{verdict(matrix.passed)}  {_(summary)}", soft_wrap=True)

@@ -1,6 +1,6 @@
 """Course modules a learner submits evidence for, and the metrics each requires.
 
-The 002 learner template (学习者提交模板) is module `07-attention-transformer`
+The learner template of 《第8章 · Attention 与 Transformer Block》 阶段六 (学习者提交模板) is module `07-attention-transformer`
 with five metrics; their tolerances are the v1 table's, from the labs that
 measure them (`labctl.registry.metric_table`).
 """
@@ -8,6 +8,8 @@ measure them (`labctl.registry.metric_table`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from labctl.course import CH8, Section
 
 
 @dataclass(frozen=True)
@@ -22,7 +24,7 @@ MODULES: tuple[Module, ...] = (
     Module(
         id="07-attention-transformer",
         title="Attention and the Transformer block",
-        section="002_edf31da47b29d4da.txt 学习者提交模板",
+        section=str(Section(CH8, "阶段六", "学习者提交模板")),
         required=(
             "future_token_invariance",
             "reference_output_max_error",

@@ -78,6 +78,9 @@ def machine_record(
     verified_at: str | None = None,
     lab: str | None = None,
     clean_room: str | None = None,
+    params: dict | None = None,
+    params_default: bool | None = None,
+    isolation: str | None = None,
 ) -> EvidenceRecord:
     """A record of this machine's run at the current commit."""
     commit = head_commit()
@@ -103,6 +106,9 @@ def machine_record(
             impl=impl,
             lab=lab,
             clean_room=clean_room,
+            isolation=isolation,
+            params=params,
+            params_default=params_default,
             passed=passed,
             wall_time_s=round(wall_time_s, 3),
         ),

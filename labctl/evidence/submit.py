@@ -36,6 +36,7 @@ from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.records import shown_path
 from labctl.evidence.store import EvidenceStore, write_new
 from labctl.evidence.validate import Report, claim_impl, course_module, is_number, validate_file
+from labctl.isolation.levels import resolve_isolation
 from labctl.isolation.sandbox import DEFAULT_TIMEOUT_S
 from labctl.lab import IMPLS, Lab, Metric
 from labctl.runner import LabResult, default_clean_room, implementations, run_lab
@@ -75,6 +76,7 @@ class Submission:
     stored: Path | None = None
     already: Path | None = None
     seed: int | None = None
+    isolation: str | None = None  # how the clean room ran when claims were re-measured
 
     @property
     def accepted(self) -> bool:
@@ -258,9 +260,14 @@ def submit(
     if not isinstance(report.data, dict):
         return outcome
     _submission_module(report)
+    record = report.record
+    if record is not None and record.labctl is not None and record.labctl.params_default is False:
+        report.warn(
+            "labctl.params_default",
+            "made with non-default lab parameters; labctl re-measures with the labs' defaults",
+        )
     store = EvidenceStore(root)
     folder = store.root / "submissions"
-    record = report.record
     if report.valid and record is not None:
         name = digest(record)[:DIGEST_CHARS]
         outcome.already = _stored(folder / record.module, name)
@@ -269,6 +276,7 @@ def submit(
     seed = report.data.get("seed")
     if is_number(seed) and isinstance(seed, int) and seed >= 0 and not report.flagged("seed"):
         outcome.seed = seed
+        outcome.isolation = resolve_isolation(isolation)
         outcome.reproductions = _compare(
             _claims(report), seed, clean_room, timeout_s, report, isolation
         )
@@ -308,6 +316,8 @@ def _keep(outcome: Submission, store: EvidenceStore, record: EvidenceRecord, roo
         "labctl_version": labctl.__version__,
         "tolerances": registry.TOLERANCE_TABLE_VERSION,
         "clean_room": _room_shown(outcome, room),
+        "isolation": outcome.isolation,
+        "params_default": record.labctl.params_default if record.labctl else None,
         "reproduced": [r.to_json() for r in outcome.reproductions],
         "warnings": [w.to_json() for w in report.warnings],
     }

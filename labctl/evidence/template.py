@@ -16,6 +16,7 @@ was unknown), with a warning that says what to run.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,12 +151,24 @@ def _read_record(path: Path, root: Path) -> EvidenceRecord | None:
         return None
 
 
+def runs_store(store: EvidenceStore) -> EvidenceStore:
+    """Where `labctl run` wrote: `ROOT/runs` of an evidence root, or ROOT itself when it is a
+    runs folder (`labctl run --out DIR` keeps records in DIR/<lab>/ and its manifest in DIR)."""
+    runs = store.root / "runs"
+    return EvidenceStore(runs) if runs.is_dir() else store
+
+
 def _newest(store: EvidenceStore, lab: Lab, warnings: list[str]) -> _Found | None:
-    entry = store.read_manifest()["modules"].get(lab.id)
+    runs = runs_store(store)
+    entry = runs.read_manifest()["modules"].get(lab.id)
+    if not isinstance(entry, dict):
+        # records of an older labctl: one manifest at the evidence root
+        runs = store
+        entry = store.read_manifest()["modules"].get(lab.id)
     if not isinstance(entry, dict) or not isinstance(entry.get("record"), str):
         return None
-    path = store.root / entry["record"]
-    record = _read_record(path, store.root)
+    path = runs.root / entry["record"]
+    record = _read_record(path, runs.root)
     if record is None:
         warnings.append(f"the manifest points {lab.id} at {entry['record']}, which is not a record")
         return None
@@ -163,7 +176,7 @@ def _newest(store: EvidenceStore, lab: Lab, warnings: list[str]) -> _Found | Non
 
 
 def _newest_on_seed(store: EvidenceStore, lab: Lab, seed: int) -> _Found | None:
-    folder = store.root / "runs" / lab.id
+    folder = runs_store(store).root / lab.id
     if not folder.is_dir():
         return None
     best: _Found | None = None
@@ -296,7 +309,15 @@ def _fill_fields(template: Template, found: list[_Found], seed: int) -> None:
             for a in r.artifacts
         ]
     )
-    data["artifacts"] = artifacts
+    # Records of a run outside the repository name artifacts with '..': a submission may name
+    # only files inside the repository, so those are left out, with a word about them.
+    outside = [a for a in artifacts if _outside(a if isinstance(a, str) else a["path"])]
+    if outside:
+        template.warnings.append(
+            f"{len(outside)} artifacts lie outside the repository and are not listed; copy them "
+            "into the repository and list them to submit them"
+        )
+    data["artifacts"] = [a for a in artifacts if a not in outside]
     data["cost"] = {
         "gross_usd": sum(r.cost.gross_usd for r in records),
         "credit_usd": sum(r.cost.credit_usd for r in records),
@@ -320,9 +341,18 @@ def _fill_fields(template: Template, found: list[_Found], seed: int) -> None:
         rooms = {i.clean_room for i in infos}
         if len(rooms) == 1 and None not in rooms:
             block["clean_room"] = rooms.pop()
+        if any(i.params_default is False for i in infos):
+            block["params_default"] = False
+            template.warnings.append(
+                "some records were made with non-default lab parameters: the submission says so"
+            )
         data["labctl"] = block
     order = list(FIELD_ORDER)
     template.data = dict(sorted(data.items(), key=lambda kv: order.index(kv[0])))
+
+
+def _outside(path: str) -> bool:
+    return Path(path).is_absolute() or ".." in re.split(r"[\\/]", path)
 
 
 def template(module_id: str, store: EvidenceStore | None = None) -> Template:

@@ -1,29 +1,102 @@
 """Learner-facing text: English source strings, translated through gettext catalogs.
 
 `_("...")` translates a message where it is shown (command help, errors,
-verdict words). Two markers keep text that is defined before it is shown
-(lab declarations, figures) extractable while identifiers stay out:
+verdict words); given a `Msg` it renders it translated. Two markers keep text
+that is defined before it is shown (lab declarations, figures) extractable
+while identifiers stay out:
 
 - `N_("...")` marks a static English string (a lab title, a metric's
   description, a column header) as a message; it returns the string unchanged,
-  and the text is translated where it is shown.
+  and the text is translated where it is shown, by `_(text)`.
 - `Msg("... {name} ...", name=value)` is a message with values in it (a note
   with a measured number). The template is the message; the values are
   formatted in after translation, so a number is never part of a msgid.
 
 Lab ids, metric names, JSON keys and evidence fields are identifiers, never
 messages: they stay English in every language.
+
+The language is English until `set_language` says otherwise; the CLI chooses
+it once per invocation with `choose` (`--lang`, `LABCTL_LANG`, the locale).
+Catalogs are the `.po` files under `locale/<lang>/LC_MESSAGES/labctl.po`, read
+at first use (`labctl.i18n.po`); `python -m labctl.i18n.extract` lists the
+messages they must hold.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
+from functools import cache
+from importlib import resources
 from typing import Any
 
+LANGUAGES = ("en", "zh")
+SOURCE_LANGUAGE = "en"
+DOMAIN = "labctl"
 
-def _(message: str) -> str:
-    """Translate `message` into the chosen language (English until a catalog says otherwise)."""
-    return message
+_current = SOURCE_LANGUAGE
+
+
+def choose(option: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """The language of this invocation: `--lang`, else LABCTL_LANG, else the locale, else English.
+
+    LABCTL_LANG and the locale may carry a region and encoding (`zh_CN.UTF-8`);
+    of LC_ALL, LC_MESSAGES and LANG the first that is set decides, as in POSIX.
+    A value naming no language of labctl falls through to the next source.
+    """
+    env = os.environ if environ is None else environ
+    for value in (option, env.get("LABCTL_LANG")):
+        found = _language_of(value)
+        if found:
+            return found
+    for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        value = env.get(name)
+        if value:
+            return "zh" if value.lower().startswith("zh") else SOURCE_LANGUAGE
+    return SOURCE_LANGUAGE
+
+
+def _language_of(value: str | None) -> str | None:
+    if not value:
+        return None
+    prefix = value.lower().replace("-", "_").split("_")[0].split(".")[0]
+    return prefix if prefix in LANGUAGES else None
+
+
+def set_language(language: str) -> str:
+    """Make `language` the one `_` translates into; returns the previous one."""
+    global _current
+    if language not in LANGUAGES:
+        raise ValueError(f"unknown language {language!r}; known: {', '.join(LANGUAGES)}")
+    previous, _current = _current, language
+    return previous
+
+
+def language() -> str:
+    return _current
+
+
+@cache
+def catalog(lang: str) -> dict[str, str]:
+    """msgid → msgstr of one language's catalog (empty for the source language)."""
+    from labctl.i18n import po
+
+    if lang == SOURCE_LANGUAGE:
+        return {}
+    return po.translations(po.parse(catalog_path(lang).read_text("utf-8"), f"{lang}/{DOMAIN}.po"))
+
+
+def catalog_path(lang: str):
+    return resources.files("labctl.i18n").joinpath(f"locale/{lang}/LC_MESSAGES/{DOMAIN}.po")
+
+
+def _(message: str | Msg) -> str:
+    """Translate `message` into the chosen language; a message without a translation stays English."""
+    if isinstance(message, Msg):
+        return message.render(_)
+    if _current == SOURCE_LANGUAGE or not message:
+        return message
+    return catalog(_current).get(message, message)
 
 
 def N_(message: str) -> str:

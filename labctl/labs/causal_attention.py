@@ -14,57 +14,63 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from pydantic import Field
 
 from labctl.course import CH8, PARTS, Section
+from labctl.i18n import N_, Msg
 from labctl.lab import HeatmapFigure, Lab, LabContext, LabOutput, LabParams, Metric
 
 BOTH_ROWS = ("reference", "clean-room")
 
 
 class Params(LabParams):
-    B: int = 2
-    H: int = 4
-    T: int = 8
-    D: int = 16
-    perturbation: float = 1.0
+    B: int = Field(2, ge=1, le=64, description="batch size")
+    H: int = Field(4, ge=1, le=64, description="heads")
+    T: int = Field(
+        8, ge=2, le=512, description="sequence length (at least 2: one past, one future)"
+    )
+    D: int = Field(16, ge=1, le=1024, description="head width")
+    perturbation: float = Field(
+        1.0, gt=0, le=1e6, description="scale of the noise added to the future"
+    )
 
 
 METRICS = (
     Metric(
         "scores_shape_matches", "bool", "==1",
-        "1 when the attention weights have shape (B, H, T, T), as the course's first assertion",
-        why="a shape is right or wrong",
+        N_("1 when the attention weights have shape (B, H, T, T), as the course's first assertion"),
+        why=N_("a shape is right or wrong"),
         reproduce_abs=0.0, reproduce_rel=0.0,
     ),
     Metric(
         "row_sum_max_deviation", "probability", "<=1e-12",
-        "largest |sum_j weights[i, j] - 1| over all rows",
-        why="float64 sums of at most T terms are exact to a few ulps (~1e-16 each)",
+        N_("largest |sum_j weights[i, j] - 1| over all rows"),
+        why=N_("float64 sums of at most T terms are exact to a few ulps (~1e-16 each)"),
     ),
     Metric(
         "future_weight_max", "probability", "==0",
-        "largest weight a query puts on a key after it; -inf then softmax gives an exact 0",
-        why="exp(-inf) is exactly 0: any nonzero weight is a leak",
+        N_("largest weight a query puts on a key after it; -inf then softmax gives an exact 0"),
+        why=N_("exp(-inf) is exactly 0: any nonzero weight is a leak"),
         reproduce_abs=0.0, reproduce_rel=0.0,
     ),
     Metric(
         "future_token_invariance", "abs", "<=1e-12",
-        "largest change of multi_head_attention outputs at positions <= t when every input "
-        "after t is perturbed, over all t",
-        why="masked keys contribute exactly 0 * v, so the prefix must not move; 1e-12 leaves room "
-        "for a learner who fills the mask with a large finite negative",
+        N_("largest change of multi_head_attention outputs at positions <= t when every input "
+        "after t is perturbed, over all t"),
+        why=N_("masked keys contribute exactly 0 * v, so the prefix must not move; 1e-12 leaves room "
+        "for a learner who fills the mask with a large finite negative"),
     ),
     Metric(
         "sdpa_max_error", "abs", "<=1e-5",
-        "float32 scaled_dot_product_attention vs torch F.scaled_dot_product_attention(is_causal=True)",
-        why="float32 has ~6e-8 relative precision; 1e-5 allows reordered sums over T and D",
+        N_("float32 scaled_dot_product_attention vs torch F.scaled_dot_product_attention(is_causal=True)"),
+        why=N_("float32 has ~6e-8 relative precision; 1e-5 allows reordered sums over T and D"),
         reproduce_abs=1e-6,
     ),
     Metric(
         "reference_output_max_error", "abs", "<=1e-10",
-        "float64 clean room vs reference: attention outputs and weights, and multi_head_attention",
+        N_("float64 clean room vs reference: attention outputs and weights, and multi_head_attention"),
         impls=("both",),
-        why="two float64 implementations of one formula differ by rounding only (~1e-15)",
+        why=N_("two float64 implementations of one formula differ by rounding only (~1e-15)"),
     ),
 )  # fmt: skip
 
@@ -122,22 +128,28 @@ def run(ctx: LabContext) -> LabOutput:
         ref, room = results["reference"], results["clean-room"]
         error = max(float(np.max(np.abs(a - b))) for a, b in zip(ref, room, strict=True))
         output.add("reference_output_max_error", "both", error)
-    shown = "reference" if "reference" in results else "clean-room"
-    attn = results[shown][1]
-    output.figures.append(
-        HeatmapFigure(
-            title=f"attention weights, batch 0, head 0 ({shown}); the upper triangle must be 0",
-            name="attention-b0-h0",
-            matrix=tuple(tuple(float(w) for w in row) for row in attn[0, 0]),
+    positions = tuple(str(t) for t in range(p.T))
+    for name, (_, attn, _) in results.items():
+        output.figures.append(
+            HeatmapFigure(
+                title=Msg(
+                    "attention weights, batch 0, head 0 ({impl}); the upper triangle must be 0",
+                    impl=name,
+                ),
+                name="attention-b0-h0",
+                matrix=tuple(tuple(float(w) for w in row) for row in attn[0, 0]),
+                impl=name,
+                row_ticks=positions,
+                col_ticks=positions,
+            )
         )
-    )
     return output
 
 
 LAB = Lab(
     id="causal-attention",
-    title="Causal attention, proved by assertions",
-    question="Does the causal mask keep every position from reading its future, exactly?",
+    title=N_("Causal attention, proved by assertions"),
+    question=N_("Does the causal mask keep every position from reading its future, exactly?"),
     sections=(
         Section(PARTS, "§6.13", "动手：用断言验证注意力（实验 03）"),
         Section(CH8, "阶段二", "scaled dot-product attention 逐步算"),

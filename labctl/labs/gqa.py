@@ -21,8 +21,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from labctl.course import HANDS_ON, PARTS, Section
+from labctl.i18n import N_, Msg
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
 # The course's Llama-2-70B example (004 §07.4): 80 layers, 8 KV heads of width 128, fp16, 4096 tokens.
@@ -33,46 +35,54 @@ COURSE_LLAMA_GB = 10.7
 
 
 class Params(LabParams):
-    B: int = 2
-    T: int = 8
-    C: int = 64
-    H: int = 8
-    Hkv: int = 4  # the GQA variant; MHA has H, MQA 1
+    B: int = Field(2, ge=1, le=64, description="batch size")
+    T: int = Field(8, ge=1, le=512, description="sequence length")
+    C: int = Field(64, ge=1, le=1024, description="model width")
+    H: int = Field(8, ge=1, le=64, description="query heads; must divide C")
+    Hkv: int = Field(4, ge=1, le=64, description="K/V heads of the GQA variant; must divide H")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> Params:
+        if self.C % self.H:
+            raise ValueError(f"H = {self.H} must divide C = {self.C}")
+        if self.H % self.Hkv:
+            raise ValueError(f"Hkv = {self.Hkv} must divide H = {self.H}")
+        return self
 
 
 METRICS = (
     Metric(
         "gqa_full_kv_vs_mha_max_error", "abs", "<=1e-12",
-        "multi_head_attention with n_kv_heads = H against the course's per-head MHA loop "
-        "(004 §5.3): every query head with its own K/V head",
-        why="the same float64 sums over D and T in another order differ by ~1e-16 relative; "
-        "a wrong head layout, scale or mask differs by O(0.1)",
+        N_("multi_head_attention with n_kv_heads = H against the course's per-head MHA loop "
+        "(Transformer 手撕与注意力机制 §5.3): every query head with its own K/V head"),
+        why=N_("the same float64 sums over D and T in another order differ by ~1e-16 relative; "
+        "a wrong head layout, scale or mask differs by O(0.1)"),
     ),
     Metric(
         "gqa_head_order_vs_torch_max_error", "abs", "<=1e-10",
-        "with H = 8 query heads on Hkv = 4 K/V heads: repeat_kv against torch.repeat_interleave "
+        N_("with H = 8 query heads on Hkv = 4 K/V heads: repeat_kv against torch.repeat_interleave "
         "on the head axis, and causal scaled_dot_product_attention against torch's "
-        "F.scaled_dot_product_attention(enable_gqa=True), float64; the larger error",
-        why="both compute one float64 formula (~1e-15 apart); tiling the heads (0,1,2,3,0,1,..) "
-        "instead of interleaving (0,0,1,1,..) pairs queries with other keys: O(1)",
+        "F.scaled_dot_product_attention(enable_gqa=True), float64; the larger error"),
+        why=N_("both compute one float64 formula (~1e-15 apart); tiling the heads (0,1,2,3,0,1,..) "
+        "instead of interleaving (0,0,1,1,..) pairs queries with other keys: O(1)"),
     ),
     Metric(
         "gqa_meanpool_error_ratio", "ratio", "<1",
-        "an MHA layer converted by mean-pooling the K/V projection heads of each group (Ainslie "
+        N_("an MHA layer converted by mean-pooling the K/V projection heads of each group (Ainslie "
         "et al. 2023): relative output distance from MHA of GQA (Hkv = 4) over that of MQA "
-        "(Hkv = 1)",
-        why="the course's claim, GQA closer to MHA than MQA, is ratio < 1. With random heads, "
+        "(Hkv = 1)"),
+        why=N_("the course's claim, GQA closer to MHA than MQA, is ratio < 1. With random heads, "
         "pooling n of them leaves (n-1)/n of each key's variance unexplained: 1/2 for GQA, 7/8 "
         "for MQA; seeds 0-299 gave 0.66 to 0.91. A tiled head order pairs queries with another "
-        "group's pooled head: 1.02 to 1.33",
+        "group's pooled head: 1.02 to 1.33"),
     ),
     Metric(
         "gqa_kv_bytes_llama2_70b_error", "bytes", "==0",
-        "KV-cache bytes of Llama-2-70B at 4096 tokens (004 §7.4), measured: the K and V caches "
+        N_("KV-cache bytes of Llama-2-70B at 4096 tokens (Transformer 手撕与注意力机制 §7.4), measured: the K and V caches "
         "attention_decode returns for 8 KV heads of width 128, per token, in fp16, times 4096 "
-        "tokens and 80 layers; minus the course's formula 2 x 4096 x 8 x 128 x 2 x 80 evaluated",
-        why="integer arithmetic on array sizes: exact. A cache that keeps the H repeated heads "
-        "instead of the Hkv shared ones is 2x larger here",
+        "tokens and 80 layers; minus the course's formula 2 x 4096 x 8 x 128 x 2 x 80 evaluated"),
+        why=N_("integer arithmetic on array sizes: exact. A cache that keeps the H repeated heads "
+        "instead of the Hkv shared ones is 2x larger here"),
         reproduce_abs=0.0, reproduce_rel=0.0,
     ),
 )  # fmt: skip
@@ -89,7 +99,7 @@ def _inputs(p: Params, seed: int):
 
 
 def _per_head_mha(x, wq, wk, wv, wo, H: int) -> np.ndarray:
-    """The course's MHA (004 §5.3), one head at a time, causal: (B, T, C)."""
+    """The course's MHA (Transformer 手撕与注意力机制 §5.3), one head at a time, causal: (B, T, C)."""
     B, T, C = x.shape
     D = C // H
     future = np.triu(np.ones((T, T), dtype=bool), k=1)
@@ -192,12 +202,20 @@ def _course_table(measured_llama: int | None) -> tuple[TableFigure, list[Note]]:
     if _agrees(llama) != "yes":
         notes.append(
             Note(
-                f"004 §7.4 prints {COURSE_LLAMA_PRINTS} for Llama-2-70B, but its own expression "
-                f"2 x 4096 x 8 x 128 x 2 B x 80 is {llama:,} B = {llama / 1e9:.2f} GB "
-                f"({llama / 2**30:.2f} GiB), {llama_mha // llama}x less. The printed number is "
-                f"what 64 KV heads give ({llama_mha:,} B = {llama_mha / 1e9:.2f} GB): one KV head "
-                "per query head, i.e. the cache without GQA. With GQA's 8 KV heads the cache is "
-                "8x smaller, which is the point of §05.5.",
+                Msg(
+                    "Transformer 手撕与注意力机制 §7.4 prints {COURSE_LLAMA_PRINTS} for Llama-2-70B, but its own expression 2 x "
+                    "4096 x 8 x 128 x 2 B x 80 is {llama:,} B = {llama_g:.2f} GB ({llama_gib:.2f} GiB), "
+                    "{factor}x less. The printed number is what 64 KV heads give ({llama_mha:,} B = "
+                    "{llama_mha_g:.2f} GB): one KV head per query head, i.e. the cache without GQA. With "
+                    "GQA's 8 KV heads the cache is 8x smaller, which is the point of §05.5.",
+                    COURSE_LLAMA_PRINTS=COURSE_LLAMA_PRINTS,
+                    llama=llama,
+                    llama_g=llama / 1000000000.0,
+                    llama_gib=llama / 2**30,
+                    factor=llama_mha // llama,
+                    llama_mha=llama_mha,
+                    llama_mha_g=llama_mha / 1000000000.0,
+                ),
                 flag=True,
             )
         )
@@ -266,23 +284,40 @@ def run(ctx: LabContext) -> LabOutput:
             ),
         )
     )
+    lengths = (256, 512, 1024, 2048, 4096)
+    variants = (("MHA", p.H), ("GQA", p.Hkv), ("MQA", 1))
+    output.figures.append(
+        TableFigure(
+            title=Msg(
+                "KV cache of one layer against T (B = 1, float64, H = {H}, D = {D}), in KiB",
+                H=p.H,
+                D=D,
+            ),
+            columns=("T", *(f"{label} (Hkv={hkv})" for label, hkv in variants)),
+            rows=tuple((T, *(T * 2 * hkv * D * 8 / 1024 for _, hkv in variants)) for T in lengths),
+        )
+    )
     table, notes = _course_table(llama_measured)
     output.figures.append(table)
     output.figures.extend(notes)
     output.figures.append(
         Note(
-            "Distance from MHA is ||out - out_MHA|| / ||out_MHA||. These weights are random, so "
-            "the heads pooled together are unrelated and both distances are large; the GQA paper "
-            "(Ainslie et al. 2023) mean-pools a trained checkpoint and then trains it a little "
-            "more. The conversion only works with interleaved groups: query head h must read the "
-            "pooled head h // (H / Hkv), the one built from its own group."
+            N_(
+                "Distance from MHA is ||out - out_MHA|| / ||out_MHA||. These weights are random, so "
+                "the heads pooled together are unrelated and both distances are large; the GQA paper "
+                "(Ainslie et al. 2023) mean-pools a trained checkpoint and then trains it a little "
+                "more. The conversion only works with interleaved groups: query head h must read the "
+                "pooled head h // (H / Hkv), the one built from its own group."
+            )
         )
     )
     output.figures.append(
         Note(
-            "004 §05.5 writes the expansion as K.repeat(n_groups, axis=0): NumPy's repeat, which "
-            "interleaves (0,0,1,1), the layout torch's enable_gqa and HF's repeat_kv use. "
-            "torch's Tensor.repeat tiles instead (0,1,0,1); in torch write repeat_interleave."
+            N_(
+                "Transformer 手撕与注意力机制 §05.5 writes the expansion as K.repeat(n_groups, axis=0): NumPy's repeat, which "
+                "interleaves (0,0,1,1), the layout torch's enable_gqa and HF's repeat_kv use. "
+                "torch's Tensor.repeat tiles instead (0,1,0,1); in torch write repeat_interleave."
+            )
         )
     )
     return output
@@ -290,9 +325,11 @@ def run(ctx: LabContext) -> LabOutput:
 
 LAB = Lab(
     id="gqa",
-    title="MHA, GQA and MQA: shared K/V heads, their order, and what they save",
-    question="Is GQA with Hkv = H exactly MHA, do query heads read the K/V head torch's "
-    "enable_gqa gives them, and what do fewer K/V heads save in parameters and KV cache?",
+    title=N_("MHA, GQA and MQA: shared K/V heads, their order, and what they save"),
+    question=N_(
+        "Is GQA with Hkv = H exactly MHA, do query heads read the K/V head torch's "
+        "enable_gqa gives them, and what do fewer K/V heads save in parameters and KV cache?"
+    ),
     sections=(
         Section(PARTS, "§6.6", "MHA、MQA 和 GQA"),
         Section(HANDS_ON, "§05.5", "GQA / MQA：参数共享如何降低推理成本"),

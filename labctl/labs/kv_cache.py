@@ -20,32 +20,53 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from labctl.course import HANDS_ON, Section
+from labctl.i18n import N_, Msg
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
 LENGTHS = (64, 128, 256, 512)
 
 
 class Params(LabParams):
-    B: int = 2
-    T: int = 16
-    C: int = 64
-    H: int = 8
-    Hkv: int = 2
-    rope_theta: float = 10000.0
-    chunks: tuple[int, ...] = (5, 1, 3, 7)  # a prefill of 5, then 1, 3 and 7 tokens: sums to T
-    repeats: int = 5  # timing: best of this many calls per path and length
+    B: int = Field(2, ge=1, le=64, description="batch size")
+    T: int = Field(16, ge=1, le=512, description="sequence length; the chunks must sum to it")
+    C: int = Field(64, ge=2, le=1024, description="model width")
+    H: int = Field(8, ge=1, le=64, description="query heads; must divide C, with C / H even")
+    Hkv: int = Field(2, ge=1, le=64, description="K/V heads; must divide H")
+    rope_theta: float = Field(10000.0, gt=1.0, le=1e9, description="RoPE base")
+    # a prefill of 5, then 1, 3 and 7 tokens: sums to T
+    chunks: tuple[int, ...] = Field(
+        (5, 1, 3, 7), min_length=1, description="decode chunk sizes, summing to T"
+    )
+    repeats: int = Field(5, ge=1, le=100, description="timing: best of this many calls")
+
+    @model_validator(mode="after")
+    def _shapes_agree(self) -> Params:
+        if self.C % self.H or (self.C // self.H) % 2:
+            raise ValueError(f"H = {self.H} must divide C = {self.C} into an even head width")
+        if self.H % self.Hkv:
+            raise ValueError(f"Hkv = {self.Hkv} must divide H = {self.H}")
+        if any(c < 1 for c in self.chunks) or sum(self.chunks) != self.T:
+            raise ValueError(f"chunks {self.chunks} must be positive and sum to T = {self.T}")
+        return self
 
 
 def _flops_metric(T: int) -> Metric:
     return Metric(
         f"decode_flops_ratio[T={T}]", "ratio", f">={T // 2}",
-        f"matmul FLOPs to produce token {T}'s output by recomputing all {T} positions, over the "
-        "FLOPs of one cached attention_decode step; counted from the shapes of the calls and of "
-        "the cache each implementation returned",
-        why=f"every term is linear in the query count, so recompute = T x cached: {T}. At least "
-        "T/2 leaves room for counting conventions; a decode that recomputes the prefix is ~1",
+        Msg(
+            "matmul FLOPs to produce token {T}'s output by recomputing all {T} positions, over the "
+            "FLOPs of one cached attention_decode step; counted from the shapes of the calls and "
+            "of the cache each implementation returned",
+            T=T,
+        ),
+        why=Msg(
+            "every term is linear in the query count, so recompute = T x cached: {T}. At least T/2 "
+            "leaves room for counting conventions; a decode that recomputes the prefix is ~1",
+            T=T,
+        ),
         reproduce_abs=0.0, reproduce_rel=0.0,
     )  # fmt: skip
 
@@ -53,10 +74,13 @@ def _flops_metric(T: int) -> Metric:
 def _time_metric(T: int) -> Metric:
     return Metric(
         f"decode_time_ratio[T={T}]", "ratio-of-times", ">1",
-        f"seconds for token {T}'s output by recomputing (multi_head_attention over {T} tokens) "
-        "over one cached attention_decode step; best of `repeats` calls, timed where the code "
-        "runs",
-        why="timing depends on the machine and its load: reported, never deciding",
+        Msg(
+            "seconds for token {T}'s output by recomputing (multi_head_attention over {T} tokens) "
+            "over one cached attention_decode step; best of `repeats` calls, timed where the code "
+            "runs",
+            T=T,
+        ),
+        why=N_("timing depends on the machine and its load: reported, never deciding"),
         timing=True,
     )  # fmt: skip
 
@@ -64,22 +88,22 @@ def _time_metric(T: int) -> Metric:
 METRICS = (
     Metric(
         "decode_token_by_token_max_error", "abs", "<=1e-10",
-        "attention_decode one token at a time from an empty cache, against the rows of "
-        "multi_head_attention over the whole sequence; GQA (H = 8, Hkv = 2) and RoPE, float64",
-        why="the same float64 formula: rounding differs by ~1e-15; RoPE at the wrong positions "
-        "moves every row after the first by O(0.1)",
+        N_("attention_decode one token at a time from an empty cache, against the rows of "
+        "multi_head_attention over the whole sequence; GQA (H = 8, Hkv = 2) and RoPE, float64"),
+        why=N_("the same float64 formula: rounding differs by ~1e-15; RoPE at the wrong positions "
+        "moves every row after the first by O(0.1)"),
     ),
     Metric(
         "decode_chunked_max_error", "abs", "<=1e-10",
-        "attention_decode in chunks of 5, 1, 3 and 7 tokens (bottom-right causal mask within a "
-        "chunk) against multi_head_attention over the whole sequence",
-        why="as token by token; a chunk also needs the causal mask aligned bottom-right",
+        N_("attention_decode in chunks of 5, 1, 3 and 7 tokens (bottom-right causal mask within a "
+        "chunk) against multi_head_attention over the whole sequence"),
+        why=N_("as token by token; a chunk also needs the causal mask aligned bottom-right"),
     ),
     Metric(
         "decode_kv_bytes_per_token_error", "bytes", "==0",
-        "(k_all.nbytes + v_all.nbytes) / (B x T) of the cache attention_decode built, minus "
-        "2 x Hkv x D x itemsize (004 §7.4 per layer and token)",
-        why="array sizes are integers: exact. A cache of the H repeated heads is H/Hkv = 4x larger",
+        N_("(k_all.nbytes + v_all.nbytes) / (B x T) of the cache attention_decode built, minus "
+        "2 x Hkv x D x itemsize (Transformer 手撕与注意力机制 §7.4 per layer and token)"),
+        why=N_("array sizes are integers: exact. A cache of the H repeated heads is H/Hkv = 4x larger"),
         reproduce_abs=0.0, reproduce_rel=0.0,
     ),
     *(_flops_metric(T) for T in LENGTHS),
@@ -178,19 +202,33 @@ def run(ctx: LabContext) -> LabOutput:
         for T, t in timings[name].items():
             output.add(f"decode_flops_ratio[T={T}]", name, t["flops_recompute"] / t["flops_cached"])
             output.add(f"decode_time_ratio[T={T}]", name, t["recompute_s"] / t["cached_s"])
-    shown = next(iter(timings.values()))
     bytes_per_token = 2 * p.Hkv * D * x.dtype.itemsize
+    names = list(timings)
     output.figures.append(
         TableFigure(
-            title=f"one generated token at length T (B = 1, C = {p.C}, H = {p.H}, Hkv = {p.Hkv}): "
-            "matmul FLOPs counted from the shapes, and the cache it reads",
-            columns=("T", "FLOPs cached", "FLOPs recompute", "ratio", "KV cache, 1 layer"),
+            title=Msg(
+                "one generated token at length T (B = 1, C = {C}, H = {H}, Hkv = {Hkv}): matmul "
+                "FLOPs counted from the shapes of each implementation's calls and cache",
+                C=p.C,
+                H=p.H,
+                Hkv=p.Hkv,
+            ),
+            columns=(
+                "T",
+                *(Msg("FLOPs cached ({impl})", impl=n) for n in names),
+                *(Msg("FLOPs recompute ({impl})", impl=n) for n in names),
+                *(Msg("ratio ({impl})", impl=n) for n in names),
+                N_("KV cache, 1 layer"),
+            ),
             rows=tuple(
                 (
                     str(T),
-                    f"{shown[T]['flops_cached']:,}",
-                    f"{shown[T]['flops_recompute']:,}",
-                    shown[T]["flops_recompute"] / shown[T]["flops_cached"],
+                    *(f"{timings[n][T]['flops_cached']:,}" for n in names),
+                    *(f"{timings[n][T]['flops_recompute']:,}" for n in names),
+                    *(
+                        timings[n][T]["flops_recompute"] / timings[n][T]["flops_cached"]
+                        for n in names
+                    ),
                     f"{T * bytes_per_token:,} B",
                 )
                 for T in LENGTHS
@@ -219,19 +257,29 @@ def run(ctx: LabContext) -> LabOutput:
     itemsize = x.dtype.itemsize
     output.figures.append(
         Note(
-            f"KV cache per token and layer (004 §7.4): 2 x Hkv x D x bytes = 2 x {p.Hkv} x {D} x "
-            f"{itemsize} = {2 * p.Hkv * D * itemsize} B in float64 here; with MHA's {p.H} K/V "
-            f"heads it would be {2 * p.H * D * itemsize} B. The cache grows by that much per "
-            "token: it is the memory the cache trades for the FLOPs above."
+            Msg(
+                "KV cache per token and layer (Transformer 手撕与注意力机制 §7.4): 2 x Hkv x D x bytes = 2 x {Hkv} x {D} x "
+                "{itemsize} = {per_token} B in float64 here; with MHA's {H} K/V heads it would be "
+                "{per_token_mha} B. The cache grows by that much per token: it is the memory the cache "
+                "trades for the FLOPs above.",
+                Hkv=p.Hkv,
+                D=D,
+                itemsize=itemsize,
+                per_token=2 * p.Hkv * D * itemsize,
+                H=p.H,
+                per_token_mha=2 * p.H * D * itemsize,
+            )
         )
     )
     output.figures.append(
         Note(
-            "Recomputing token T's output costs T times one cached step: every FLOP term is "
-            "linear in the number of queries, and here both paths score every query against all "
-            "T keys (a causal kernel that skips the masked half would save about half of the "
-            "recompute's attention term). Generating n tokens without the cache therefore costs "
-            "O(n^2) projections and O(n^3) attention in total, as 004 §7.1 says."
+            N_(
+                "Recomputing token T's output costs T times one cached step: every FLOP term is "
+                "linear in the number of queries, and here both paths score every query against all "
+                "T keys (a causal kernel that skips the masked half would save about half of the "
+                "recompute's attention term). Generating n tokens without the cache therefore costs "
+                "O(n^2) projections and O(n^3) attention in total, as Transformer 手撕与注意力机制 §7.1 says."
+            )
         )
     )
     below = {
@@ -239,14 +287,19 @@ def run(ctx: LabContext) -> LabOutput:
         for name, per_length in timings.items()
     }
     if any(below.values()):
-        where = "; ".join(f"{name} at T = {', '.join(Ts)}" for name, Ts in below.items() if Ts)
-        biggest = max(t["flops_cached"] for t in shown.values())
+        where = "; ".join(f"{name}: T = {', '.join(Ts)}" for name, Ts in below.items() if Ts)
+        biggest = max(
+            t["flops_cached"] for per_length in timings.values() for t in per_length.values()
+        )
         output.figures.append(
             Note(
-                f"Measured time ratios fall short of the FLOP ratio ({where}): a cached step of "
-                f"at most {biggest:,} FLOPs is dominated by fixed per-call costs (argument "
-                "checks, allocation, dispatch), not arithmetic. The FLOP counts decide; the "
-                "times are reported only."
+                Msg(
+                    "Measured time ratios fall short of the FLOP ratio ({where}): a cached step of at most "
+                    "{biggest:,} FLOPs is dominated by fixed per-call costs (argument checks, allocation, "
+                    "dispatch), not arithmetic. The FLOP counts decide; the times are reported only.",
+                    where=where,
+                    biggest=biggest,
+                )
             )
         )
     return output
@@ -254,9 +307,11 @@ def run(ctx: LabContext) -> LabOutput:
 
 LAB = Lab(
     id="kv-cache",
-    title="The KV cache: exact decoding, and what one generated token costs",
-    question="Does decoding with a KV cache, token by token or in chunks, reproduce full "
-    "attention exactly, and how much work does the cache save per generated token?",
+    title=N_("The KV cache: exact decoding, and what one generated token costs"),
+    question=N_(
+        "Does decoding with a KV cache, token by token or in chunks, reproduce full "
+        "attention exactly, and how much work does the cache save per generated token?"
+    ),
     sections=(
         Section(HANDS_ON, "§07", "KV Cache 原理：推理时为什么可以缓存 K 和 V"),
         Section(HANDS_ON, "§13.2", "代码题"),

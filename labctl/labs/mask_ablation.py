@@ -26,8 +26,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from labctl.course import CH8, PARTS, Section
+from labctl.i18n import N_, Msg
 from labctl.lab import (
     HeatmapFigure,
     Lab,
@@ -44,89 +46,101 @@ MASKS = ("causal_mask", "no mask", "adds 0", "reversed")
 
 class Params(LabParams):
     # attention probes, as the causal-attention lab: q, k, v of shape (B, H, T, D)
-    B: int = 2
-    H: int = 4
-    T: int = 8
-    D: int = 16
-    perturbation: float = 1.0
+    B: int = Field(2, ge=1, le=64, description="batch size")
+    H: int = Field(4, ge=1, le=64, description="heads")
+    T: int = Field(8, ge=2, le=512, description="sequence length of the mask probe")
+    D: int = Field(16, ge=1, le=1024, description="head width")
+    perturbation: float = Field(
+        1.0, gt=0, le=1e6, description="scale of the noise added to future keys and values"
+    )
     # the tiny language model
-    vocab: int = 16
-    context: int = 16  # tokens in, predicting the next 16
-    width: int = 32
-    heads: int = 2
-    ffn: int = 64  # SwiGLU hidden width
-    steps: int = 300
-    batch: int = 32
-    lr: float = 0.01
-    heldout: int = 256  # held-out sequences
-    tail: int = 20  # the training loss is the mean over the last `tail` steps
+    vocab: int = Field(16, ge=2, le=1024, description="vocabulary size V")
+    context: int = Field(16, ge=2, le=128, description="tokens in, predicting the next ones")
+    width: int = Field(32, ge=2, le=256, description="model width; heads must divide it")
+    heads: int = Field(2, ge=1, le=16, description="heads of the LM")
+    ffn: int = Field(64, ge=1, le=1024, description="SwiGLU hidden width")
+    steps: int = Field(300, ge=1, le=5000, description="Adam steps")
+    batch: int = Field(32, ge=1, le=512, description="sequences per step")
+    lr: float = Field(0.01, gt=0, le=1.0, description="Adam learning rate")
+    heldout: int = Field(256, ge=1, le=4096, description="held-out sequences")
+    tail: int = Field(
+        20, ge=1, le=5000, description="the training loss is the mean of the last `tail` steps"
+    )
+
+    @model_validator(mode="after")
+    def _shapes_agree(self) -> Params:
+        if self.width % self.heads:
+            raise ValueError(f"heads = {self.heads} must divide width = {self.width}")
+        if self.tail > self.steps:
+            raise ValueError(f"tail = {self.tail} must not exceed steps = {self.steps}")
+        return self
 
 
 METRICS = (
     Metric(
         "masked_future_prefix_influence", "abs", "==0",
-        "largest change of scaled_dot_product_attention outputs at positions <= t, with the "
+        N_("largest change of scaled_dot_product_attention outputs at positions <= t, with the "
         "implementation's own causal_mask, when every key and value after t is perturbed, over "
-        "all t",
-        why="exp(-inf) = 0 (and exp(-1e9) = 0 in float64 too), so masked keys add exact zeros "
-        "and the prefix cannot move by a single bit; any change is a leak",
+        "all t"),
+        why=N_("exp(-inf) = 0 (and exp(-1e9) = 0 in float64 too), so masked keys add exact zeros "
+        "and the prefix cannot move by a single bit; any change is a leak"),
         reproduce_abs=0.0, reproduce_rel=0.0,
     ),
     Metric(
         "no_mask_future_prefix_influence", "abs", ">1e-5",
-        "the course template's metric: the same change with mask=None; every position reads the "
-        "future, so the prefix must move",
-        why="a unit perturbation of future keys and values moves O(1) outputs by ~0.1 to 1; an "
-        "attention that blocks the future even without a mask gives exactly 0",
+        N_("the course template's metric: the same change with mask=None; every position reads the "
+        "future, so the prefix must move"),
+        why=N_("a unit perturbation of future keys and values moves O(1) outputs by ~0.1 to 1; an "
+        "attention that blocks the future even without a mask gives exactly 0"),
     ),
     Metric(
         "mask_adds_zero_prefix_influence", "abs", ">1e-5",
-        "002's first mask bug shown leaking: blocked scores get + 0 instead of -inf (here a mask "
-        "that blocks nothing); the same change of the prefix",
-        why="adding 0 blocks nothing, so the future leaks as without a mask (~0.1 to 1); "
-        "exactly 0 means the implementation blocks keys a mask does not ask for",
+        N_("the first mask bug of 第8章 · Attention 与 Transformer Block 阶段六 shown leaking: blocked scores get + 0 instead of -inf (here a mask "
+        "that blocks nothing); the same change of the prefix"),
+        why=N_("adding 0 blocks nothing, so the future leaks as without a mask (~0.1 to 1); "
+        "exactly 0 means the implementation blocks keys a mask does not ask for"),
     ),
     Metric(
         "mask_reversed_future_share", "probability", ">0.5",
-        "002's second mask bug shown leaking: with the triangle reversed (the past blocked, the "
-        "future visible), the mean weight a query puts on its future, over queries that have one",
-        why="query i then sees keys i..T-1, all but one in its future: on random scores the "
+        N_("the second mask bug of 第8章 · Attention 与 Transformer Block 阶段六 shown leaking: with the triangle reversed (the past blocked, the "
+        "future visible), the mean weight a query puts on its future, over queries that have one"),
+        why=N_("query i then sees keys i..T-1, all but one in its future: on random scores the "
         "share is ≈0.75 for T=8 (the course: the current token is dominated by the future); a "
-        "correct mask gives 0",
+        "correct mask gives 0"),
     ),
     Metric(
         "masked_heldout_loss_over_lnV", "ratio", ">=0.97",
-        "held-out cross-entropy of the tiny LM trained with the implementation's causal_mask, "
-        "over ln V: on i.i.d. uniform tokens nothing is predictable",
-        why="no model beats ln V on fresh uniform tokens (measured ≈1.005: a near-uniform "
+        N_("held-out cross-entropy of the tiny LM trained with the implementation's causal_mask, "
+        "over ln V: on i.i.d. uniform tokens nothing is predictable"),
+        why=N_("no model beats ln V on fresh uniform tokens (measured ≈1.005: a near-uniform "
         "prediction); a leaking mask lets the model read its target and drives this towards "
-        "1/T ≈ 0.06; 0.97 leaves room for the sampling error of 4096 held-out tokens",
+        "1/T ≈ 0.06; 0.97 leaves room for the sampling error of 4096 held-out tokens"),
         reproduce_abs=0.01, reproduce_rel=0.0,
     ),
     Metric(
         "unmasked_train_loss_over_lnV", "ratio", "<=0.5",
-        "training cross-entropy (mean of the last steps, on fresh batches) of the same LM "
-        "trained without a mask, over ln V: the 'too good' loss",
+        N_("training cross-entropy (mean of the last steps, on fresh batches) of the same LM "
+        "trained without a mask, over ln V: the 'too good' loss"),
         impls=("reference",),
-        why="without the mask position t reads token t+1, its target, at every position but "
+        why=N_("without the mask position t reads token t+1, its target, at every position but "
         "the last, so the loss falls to ≈ ln V / T (ratio ≈0.066 for T=16); an ablation that "
-        "still masks stays at ≈1",
+        "still masks stays at ≈1"),
         reproduce_abs=0.01, reproduce_rel=0.0,
     ),
     Metric(
         "mask_leak_loss_gap", "nats", ">1",
-        "masked held-out loss minus unmasked training loss: how much too good the leaking "
-        "model looks",
+        N_("masked held-out loss minus unmasked training loss: how much too good the leaking "
+        "model looks"),
         impls=("reference",),
-        why="the gap is at most ln V (1 - 1/T) ≈ 2.6 nats for V=16, T=16, and measured ≈2.6; "
-        "more than 1 nat cannot come from fitting noise",
+        why=N_("the gap is at most ln V (1 - 1/T) ≈ 2.6 nats for V=16, T=16, and measured ≈2.6; "
+        "more than 1 nat cannot come from fitting noise"),
         reproduce_abs=0.03, reproduce_rel=0.0,
     ),
     Metric(
         "mask_ablation_weights_max_error", "abs", "<=1e-10",
-        "float64 clean room vs reference: weights and outputs under all four masks",
+        N_("float64 clean room vs reference: weights and outputs under all four masks"),
         impls=("both",),
-        why="two float64 implementations of one formula differ by rounding only (~1e-15)",
+        why=N_("two float64 implementations of one formula differ by rounding only (~1e-15)"),
     ),
 )  # fmt: skip
 
@@ -215,8 +229,8 @@ def _lm_logits(P, ids, blocked, n_heads: int):
     return rms(x, P["final_norm"]) @ P["embed"].T
 
 
-def _train_lm(init, batches, heldout, blocked_mask, p: Params) -> tuple[float, float]:
-    """(training loss: mean of the last `tail` steps; held-out loss), in nats."""
+def _train_lm(init, batches, heldout, blocked_mask, p: Params) -> tuple[float, float, list]:
+    """(training loss: mean of the last `tail` steps; held-out loss; every step's loss), in nats."""
     import torch
     import torch.nn.functional as F
 
@@ -238,7 +252,7 @@ def _train_lm(init, batches, heldout, blocked_mask, p: Params) -> tuple[float, f
         losses.append(loss.item())
     with torch.no_grad():
         held = float(loss_of(heldout))
-    return float(np.mean(losses[-p.tail :])), held
+    return float(np.mean(losses[-p.tail :])), held, losses
 
 
 def _language_models(ctx: LabContext, rng: np.random.Generator):
@@ -258,7 +272,7 @@ def _language_models(ctx: LabContext, rng: np.random.Generator):
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     torch.use_deterministic_algorithms(True)
     try:
-        runs: dict[bytes, tuple[float, float]] = {}
+        runs: dict[bytes, tuple[float, float, list]] = {}
         masked = {}
         for name, mask in masks.items():
             key = mask.tobytes()
@@ -269,6 +283,20 @@ def _language_models(ctx: LabContext, rng: np.random.Generator):
     finally:
         torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
     return masked, unmasked, masks
+
+
+def _loss_curves(curves: list[tuple[str, list]], steps: int) -> TableFigure:
+    """The training loss of each run, averaged over windows of steps so the table stays short."""
+    window = max(1, steps // 12)
+    ends = range(window, steps + 1, window)
+    return TableFigure(
+        title=Msg("training loss by step, mean over each window of {n} steps (nats)", n=window),
+        columns=(N_("step"), *(label for label, _ in curves)),
+        rows=tuple(
+            (end, *(float(np.mean(losses[end - window : end])) for _, losses in curves))
+            for end in ends
+        ),
+    )
 
 
 # ---- the lab ------------------------------------------------------------------------------
@@ -303,7 +331,7 @@ def run(ctx: LabContext) -> LabOutput:
 
     masked, unmasked, masks = _language_models(ctx, rng)
     ln_v = math.log(p.vocab)
-    for name, (_, held) in masked.items():
+    for name, (_, held, _) in masked.items():
         output.add("masked_heldout_loss_over_lnV", name, held / ln_v)
     if unmasked is not None:
         output.add("unmasked_train_loss_over_lnV", "reference", unmasked[0] / ln_v)
@@ -314,46 +342,69 @@ def run(ctx: LabContext) -> LabOutput:
 
 
 def _figures(p: Params, probes, masked, unmasked, masks) -> list:
-    shown = "clean-room" if "clean-room" in probes else "reference"
-    rows = probes[shown]
+    names = list(probes)
     shown_as = {
         "causal_mask": "causal_mask(T)",
         "no mask": "None",
-        "adds 0": "adds 0 (002 bug)",
-        "reversed": "reversed (002 bug)",
+        "adds 0": N_("adds 0 (002 bug)"),
+        "reversed": N_("reversed (002 bug)"),
     }
     figures: list = [
         TableFigure(
-            title=f"scaled_dot_product_attention under four masks ({shown}, T={p.T}); every key "
-            f"and value after t perturbed by N(0, {p.perturbation:g})",
-            columns=("mask", "max future weight", "future share", "prefix moved by"),
+            title=Msg(
+                "scaled_dot_product_attention under four masks (T={T}); every key and value "
+                "after t perturbed by N(0, {sd:g})",
+                T=p.T,
+                sd=p.perturbation,
+            ),
+            columns=(
+                N_("mask"),
+                *(Msg("max future weight ({impl})", impl=n) for n in names),
+                *(Msg("future share ({impl})", impl=n) for n in names),
+                *(Msg("prefix moved by ({impl})", impl=n) for n in names),
+            ),
             rows=tuple(
                 (
                     shown_as[label],
-                    f"{rows[label][0]:.3f}",
-                    f"{rows[label][1]:.3f}",
-                    f"{rows[label][2]:.3g}",
+                    *(probes[n][label][0] for n in names),
+                    *(probes[n][label][1] for n in names),
+                    *(probes[n][label][2] for n in names),
                 )
                 for label in MASKS
             ),
         ),
-        HeatmapFigure(
-            title=f"weights with the reversed triangle, batch 0, head 0 ({shown}): the future "
-            "dominates, the past is gone",
-            name="reversed-mask-b0-h0",
-            matrix=tuple(tuple(float(x) for x in row) for row in rows["reversed"][3][1][0, 0]),
-        ),
     ]
+    positions = tuple(str(t) for t in range(p.T))
+    for name in names:
+        figures.append(
+            HeatmapFigure(
+                title=Msg(
+                    "weights with the reversed triangle, batch 0, head 0 ({impl}): the future "
+                    "dominates, the past is gone",
+                    impl=name,
+                ),
+                name="reversed-mask-b0-h0",
+                matrix=tuple(
+                    tuple(float(x) for x in row) for row in probes[name]["reversed"][3][1][0, 0]
+                ),
+                impl=name,
+                row_ticks=positions,
+                col_ticks=positions,
+            )
+        )
     ln_v = math.log(p.vocab)
     same = len({m.tobytes() for m in masks.values()}) == 1
     lm_rows = []
-    for name, (train, held) in masked.items():
+    curves = []
+    for name, (train, held, losses) in masked.items():
         label = "causal_mask" if same else f"causal_mask ({name})"
         lm_rows.append((label, train, held))
+        curves.append((label, losses))
         if same:
             break
     if unmasked is not None:
-        lm_rows.append(("no mask", *unmasked))
+        lm_rows.append(("no mask", *unmasked[:2]))
+        curves.append(("no mask", unmasked[2]))
     figures.append(
         TableFigure(
             title=f"tiny LM on i.i.d. uniform tokens (V={p.vocab}, T={p.context}, "
@@ -365,28 +416,39 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
             ),
         )
     )
+    figures.append(_loss_curves(curves, p.steps))
     figures.append(
         Note(
-            "'adds 0' is the course's additive mask with 0 where -inf belongs; through the "
-            "contract's boolean mask it is a mask that blocks nothing, so it leaks exactly as "
-            "no mask does. The reversed triangle blocks the past and shows each query its "
-            "future. 'future share' is the mean weight a query puts on keys after it; 'prefix "
-            "moved by' is the largest change of an output at a position <= t when only keys "
-            "and values after t change: it must be exactly 0."
+            N_(
+                "'adds 0' is the course's additive mask with 0 where -inf belongs; through the "
+                "contract's boolean mask it is a mask that blocks nothing, so it leaks exactly as "
+                "no mask does. The reversed triangle blocks the past and shows each query its "
+                "future. 'future share' is the mean weight a query puts on keys after it; 'prefix "
+                "moved by' is the largest change of an output at a position <= t when only keys "
+                "and values after t change: it must be exactly 0."
+            )
         )
     )
     if unmasked is not None and "reference" in masked:
-        train, held = masked["reference"]
+        train, held, _ = masked["reference"]
         gap = held - unmasked[0]
         figures.append(
             Note(
-                f"Every batch is fresh uniform noise, so the masked model cannot memorise: its "
-                f"losses stay at ln V ({train:.3f} training, {held:.3f} held-out). Without the "
-                f"mask the training loss falls to {unmasked[0]:.3f} nats "
-                f"({unmasked[0] / ln_v:.3f} ln V), {gap:.2f} nats below, and its held-out loss "
-                f"({unmasked[1]:.3f}) is just as low: it is not learning the data, it is reading "
-                f"the answer. Its floor is ln V / T: only the last of the {p.context} positions "
-                "has a target that is not in its input."
+                Msg(
+                    "Every batch is fresh uniform noise, so the masked model cannot memorise: its losses "
+                    "stay at ln V ({train:.3f} training, {held:.3f} held-out). Without the mask the "
+                    "training loss falls to {unmasked_train:.3f} nats ({unmasked_ratio:.3f} ln V), "
+                    "{gap:.2f} nats below, and its held-out loss ({unmasked_held:.3f}) is just as low: it "
+                    "is not learning the data, it is reading the answer. Its floor is ln V / T: only the "
+                    "last of the {context} positions has a target that is not in its input.",
+                    train=train,
+                    held=held,
+                    unmasked_train=unmasked[0],
+                    unmasked_ratio=unmasked[0] / ln_v,
+                    gap=gap,
+                    unmasked_held=unmasked[1],
+                    context=p.context,
+                )
             )
         )
     if not same:
@@ -394,17 +456,24 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
         differ = int(np.sum(reference != room)) if reference is not None else 0
         figures.append(
             Note(
-                f"The two implementations' causal_mask({p.context}) differ in {differ} of "
-                f"{p.context * p.context} entries; each row of masked_heldout_loss_over_lnV is "
-                "the LM trained with that implementation's own mask.",
+                Msg(
+                    "The two implementations' causal_mask({context}) differ in {differ} of {pairs} "
+                    "entries; each row of masked_heldout_loss_over_lnV is the LM trained with that "
+                    "implementation's own mask.",
+                    context=p.context,
+                    differ=differ,
+                    pairs=p.context * p.context,
+                ),
                 flag=True,
             )
         )
     elif len(masks) > 1:
         figures.append(
             Note(
-                "Both implementations' causal_mask are identical, so one masked run serves both "
-                "rows of masked_heldout_loss_over_lnV."
+                N_(
+                    "Both implementations' causal_mask are identical, so one masked run serves both "
+                    "rows of masked_heldout_loss_over_lnV."
+                )
             )
         )
     return figures
@@ -412,9 +481,11 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
 
 LAB = Lab(
     id="mask-ablation",
-    title="Mask ablation: the leak, the two mask bugs, and the too-good loss",
-    question="Without a correct causal mask does the future leak into the prefix, and does "
-    "a language model's loss then fall below what i.i.d. noise allows?",
+    title=N_("Mask ablation: the leak, the two mask bugs, and the too-good loss"),
+    question=N_(
+        "Without a correct causal mask does the future leak into the prefix, and does "
+        "a language model's loss then fall below what i.i.d. noise allows?"
+    ),
     sections=(
         Section(PARTS, "§6.4", "因果遮罩为什么必须存在"),
         Section(PARTS, "§6.13", "动手：用断言验证注意力（故意失败的实验：去掉 causal mask）"),

@@ -23,8 +23,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from labctl.course import CH8, HANDS_ON, Section
+from labctl.i18n import N_, Msg
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
 DEPTHS = (2, 8, 32)
@@ -33,64 +35,79 @@ WEIGHTS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
 
 class Params(LabParams):
-    B: int = 2
-    T: int = 8
-    C: int = 32
-    H: int = 4
-    F: int = 64  # SwiGLU hidden width
-    eps: float = 1e-6
+    B: int = Field(2, ge=1, le=64, description="batch size")
+    T: int = Field(8, ge=1, le=512, description="sequence length")
+    C: int = Field(32, ge=1, le=1024, description="model width")
+    H: int = Field(4, ge=1, le=64, description="heads; must divide C")
+    F: int = Field(64, ge=1, le=4096, description="SwiGLU hidden width")
+    eps: float = Field(1e-6, gt=0, le=1.0, description="RMSNorm epsilon")
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> Params:
+        if self.C % self.H:
+            raise ValueError(f"H = {self.H} must divide C = {self.C}")
+        return self
 
 
 METRICS = (
     Metric(
         "residual_ablation_max_output_delta", "abs", ">1e-5",
-        "the course template's metric: largest |transformer_block(x) - ablated(x)|, where the "
+        N_("the course template's metric: largest |transformer_block(x) - ablated(x)|, where the "
         "ablated block is composed from the implementation's own rms_norm, multi_head_attention "
         "and swiglu_ffn with the attention residual, the FFN residual, or both removed; the "
-        "smallest of the three, so each residual must matter",
-        why="removing a residual takes away x (O(1) here), so a block with both residuals moves "
-        "by ~1; a block that already lacks one matches that ablation exactly and gives 0",
+        "smallest of the three, so each residual must matter"),
+        why=N_("removing a residual takes away x (O(1) here), so a block with both residuals moves "
+        "by ~1; a block that already lacks one matches that ablation exactly and gives 0"),
     ),
     Metric(
         "residual_identity_max_error", "abs", "<=1e-12",
-        "largest |transformer_block(x) - x| with wo = 0 and w_down = 0: both branches output "
-        "exactly 0, so a pre-norm block is the identity lane x + 0 + 0",
-        why="x + 0.0 is exactly x in floating point; 1e-12 is slack only. A post-norm block "
-        "returns rms_norm(x), a block without the residual returns 0",
+        N_("largest |transformer_block(x) - x| with wo = 0 and w_down = 0: both branches output "
+        "exactly 0, so a pre-norm block is the identity lane x + 0 + 0"),
+        why=N_("x + 0.0 is exactly x in floating point; 1e-12 is slack only. A post-norm block "
+        "returns rms_norm(x), a block without the residual returns 0"),
     ),
     Metric(
         "residual_block_formula_max_error", "abs", "<=1e-10",
-        "largest |transformer_block(x) - (h + swiglu_ffn(rms_norm(h)))|, h = x + "
-        "multi_head_attention(rms_norm(x)), composed from the implementation's own functions",
-        why="the same float64 operations in the same order agree to rounding (~1e-15); a norm or "
-        "residual in another place differs by O(1)",
+        N_("largest |transformer_block(x) - (h + swiglu_ffn(rms_norm(h)))|, h = x + "
+        "multi_head_attention(rms_norm(x)), composed from the implementation's own functions"),
+        why=N_("the same float64 operations in the same order agree to rounding (~1e-15); a norm or "
+        "residual in another place differs by O(1)"),
     ),
     Metric(
         f"grad_ratio_pre_norm[depth={DEEPEST}]", "ratio", "in [1, 50]",
-        f"||dL/dx_0|| / ||dL/dx_L|| through {DEEPEST} pre-norm blocks at initialisation "
-        "(autograd on the reference's own block): the gradient reaching the first layer "
-        "relative to the gradient at the top",
+        Msg(
+            "||dL/dx_0|| / ||dL/dx_L|| through {DEEPEST} pre-norm blocks at initialisation "
+            "(autograd on the reference's own block): the gradient reaching the first layer "
+            "relative to the gradient at the top",
+            DEEPEST=DEEPEST,
+        ),
         impls=("reference",),
-        why="the identity lane keeps the gradient from vanishing and the sum of branches grows "
+        why=N_("the identity lane keeps the gradient from vanishing and the sum of branches grows "
         "it only slowly; seeds 0-199 gave 7.6 to 32 at depth 32, against 118 to 1.6e6 without "
-        "the residual",
+        "the residual"),
     ),
     Metric(
         f"grad_ratio_no_residual[depth={DEEPEST}]", "ratio", ">50",
-        f"the same ratio through {DEEPEST} blocks with both residual adds removed",
+        Msg(
+            "the same ratio through {DEEPEST} blocks with both residual adds removed",
+            DEEPEST=DEEPEST,
+        ),
         impls=("reference",),
-        why="without the lane the gradient is a product of 32 block Jacobians, exponential in "
+        why=N_("without the lane the gradient is a product of 32 block Jacobians, exponential in "
         "depth; at this init their gain is above 1, so it explodes: seeds 0-199 gave 118 to "
-        "1.6e6, against at most 32 with the residual",
+        "1.6e6, against at most 32 with the residual"),
     ),
     Metric(
         f"grad_last_layer_post_over_pre[depth={DEEPEST}]", "ratio", ">2",
-        f"||dL/dW|| of the last block's seven weight matrices, post-norm over pre-norm, "
-        f"{DEEPEST} blocks at initialisation",
+        Msg(
+            "||dL/dW|| of the last block's seven weight matrices, post-norm over pre-norm, "
+            "{DEEPEST} blocks at initialisation",
+            DEEPEST=DEEPEST,
+        ),
         impls=("reference",),
-        why="Xiong et al. 2020: the last layer's gradient is O(1) in depth for Post-LN but "
+        why=N_("Xiong et al. 2020: the last layer's gradient is O(1) in depth for Post-LN but "
         "shrinks ~1/sqrt(L) for Pre-LN, so the ratio grows ~sqrt(32) = 5.7; seeds 0-199 gave "
-        "3.4 to 7.2; 1 would mean the two blocks are the same",
+        "3.4 to 7.2; 1 would mean the two blocks are the same"),
     ),
 )  # fmt: skip
 
@@ -278,36 +295,49 @@ def _notes(grads) -> list[Note]:
     pre, none, post = (
         grads[(kind, DEEPEST)][0] for kind in ("pre-norm", "no residual", "post-norm")
     )
-    direction = "explodes" if none > 1 else "vanishes"
+    direction = Msg("explodes") if none > 1 else Msg("vanishes")
     notes = [
         Note(
-            f"Without the residual the gradient {direction}: through {DEEPEST} blocks it is "
-            f"{none:.3g}x the top's, a product of {DEEPEST} block Jacobians. 002 阶段四 "
-            "(梯度断流) and 004 §06.8's O(α^L) speak of decay; 004 §06.8 also says the product "
-            "'easily vanishes or explodes', and at this init (fan-in weights, unit norm gains) "
-            f"α > 1. With the residual the ratio is {pre:.3g}: the identity lane keeps the "
-            "gradient from vanishing and the sum of branches grows it only slowly."
+            Msg(
+                "Without the residual the gradient {direction}: through {DEEPEST} blocks it is "
+                "{none:.3g}x the top's, a product of {DEEPEST} block Jacobians. 第8章 · Attention 与 Transformer Block 阶段四 (梯度断流) and "
+                "Transformer 手撕与注意力机制 §06.8's O(α^L) speak of decay; Transformer 手撕与注意力机制 §06.8 also says the product 'easily vanishes or "
+                "explodes', and at this init (fan-in weights, unit norm gains) α > 1. With the "
+                "residual the ratio is {pre:.3g}: the identity lane keeps the gradient from vanishing "
+                "and the sum of branches grows it only slowly.",
+                direction=direction,
+                DEEPEST=DEEPEST,
+                none=none,
+                pre=pre,
+            )
         )
     ]
     if post >= 0.1:
         notes.append(
             Note(
-                f"The course (002 阶段四) says Post-LN's expected gradient decays exponentially "
-                f"with depth at initialisation. Measured here (RMSNorm, SwiGLU, causal attention, "
-                f"fan-in init), the gradient reaching the first of {DEEPEST} post-norm blocks is "
-                f"{post:.3g}x the top's: no exponential decay. What Xiong et al. (2020, On Layer "
-                "Normalization in the Transformer Architecture) showed is about the last layer: "
-                "its weight gradient stays O(1) in depth for Post-LN but shrinks ~1/sqrt(L) for "
-                "Pre-LN, so Post-LN starts with larger updates at the top and needs warmup; the "
-                "dW_L column shows it.",
+                Msg(
+                    "The course (第8章 · Attention 与 Transformer Block 阶段四) says Post-LN's expected gradient decays exponentially with depth "
+                    "at initialisation. Measured here (RMSNorm, SwiGLU, causal attention, fan-in init), "
+                    "the gradient reaching the first of {DEEPEST} post-norm blocks is {post:.3g}x the "
+                    "top's: no exponential decay. What Xiong et al. (2020, On Layer Normalization in the "
+                    "Transformer Architecture) showed is about the last layer: its weight gradient stays "
+                    "O(1) in depth for Post-LN but shrinks ~1/sqrt(L) for Pre-LN, so Post-LN starts with "
+                    "larger updates at the top and needs warmup; the dW_L column shows it.",
+                    DEEPEST=DEEPEST,
+                    post=post,
+                ),
                 flag=True,
             )
         )
     else:
         notes.append(
             Note(
-                f"As the course (002 阶段四) says, the post-norm gradient decays with depth: through "
-                f"{DEEPEST} post-norm blocks it is {post:.3g}x the top's."
+                Msg(
+                    "As the course (第8章 · Attention 与 Transformer Block 阶段四) says, the post-norm gradient decays with depth: through "
+                    "{DEEPEST} post-norm blocks it is {post:.3g}x the top's.",
+                    DEEPEST=DEEPEST,
+                    post=post,
+                )
             )
         )
     return notes
@@ -315,9 +345,11 @@ def _notes(grads) -> list[Note]:
 
 LAB = Lab(
     id="residual-ablation",
-    title="Residual ablation: the identity lane, and pre-norm vs post-norm at initialisation",
-    question="Does each residual change the block's output, is the identity lane exact, and "
-    "does the gradient reach the first of 32 layers with and without it?",
+    title=N_("Residual ablation: the identity lane, and pre-norm vs post-norm at initialisation"),
+    question=N_(
+        "Does each residual change the block's output, is the identity lane exact, and "
+        "does the gradient reach the first of 32 layers with and without it?"
+    ),
     sections=(
         Section(CH8, "阶段四", "组装 Transformer Block"),
         Section(HANDS_ON, "§06.8", "残差连接与深度稳定性"),

@@ -25,8 +25,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from pydantic import Field
 
 from labctl.course import CH8, HANDS_ON, PARTS, Section
+from labctl.i18n import N_, Msg
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
 D_KS = (2, 16, 64, 256, 512)  # 004 §03.2's table
@@ -37,10 +39,16 @@ COURSE_SCALED_VAR = {2: 1.0050, 512: 1.0007}
 
 
 class Params(LabParams):
-    pairs: int = 10000  # (q, k) pairs per d_k, as 004 §03.2
-    pairs_per_block: int = 25  # queries sent in one attention block (only its diagonal is read)
-    keys: int = 16  # keys per softmax row, for the sharpness statistics
-    rows: int = 2048  # softmax rows per d_k
+    pairs: int = Field(
+        10000,
+        ge=100,
+        le=200000,
+        description="(q, k) pairs per d_k, as Transformer 手撕与注意力机制 §03.2",
+    )
+    # queries sent in one attention block (only its diagonal is read)
+    pairs_per_block: int = Field(25, ge=1, le=200, description="pairs per attention block")
+    keys: int = Field(16, ge=2, le=4096, description="keys per softmax row")
+    rows: int = Field(2048, ge=16, le=100000, description="softmax rows per d_k")
 
 
 def _var_metrics() -> tuple[Metric, ...]:
@@ -49,21 +57,34 @@ def _var_metrics() -> tuple[Metric, ...]:
         metrics.append(
             Metric(
                 f"raw_score_var[d_k={d}]", "variance", f"in [{0.9 * d:g}, {1.1 * d:g}]",
-                f"variance of the score q·k the implementation computes with scale=1.0, over "
-                f"{PAIRS} pairs of N(0, 1) vectors of width {d}; the course's derivation says d_k",
-                why=f"the sample variance of {PAIRS} scores has a relative standard error "
-                f"sqrt((2 + 6/d_k) / {PAIRS}) (2.2% at d_k=2, 1.4% at 512): ±10% is over 4.5 σ; "
-                "an implementation that ignores `scale` returns ≈1 here",
+                Msg(
+                    "variance of the score q·k the implementation computes with scale=1.0, over {PAIRS} "
+                    "pairs of N(0, 1) vectors of width {d}; the course's derivation says d_k",
+                    PAIRS=PAIRS,
+                    d=d,
+                ),
+                why=Msg(
+                    "the sample variance of {PAIRS} scores has a relative standard error sqrt((2 + 6/d_k) "
+                    "/ {PAIRS}) (2.2% at d_k=2, 1.4% at 512): ±10% is over 4.5 σ; an implementation that "
+                    "ignores `scale` returns ≈1 here",
+                    PAIRS=PAIRS,
+                ),
             )
         )  # fmt: skip
     for d in D_KS:
         metrics.append(
             Metric(
                 f"scaled_score_var[d_k={d}]", "variance", "in [0.9, 1.1]",
-                f"variance of the score the implementation computes with its default scale, "
-                f"same pairs, width {d}; the course says 1 for every d_k",
-                why="the same ±10% (over 4.5 standard errors); without the √d_k the variance "
-                f"is d_k ({d}), far outside",
+                Msg(
+                    "variance of the score the implementation computes with its default scale, same pairs, "
+                    "width {d}; the course says 1 for every d_k",
+                    d=d,
+                ),
+                why=Msg(
+                    "the same ±10% (over 4.5 standard errors); without the √d_k the variance is d_k ({d}), "
+                    "far outside",
+                    d=d,
+                ),
             )
         )  # fmt: skip
     return tuple(metrics)
@@ -74,41 +95,57 @@ METRICS = (
     *_var_metrics(),
     Metric(
         "scale_ablation_max_weight_delta", "probability", ">0.01",
-        "the course template's metric: largest |weight(default scale) - weight(scale=1.0)| over "
-        "every softmax row and every d_k; removing √d_k must change the weights",
-        why="at d_k=2 the scores change by a factor √2 already (a delta of ~0.2); an "
-        "implementation whose default scale is 1 (no √d_k) gives exactly 0",
+        N_("the course template's metric: largest |weight(default scale) - weight(scale=1.0)| over "
+        "every softmax row and every d_k; removing √d_k must change the weights"),
+        why=N_("at d_k=2 the scores change by a factor √2 already (a delta of ~0.2); an "
+        "implementation whose default scale is 1 (no √d_k) gives exactly 0"),
     ),
     Metric(
         "scaled_max_prob_spread", "probability", "<=0.05",
-        "with the default scale: largest minus smallest, over d_k, of the mean largest softmax "
-        f"probability of a row of {KEYS} keys (the course: the scale keeps softmax equally sharp "
-        "whatever d_k)",
-        why="scaled scores have variance 1 for every d_k, but at d_k=2 a row's scale |q|/√2 "
-        f"varies, which lowers its mean by 0.022 (0.225 against 0.246); each mean over {ROWS} rows "
-        "has a standard error ~0.002, so 0.05 is over 7 σ above; without the scale the spread "
-        "is ~0.7",
+        Msg(
+            "with the default scale: largest minus smallest, over d_k, of the mean largest softmax "
+            "probability of a row of {KEYS} keys (the course: the scale keeps softmax equally "
+            "sharp whatever d_k)",
+            KEYS=KEYS,
+        ),
+        why=Msg(
+            "scaled scores have variance 1 for every d_k, but at d_k=2 a row's scale |q|/√2 "
+            "varies, which lowers its mean by 0.022 (0.225 against 0.246); each mean over {ROWS} "
+            "rows has a standard error ~0.002, so 0.05 is over 7 σ above; without the scale the "
+            "spread is ~0.7",
+            ROWS=ROWS,
+        ),
     ),
     Metric(
         f"unscaled_mean_max_prob[d_k={LARGEST}]", "probability", ">=0.9",
-        f"with scale=1.0 at d_k={LARGEST}: the mean largest softmax probability of a row of {KEYS} "
-        "keys (the course: the output degenerates into a one-hot spike)",
-        why=f"raw scores have standard deviation √{LARGEST} ≈ 22.6, so one key usually takes "
-        "almost everything (≈0.95); with variance-1 scores it is ≈0.25",
+        Msg(
+            "with scale=1.0 at d_k={LARGEST}: the mean largest softmax probability of a row of "
+            "{KEYS} keys (the course: the output degenerates into a one-hot spike)",
+            LARGEST=LARGEST,
+            KEYS=KEYS,
+        ),
+        why=Msg(
+            "raw scores have standard deviation √{LARGEST} ≈ 22.6, so one key usually takes almost "
+            "everything (≈0.95); with variance-1 scores it is ≈0.25",
+            LARGEST=LARGEST,
+        ),
     ),
     Metric(
         f"unscaled_grad_ratio[d_k={LARGEST}]", "ratio", "<=0.5",
-        f"mean softmax Jacobian size ‖diag(p) - p pᵀ‖_F without the scale over the same with "
-        f"the default scale, at d_k={LARGEST}: the vanishing gradient",
-        why="one-hot rows have a zero Jacobian; measured ≈0.24 at d_k=512 (the Jacobian of a "
+        Msg(
+            "mean softmax Jacobian size ‖diag(p) - p pᵀ‖_F without the scale over the same with "
+            "the default scale, at d_k={LARGEST}: the vanishing gradient",
+            LARGEST=LARGEST,
+        ),
+        why=N_("one-hot rows have a zero Jacobian; measured ≈0.24 at d_k=512 (the Jacobian of a "
         "16-key row of variance-1 scores is ≈0.30, without the scale ≈0.07); an implementation "
-        "without √d_k gives 1",
+        "without √d_k gives 1"),
     ),
     Metric(
         "scale_ablation_weights_max_error", "abs", "<=1e-10",
-        "float64 clean room vs reference: every weight this lab reads, both scales, every d_k",
+        N_("float64 clean room vs reference: every weight this lab reads, both scales, every d_k"),
         impls=("both",),
-        why="two float64 implementations of one formula differ by rounding only (~1e-15)",
+        why=N_("two float64 implementations of one formula differ by rounding only (~1e-15)"),
     ),
 )  # fmt: skip
 
@@ -209,78 +246,136 @@ def run(ctx: LabContext) -> LabOutput:
 
 
 def _figures(variances, sharpness, n_pairs: int, keys: int) -> list:
+    names = list(variances)
     shown = "clean-room" if "clean-room" in variances else "reference"
-    var, sharp = variances[shown], sharpness[shown]
+    sharp = sharpness[shown]
     rows = []
     worst_z = 0.0
     for d in D_KS:
         sd = _sampling_sd(d, n_pairs)
-        raw, scaled = var[d]
+        raw = variances[shown][d][0]
         course_raw = f"{COURSE_RAW_VAR[d]:.2f}" if d in COURSE_RAW_VAR else "—"
         course_scaled = f"{COURSE_SCALED_VAR[d]:.4f}" if d in COURSE_SCALED_VAR else "—"
         rows.append(
-            (str(d), f"{raw:.2f}", course_raw, f"{scaled:.4f}", course_scaled, f"{sd / d:.4f}")
+            (
+                str(d),
+                *(f"{variances[n][d][0]:.2f}" for n in names),
+                course_raw,
+                *(f"{variances[n][d][1]:.4f}" for n in names),
+                course_scaled,
+                f"{sd / d:.4f}",
+            )
         )
         if d in COURSE_RAW_VAR:
             # two independent samples of one variance: their difference has sd √2 · sd
             worst_z = max(worst_z, abs(raw - COURSE_RAW_VAR[d]) / (math.sqrt(2) * sd))
+    columns = (N_("max p"), N_("entropy"), "|J|")
     figures: list = [
         TableFigure(
-            title=f"004 §03.2's table over {n_pairs} pairs ({shown}; printed as the course prints)",
-            columns=("d_k", "raw_var", "course", "scaled_var", "course", "σ of scaled_var"),
+            title=Msg(
+                "Transformer 手撕与注意力机制 §03.2's table over {n} pairs (printed as the course prints)",
+                n=n_pairs,
+            ),
+            columns=(
+                "d_k",
+                *(f"raw_var ({n})" for n in names),
+                N_("course"),
+                *(f"scaled_var ({n})" for n in names),
+                N_("course"),
+                N_("σ of scaled_var"),
+            ),
             rows=tuple(rows),
         ),
         TableFigure(
-            title=f"softmax over {keys} keys with the √d_k / without it ({shown}); "
-            "|J| = ‖diag(p) - p pᵀ‖_F is the softmax's gradient",
-            columns=("d_k", "max p", "max p, no √", "entropy", "entropy, no √", "|J|", "|J|, no √"),
+            title=Msg(
+                "softmax over {keys} keys with the √d_k / without it; "
+                "|J| = ‖diag(p) - p pᵀ‖_F is the softmax's gradient",
+                keys=keys,
+            ),
+            columns=(
+                "d_k",
+                *(
+                    header
+                    for column in columns
+                    for header in (
+                        *(Msg("{column} ({impl})", column=column, impl=n) for n in names),
+                        *(Msg("{column}, no √ ({impl})", column=column, impl=n) for n in names),
+                    )
+                ),
+            ),
             rows=tuple(
-                (str(d), *(f"{sharp[d][i][j]:.3f}" for j in range(3) for i in range(2)))
+                (
+                    str(d),
+                    *(
+                        f"{sharpness[n][d][i][j]:.3f}"
+                        for j in range(3)
+                        for i in range(2)
+                        for n in names
+                    ),
+                )
                 for d in D_KS
             ),
         ),
         Note(
-            "raw_var is the variance of the scores with scale=1.0, scaled_var with the default "
-            "scale (the contract's 1/√D). The scores are read back from the weights, not "
-            "recomputed here: each query also meets a key of zeros (score exactly 0), so "
-            "log(w_j / w_0) is the score the implementation used."
+            N_(
+                "raw_var is the variance of the scores with scale=1.0, scaled_var with the default "
+                "scale (the contract's 1/√D). The scores are read back from the weights, not "
+                "recomputed here: each query also meets a key of zeros (score exactly 0), so "
+                "log(w_j / w_0) is the score the implementation used."
+            )
         ),
     ]
     flagged = worst_z > 3
     figures.append(
         Note(
-            "The course prints only d_k=2 and d_k=512, from its own unseeded draw of 10000 "
-            "pairs. A sample variance of N scores has standard error sqrt((2d_k² + 6d_k)/N) (the "
-            "last column, relative to d_k), so two honest draws differ by a few of those; the "
-            f"course's raw_var lies {worst_z:.1f} σ from this run's"
-            + (": more than sampling error explains." if flagged else ", within sampling error."),
+            Msg(
+                "The course prints only d_k=2 and d_k=512, from its own unseeded draw of 10000 "
+                "pairs. A sample variance of N scores has standard error sqrt((2d_k² + 6d_k)/N) "
+                "(the last column, relative to d_k), so two honest draws differ by a few of "
+                "those; the course's raw_var lies {z:.1f} σ from this run's{verdict}",
+                z=worst_z,
+                verdict=Msg(": more than sampling error explains.")
+                if flagged
+                else Msg(", within sampling error."),
+            ),
             flag=flagged,
         )
     )
     small, large = D_KS[0], LARGEST
-    text = (
-        f"Without the √d_k the largest probability climbs from {sharp[small][1][0]:.2f} "
-        f"(d_k={small}) to {sharp[large][1][0]:.2f} (d_k={large}), nearly one-hot, and |J| "
-        f"falls to {sharp[large][1][2]:.3f} against {sharp[large][0][2]:.3f} with it: the "
-        "softmax saturates and its gradient vanishes, as the course says. With the √d_k all "
-        "three columns stay put whatever d_k."
-    )
-    if sharp[small][1][2] > sharp[small][0][2]:
-        text += (
-            f" At d_k={small} the missing scale is only a factor √2 and |J| is even a little "
-            f"larger ({sharp[small][1][2]:.3f} vs {sharp[small][0][2]:.3f}): a somewhat sharper "
-            "softmax has a larger gradient; it vanishes only once the scores spread over "
-            "several units."
+    more = sharp[small][1][2] > sharp[small][0][2]
+    text = Msg(
+        "Without the √d_k the largest probability climbs from {p_small:.2f} (d_k={small}) to "
+        "{p_large:.2f} (d_k={large}), nearly one-hot, and |J| falls to {j_raw:.3f} against "
+        "{j_scaled:.3f} with it: the softmax saturates and its gradient vanishes, as the course "
+        "says. With the √d_k all three columns stay put whatever d_k.{more}",
+        p_small=sharp[small][1][0],
+        small=small,
+        p_large=sharp[large][1][0],
+        large=large,
+        j_raw=sharp[large][1][2],
+        j_scaled=sharp[large][0][2],
+        more=Msg(
+            " At d_k={small} the missing scale is only a factor √2 and |J| is even a little "
+            "larger ({j_raw:.3f} vs {j_scaled:.3f}): a somewhat sharper softmax has a larger "
+            "gradient; it vanishes only once the scores spread over several units.",
+            small=small,
+            j_raw=sharp[small][1][2],
+            j_scaled=sharp[small][0][2],
         )
+        if more
+        else "",
+    )
     figures.append(Note(text))
     return figures
 
 
 LAB = Lab(
     id="scale-ablation",
-    title="Scale ablation: Var(q·k) = d_k, and the softmax without √d_k",
-    question="Does dividing by √d_k keep the score variance at 1 for every d_k, and does "
-    "removing it saturate the softmax and shrink its gradient?",
+    title=N_("Scale ablation: Var(q·k) = d_k, and the softmax without √d_k"),
+    question=N_(
+        "Does dividing by √d_k keep the score variance at 1 for every d_k, and does "
+        "removing it saturate the softmax and shrink its gradient?"
+    ),
     sections=(
         Section(PARTS, "§6.13", "动手：用断言验证注意力（故意失败的实验：去掉 sqrt(D)）"),
         Section(CH8, "阶段二", "第二步：除以 √d_k 缩放"),

@@ -28,6 +28,7 @@ from labctl.evidence.models import MetricRecord
 from labctl.evidence.records import machine_record, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
 from labctl.faults import Fault
+from labctl.isolation.levels import resolve_isolation
 from labctl.isolation.sandbox import DEFAULT_MEMORY_MB
 from labctl.jsonsafe import dumps
 from labctl.verify import fixtures as fx
@@ -104,6 +105,7 @@ class FaultMatrix:
     timeout_s: float
     wall_time_s: float = 0.0
     records: list[Path] = field(default_factory=list)
+    isolation: str | None = None
 
     def uncaught(self) -> list[str]:
         return [r.name for r in self.rows if not r.caught_by]
@@ -153,6 +155,7 @@ class FaultMatrix:
             "tolerances": TOLERANCE_VERSION,
             "fixtures": fx.FIXTURES_VERSION,
             "timeout_s": self.timeout_s,
+            "isolation": self.isolation,
             "baseline": self.baseline.to_json(),
             "faults": [r.to_json() for r in self.rows],
             "uncaught": self.uncaught(),
@@ -259,7 +262,7 @@ def build_matrix(
                 elapsed,
             )
         )
-    matrix = FaultMatrix(baseline, rows, timeout_s)
+    matrix = FaultMatrix(baseline, rows, timeout_s, isolation=resolve_isolation(isolation))
     matrix.wall_time_s = time.perf_counter() - start
     if out is not None:
         write_evidence(matrix, out)
@@ -308,6 +311,7 @@ def write_evidence(matrix: FaultMatrix, out: Path) -> None:
         impl="clean-room",
         passed=matrix.passed,
         wall_time_s=matrix.wall_time_s,
+        isolation=matrix.isolation,
     )
     paths = store.write_record(folder, stem, record)
     matrix.records = [*paths, csv_path, json_path]

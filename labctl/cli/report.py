@@ -1,0 +1,64 @@
+"""`labctl report`: the evidence on disk as one self-contained HTML file with plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from labctl.cli.render import err, out, print_json
+from labctl.i18n import _
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+def report(
+    out_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="The HTML file to write [default: ROOT/report.html].",
+            show_default=False,
+        ),
+    ] = None,
+    root: Annotated[
+        Path,
+        typer.Option(
+            "--root", help="The evidence root (runs/, verify/), or a folder of `run --out`."
+        ),
+    ] = Path("evidence"),
+    open_: Annotated[
+        bool, typer.Option("--open", help="Open the report in the web browser.")
+    ] = False,
+    # The language is chosen from the raw arguments before parsing (labctl.cli.lang);
+    # declaring it here lets `report --lang zh` parse.
+    lang: Annotated[
+        str | None,
+        typer.Option("--lang", help="Language of the report: zh or en.", show_default=False),
+    ] = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Build one HTML report (figures inlined, opens offline) from the evidence records."""
+    from labctl.evidence.records import shown_path
+    from labctl.report import build_report
+
+    with err.status(_("drawing the report…")):
+        path, summary = build_report(root, out_file)
+    summary["report"] = shown_path(path)
+    if json_:
+        print_json({"passed": True, **summary})
+    else:
+        labs = summary["labs"]
+        out.print(
+            _("report of {n} labs and {v} verify runs written to {path}").format(
+                n=len(labs), v=summary["verify_runs"], path=summary["report"]
+            )
+        )
+        for lab in labs:
+            for problem in lab["problems"]:
+                err.print(f"{lab['id']}: {problem}", markup=False)
+    if open_:
+        import webbrowser
+
+        webbrowser.open(path.resolve().as_uri())

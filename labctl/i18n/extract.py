@@ -1,0 +1,190 @@
+"""Find every message labctl shows, and check a catalog holds a translation of each.
+
+Messages come from two places: the source, where `_("...")`, `N_("...")` and
+`Msg("...", ...)` mark them and where a pydantic `Field(description="...")`
+describes a lab parameter (read with `ast`, so nothing is imported), and the
+command tree, whose help texts typer takes from docstrings and `help=`.
+
+    python -m labctl.i18n.extract                 # a .pot of every message, on stdout
+    python -m labctl.i18n.extract --check zh      # what the zh catalog lacks; exit 1 if anything
+    python -m labctl.i18n.extract --update zh     # append the missing msgids, empty, to zh's .po
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import string
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from labctl.i18n import DOMAIN, catalog_path, po
+
+MARKERS = ("_", "N_", "Msg")
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Found:
+    msgid: str
+    where: str
+
+
+def source_messages(root: Path = PACKAGE) -> tuple[list[Found], list[str]]:
+    """Marked messages under `root`, and the marks whose text is not a literal (a bug for N_/Msg)."""
+    found: list[Found] = []
+    problems: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"), str(path))
+        shown = path.relative_to(root.parent).as_posix()
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+                continue
+            if node.func.id == "Field":
+                # a parameter's description is shown by `labctl show` and in --set errors
+                for keyword in node.keywords:
+                    if keyword.arg == "description" and isinstance(keyword.value, ast.Constant):
+                        found.append(Found(keyword.value.value, f"{shown}:{node.lineno}"))
+                continue
+            if node.func.id not in MARKERS or not node.args:
+                continue
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                found.append(Found(first.value, f"{shown}:{node.lineno}"))
+            elif node.func.id != "_":
+                problems.append(
+                    f"{shown}:{node.lineno}: {node.func.id}() needs a string literal, so the "
+                    "message can be extracted (use Msg with values for a text with numbers)"
+                )
+    return found, problems
+
+
+def help_messages() -> list[Found]:
+    """Every help text of the command tree, as typer builds it."""
+    import typer
+
+    from labctl.cli.main import app
+
+    found: list[Found] = []
+
+    def walk(command, path: str) -> None:
+        for text in (command.help, command.short_help):
+            if text:
+                found.append(Found(text, f"help: {path}"))
+        for param in command.params:
+            text = getattr(param, "help", None)
+            if text:
+                found.append(Found(text, f"help: {path} {param.name}"))
+        for name, sub in sorted(getattr(command, "commands", {}).items()):
+            walk(sub, f"{path} {name}")
+
+    walk(typer.main.get_command(app), "labctl")
+    return found
+
+
+def all_messages() -> tuple[dict[str, list[str]], list[str]]:
+    """msgid → where it is used, and the problems found while extracting."""
+    found, problems = source_messages()
+    messages: dict[str, list[str]] = {}
+    for item in [*found, *help_messages()]:
+        messages.setdefault(item.msgid, []).append(item.where)
+    return messages, problems
+
+
+def placeholders(template: str) -> set[str]:
+    """The names a template formats in: `{x:.3f}` and `{x!r}` are both `x`."""
+    names = set()
+    for _, name, _, _ in string.Formatter().parse(template):
+        if name is not None:
+            names.add(name.split(".")[0].split("[")[0])
+    return names
+
+
+def check(lang: str, catalog_text: str | None = None) -> list[str]:
+    """One line per gap in `lang`'s catalog (or in `catalog_text`), naming the msgid and its use."""
+    messages, problems = all_messages()
+    if catalog_text is None:
+        catalog_text = catalog_path(lang).read_text("utf-8")
+    parsed = po.parse(catalog_text, lang)
+    entries = {e.msgid: e for e in reversed(parsed)}
+    gaps = list(problems)
+    gaps += [f"duplicate msgid at line {e.line}: {e.msgid!r}" for e in po.duplicates(parsed)]
+    for msgid, where in messages.items():
+        entry = entries.get(msgid)
+        at = f" (used at {where[0]})"
+        if entry is None:
+            gaps.append(f"missing: {msgid!r}{at}")
+        elif not entry.msgstr:
+            gaps.append(f"empty translation: {msgid!r}{at}")
+        elif entry.fuzzy:
+            gaps.append(f"fuzzy translation: {msgid!r}{at}")
+        else:
+            try:
+                ours, theirs = placeholders(msgid), placeholders(entry.msgstr)
+            except ValueError as exc:
+                gaps.append(f"malformed translation of {msgid!r}: {exc}")
+                continue
+            if ours != theirs:
+                gaps.append(
+                    f"placeholders differ in {msgid!r}: msgid has {sorted(ours)}, "
+                    f"msgstr has {sorted(theirs)}"
+                )
+    return gaps
+
+
+def obsolete(lang: str) -> list[str]:
+    """msgids the catalog translates that nothing shows any more."""
+    messages, _ = all_messages()
+    entries = po.parse(catalog_path(lang).read_text("utf-8"), lang)
+    return [e.msgid for e in entries if e.msgid and e.msgid not in messages]
+
+
+def pot() -> str:
+    messages, _ = all_messages()
+    header = po.format_entry(
+        "", f"Project-Id-Version: {DOMAIN}\\nContent-Type: text/plain; charset=UTF-8\\n"
+    )
+    return header + "".join(
+        "\n" + po.format_entry(msgid, "", [f"#: {w}" for w in where[:3]])
+        for msgid, where in messages.items()
+    )
+
+
+def update(lang: str) -> list[str]:
+    """Append every missing msgid to `lang`'s catalog with an empty msgstr; returns them."""
+    messages, _ = all_messages()
+    path = Path(str(catalog_path(lang)))
+    text = path.read_text("utf-8")
+    known = {e.msgid for e in po.parse(text, lang)}
+    missing = [m for m in messages if m not in known]
+    if missing:
+        block = "\n# ---- new messages: translate, then move into their area's block ----\n"
+        block += "".join("\n" + po.format_entry(m, "", [f"#: {messages[m][0]}"]) for m in missing)
+        path.write_text(text.rstrip("\n") + "\n" + block, "utf-8")
+    return missing
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m labctl.i18n.extract", description=__doc__)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--check", metavar="LANG", help="list what LANG's catalog lacks")
+    group.add_argument("--update", metavar="LANG", help="append missing msgids to LANG's catalog")
+    args = parser.parse_args(argv)
+    if args.check:
+        gaps = check(args.check)
+        for line in gaps:
+            print(line)
+        for msgid in obsolete(args.check):
+            print(f"obsolete (nothing shows it): {msgid!r}", file=sys.stderr)
+        return 1 if gaps else 0
+    if args.update:
+        for msgid in update(args.update):
+            print(f"added: {msgid!r}")
+        return 0
+    sys.stdout.write(pot())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""`--set NAME=VALUE`: a lab's parameters from the command line, checked by its `Params` model.
+
+A setting names a parameter of every lab being run that has it (`T=16`), or of
+one lab (`causal-attention.T=16`). A value is read by the type the model
+declares (integer, number, true/false, comma-separated integers for a tuple),
+then the model checks the lot, bounds and cross-field rules included. Anything
+refused is a usage error naming what is allowed; nothing has run yet.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from dataclasses import dataclass
+
+import annotated_types
+from pydantic import ValidationError
+
+from labctl.errors import UsageError
+from labctl.i18n import _
+from labctl.lab import Lab, LabParams
+
+
+@dataclass(frozen=True)
+class Setting:
+    lab: str | None
+    name: str
+    value: str
+
+
+def parse_setting(text: str) -> Setting:
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise UsageError(
+            _("--set wants NAME=VALUE or LAB.NAME=VALUE, got {text!r}").format(text=text)
+        )
+    lab, dot, name = key.rpartition(".")
+    return Setting(lab if dot else None, name, value.strip())
+
+
+def describe(params: type[LabParams], name: str) -> str:
+    """`T: integer, 1 ≤ T ≤ 512 (default 8)`: what a learner may give a parameter."""
+    field = params.model_fields[name]
+    kind = _kind(field.annotation)
+    bounds = []
+    for item in field.metadata:
+        for attr, sign in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<")):
+            if isinstance(item, getattr(annotated_types, attr.capitalize())):
+                bounds.append(f"{name} {sign} {getattr(item, attr)}")
+    default = field.default
+    shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+    text = f"{name}: {kind}" + (f", {', '.join(bounds)}" if bounds else "")
+    return text + " " + _("(default {default})").format(default=shown)
+
+
+def _kind(annotation: object) -> str:
+    if annotation is bool:
+        return _("true or false")
+    if annotation is int:
+        return _("integer")
+    if annotation is float:
+        return _("number")
+    if typing.get_origin(annotation) is tuple:
+        return _("comma-separated integers")
+    return _("text")
+
+
+def _convert(params: type[LabParams], setting: Setting) -> object:
+    annotation = params.model_fields[setting.name].annotation
+    text = setting.value
+    try:
+        if annotation is bool:
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1")
+        if annotation is int:
+            return int(text)
+        if annotation is float:
+            value = float(text)
+            if not math.isfinite(value):
+                raise ValueError(text)
+            return value
+        if typing.get_origin(annotation) is tuple:
+            return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(
+            _("--set {name}={value}: not a valid value; allowed: {allowed}").format(
+                name=setting.name, value=text, allowed=describe(params, setting.name)
+            )
+        ) from None
+    return text
+
+
+def _allowed(lab: Lab) -> str:
+    return "; ".join(describe(lab.params, name) for name in lab.params.model_fields)
+
+
+def resolve_params(labs: list[Lab], texts: list[str]) -> dict[str, LabParams]:
+    """Each lab's parameters with `texts` applied; a usage error before anything runs."""
+    settings = [parse_setting(text) for text in texts]
+    by_id = {lab.id: lab for lab in labs}
+    chosen: dict[str, dict[str, object]] = {lab.id: {} for lab in labs}
+    for setting in settings:
+        if setting.lab is not None:
+            if setting.lab not in by_id:
+                raise UsageError(
+                    _("--set {key}: lab {lab!r} is not being run (running: {labs})").format(
+                        key=f"{setting.lab}.{setting.name}",
+                        lab=setting.lab,
+                        labs=", ".join(by_id),
+                    )
+                )
+            targets = [by_id[setting.lab]]
+        else:
+            targets = [lab for lab in labs if setting.name in lab.params.model_fields]
+        if not targets or any(setting.name not in lab.params.model_fields for lab in targets):
+            lab = targets[0] if targets else (labs[0] if len(labs) == 1 else None)
+            allowed = _allowed(lab) if lab else _("no lab being run has it")
+            raise UsageError(
+                _("--set: unknown parameter {name!r}; allowed: {allowed}").format(
+                    name=setting.name, allowed=allowed
+                )
+            )
+        for lab in targets:
+            chosen[lab.id][setting.name] = _convert(lab.params, setting)
+    return {lab.id: _validated(lab, chosen[lab.id]) for lab in labs}
+
+
+def _validated(lab: Lab, values: dict[str, object]) -> LabParams:
+    try:
+        return lab.params(**values)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            name = ".".join(str(part) for part in error["loc"])
+            detail = error["msg"]
+            if name in lab.params.model_fields:
+                detail += "; " + _("allowed: {allowed}").format(allowed=describe(lab.params, name))
+            problems.append(f"{lab.id}.{name}: {detail}" if name else f"{lab.id}: {detail}")
+        raise UsageError(
+            _("--set refused: {problems}").format(problems=" | ".join(problems))
+        ) from None
+
+
+def record_values(params: LabParams) -> dict[str, int | float | str | bool]:
+    """The parameters as an evidence record keeps them (a tuple as comma-separated text)."""
+    return {
+        name: ",".join(map(str, value)) if isinstance(value, tuple) else value
+        for name, value in params.model_dump().items()
+    }
+
+
+def non_default(lab: Lab, params: LabParams) -> dict[str, object]:
+    """The parameters that differ from the lab's defaults."""
+    default = lab.params().model_dump()
+    return {k: v for k, v in params.model_dump().items() if default.get(k) != v}

@@ -1,0 +1,67 @@
+"""`labctl report`: one self-contained HTML file built from the evidence records on disk.
+
+`collect` reads the records and their figure artifacts, `plots` draws with matplotlib
+(imported only here), `html` writes the document. Nothing is fetched to build it or to
+open it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from labctl.errors import UsageError
+from labctl.evidence.environment import now_iso
+from labctl.evidence.store import replace_atomically
+from labctl.i18n import _
+
+DEFAULT_NAME = "report.html"
+
+
+def check_out_file(out: Path) -> None:
+    """`out` can be written as a file: not a directory, in a directory that exists."""
+    if out.is_dir():
+        raise UsageError(_("--out {path}: is a directory; name a file").format(path=out))
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(
+            _("--out {path}: {where} is not a directory").format(path=out, where=parent)
+        )
+
+
+def build_report(root: Path, out: Path | None = None) -> tuple[Path, dict]:
+    """Write the report of the evidence under `root` to `out` (default `root/report.html`);
+    return where it is and a summary (labs, verdicts, figures drawn)."""
+    from labctl.report import html, plots
+    from labctl.report.collect import collect
+
+    target = out if out is not None else root / DEFAULT_NAME
+    check_out_file(target)
+    evidence = collect(root)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            _("labctl report draws with matplotlib: pip install 'labctl[report]'")
+        ) from None
+    text = html.document(evidence, plots, now_iso)
+    replace_atomically(target, text.encode("utf-8"))
+    # a temporary file is created private; a report is for reading, like any file made here
+    mask = os.umask(0)
+    os.umask(mask)
+    target.chmod(0o666 & ~mask)
+    summary = {
+        "report": str(target),
+        "labs": [
+            {
+                "id": run.lab_id,
+                "passed": run.passed,
+                "params_default": not run.changed_params,
+                "figures": sum(1 for f in run.figures if f.kind != "note"),
+                "problems": run.problems,
+            }
+            for run in evidence.runs
+        ],
+        "verify_runs": len(evidence.verify_history),
+    }
+    return target, summary

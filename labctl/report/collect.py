@@ -1,0 +1,222 @@
+"""What a report shows, read from the evidence on disk: the newest run of each lab, its
+figures (CSV and JSON Lines artifacts beside the record, checked against the record's
+sha256), and the history of `verify clean-room`.
+
+Nothing here draws or prints. An evidence root is `evidence/` (runs under `runs/`,
+verify records under `verify/`) or a runs folder written by `labctl run --out DIR`.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from labctl.errors import UsageError
+from labctl.evidence.models import EvidenceRecord
+from labctl.evidence.validate import parse_time
+from labctl.i18n import _
+from labctl.lab import parse_expected
+
+FIGURES_SUFFIX = "-figures.jsonl"
+
+
+@dataclass
+class Figure:
+    """A figure as kept: its description (kind, title, labels) and its values from the CSV."""
+
+    kind: str
+    title: str
+    name: str = ""
+    impl: str = ""
+    columns: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+    matrix: list[list[float]] = field(default_factory=list)
+    row_label: str = ""
+    col_label: str = ""
+    row_ticks: list[str] = field(default_factory=list)
+    col_ticks: list[str] = field(default_factory=list)
+    flag: bool = False
+
+
+@dataclass
+class LabRun:
+    lab_id: str
+    record: EvidenceRecord
+    path: Path
+    figures: list[Figure] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool | None:
+        return self.record.labctl.passed if self.record.labctl else None
+
+    @property
+    def changed_params(self) -> bool:
+        info = self.record.labctl
+        return bool(info and info.params_default is False)
+
+
+@dataclass
+class Evidence:
+    root: Path
+    runs: list[LabRun]
+    verify_history: list[dict]
+
+
+def message(data: object) -> str:
+    """A kept message in the chosen language: plain text, or `{"msg": ..., "args": {...}}`."""
+    if isinstance(data, dict) and isinstance(data.get("msg"), str):
+        args = data.get("args") if isinstance(data.get("args"), dict) else {}
+        values = {k: message(v) if isinstance(v, dict) else v for k, v in args.items()}
+        try:
+            return _(data["msg"]).format(**values)
+        except (KeyError, ValueError, IndexError):
+            return data["msg"]
+    return _(str(data)) if data is not None else ""
+
+
+def margin(actual: float, expected: str) -> float | None:
+    """How far `actual` lies inside its tolerance (negative: outside); None for `==`."""
+    text = expected.replace(" ", "")
+    try:
+        parse_expected(expected)
+    except ValueError:
+        return None
+    if text.startswith("in["):
+        lo, hi = (float(v) for v in text[3:-1].split(","))
+        return min(actual - lo, hi - actual)
+    for op in ("<=", ">=", "<", ">"):
+        if text.startswith(op):
+            bound = float(text[len(op) :])
+            return bound - actual if op.startswith("<") else actual - bound
+    return None
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _figures(run: LabRun) -> None:
+    """Read the figures beside `run`'s record; a missing or changed artifact is a problem."""
+    folder = run.path.parent
+    stem = run.path.name.removesuffix(".json")
+    kept = {Path(a.path).name: a.sha256 for a in run.record.artifacts if not isinstance(a, str)}
+
+    def read(name: str) -> str | None:
+        path = folder / name
+        if name not in kept or not path.is_file():
+            run.problems.append(_("artifact {name} is missing").format(name=name))
+            return None
+        if kept[name] and _sha256(path) != kept[name]:
+            run.problems.append(
+                _("artifact {name} changed since the run (sha256 differs)").format(name=name)
+            )
+            return None
+        return path.read_text("utf-8")
+
+    listing = f"{stem}{FIGURES_SUFFIX}"
+    if listing not in kept:
+        return  # a record of a labctl that did not keep its figures' descriptions
+    text = read(listing)
+    if text is None:
+        return
+    for line in text.splitlines():
+        try:
+            data = json.loads(line)
+        except ValueError:
+            run.problems.append(_("artifact {name} is not JSON Lines").format(name=listing))
+            return
+        figure = _figure(data, read)
+        if figure is not None:
+            run.figures.append(figure)
+
+
+def _figure(data: dict, read) -> Figure | None:
+    kind = data.get("kind")
+    if kind == "note":
+        return Figure("note", message(data.get("text")), flag=bool(data.get("flag")))
+    if kind not in ("heatmap", "table") or not isinstance(data.get("csv"), str):
+        return None
+    text = read(data["csv"])
+    if text is None:
+        return None
+    cells = list(csv.reader(io.StringIO(text)))
+    title = message(data.get("title"))
+    if kind == "table":
+        columns = [message(c) for c in data.get("columns", [])]
+        return Figure("table", title, columns=columns, rows=cells[1:])
+    try:
+        matrix = [[float(v) for v in row] for row in cells]
+    except ValueError:
+        return None
+    return Figure(
+        "heatmap",
+        title,
+        name=str(data.get("name", "")),
+        impl=str(data.get("impl", "")),
+        matrix=matrix,
+        row_label=str(data.get("row_label", "")),
+        col_label=str(data.get("col_label", "")),
+        row_ticks=[str(t) for t in data.get("row_ticks", [])],
+        col_ticks=[str(t) for t in data.get("col_ticks", [])],
+    )
+
+
+def _load(path: Path) -> EvidenceRecord | None:
+    try:
+        data = json.loads(path.read_text("utf-8"))
+        return EvidenceRecord.model_validate(data, by_alias=True, by_name=False)
+    except (OSError, ValueError, ValidationError):
+        return None
+
+
+def _when(record: EvidenceRecord) -> float:
+    moment = parse_time(record.verified_at)
+    return moment.timestamp() if moment else -math.inf
+
+
+def newest_runs(runs_folder: Path) -> list[LabRun]:
+    """The newest run record of each lab under `runs_folder/<lab>/`, by lab id."""
+    newest: dict[str, LabRun] = {}
+    for path in sorted(runs_folder.glob("*/*.json")):
+        record = _load(path)
+        if record is None or record.labctl is None or record.labctl.lab is None:
+            continue
+        lab_id = record.labctl.lab
+        current = newest.get(lab_id)
+        if current is None or _when(record) >= _when(current.record):
+            newest[lab_id] = LabRun(lab_id, record, path)
+    runs = [newest[k] for k in sorted(newest)]
+    for run in runs:
+        _figures(run)
+    return runs
+
+
+def collect(root: Path) -> Evidence:
+    """The evidence under `root` (an evidence root, or a runs folder)."""
+    if not root.is_dir():
+        raise UsageError(_("--root {root}: no such directory").format(root=root))
+    runs_folder = root / "runs" if (root / "runs").is_dir() else root
+    history_path = root / "verify" / "history.jsonl"
+    history = []
+    if history_path.is_file():
+        for line in history_path.read_text("utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict):
+                history.append(entry)
+    runs = newest_runs(runs_folder)
+    if not runs and not history:
+        raise UsageError(
+            _("no evidence under {root}: run `labctl run all` first").format(root=root)
+        )
+    return Evidence(root, runs, history)

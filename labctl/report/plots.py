@@ -1,0 +1,188 @@
+"""The report's figures, drawn with matplotlib (Agg) into PNG bytes for inlining.
+
+Only `labctl report` imports this module, so matplotlib stays out of every other
+command. A heatmap group is drawn side by side (the clean room's cells that
+differ from the reference's outlined); a table is drawn as a line plot when its
+first column and at least one other are numeric (one line per numeric column, one
+per text value when a text column names an implementation); anything else is
+shown only as the HTML table beside it.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import warnings
+
+from labctl.i18n import _
+from labctl.report.collect import Figure
+
+DIFFERS = 1e-9  # as the terminal: far above float64 rounding, far below what the eye sees
+MAX_ANNOTATED = 12  # cells get their value written in them up to this many per side
+
+
+CJK_FONTS = ("Noto Sans CJK SC", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Droid Sans Fallback")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import font_manager
+
+    # Chinese labels need a CJK font; name only those installed, so no lookup fails per glyph.
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    families = [f for f in CJK_FONTS if f in installed] + ["DejaVu Sans"]
+    plt.rcParams.update({"font.size": 9, "font.sans-serif": families})
+    return plt
+
+
+def _png(fig) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        # Without a CJK font installed, Chinese labels are drawn as boxes; matplotlib's warning
+        # per glyph would flood the learner's terminal (the HTML text around them is intact).
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font")
+        fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def heatmaps(group: list[Figure]) -> bytes:
+    """One name's heatmaps side by side, on one colour scale, with token/position ticks."""
+    import numpy as np
+
+    plt = _pyplot()
+    reference = next((f for f in group if f.impl == "reference"), None)
+    fig, axes = plt.subplots(
+        1, len(group), figsize=(4.4 * len(group), 4.0), squeeze=False, layout="constrained"
+    )
+    values = [np.asarray(f.matrix, dtype=float) for f in group]
+    finite = [v[np.isfinite(v)] for v in values]
+    low = min((float(v.min()) for v in finite if v.size), default=0.0)
+    high = max((float(v.max()) for v in finite if v.size), default=1.0)
+    image = None
+    for ax, figure, matrix in zip(axes[0], group, values, strict=True):
+        image = ax.imshow(matrix, cmap="viridis", vmin=min(low, 0.0), vmax=max(high, 1e-12))
+        rows, cols = matrix.shape if matrix.ndim == 2 else (0, 0)
+        ax.set_title(figure.impl or figure.name)
+        ax.set_xlabel(figure.col_label)
+        ax.set_ylabel(figure.row_label)
+        ax.set_xticks(range(cols), figure.col_ticks if len(figure.col_ticks) == cols else None)
+        ax.set_yticks(range(rows), figure.row_ticks if len(figure.row_ticks) == rows else None)
+        differ = _differing(matrix, reference, figure)
+        for i in range(rows):
+            for j in range(cols):
+                if rows <= MAX_ANNOTATED and cols <= MAX_ANNOTATED:
+                    shade = "black" if matrix[i, j] > (low + high) / 2 else "white"
+                    ax.text(
+                        j,
+                        i,
+                        f"{matrix[i, j]:.2f}",
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        color=shade,
+                    )
+                if (i, j) in differ:
+                    ax.add_patch(
+                        plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", lw=1.5)
+                    )
+    if image is not None:
+        fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+    if any(_differing(v, reference, f) for v, f in zip(values, group, strict=True)):
+        fig.text(
+            0.01,
+            0.0,
+            _("red: differs from the reference by more than {tol:g}").format(tol=DIFFERS),
+            fontsize=8,
+            color="red",
+        )
+    return _png(fig)
+
+
+def _differing(matrix, reference: Figure | None, figure: Figure) -> set[tuple[int, int]]:
+    import numpy as np
+
+    if reference is None or reference is figure:
+        return set()
+    other = np.asarray(reference.matrix, dtype=float)
+    if other.shape != matrix.shape:
+        return {(i, j) for i in range(matrix.shape[0]) for j in range(matrix.shape[1])}
+    return {tuple(ij) for ij in np.argwhere(~(np.abs(matrix - other) <= DIFFERS))}
+
+
+def number(text: str) -> float | None:
+    """A table cell as a number (`1,234`, `0.25`, `32x`), or None; `—` and blanks are None."""
+    cleaned = text.strip().replace(",", "").removesuffix("x").removesuffix(" B").strip()
+    try:
+        value = float(cleaned)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def plottable(figure: Figure) -> bool:
+    """A table with a numeric first column and at least one other numeric column."""
+    return bool(_series(figure))
+
+
+def _series(figure: Figure) -> list[tuple[str, list[float], list[float]]]:
+    """(label, x, y) lines: each numeric column, split by the values of a text column if any."""
+    rows = [r for r in figure.rows if len(r) == len(figure.columns)]
+    if len(rows) < 2 or number(rows[0][0]) is None:
+        return []
+    if any(number(r[0]) is None for r in rows):
+        return []
+    numeric, text = [], []
+    for j in range(1, len(figure.columns)):
+        cells = [r[j] for r in rows]
+        parsed = [number(c) for c in cells]
+        blanks = [c.strip() in ("", "—", "-") for c in cells]
+        if all(p is not None or b for p, b in zip(parsed, blanks, strict=True)) and any(
+            p is not None for p in parsed
+        ):
+            numeric.append(j)
+        else:
+            text.append(j)
+    if not numeric:
+        return []
+    group_by = text[0] if text and len({r[text[0]] for r in rows}) <= 6 else None
+    groups = sorted({r[group_by] for r in rows}) if group_by is not None else [None]
+    lines = []
+    for j in numeric:
+        for group in groups:
+            chosen = [r for r in rows if group is None or r[group_by] == group]
+            points = [(number(r[0]), number(r[j])) for r in chosen]
+            points = [(x, y) for x, y in points if y is not None]
+            if points:
+                label = figure.columns[j] + (f" — {group}" if group is not None else "")
+                lines.append((label, [p[0] for p in points], [p[1] for p in points]))
+    return lines
+
+
+def _wide(values: list[float]) -> bool:
+    positive = [v for v in values if v > 0]
+    return len(positive) == len(values) and max(positive) / min(positive) >= 100
+
+
+def line_plot(figure: Figure) -> bytes:
+    """Every numeric column against the first; log axes where the values span 100x or more."""
+    plt = _pyplot()
+    lines = _series(figure)
+    fig, ax = plt.subplots(figsize=(6.4, 3.8), layout="constrained")
+    for label, x, y in lines:
+        ax.plot(x, y, marker="o", markersize=3, label=label)
+    xs = [v for _, x, _ in lines for v in x]
+    ys = [v for _, _, y in lines for v in y]
+    if xs and _wide(xs):
+        ax.set_xscale("log", base=2)
+    if ys and _wide(ys):
+        ax.set_yscale("log")
+    ax.set_xlabel(figure.columns[0])
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    return _png(fig)

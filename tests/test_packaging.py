@@ -1,0 +1,131 @@
+"""The wheel installs nothing at top level but `labctl`, carries its data and catalogs, and
+works from an empty folder where the learner's own `clean_room` is the only one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Local state at the repository's top that a wheel must not be built from (labctl/evidence is code).
+NOT_SOURCE = {".git", ".venv", "build", "dist", "evidence", ".pytest_cache", ".ruff_cache"}
+
+
+def _not_source(directory: str, names: list[str]) -> set[str]:
+    top = Path(directory) == ROOT
+    return {
+        n
+        for n in names
+        if (top and n in NOT_SOURCE) or n == "__pycache__" or n.endswith(".egg-info")
+    }
+
+
+def build_wheel(source: Path, out: Path) -> Path:
+    """A wheel of a copy of `source` (building in the repository would write build/ into it)."""
+    tree = out / "src"
+    shutil.copytree(source, tree, ignore=_not_source)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         str(tree), "-w", str(out)],
+        check=True, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = out.glob("*.whl")
+    return wheel
+
+
+def top_level(wheel: Path) -> set[str]:
+    """What the wheel puts directly into site-packages (dist-info aside)."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = {name.split("/")[0] for name in archive.namelist()}
+    return {n for n in names if not n.endswith(".dist-info")}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    return build_wheel(ROOT, tmp_path_factory.mktemp("wheel"))
+
+
+def test_the_wheel_installs_only_the_labctl_package(wheel):
+    assert top_level(wheel) == {"labctl"}
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    for needed in (
+        "labctl/i18n/locale/zh/LC_MESSAGES/labctl.po",
+        "labctl/data/contract_v1.json",
+        "labctl/data/tolerances-v2.json",
+        "labctl/labs/causal_attention.py",
+        "labctl/clean_room/attention.py",
+        "labctl/evidence/models.py",
+    ):
+        assert needed in names, needed
+
+
+@pytest.mark.slow
+def test_the_top_level_check_catches_a_wheel_that_ships_clean_room(tmp_path):
+    source = tmp_path / "faulty"
+    shutil.copytree(ROOT, source, ignore=_not_source)
+    shutil.copytree(ROOT / "labctl" / "clean_room", source / "clean_room")
+    pyproject = source / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text().replace(
+            'include = ["labctl*"]', 'include = ["labctl*", "clean_room*"]'
+        )
+    )
+    assert top_level(build_wheel(source, tmp_path / "out")) == {"labctl", "clean_room"}
+
+
+def _environment_paths() -> list[str]:
+    """The site-packages this interpreter imports torch and the rest from (not labctl itself)."""
+    paths = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    paths |= {p for p in sys.path if p.endswith("site-packages")}
+    return sorted(p for p in paths if Path(p).is_dir())
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_runs_every_lab_from_an_empty_folder(wheel, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True, capture_output=True, text=True,
+        ).stdout.strip()
+    )  # fmt: skip
+    # Dependencies come from this environment; labctl only from the wheel, installed first.
+    (site / "deps.pth").write_text("\n".join(_environment_paths()) + "\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+         "--no-index", "-q", str(wheel)],
+        check=True, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    where = subprocess.run(
+        [str(python), "-c", "import labctl; print(labctl.__file__)"],
+        cwd=empty, env=env, check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    assert where.startswith(str(site)), f"labctl came from {where}, not the installed wheel"
+    for name in ("clean_room", "labs"):
+        probe = subprocess.run(
+            [str(python), "-c", f"import {name}"],
+            cwd=empty,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert probe.returncode != 0 and "ModuleNotFoundError" in probe.stderr, name
+    run = subprocess.run(
+        [str(venv / "bin" / "labctl"), "run", "all", "--json", "--out", str(empty / "runs")],
+        cwd=empty, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert '"passed": true' in run.stdout

@@ -1,0 +1,355 @@
+"""`labctl report`: one self-contained HTML file from the evidence on disk, checked as text
+and in a real headless Chromium (no console errors, no request, every lab's figures)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from labtools import faulty_room
+from typer.testing import CliRunner
+
+from labctl import registry
+from labctl.cli.main import app
+
+runner = CliRunner()
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="module")
+def evidence(tmp_path_factory) -> Path:
+    """Every lab run on a reversed-mask clean room (the mask ablation shortened, so its record
+    is non-default), and a verify history that fails and then passes."""
+    root = tmp_path_factory.mktemp("evidence")
+    room = faulty_room(root.parent, "mask-reversed")
+    args = ["run", "all", "--clean-room", str(room), "--out", str(root / "runs")]
+    args += ["--set", "mask-ablation.steps=24", "--set", "mask-ablation.tail=4"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output  # the reversed mask fails labs, as it must
+    history = [
+        {"verified_at": "2026-01-01T10:00:00Z", "path": "clean_room", "passed": False,
+         "failing_functions": ["causal_mask"], "diagnosis": ["the triangle is reversed"]},
+        {"verified_at": "2026-01-01T11:00:00Z", "path": "clean_room", "passed": True,
+         "failing_functions": [], "diagnosis": []},
+    ]  # fmt: skip
+    (root / "verify").mkdir()
+    (root / "verify" / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+    return root
+
+
+@pytest.fixture(scope="module")
+def report(evidence) -> Path:
+    path = evidence / "report.html"
+    result = runner.invoke(app, ["report", "--root", str(evidence), "--out", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert {lab["id"] for lab in document["labs"]} == {lab.id for lab in registry.discover()}
+    return path
+
+
+class _Parser(HTMLParser):
+    """Sections by lab, the images in each, and every URL an element would fetch."""
+
+    def __init__(self):
+        super().__init__()
+        self.lab = None
+        self.images: dict[str, int] = {}
+        self.urls: list[str] = []
+        self.meta: list[dict] = []
+        self.changed: set[str] = set()
+        self.tables: dict[tuple[str, str], list[list[str]]] = {}
+        self._table = None
+        self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "section" and "data-lab" in attrs:
+            self.lab = attrs["data-lab"]
+            self.images[self.lab] = 0
+        if tag == "img" and self.lab:
+            self.images[self.lab] += 1
+        if tag == "p" and attrs.get("class") == "changed" and self.lab:
+            self.changed.add(self.lab)
+        for name in ("src", "href", "srcset", "action", "poster", "data"):
+            if name in attrs:
+                self.urls.append(attrs[name])
+        if tag == "meta":
+            self.meta.append(attrs)
+        if tag == "details" and "data-impl" in attrs:
+            self._table = (self.lab, attrs["data-heatmap"], attrs["data-impl"])
+            self.tables[self._table] = []
+        if tag == "tr" and self._table:
+            self.tables[self._table].append([])
+        if tag == "td" and self._table:
+            self._cell = ""
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._table and self._cell is not None:
+            self.tables[self._table][-1].append(self._cell)
+            self._cell = None
+        if tag == "details":
+            self._table = None
+        if tag == "section":
+            self.lab = None
+
+
+def _parsed(path: Path) -> _Parser:
+    parser = _Parser()
+    parser.feed(path.read_text("utf-8"))
+    return parser
+
+
+def test_every_lab_is_there_with_its_figures_and_nothing_is_fetched(report):
+    parsed = _parsed(report)
+    assert set(parsed.images) == {lab.id for lab in registry.discover()}
+    assert all(count >= 1 for count in parsed.images.values()), parsed.images
+    # heatmaps of both implementations, the loss curves and the d_k curves are drawn
+    assert parsed.images["causal-attention"] >= 1 and parsed.images["mask-ablation"] >= 2
+    assert parsed.images["scale-ablation"] >= 2 and parsed.images["kv-cache"] >= 1
+    csp = [m for m in parsed.meta if m.get("http-equiv") == "Content-Security-Policy"]
+    assert csp and csp[0]["content"].startswith("default-src 'none'; img-src data:")
+    images = [u for u in parsed.urls if not u.startswith("#")]
+    assert images and all(u.startswith("data:image/png;base64,") for u in images)
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", report.read_text())
+
+
+def test_the_learners_reversed_mask_shows_in_the_report(report):
+    tables = _parsed(report).tables
+    room = tables[("causal-attention", "attention-b0-h0", "clean-room")]
+    reference = tables[("causal-attention", "attention-b0-h0", "reference")]
+
+    def upper(rows):
+        values = [[float(v) for v in row[1:]] for row in rows if row]
+        return [values[i][j] for i in range(len(values)) for j in range(i + 1, len(values))]
+
+    assert max(upper(room)) > 0.1
+    assert max(upper(reference)) == 0.0
+
+
+def test_non_default_parameters_and_the_verify_fix_are_flagged(report):
+    parsed = _parsed(report)
+    assert parsed.changed == {"mask-ablation"}
+    text = report.read_text()
+    assert "steps=24" in text and "tail=4" in text
+    assert "← fixed" in text
+
+
+def test_the_report_is_written_in_the_chosen_language(evidence, tmp_path):
+    path = tmp_path / "zh.html"
+    result = runner.invoke(
+        app, ["report", "--root", str(evidence), "--out", str(path), "--lang", "zh"]
+    )
+    assert result.exit_code == 0, result.output
+    assert '<html lang="zh">' in path.read_text()
+
+
+@pytest.mark.parametrize("case", ["no-root", "out-is-dir", "empty-root"])
+def test_bad_arguments_are_usage_errors(tmp_path, case):
+    (tmp_path / "empty").mkdir()
+    args = {
+        "no-root": ["--root", str(tmp_path / "missing")],
+        "out-is-dir": ["--root", str(tmp_path / "empty"), "--out", str(tmp_path)],
+        "empty-root": ["--root", str(tmp_path / "empty")],
+    }[case]
+    result = runner.invoke(app, ["report", *args])
+    assert result.exit_code == 2, result.output
+    assert not (tmp_path / "empty" / "report.html").exists()
+
+
+def test_a_changed_artifact_is_named_not_drawn(evidence, tmp_path):
+    copy = tmp_path / "evidence"
+    shutil.copytree(evidence, copy)
+    (csv_file,) = copy.glob("runs/causal-attention/*-attention-b0-h0-clean-room.csv")
+    csv_file.write_text(csv_file.read_text().replace("0.", "9.", 1))
+    path = tmp_path / "r.html"
+    result = runner.invoke(app, ["report", "--root", str(copy), "--out", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "changed since the run" in path.read_text()
+    assert ("causal-attention", "attention-b0-h0", "clean-room") not in _parsed(path).tables
+
+
+def test_matplotlib_is_imported_only_by_the_report():
+    code = (
+        "import sys; from labctl.cli.main import app; import labctl.registry as r; r.discover(); "
+        "print('matplotlib' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+# ---- in a real browser ---------------------------------------------------------------------
+
+
+class Browser:
+    """Headless Chromium driven over the DevTools protocol: console messages, log entries,
+    requests, and what the page's own DOM says once loaded."""
+
+    def __init__(self, profile: Path):
+        import websocket
+
+        self.process = subprocess.Popen(
+            [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
+             "--remote-allow-origins=*", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None and time.monotonic() < deadline:
+            line = self.process.stderr.readline()
+            if not line and self.process.poll() is not None:
+                break
+            found = re.search(r"DevTools listening on (ws://\S+)", line)
+            url = found.group(1) if found else None
+        assert url, "Chromium did not start its DevTools endpoint"
+        self.ws = websocket.create_connection(url, timeout=60, suppress_origin=True)
+        self.next_id = 0
+        self.events: list[dict] = []
+        target = self.send("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.send("Target.attachToTarget", targetId=target, flatten=True)[
+            "sessionId"
+        ]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            self.send(f"{domain}.enable", session=True)
+
+    def send(self, method: str, session: bool = False, **params) -> dict:
+        self.next_id += 1
+        message = {"id": self.next_id, "method": method, "params": params}
+        if session:
+            message["sessionId"] = self.session
+        self.ws.send(json.dumps(message))
+        while True:
+            reply = json.loads(self.ws.recv())
+            if reply.get("id") == self.next_id:
+                assert "error" not in reply, reply
+                return reply.get("result", {})
+            self.events.append(reply)
+
+    def load(self, url: str) -> None:
+        self.send("Page.navigate", session=True, url=url)
+        deadline = time.monotonic() + 60
+        while not any(e.get("method") == "Page.loadEventFired" for e in self.events):
+            assert time.monotonic() < deadline, "the page did not finish loading"
+            self.events.append(json.loads(self.ws.recv()))
+
+    def evaluate(self, expression: str):
+        result = self.send(
+            "Runtime.evaluate", session=True, expression=expression, returnByValue=True
+        )
+        return result["result"]["value"]
+
+    def errors(self) -> list[str]:
+        found = []
+        for event in self.events:
+            method, params = event.get("method"), event.get("params", {})
+            if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+                found.append(json.dumps(params.get("args")))
+            elif method == "Runtime.exceptionThrown":
+                found.append(json.dumps(params.get("exceptionDetails")))
+            elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+                found.append(params["entry"].get("text", ""))
+        return found
+
+    def requests(self) -> list[str]:
+        """Every URL the page asked for other than itself and data: URLs."""
+        return [
+            e["params"]["request"]["url"]
+            for e in self.events
+            if e.get("method") == "Network.requestWillBeSent"
+            and not e["params"]["request"]["url"].startswith(("data:", "file:"))
+        ]
+
+    def screenshot(self, path: Path) -> Path:
+        data = self.send("Page.captureScreenshot", session=True, captureBeyondViewport=True)
+        path.write_bytes(base64.b64decode(data["data"]))
+        return path
+
+    def close(self) -> None:
+        try:
+            self.ws.close()
+        finally:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def browser(tmp_path):
+    if CHROMIUM is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("Chromium is not installed: .ci/run installs the distribution's package")
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    pytest.importorskip("websocket", reason="pip install 'labctl[dev]' (websocket-client)")
+    opened = Browser(tmp_path / "profile")
+    yield opened
+    opened.close()
+
+
+PAGE_FACTS = """JSON.stringify({
+  labs: [...document.querySelectorAll('section[data-lab]')].map(s => s.dataset.lab),
+  images: Object.fromEntries([...document.querySelectorAll('section[data-lab]')].map(
+    s => [s.dataset.lab, [...s.querySelectorAll('img')].filter(
+      i => i.complete && i.naturalWidth > 0).length])),
+  broken: [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).length
+})"""
+
+
+def test_the_report_opens_in_chromium_without_errors_or_requests(browser, report):
+    browser.load(report.resolve().as_uri())
+    facts = json.loads(browser.evaluate(PAGE_FACTS))
+    assert sorted(facts["labs"]) == sorted(lab.id for lab in registry.discover())
+    assert all(count >= 1 for count in facts["images"].values()), facts
+    assert facts["broken"] == 0
+    assert browser.errors() == []
+    assert browser.requests() == []
+    shots = Path(tempfile.mkdtemp(prefix="labctl-report-shot-"))
+    shot = browser.screenshot(shots / "report.png")
+    assert shot.read_bytes().startswith(b"\x89PNG")
+    print(f"screenshot: {shot}")
+
+
+def test_the_browser_checks_catch_a_console_error_and_a_request(browser, tmp_path):
+    bad = tmp_path / "bad.html"
+    bad.write_text(
+        "<!DOCTYPE html><html><body><script>console.error('boom')</script>"
+        "<img src='http://127.0.0.1:9/x.png'></body></html>"
+    )
+    browser.load(bad.resolve().as_uri())
+    assert any("boom" in e for e in browser.errors())
+    assert browser.requests() == ["http://127.0.0.1:9/x.png"]
+
+
+def test_open_hands_the_file_to_the_web_browser(evidence, tmp_path, monkeypatch):
+    import webbrowser
+
+    opened = []
+    monkeypatch.setattr(webbrowser, "open", opened.append)
+    path = tmp_path / "opened.html"
+    result = runner.invoke(app, ["report", "--root", str(evidence), "--out", str(path), "--open"])
+    assert result.exit_code == 0, result.output
+    assert opened == [path.resolve().as_uri()]
