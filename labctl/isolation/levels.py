@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from labctl.errors import UsageError
+from labctl.i18n import N_, _
 from labctl.isolation.bwrap import INSTALL_HINT, sandbox_status
 
 ISOLATION_LEVELS = ("auto", "sandbox", "process")
 EFFECTIVE_LEVELS = ("sandbox", "process")
-PROCESS_NOTE = "not a security boundary"
+PROCESS_NOTE = N_("not a security boundary")
 
 
 def resolve_isolation(requested: str) -> str:
@@ -28,7 +29,9 @@ def resolve_isolation(requested: str) -> str:
 
 def describe(level: str) -> str:
     """How a level is shown to a person: the fallback says plainly what it is not."""
-    return f"process ({PROCESS_NOTE})" if level == "process" else "sandbox (bubblewrap)"
+    if level == "process":
+        return _("process ({note})").format(note=_(PROCESS_NOTE))
+    return "sandbox (bubblewrap)"
 
 
 __all__ = [
