@@ -39,6 +39,7 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 # The worker's own modules: all it imports from labctl (standard library and numpy only).
 STAGED = (
     "errors.py",
+    "i18n/__init__.py",
     "isolation/guard.py",
     "isolation/limits.py",
     "isolation/loader.py",
