@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from importlib import resources
 
+import pytest
+
 from labctl import registry
-from labctl.lab import parse_expected
+from labctl.lab import Metric, parse_expected, satisfies, tolerance_key
 
 # A v1 tolerance that v2 changes, with the reason; every other v1 entry must be unchanged.
 _FLOPS_NOW_EARNED = (
@@ -57,3 +60,53 @@ def test_every_tolerance_parses_and_is_justified():
         parse_expected(entry["expected"])
         assert entry["why"], f"{name} has no justification"
         assert entry["reproduce_abs"] >= 0 and entry["reproduce_rel"] >= 0
+
+
+# --------------------------------------------------------------------------
+# Tolerance expressions at their bounds (issue 13)
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expr", "at_bound"),
+    [("<1e-3", False), ("<=1e-3", True), (">1e-3", False), (">=1e-3", True), ("==1e-3", True)],
+)
+def test_a_strict_comparison_excludes_its_bound(expr, at_bound):
+    assert satisfies(1e-3, expr) is at_bound
+    assert parse_expected(expr)(1e-3) is at_bound
+
+
+@pytest.mark.parametrize("expr", [">0.01", ">=0.97", "<=1e-12", "<1", "in [0.9, 1.1]", "==0"])
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_a_non_finite_value_satisfies_no_expression(expr, value):
+    assert satisfies(value, expr) is False
+
+
+def test_an_interval_includes_both_ends_and_nothing_outside():
+    assert satisfies(0.9, "in [0.9, 1.1]") and satisfies(1.1, "in [0.9, 1.1]")
+    assert not satisfies(math.nextafter(0.9, 0), "in [0.9, 1.1]")
+    assert not satisfies(math.nextafter(1.1, 2), "in [0.9, 1.1]")
+
+
+def test_tolerance_key_is_canonical_and_keeps_the_operator():
+    assert tolerance_key("<= 1.0e-12") == tolerance_key("<=1e-12") == ("<=", 1e-12)
+    assert tolerance_key("<1e-12") != tolerance_key("<=1e-12")
+    assert tolerance_key("in [ 0.9 , 1.1 ]") == ("in", 0.9, 1.1)
+    with pytest.raises(ValueError):
+        tolerance_key("about 1e-12")
+
+
+def test_a_claim_reproduces_only_within_its_metric_s_allowance():
+    metric = Metric("m", "abs", "<=1", "d", reproduce_abs=1e-12, reproduce_rel=1e-9)
+    assert metric.reproduces(1.0, 1.0 + 1e-9)  # 1e-12 + 1e-9 x 1.0 covers it
+    assert not metric.reproduces(1.0, 1.0 + 3e-9)
+    assert not metric.reproduces(math.nan, math.nan) and not metric.reproduces(1.0, math.inf)
+    exact = Metric("n", "count", "==0", "d", reproduce_abs=0.0, reproduce_rel=0.0)
+    assert exact.reproduces(2.0, 2.0) and not exact.reproduces(2.0, math.nextafter(2.0, 3))
+
+
+def test_a_metric_with_an_unknown_row_or_expression_is_refused():
+    with pytest.raises(ValueError, match="unknown impls"):
+        Metric("m", "abs", "<=1", "d", impls=("torch",))
+    with pytest.raises(ValueError):
+        Metric("m", "abs", "< = 1", "d")

@@ -24,6 +24,7 @@ from labctl.verify import checks, compare
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
 from labctl.verify.functions import CAUSAL_FUNCTIONS, RETURNS
+from labctl.verify.observe import Outcome, accepted_refusal
 from labctl.verify.verify import read_history, verify_clean_room
 
 ALT_ROOM = '''
@@ -441,3 +442,146 @@ def test_the_report_artifact_stays_strict_json_when_outputs_are_nan(tmp_path):
         c for c in document["checks"] if c["function"] == "softmax" and c["name"] == "parity"
     )
     assert row["max_error"] is None and row["passed"] is False
+
+
+# --------------------------------------------------------------------------
+# The rules each check decides by, on observations built here (issue 13): no worker, so
+# each test states exactly the one thing a clean room did wrong.
+# --------------------------------------------------------------------------
+
+
+def _observed(function: str, outcome_of, **extra) -> checks.RoomObservation:
+    """An observation of `function` whose every fixture returned `outcome_of(fixture)`."""
+    run = checks.FunctionRun(function)
+    for fixture in fx.fixtures(function):
+        run.fixtures[fixture.name] = outcome_of(fixture)
+    for name, value in extra.items():
+        setattr(run, name, value)
+    return checks.RoomObservation(root=Path("room"), runs={function: run})
+
+
+def _returns(value_of):
+    return lambda fixture: Outcome("value", value=value_of(fixture))
+
+
+def test_inf_in_the_clean_room_against_a_finite_reference_is_an_infinite_error():
+    for bad in (np.inf, -np.inf):
+        result = compare.compare(np.array([bad, 0.0]), np.array([1.0, 0.0]), 1e-10)
+        assert math.isinf(result.max_error) and not result.ok
+        assert result.mismatch_fraction == 0.5
+    # The same special value on both sides is agreement; opposite signs are not.
+    assert compare.compare(np.array([-np.inf]), np.array([-np.inf]), 1e-10).max_error == 0.0
+    assert not compare.compare(np.array([np.inf]), np.array([-np.inf]), 1e-10).ok
+    assert not compare.compare(np.array([1.0]), np.array([np.inf]), 1e-10).ok
+
+
+def test_causal_variants_perturb_after_every_position_from_the_first():
+    for function in CAUSAL_FUNCTIONS:
+        base = fx.causal_base(function)
+        T = base.args[0].shape[1]
+        variants = fx.causal_variants(function)
+        assert [t for t, _ in variants] == list(range(T - 1))
+        for t, variant in variants:
+            before, after = base.args[0], variant.args[0]
+            assert np.array_equal(after[:, : t + 1], before[:, : t + 1])  # the prefix is kept
+            assert np.all(after[:, t + 1 :] != before[:, t + 1 :])  # every later input moves
+
+
+def test_a_leak_only_into_the_first_position_fails_the_causal_check():
+    """Position 0 reads position 1: only the variant perturbing after t = 0 can see it."""
+    function = "multi_head_attention"
+
+    def leaky(fixture):
+        out = np.array(fx.reference_output(fixture), copy=True)
+        x = fixture.args[0]
+        if x.shape[1] > 1:  # a one-token fixture has no next token to read
+            out[:, 0] += 1e-6 * x[:, 1]  # (B, C)
+        return out
+
+    causal = {
+        t: Outcome("value", value=leaky(variant)) for t, variant in fx.causal_variants(function)
+    }
+    seen = _observed(function, _returns(leaky), causal=causal)
+    result = checks.check_causal(seen, function)
+    assert result.status == checks.FAIL
+    assert "after position 0 moved the outputs at positions <= 0" in result.message
+    assert 1e-7 < result.max_error < 1e-4
+
+
+def test_weights_with_negatives_that_still_sum_to_one_fail_rows_sum():
+    function = "softmax"
+
+    def shifted(fixture):
+        weights = np.array(fx.reference_output(fixture), copy=True)
+        axis = fixture.kwargs.get("axis", -1)
+        moved = np.moveaxis(weights, axis, -1)  # a view: slices along the softmax axis
+        live = moved.sum(axis=-1) > 0.5  # leave fully blocked slices (all 0) alone
+        moved[..., 0] += np.where(live, 0.75, 0.0)
+        moved[..., 1] -= np.where(live, 0.75, 0.0)  # sums unchanged, some weights below 0
+        return weights
+
+    seen = _observed(function, _returns(shifted))
+    result = checks.check_rows_sum(seen, function)
+    assert result.status == checks.FAIL
+    assert result.max_error > 0.25  # the most negative weight, not a sum's rounding
+    assert "from summing to 1" in result.message
+
+
+@pytest.mark.parametrize(
+    "exc_type", ["IndexError", "KeyError", "ZeroDivisionError", "RuntimeError"]
+)
+def test_a_bad_input_refused_with_the_wrong_exception_fails(exc_type):
+    function = "sliding_window_mask"
+    seen = _observed(function, _returns(fx.reference_output))
+    run = seen.runs[function]
+    for case in bad_cases(function):
+        run.bad[case.name] = Outcome("exception", message="boom", exc_type=exc_type)
+    result = checks.check_bad_input(seen, function)
+    assert result.status == checks.FAIL
+    first = bad_cases(function)[0].name
+    assert result.message == (
+        f"case {first}: raised {exc_type}; the contract asks for ValueError or TypeError"
+    )
+
+
+@pytest.mark.parametrize(
+    ("exc_type", "accepted"),
+    [
+        ("ValueError", True),
+        ("TypeError", True),
+        ("AxisError", True),
+        ("UnicodeDecodeError", True),  # a builtin subclass of ValueError
+        ("ShapeError", True),  # the clean room's own class: taken on trust
+        ("IndexError", False),
+        ("KeyError", False),
+        ("AssertionError", False),
+        ("ForbiddenImport", False),
+        (None, False),
+    ],
+)
+def test_which_exceptions_count_as_refusing_bad_input(exc_type, accepted):
+    assert accepted_refusal(exc_type) is accepted
+
+
+def test_a_function_only_partly_not_implemented_is_not_called_a_stub():
+    function = "rms_norm"
+    names = [f.name for f in fx.fixtures(function)]
+    assert len(names) > 1
+
+    def partly(fixture):
+        if fixture.name == names[0]:
+            return Outcome("not-implemented", exc_type="NotImplementedError")
+        return Outcome("value", value=fx.reference_output(fixture))
+
+    seen = _observed(function, partly)
+    run = seen.runs[function]
+    assert not run.not_implemented
+    runs = checks.check_runs(seen, function)
+    assert runs.status == checks.FAIL
+    assert runs.message == f"fixture {names[0]}: not implemented (raises NotImplementedError)"
+    # The fixtures that returned are still checked: parity runs and passes on them.
+    assert checks.check_parity(seen, function).status == checks.PASS
+    # Every call raising it is a stub: nothing else is checked.
+    stub = _observed(function, lambda f: Outcome("not-implemented"))
+    assert stub.runs[function].not_implemented
+    assert checks.check_parity(stub, function).status == checks.NOT_RUN
