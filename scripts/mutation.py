@@ -34,7 +34,7 @@ SCRATCH = ROOT / ".mutation"
 @dataclass(frozen=True)
 class Target:
     module: str  # the file mutated
-    tests: tuple[str, ...]  # the test files (or node ids) that speak for it
+    tests: tuple[str, ...]  # pytest arguments: the test files (and -k) that speak for it
 
 
 # Priority order: tolerances and judging, verify's checks and comparison, evidence
@@ -53,7 +53,7 @@ TARGETS: dict[str, Target] = {
     "parse": Target(
         "labctl/evidence/parse.py", ("tests/test_evidence_parse.py", "tests/test_properties.py")
     ),
-    "wire": Target("labctl/isolation/wire.py", ("tests/test_sandbox.py", "tests/test_loader.py")),
+    "wire": Target("labctl/isolation/wire.py", ("tests/test_sandbox.py", "-k", "wire")),
     "judge": Target("labctl/runner.py", ("tests/test_runner.py",)),
     "submit": Target("labctl/evidence/submit.py", ("tests/test_evidence_submit.py",)),
     "fixtures": Target("labctl/verify/fixtures.py", ("tests/test_verify_checks.py",)),
