@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -585,3 +586,100 @@ def test_a_function_only_partly_not_implemented_is_not_called_a_stub():
     stub = _observed(function, lambda f: Outcome("not-implemented"))
     assert stub.runs[function].not_implemented
     assert checks.check_parity(stub, function).status == checks.NOT_RUN
+
+
+# -- comparison details mutmut found unguarded ------------------------------------------------
+
+
+def test_integer_and_empty_references_get_their_own_tolerances():
+    assert compare.parity_tolerance(np.array([1, 2], dtype=np.int64)) == 0.5  # exact
+    assert compare.parity_tolerance(np.zeros(0)) == pytest.approx(1e-10)
+    empty = compare.compare(np.zeros(0), np.zeros(0), 1e-10)
+    assert (empty.max_error, empty.tolerance, empty.mismatch_fraction) == (0.0, 1e-10, 0.0)
+
+
+def test_an_error_exactly_at_the_tolerance_is_no_mismatch():
+    result = compare.compare(np.array([0.5, 0.0]), np.array([0.0, 0.0]), 0.5)
+    assert result.ok and result.mismatch_fraction == 0.0
+
+
+def test_special_values_compare_without_a_numpy_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = compare.compare(
+            np.array([np.inf, np.nan, -np.inf, 1e308]), np.array([np.inf, 1.0, 0.0, -1e308]), 1e-10
+        )
+    assert math.isinf(result.max_error) and result.mismatch_fraction == 0.75
+
+
+def test_the_mismatch_share_counts_every_element_of_every_array():
+    out = np.zeros((1, 1, 2, 3))  # (B, H, Tq, Dv): 6 elements
+    weights = np.full((1, 1, 2, 2), 0.5)  # (B, H, Tq, Tk): 4 elements
+    wrong_out = out.copy()
+    wrong_out[0, 0, 0, :2] = 1.0  # 2 of the 6 wrong
+    result = compare.compare_value(
+        "scaled_dot_product_attention", (wrong_out, weights), (out, weights)
+    )
+    assert result.max_error == 1.0 and result.tolerance == pytest.approx(1e-10)
+    assert result.mismatch_fraction == pytest.approx(2 / 10)
+    # Equal margins: the first array's error is the one reported.
+    ref_out = np.zeros((1, 1, 2, 3))
+    ref_out[0, 0, 1, 2] = 2.0  # scales out's tolerance to 2e-10
+    got_out = ref_out.copy()
+    got_out[0, 0, 0, 0] = 2e-10  # margin 1
+    got_weights = np.zeros((1, 1, 2, 2))
+    got_weights[0, 0, 0, 0] = 1e-10  # margin 1 too
+    tied = compare.compare_value(
+        "scaled_dot_product_attention", (got_out, got_weights), (ref_out, np.zeros((1, 1, 2, 2)))
+    )
+    assert tied.max_error == 2e-10 and tied.margin == 1.0
+
+
+def test_a_wrong_structure_is_a_reason_not_a_comparison():
+    reference = (np.zeros((1, 1, 2, 3)), np.zeros((1, 1, 2, 2)))
+    assert compare.compare_value("scaled_dot_product_attention", np.zeros(3), reference) == (
+        "returned one array of shape (3,) where the contract says a tuple (out, weights)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("function", "value", "reference", "expected"),
+    [
+        (
+            "softmax",
+            np.zeros((2, 4)),
+            np.zeros((2, 3)),
+            "returned shape (2, 4) where the contract says the same shape as x, (2, 3)",
+        ),
+        (
+            "scaled_dot_product_attention",
+            2.5,
+            (np.zeros((1, 1, 2, 3)), np.zeros((1, 1, 2, 2))),
+            "returned a float where the contract says a tuple (out, weights)",
+        ),
+        (
+            "scaled_dot_product_attention",
+            [np.zeros((1, 1, 2, 3))],
+            (np.zeros((1, 1, 2, 3)), np.zeros((1, 1, 2, 2))),
+            "returned a list of 1 where the contract says (out, weights)",
+        ),
+        (
+            "scaled_dot_product_attention",
+            (np.zeros((1, 1, 2, 3)), np.zeros((1, 1, 2, 3))),
+            (np.zeros((1, 1, 2, 3)), np.zeros((1, 1, 2, 2))),
+            "returned weights shape (1, 1, 2, 3) where the contract says "
+            "weights (B, H, Tq, Tk) = (1, 1, 2, 2)",
+        ),
+        (
+            "scaled_dot_product_attention",
+            (np.zeros((1, 1, 2, 3)), 0.5),
+            (np.zeros((1, 1, 2, 3)), np.zeros((1, 1, 2, 2))),
+            "returned weights as a float where the contract says an ndarray "
+            "(weights (B, H, Tq, Tk) = (1, 1, 2, 2))",
+        ),
+    ],
+)
+def test_structure_problems_name_the_type_the_array_and_the_contract_s_shape(
+    function, value, reference, expected
+):
+    assert compare.structure_problem(function, value, reference) == expected
