@@ -129,11 +129,33 @@ def _mutmut(where: Path, *args: str, timeout: float | None = None) -> subprocess
     )
 
 
-def run_one(name: str, target: Target, timeout: float) -> dict:
-    where = _scratch(name, target)
+def _survivors(where: Path) -> list[str]:
+    found = []
+    for line in _mutmut(where, "results").stdout.splitlines():
+        key, _, status = line.strip().rpartition(": ")
+        if key and status not in KILLED and status not in NOT_COUNTED:
+            found.append(key)
+    return found
+
+
+def run_one(name: str, target: Target, timeout: float, again: bool = False) -> dict:
+    """Mutate `target` in a fresh scratch copy, or (`again`) re-test only the survivors of
+    the last run there against the current tests: the loop after adding a test."""
+    where = SCRATCH / name
+    names: list[str] = []
+    if again and (where / "mutants").is_dir():
+        names = _survivors(where)
+        shutil.rmtree(where / "tests")
+        shutil.copytree(
+            ROOT / "tests", where / "tests", ignore=shutil.ignore_patterns("__pycache__")
+        )
+        shutil.rmtree(where / "mutants" / "tests", ignore_errors=True)
+        shutil.copytree(where / "tests", where / "mutants" / "tests")
+    else:
+        where = _scratch(name, target)
     start = time.monotonic()
     try:
-        done = _mutmut(where, "run", "--max-children", "1", timeout=timeout)
+        done = _mutmut(where, "run", "--max-children", "1", *names, timeout=timeout)
         failed = done.returncode != 0 and "mutations/second" not in done.stdout
         note = (done.stderr or done.stdout).strip().splitlines()[-1:] if failed else []
     except subprocess.TimeoutExpired:
@@ -164,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the modules and their tests")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per module")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--again",
+        action="store_true",
+        help="re-test only the last run's survivors, against the tests as they are now",
+    )
     args = parser.parse_args(argv)
     if args.list:
         for name, target in TARGETS.items():
@@ -175,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for name in args.names or list(TARGETS):
         print(f"mutating {TARGETS[name].module} ...", file=sys.stderr, flush=True)
-        results.append(run_one(name, TARGETS[name], args.timeout))
+        results.append(run_one(name, TARGETS[name], args.timeout, args.again))
         if not args.json:
             _print(results[-1])
     if args.json:

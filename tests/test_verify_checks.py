@@ -683,3 +683,59 @@ def test_structure_problems_name_the_type_the_array_and_the_contract_s_shape(
     function, value, reference, expected
 ):
     assert compare.structure_problem(function, value, reference) == expected
+
+
+def test_an_empty_return_value_matches_an_empty_reference():
+    result = compare.compare_value("softmax", np.zeros((0, 3)), np.zeros((0, 3)))
+    assert (result.max_error, result.mismatch_fraction) == (0.0, 0.0) and result.ok
+
+
+# -- which checks apply, and how a result reads (mutmut survivors of checks.py) ---------------
+
+_INT_ONLY = {"causal_mask", "sliding_window_mask", "sinusoidal_positions"}
+_BOOL_OUT = {"causal_mask", "sliding_window_mask", "padding_mask"}
+
+
+@pytest.mark.parametrize("function", contract.function_names())
+def test_purity_and_finiteness_apply_exactly_where_they_can_fail(function):
+    names = {c.name for c in checks.applicable(function)}
+    assert ("pure" in names) == (function not in _INT_ONLY)  # no array input to modify
+    assert ("finite" in names) == (function not in _BOOL_OUT)  # a boolean cannot be NaN
+
+
+@pytest.mark.parametrize(("scanned", "files"), [(1, "1 file"), (3, "3 files"), (0, "0 files")])
+def test_the_import_policy_counts_the_files_it_scanned(scanned, files):
+    seen = checks.RoomObservation(root=Path("room"), files_scanned=scanned)
+    result = checks.check_import_policy(seen, "(package)")
+    assert result.status == checks.PASS and f"static scan of {files} or" in result.message
+
+
+@pytest.mark.parametrize(
+    ("status", "says"),
+    [
+        ("refused", "not run: refused by the import policy"),
+        ("unloadable", "not run: the clean room does not load"),
+    ],
+)
+def test_checks_of_a_room_that_did_not_load_say_why_they_did_not_run(status, says):
+    seen = checks.RoomObservation(root=Path("room"), status=status)
+    for check_fn in (checks.check_parity, checks.check_shape, checks.check_rows_sum):
+        result = check_fn(seen, "softmax")
+        assert (result.status, result.message) == (checks.NOT_RUN, says)
+
+
+def test_a_result_as_json_keeps_only_the_measures_it_has():
+    full = checks.CheckResult(
+        "softmax", "parity", checks.FAIL, "off", max_error=2.0, tolerance=1.0, margin=2.0,
+        mismatch_fraction=0.5, fixture="f",
+    )  # fmt: skip
+    assert full.to_json() == {
+        "function": "softmax", "name": "parity", "passed": False, "status": "fail",
+        "max_error": 2.0, "message": "off", "tolerance": 1.0, "margin": 2.0,
+        "mismatch_fraction": 0.5, "fixture": "f",
+    }  # fmt: skip
+    bare = checks.CheckResult("softmax", "runs", checks.PASS, "ok").to_json()
+    assert bare == {
+        "function": "softmax", "name": "runs", "passed": True, "status": "pass",
+        "max_error": None, "message": "ok",
+    }  # fmt: skip
