@@ -53,7 +53,9 @@ TARGETS: dict[str, Target] = {
     "parse": Target(
         "labctl/evidence/parse.py", ("tests/test_evidence_parse.py", "tests/test_properties.py")
     ),
-    "wire": Target("labctl/isolation/wire.py", ("tests/test_sandbox.py", "-k", "wire")),
+    "wire": Target(
+        "labctl/isolation/wire.py", ("tests/test_wire.py", "tests/test_sandbox.py", "-k", "wire")
+    ),
     "judge": Target("labctl/runner.py", ("tests/test_runner.py",)),
     "submit": Target("labctl/evidence/submit.py", ("tests/test_evidence_submit.py",)),
     "fixtures": Target("labctl/verify/fixtures.py", ("tests/test_verify_checks.py",)),
