@@ -9,7 +9,13 @@ from typer.testing import CliRunner
 from labctl.cli.main import app
 from labctl.evidence.models import (
     SCHEMA_ID,
+    Artifact,
+    Cost,
+    Environment,
     EvidenceRecord,
+    LabctlInfo,
+    License,
+    MetricRecord,
     committed_schema_path,
     json_schema,
     schema_text,
@@ -59,6 +65,14 @@ def test_schema_refuses_unknown_fields_and_versions():
     assert required == course_fields
 
 
-def test_model_fields_are_the_schema_properties():
-    aliases = {f.alias or name for name, f in EvidenceRecord.model_fields.items()}
-    assert aliases == set(json_schema()["properties"])
+def test_model_fields_are_the_committed_schema_properties():
+    """Against the committed file, not a schema generated from the same model just now."""
+    committed = json.loads(committed_schema_path().read_text("utf-8"))
+    for model in (EvidenceRecord, MetricRecord, Artifact, Environment, Cost, License, LabctlInfo):
+        aliases = {f.alias or name for name, f in model.model_fields.items()}
+        properties = (
+            committed["properties"]
+            if model is EvidenceRecord
+            else committed["$defs"][model.__name__]["properties"]
+        )
+        assert aliases == set(properties), f"{model.__name__}: {REGENERATE}"

@@ -17,13 +17,14 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
-from labctl import registry
+from labctl import faults, registry
 from labctl.cli.main import app
 from labctl.evidence import modules
 from labctl.evidence.modules import DEFAULT_MODULE, MODULES
@@ -351,6 +352,18 @@ RAW_CASES = {
         "constructor",
     ),
     "top-level-list": (b"- 1\n- 2\n", "(document)", "mapping"),
+    # Two values for one key: a reader sees the first, PyYAML and json.loads keep the last.
+    "duplicate-key-yaml": (
+        b"schema: learn-llm.evidence.v1\nmetrics:\n  - name: future_token_invariance\n"
+        b"    actual: 0.5\n    actual: 0.0\n",
+        "file",
+        "line 5, column 5: duplicate key 'actual' (first at line 4)",
+    ),
+    "duplicate-key-json": (
+        b'{"schema": "learn-llm.evidence.v1", "seed": 5, "seed": 6}',
+        "file",
+        "duplicate key 'seed' (first at line 1)",
+    ),
 }
 
 DATA_CASES = {
@@ -384,6 +397,7 @@ DATA_CASES = {
     "unknown-module": (_set(("module",), "99-nope"), "module", "unknown module"),
     "lab-as-module": (_set(("module",), "causal-attention"), "module", "not a course module"),
     "cost-negative": (_set(("cost", "gross_usd"), -1), "cost.gross_usd", "greater than or equal"),
+    "passed-false-inside-tolerance": (_set(("metrics", 0, "passed"), False), "metrics[0].passed", "says False, but 0.0 satisfies <=1e-12"),
 }  # fmt: skip
 
 
@@ -497,3 +511,108 @@ def test_course_module_template_flow(repo):
     assert all(r["reproduced"] for r in doc["reproduced"])
     assert len(doc["reproduced"]) == len(COURSE.required)
     assert (repo / doc["stored"]).is_file()
+
+
+# -- issue 8: input refused cleanly, problems named and shown safely -------------------
+
+
+def test_a_refused_claim_names_its_metric_and_implementation(repo):
+    data = yaml.safe_load(filled())
+    data["metrics"][0]["actual"] = 0.5
+    path = repo / "named.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    human = invoke("evidence", "validate", str(path))
+    assert human.exit_code == 1
+    assert (
+        "metrics[0] (future_token_invariance, clean-room): actual 0.5 does not satisfy <=1e-12"
+        in human.stdout.splitlines()
+    )
+    doc = json.loads(invoke("evidence", "validate", str(path), "--json").stdout)
+    assert doc["problems"] == [
+        {
+            "field": "metrics[0].actual",
+            "reason": "0.5 does not satisfy <=1e-12",
+            "metric": "future_token_invariance",
+            "impl": "clean-room",
+        }
+    ]
+
+
+def test_terminal_controls_in_field_names_and_placeholders_are_shown_escaped(repo):
+    data = yaml.safe_load(filled())
+    data["\x1b[2J\x1b]0;owned\x07"] = 1
+    data["metrics"][1]["actual"] = "<\u202eeulav-dedrocer>"
+    data["known_failures"] = ["see <\x9b31m-or-none>"]
+    path = repo / "controls.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    for args in ((), ("--json",)):
+        result = invoke("evidence", "validate", str(path), *args)
+        assert result.exit_code == 1
+        for raw in ("\x1b", "\x07", "\u202e", "\x9b"):
+            assert raw not in result.output
+    lines = invoke("evidence", "validate", str(path)).stdout
+    assert "\\x1b[2J\\x1b]0;owned\\x07: unknown field" in lines
+    assert "placeholder <\\u202eeulav-dedrocer> left" in lines
+    assert "placeholder <\\x9b31m-or-none> left" in lines
+
+
+def test_a_fifo_is_refused_at_once(repo):
+    fifo = repo / "evidence.fifo"
+    os.mkfifo(fifo)
+    done: dict = {}
+
+    def validate():
+        done["result"] = invoke("evidence", "validate", str(fifo))
+
+    worker = threading.Thread(target=validate, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    if worker.is_alive():  # blocked in open(): unblock it with a writer, then fail
+        with open(fifo, "wb"):
+            pass
+        worker.join(timeout=10)
+        pytest.fail("evidence validate blocked on a FIFO")
+    result = done["result"]
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ") and "is a FIFO, not a regular file" in result.stderr
+    assert result.stdout == ""
+
+
+def test_the_manifest_keeps_the_later_moment_not_the_later_string(repo):
+    """05:30-05:00 is 10:30Z: later than 10:20Z though it sorts first as a string."""
+    data = yaml.safe_load(filled())
+    stored = {}
+    for name, moment in (
+        ("later", "2026-01-01T05:30:00-05:00"),
+        ("earlier", "2026-01-01T10:20:00Z"),
+    ):
+        data["verified_at"] = moment
+        path = repo / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        result, doc = submit(path)
+        assert result.exit_code == 0, result.output
+        stored[name] = doc["stored"]
+    manifest = json.loads((repo / "evidence" / "module-manifest-v1.json").read_text())
+    pointer = manifest["modules"][TEST_MODULE.id]
+    assert pointer["verified_at"] == "2026-01-01T05:30:00-05:00"
+    assert "evidence/" + pointer["record"] == stored["later"]
+
+
+def test_a_claim_is_re_measured_on_its_own_implementation(repo, tmp_path):
+    """Claims copied from a correct run, re-measured on a faulty clean room: refused.
+
+    The reference's row of the same metric still reads 0.0; a claim matched by name
+    alone would be compared with it and pass.
+    """
+    room = faults.get("mask-reversed").materialize(tmp_path / "faulty")
+    path = repo / "copied.yaml"
+    path.write_text(filled())
+    result, doc = submit(path, "--clean-room", str(room))
+    assert result.exit_code == 1, result.output
+    by_field = {p["field"]: p for p in doc["problems"]}
+    invariance = by_field["metrics[0].actual"]
+    assert (invariance["metric"], invariance["impl"]) == ("future_token_invariance", "clean-room")
+    assert invariance["reason"].startswith("not reproduced: claimed 0.0, labctl measured ")
+    measured = next(r for r in doc["reproduced"] if r["field"] == "metrics[0]")
+    assert measured["impl"] == "clean-room" and measured["measured"] > 1e-3
+    assert not (repo / "evidence" / "submissions").exists()

@@ -104,10 +104,13 @@ def test_human_output_is_one_line_per_problem(tmp_path):
     path.write_text(invoke("evidence", "template").stdout)
     result = invoke("evidence", "validate", str(path))
     lines = result.stdout.splitlines()
-    assert "metrics[2].actual: placeholder <recorded-value> left" in lines
+    # A claim's problem names its metric and implementation after the index.
+    shown = "metrics[2] (no_mask_future_prefix_influence, clean-room): actual placeholder"
+    assert f"{shown} <recorded-value> left" in lines
     assert lines[-1].startswith("invalid: ")
     problems = [line for line in lines[:-1] if not line.startswith("warning: ")]
-    assert all(re.match(r"^[\w.\[\]()]+: ", line) for line in problems), problems
+    field = r"[\w.\[\]()]+(?: \([\w\[\]=-]+, [\w-]+\))?"
+    assert all(re.match(rf"^{field}: ", line) for line in problems), problems
 
 
 def _course_template() -> str:

@@ -9,13 +9,13 @@ import pytest
 from labtools import CACHE_REPEATED, cli_run_json, faulty_room, rows, run, values
 
 from labctl import faults
-from labctl.lab import satisfies
 from labctl.labs.kv_cache import LAB, LENGTHS, flops
 
 ROOM = faults.project_clean_room()
 STEP = "decode_token_by_token_max_error"
 CHUNK = "decode_chunked_max_error"
 BYTES = "decode_kv_bytes_per_token_error"
+GIVEN = "decode_given_cache_max_error"
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +32,7 @@ def test_passes_on_both_implementations_at_seed_5(seed5):
         assert got[(STEP, impl)].actual <= 1e-13
         assert got[(CHUNK, impl)].actual <= 1e-13
         assert got[(BYTES, impl)].actual == 0.0
+        assert got[(GIVEN, impl)].actual <= 1e-13  # positions reversed: only rounding moves
         for T in LENGTHS:
             # Every FLOP term is linear in the query count: recompute is exactly T cached steps.
             assert got[(f"decode_flops_ratio[T={T}]", impl)].actual == T
@@ -58,14 +59,114 @@ def test_a_cache_of_repeated_heads_fails_the_bytes_per_token(tmp_path):
     assert got[(BYTES, "clean-room")].actual == 3 * 2 * 2 * 8 * 8  # 1024 B instead of 256 B
 
 
-def test_flop_ratio_threshold_refuses_a_decode_that_recomputes():
+# A decode that keeps its own copy of the prefix and recomputes it all at every step: outputs
+# and caches are right, so a FLOP count from the returned cache's shape alone would credit it
+# with the cache's T-fold saving.
+RECOMPUTES_LAST_PREFIX = faults.Fault(
+    name="decode-recomputes-the-prefix",
+    function="attention_decode",
+    module="transformer_block",
+    description="attention_decode keeps the tokens it was fed and recomputes the whole prefix",
+    course="004 §07.1",
+    source="""
+    _seen_tokens = []
+    _correct_decode = attention_decode
+
+    def attention_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads=None, window=None, rope_theta=None):
+        if past_k is None:
+            _seen_tokens.clear()
+        _seen_tokens.append(x_new)
+        x = np.concatenate(_seen_tokens, axis=1)
+        out, k_all, v_all = _correct_decode(x, None, None, wq, wk, wv, wo, n_heads, n_kv_heads, window, rope_theta)
+        return out[:, -x_new.shape[1]:], k_all, v_all
+    """,
+)
+
+# The same, smarter: the prefix is looked up by the bytes of the cache it is handed, so
+# interleaved sequences do not confuse it; a cache it never returned leaves it only the new
+# tokens to recompute.
+RECOMPUTES_KEYED_PREFIX = faults.Fault(
+    name="decode-recomputes-a-keyed-prefix",
+    function="attention_decode",
+    module="transformer_block",
+    description="attention_decode finds the prefix's tokens by the cache's bytes and recomputes",
+    course="004 §07.1",
+    source="""
+    _prefix_of = {}
+    _correct_decode = attention_decode
+
+    def attention_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads=None, window=None, rope_theta=None):
+        if past_k is None:
+            x = x_new
+        else:
+            known = _prefix_of.get(past_k.tobytes(), x_new[:, :0])
+            x = np.concatenate([known, x_new], axis=1)
+        out, k_all, v_all = _correct_decode(x, None, None, wq, wk, wv, wo, n_heads, n_kv_heads, window, rope_theta)
+        _prefix_of[k_all.tobytes()] = x
+        return out[:, -x_new.shape[1]:], k_all, v_all
+    """,
+)
+
+# A cache kept in pages of 256 positions, the unused ones NaN (stripped before attending): the
+# answers are right, but every step returns, and is counted as attending, a 256-long cache.
+CACHE_PAGED = faults.Fault(
+    name="kv-cache-paged",
+    function="attention_decode",
+    module="transformer_block",
+    description="the KV cache is returned in pages of 256 positions, unused ones NaN",
+    course="004 §07.4",
+    source="""
+    _correct_decode = attention_decode
+
+    def _pad(a):
+        pages = -(-a.shape[2] // 256)
+        padded = np.full(a.shape[:2] + (pages * 256, a.shape[3]), np.nan)
+        padded[:, :, : a.shape[2]] = a
+        return padded
+
+    def attention_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads=None, window=None, rope_theta=None):
+        if past_k is not None:
+            used = ~np.isnan(past_k[0, 0, :, 0])
+            past_k, past_v = past_k[:, :, used], past_v[:, :, used]
+        out, k_all, v_all = _correct_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads, window, rope_theta)
+        return out, _pad(k_all), _pad(v_all)
+    """,
+)
+
+
+def test_a_decode_that_recomputes_its_own_prefix_fails_the_flop_ratio(tmp_path):
+    result = run(LAB, faulty_room(tmp_path, RECOMPUTES_LAST_PREFIX), impl="clean-room")
+    got = rows(result)
+    assert got[(STEP, "clean-room")].passed  # fed one sequence only, it answers right...
+    assert got[(CHUNK, "clean-room")].passed
+    assert got[(BYTES, "clean-room")].passed  # ...and returns a cache of the right size
+    # Handed the first prefix's cache after the second was decoded, it answers for the second.
+    assert got[(GIVEN, "clean-room")].actual > 1e-3 and not got[(GIVEN, "clean-room")].passed
+    for T in LENGTHS:
+        ratio = got[(f"decode_flops_ratio[T={T}]", "clean-room")]
+        assert ratio.actual == 1.0 and not ratio.passed  # counted as the recompute it is
+
+
+def test_a_decode_that_finds_its_prefix_by_the_cache_fails_too(tmp_path):
+    result = run(LAB, faulty_room(tmp_path, RECOMPUTES_KEYED_PREFIX), impl="clean-room")
+    got = rows(result)
+    assert got[(STEP, "clean-room")].passed and got[(CHUNK, "clean-room")].passed
+    # Handed its cache with the positions reversed, it finds no prefix: a wrong answer.
+    assert not got[(GIVEN, "clean-room")].passed
+    assert all(got[(f"decode_flops_ratio[T={T}]", "clean-room")].actual == 1 for T in LENGTHS)
+
+
+def test_the_flop_ratio_is_counted_from_the_cache_returned(tmp_path):
+    result = run(LAB, faulty_room(tmp_path, CACHE_PAGED), impl="clean-room")
+    got = rows(result)
+    assert got[(STEP, "clean-room")].passed and got[(GIVEN, "clean-room")].passed
     C, H, Hkv, D = 64, 8, 2, 8
     for T in LENGTHS:
-        cached, recompute = flops(1, T, C, H, Hkv, D), flops(T, T, C, H, Hkv, D)
-        assert recompute == T * cached
-        expected = LAB.metric(f"decode_flops_ratio[T={T}]").expected
-        assert satisfies(recompute / cached, expected)
-        assert not satisfies(recompute / recompute, expected)  # no saving at all: ratio 1
+        ratio = got[(f"decode_flops_ratio[T={T}]", "clean-room")]
+        Tk = -(-T // 256) * 256  # the step's cache: T positions, in pages of 256
+        assert ratio.actual == flops(T, T, C, H, Hkv, D) / flops(1, Tk, C, H, Hkv, D)
+    # At T = 64 the step attends a 256-long page: 27.4, below the 32 asked.
+    assert not got[("decode_flops_ratio[T=64]", "clean-room")].passed
 
 
 def test_same_seed_same_values_other_seed_other_values():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from labctl.verify import checks, compare
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
 from labctl.verify.functions import CAUSAL_FUNCTIONS, RETURNS
+from labctl.verify.observe import Outcome, accepted_refusal
 from labctl.verify.verify import read_history, verify_clean_room
 
 ALT_ROOM = '''
@@ -441,3 +443,299 @@ def test_the_report_artifact_stays_strict_json_when_outputs_are_nan(tmp_path):
         c for c in document["checks"] if c["function"] == "softmax" and c["name"] == "parity"
     )
     assert row["max_error"] is None and row["passed"] is False
+
+
+# --------------------------------------------------------------------------
+# The rules each check decides by, on observations built here (issue 13): no worker, so
+# each test states exactly the one thing a clean room did wrong.
+# --------------------------------------------------------------------------
+
+
+def _observed(function: str, outcome_of, **extra) -> checks.RoomObservation:
+    """An observation of `function` whose every fixture returned `outcome_of(fixture)`."""
+    run = checks.FunctionRun(function)
+    for fixture in fx.fixtures(function):
+        run.fixtures[fixture.name] = outcome_of(fixture)
+    for name, value in extra.items():
+        setattr(run, name, value)
+    return checks.RoomObservation(root=Path("room"), runs={function: run})
+
+
+def _returns(value_of):
+    return lambda fixture: Outcome("value", value=value_of(fixture))
+
+
+def test_inf_in_the_clean_room_against_a_finite_reference_is_an_infinite_error():
+    for bad in (np.inf, -np.inf):
+        result = compare.compare(np.array([bad, 0.0]), np.array([1.0, 0.0]), 1e-10)
+        assert math.isinf(result.max_error) and not result.ok
+        assert result.mismatch_fraction == 0.5
+    # The same special value on both sides is agreement; opposite signs are not.
+    assert compare.compare(np.array([-np.inf]), np.array([-np.inf]), 1e-10).max_error == 0.0
+    assert not compare.compare(np.array([np.inf]), np.array([-np.inf]), 1e-10).ok
+    assert not compare.compare(np.array([1.0]), np.array([np.inf]), 1e-10).ok
+
+
+def test_causal_variants_perturb_after_every_position_from_the_first():
+    for function in CAUSAL_FUNCTIONS:
+        base = fx.causal_base(function)
+        T = base.args[0].shape[1]
+        variants = fx.causal_variants(function)
+        assert [t for t, _ in variants] == list(range(T - 1))
+        for t, variant in variants:
+            before, after = base.args[0], variant.args[0]
+            assert np.array_equal(after[:, : t + 1], before[:, : t + 1])  # the prefix is kept
+            assert np.all(after[:, t + 1 :] != before[:, t + 1 :])  # every later input moves
+
+
+def test_a_leak_only_into_the_first_position_fails_the_causal_check():
+    """Position 0 reads position 1: only the variant perturbing after t = 0 can see it."""
+    function = "multi_head_attention"
+
+    def leaky(fixture):
+        out = np.array(fx.reference_output(fixture), copy=True)
+        x = fixture.args[0]
+        if x.shape[1] > 1:  # a one-token fixture has no next token to read
+            out[:, 0] += 1e-6 * x[:, 1]  # (B, C)
+        return out
+
+    causal = {
+        t: Outcome("value", value=leaky(variant)) for t, variant in fx.causal_variants(function)
+    }
+    seen = _observed(function, _returns(leaky), causal=causal)
+    result = checks.check_causal(seen, function)
+    assert result.status == checks.FAIL
+    assert "after position 0 moved the outputs at positions <= 0" in result.message
+    assert 1e-7 < result.max_error < 1e-4
+
+
+def test_weights_with_negatives_that_still_sum_to_one_fail_rows_sum():
+    function = "softmax"
+
+    def shifted(fixture):
+        weights = np.array(fx.reference_output(fixture), copy=True)
+        axis = fixture.kwargs.get("axis", -1)
+        moved = np.moveaxis(weights, axis, -1)  # a view: slices along the softmax axis
+        live = moved.sum(axis=-1) > 0.5  # leave fully blocked slices (all 0) alone
+        moved[..., 0] += np.where(live, 0.75, 0.0)
+        moved[..., 1] -= np.where(live, 0.75, 0.0)  # sums unchanged, some weights below 0
+        return weights
+
+    seen = _observed(function, _returns(shifted))
+    result = checks.check_rows_sum(seen, function)
+    assert result.status == checks.FAIL
+    assert result.max_error > 0.25  # the most negative weight, not a sum's rounding
+    assert "from summing to 1" in result.message
+
+
+@pytest.mark.parametrize(
+    "exc_type", ["IndexError", "KeyError", "ZeroDivisionError", "RuntimeError"]
+)
+def test_a_bad_input_refused_with_the_wrong_exception_fails(exc_type):
+    function = "sliding_window_mask"
+    seen = _observed(function, _returns(fx.reference_output))
+    run = seen.runs[function]
+    for case in bad_cases(function):
+        run.bad[case.name] = Outcome("exception", message="boom", exc_type=exc_type)
+    result = checks.check_bad_input(seen, function)
+    assert result.status == checks.FAIL
+    first = bad_cases(function)[0].name
+    assert result.message == (
+        f"case {first}: raised {exc_type}; the contract asks for ValueError or TypeError"
+    )
+
+
+@pytest.mark.parametrize(
+    ("exc_type", "accepted"),
+    [
+        ("ValueError", True),
+        ("TypeError", True),
+        ("AxisError", True),
+        ("UnicodeDecodeError", True),  # a builtin subclass of ValueError
+        ("ShapeError", True),  # the clean room's own class: taken on trust
+        ("IndexError", False),
+        ("KeyError", False),
+        ("AssertionError", False),
+        ("ForbiddenImport", False),
+        (None, False),
+    ],
+)
+def test_which_exceptions_count_as_refusing_bad_input(exc_type, accepted):
+    assert accepted_refusal(exc_type) is accepted
+
+
+def test_a_function_only_partly_not_implemented_is_not_called_a_stub():
+    function = "rms_norm"
+    names = [f.name for f in fx.fixtures(function)]
+    assert len(names) > 1
+
+    def partly(fixture):
+        if fixture.name == names[0]:
+            return Outcome("not-implemented", exc_type="NotImplementedError")
+        return Outcome("value", value=fx.reference_output(fixture))
+
+    seen = _observed(function, partly)
+    run = seen.runs[function]
+    assert not run.not_implemented
+    runs = checks.check_runs(seen, function)
+    assert runs.status == checks.FAIL
+    assert runs.message == f"fixture {names[0]}: not implemented (raises NotImplementedError)"
+    # The fixtures that returned are still checked: parity runs and passes on them.
+    assert checks.check_parity(seen, function).status == checks.PASS
+    # Every call raising it is a stub: nothing else is checked.
+    stub = _observed(function, lambda f: Outcome("not-implemented"))
+    assert stub.runs[function].not_implemented
+    assert checks.check_parity(stub, function).status == checks.NOT_RUN
+
+
+# -- comparison details mutmut found unguarded ------------------------------------------------
+
+
+def test_integer_and_empty_references_get_their_own_tolerances():
+    assert compare.parity_tolerance(np.array([1, 2], dtype=np.int64)) == 0.5  # exact
+    assert compare.parity_tolerance(np.zeros(0)) == pytest.approx(1e-10)
+    empty = compare.compare(np.zeros(0), np.zeros(0), 1e-10)
+    assert (empty.max_error, empty.tolerance, empty.mismatch_fraction) == (0.0, 1e-10, 0.0)
+
+
+def test_an_error_exactly_at_the_tolerance_is_no_mismatch():
+    result = compare.compare(np.array([0.5, 0.0]), np.array([0.0, 0.0]), 0.5)
+    assert result.ok and result.mismatch_fraction == 0.0
+
+
+def test_special_values_compare_without_a_numpy_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = compare.compare(
+            np.array([np.inf, np.nan, -np.inf, 1e308]), np.array([np.inf, 1.0, 0.0, -1e308]), 1e-10
+        )
+    assert math.isinf(result.max_error) and result.mismatch_fraction == 0.75
+
+
+def test_the_mismatch_share_counts_every_element_of_every_array():
+    out = np.zeros((1, 1, 2, 3))  # (B, H, Tq, Dv): 6 elements
+    weights = np.full((1, 1, 2, 2), 0.5)  # (B, H, Tq, Tk): 4 elements
+    wrong_out = out.copy()
+    wrong_out[0, 0, 0, :2] = 1.0  # 2 of the 6 wrong
+    result = compare.compare_value(
+        "scaled_dot_product_attention", (wrong_out, weights), (out, weights)
+    )
+    assert result.max_error == 1.0 and result.tolerance == pytest.approx(1e-10)
+    assert result.mismatch_fraction == pytest.approx(2 / 10)
+    # Equal margins: the first array's error is the one reported.
+    ref_out = np.zeros((1, 1, 2, 3))
+    ref_out[0, 0, 1, 2] = 2.0  # scales out's tolerance to 2e-10
+    got_out = ref_out.copy()
+    got_out[0, 0, 0, 0] = 2e-10  # margin 1
+    got_weights = np.zeros((1, 1, 2, 2))
+    got_weights[0, 0, 0, 0] = 1e-10  # margin 1 too
+    tied = compare.compare_value(
+        "scaled_dot_product_attention", (got_out, got_weights), (ref_out, np.zeros((1, 1, 2, 2)))
+    )
+    assert tied.max_error == 2e-10 and tied.margin == 1.0
+
+
+def test_a_wrong_structure_is_a_reason_not_a_comparison():
+    reference = (np.zeros((1, 1, 2, 3)), np.zeros((1, 1, 2, 2)))
+    assert compare.compare_value("scaled_dot_product_attention", np.zeros(3), reference) == (
+        "returned one array of shape (3,) where the contract says a tuple (out, weights)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("function", "value", "reference", "expected"),
+    [
+        (
+            "softmax",
+            np.zeros((2, 4)),
+            np.zeros((2, 3)),
+            "returned shape (2, 4) where the contract says the same shape as x, (2, 3)",
+        ),
+        (
+            "scaled_dot_product_attention",
+            2.5,
+            (np.zeros((1, 1, 2, 3)), np.zeros((1, 1, 2, 2))),
+            "returned a float where the contract says a tuple (out, weights)",
+        ),
+        (
+            "scaled_dot_product_attention",
+            [np.zeros((1, 1, 2, 3))],
+            (np.zeros((1, 1, 2, 3)), np.zeros((1, 1, 2, 2))),
+            "returned a list of 1 where the contract says (out, weights)",
+        ),
+        (
+            "scaled_dot_product_attention",
+            (np.zeros((1, 1, 2, 3)), np.zeros((1, 1, 2, 3))),
+            (np.zeros((1, 1, 2, 3)), np.zeros((1, 1, 2, 2))),
+            "returned weights shape (1, 1, 2, 3) where the contract says "
+            "weights (B, H, Tq, Tk) = (1, 1, 2, 2)",
+        ),
+        (
+            "scaled_dot_product_attention",
+            (np.zeros((1, 1, 2, 3)), 0.5),
+            (np.zeros((1, 1, 2, 3)), np.zeros((1, 1, 2, 2))),
+            "returned weights as a float where the contract says an ndarray "
+            "(weights (B, H, Tq, Tk) = (1, 1, 2, 2))",
+        ),
+    ],
+)
+def test_structure_problems_name_the_type_the_array_and_the_contract_s_shape(
+    function, value, reference, expected
+):
+    assert compare.structure_problem(function, value, reference) == expected
+
+
+def test_an_empty_return_value_matches_an_empty_reference():
+    result = compare.compare_value("softmax", np.zeros((0, 3)), np.zeros((0, 3)))
+    assert (result.max_error, result.mismatch_fraction) == (0.0, 0.0) and result.ok
+
+
+# -- which checks apply, and how a result reads (mutmut survivors of checks.py) ---------------
+
+_INT_ONLY = {"causal_mask", "sliding_window_mask", "sinusoidal_positions"}
+_BOOL_OUT = {"causal_mask", "sliding_window_mask", "padding_mask"}
+
+
+@pytest.mark.parametrize("function", contract.function_names())
+def test_purity_and_finiteness_apply_exactly_where_they_can_fail(function):
+    names = {c.name for c in checks.applicable(function)}
+    assert ("pure" in names) == (function not in _INT_ONLY)  # no array input to modify
+    assert ("finite" in names) == (function not in _BOOL_OUT)  # a boolean cannot be NaN
+
+
+@pytest.mark.parametrize(("scanned", "files"), [(1, "1 file"), (3, "3 files"), (0, "0 files")])
+def test_the_import_policy_counts_the_files_it_scanned(scanned, files):
+    seen = checks.RoomObservation(root=Path("room"), files_scanned=scanned)
+    result = checks.check_import_policy(seen, "(package)")
+    assert result.status == checks.PASS and f"static scan of {files} or" in result.message
+
+
+@pytest.mark.parametrize(
+    ("status", "says"),
+    [
+        ("refused", "not run: refused by the import policy"),
+        ("unloadable", "not run: the clean room does not load"),
+    ],
+)
+def test_checks_of_a_room_that_did_not_load_say_why_they_did_not_run(status, says):
+    seen = checks.RoomObservation(root=Path("room"), status=status)
+    for check_fn in (checks.check_parity, checks.check_shape, checks.check_rows_sum):
+        result = check_fn(seen, "softmax")
+        assert (result.status, result.message) == (checks.NOT_RUN, says)
+
+
+def test_a_result_as_json_keeps_only_the_measures_it_has():
+    full = checks.CheckResult(
+        "softmax", "parity", checks.FAIL, "off", max_error=2.0, tolerance=1.0, margin=2.0,
+        mismatch_fraction=0.5, fixture="f",
+    )  # fmt: skip
+    assert full.to_json() == {
+        "function": "softmax", "name": "parity", "passed": False, "status": "fail",
+        "max_error": 2.0, "message": "off", "tolerance": 1.0, "margin": 2.0,
+        "mismatch_fraction": 0.5, "fixture": "f",
+    }  # fmt: skip
+    bare = checks.CheckResult("softmax", "runs", checks.PASS, "ok").to_json()
+    assert bare == {
+        "function": "softmax", "name": "runs", "passed": True, "status": "pass",
+        "max_error": None, "message": "ok",
+    }  # fmt: skip

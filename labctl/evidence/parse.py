@@ -12,13 +12,17 @@ A file that cannot be read as a document gives one `Problem` on the field
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
 
 from labctl.errors import UsageError
 
@@ -27,18 +31,56 @@ MAX_DEPTH = 32  # a record nests four levels deep
 MAX_NODES = 50_000
 
 
+# Characters that act on a terminal instead of showing: C0/C1 controls (ESC starts a
+# sequence that can clear the screen or retitle the window), format characters (bidi
+# overrides such as U+202E reorder what follows), line and paragraph separators.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def escaped(text: str) -> str:
+    """`text` with every control, format or separator character written as an escape."""
+    out = []
+    for char in text:
+        if unicodedata.category(char) in _HIDDEN_CATEGORIES:
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
 @dataclass(frozen=True)
 class Problem:
-    """One reason a record is refused (or, as a warning, looked at twice): `field: reason`."""
+    """One reason a record is refused (or, as a warning, looked at twice): `field: reason`.
+
+    `metric` and `impl` name the claim a `metrics[i]...` problem is about, so a grader reads
+    `metrics[0] (future_weight_max, clean-room): actual 0.5 does not satisfy <=1e-12`. Every
+    text is stored escaped: a submission's field names and values reach a grader's terminal.
+    """
 
     field: str
     reason: str
+    metric: str | None = None
+    impl: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("field", "reason", "metric", "impl"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, escaped(value))
 
     def __str__(self) -> str:
-        return f"{self.field}: {self.reason}"
+        if self.metric is None:
+            return f"{self.field}: {self.reason}"
+        claim = ", ".join(x for x in (self.metric, self.impl) if x)
+        head, dot, rest = self.field.partition("].")
+        if not dot:
+            return f"{self.field} ({claim}): {self.reason}"
+        return f"{head}] ({claim}): {rest} {self.reason}"
 
     def to_json(self) -> dict:
-        return {"field": self.field, "reason": self.reason}
+        named = {k: v for k, v in (("metric", self.metric), ("impl", self.impl)) if v is not None}
+        return {"field": self.field, "reason": self.reason, **named}
 
 
 def one_line(text: object) -> str:
@@ -69,6 +111,26 @@ class EvidenceLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
+        # PyYAML (and json.loads) keep the last of two equal keys: a claim could be written
+        # twice, one value for a reader and another for labctl. Refuse instead.
+        if isinstance(node, yaml.MappingNode):
+            first: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    seen = first.setdefault(key, key_node.start_mark)
+                except TypeError:
+                    continue  # an unhashable key: the constructor names that problem
+                if seen is not key_node.start_mark:
+                    raise ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key {key!r} (first at line {seen.line + 1})",
+                        key_node.start_mark,
+                    )
+        return super().construct_mapping(node, deep=deep)
+
 
 # YAML 1.1 (PyYAML) reads `1e-5` as a string: it wants a dot and a signed exponent.
 # JSON and YAML 1.2 write small numbers that way, so read them as floats too.
@@ -86,11 +148,31 @@ def read_bytes(path: Path, limit: int = MAX_BYTES) -> bytes | None:
     if path.is_dir():
         raise UsageError(f"{path}: is a directory, not an evidence file")
     try:
-        with path.open("rb") as handle:
-            data = handle.read(limit + 1)
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UsageError(f"{path}: is {_file_kind(mode)}, not a regular file")
+        try:
+            data = handle.read(limit + 1)
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
     return None if len(data) > limit else data
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "a special file"
 
 
 def decode(raw: bytes) -> tuple[str | None, Problem | None]:

@@ -29,6 +29,7 @@ import yaml
 
 from labctl.errors import StoreError
 from labctl.evidence.models import EvidenceRecord
+from labctl.evidence.times import not_older
 
 MANIFEST_NAME = "module-manifest-v1.json"
 MANIFEST_SCHEMA = "labctl.module-manifest.v1"
@@ -123,7 +124,7 @@ class EvidenceStore:
         with locked(self.manifest_path):
             manifest = self.read_manifest()
             current = manifest["modules"].get(module)
-            if current is None or current.get("verified_at", "") <= entry["verified_at"]:
+            if current is None or not_older(entry["verified_at"], current.get("verified_at")):
                 manifest["modules"][module] = entry
                 text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
                 replace_atomically(self.manifest_path, text.encode("utf-8"))

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +38,11 @@ from labctl.evidence.environment import project_root
 from labctl.evidence.models import SCHEMA_ID, EvidenceRecord
 from labctl.evidence.parse import Problem, load, one_line
 from labctl.evidence.repository import check_artifacts, check_commit
+from labctl.evidence.times import parse_time
 from labctl.lab import Metric, parse_expected, satisfies, tolerance_key
 
 # `<learner-commit-sha>`, `<recorded-value>`, `<...>`; not `<=1e-12` nor `a < b > c`.
+_CLAIM_FIELD = re.compile(r"^metrics\[(\d+)\]")
 PLACEHOLDER = re.compile(r"<[^<>\s=][^<>\n]*>")
 NONE = {"none", "无", "n/a", "-"}
 # Problems are listed in the record's own field order.
@@ -72,11 +74,27 @@ class Report:
         return not self.problems
 
     def refuse(self, name: str, reason: str) -> None:
-        self.problems.append(Problem(name, reason))
+        self.problems.append(Problem(name, reason, *self._claim(name)))
         self._flagged.update(ancestors(name))
 
     def warn(self, name: str, reason: str) -> None:
-        self.warnings.append(Problem(name, reason))
+        self.warnings.append(Problem(name, reason, *self._claim(name)))
+
+    def _claim(self, name: str) -> tuple[str | None, str | None]:
+        """(metric, implementation) of the claim a `metrics[i]...` field belongs to."""
+        found = _CLAIM_FIELD.match(name)
+        rows = self.data.get("metrics") if isinstance(self.data, dict) else None
+        if not found or not isinstance(rows, list) or int(found[1]) >= len(rows):
+            return None, None
+        row = rows[int(found[1])]
+        metric_name = row.get("name") if isinstance(row, dict) else None
+        if not isinstance(metric_name, str):
+            return None, None
+        impl = row.get("impl")
+        if isinstance(impl, str):
+            return metric_name, impl
+        entry = registry.metric_table().get(metric_name)
+        return metric_name, claim_impl(entry[1], impl) if entry else None
 
     def flagged(self, name: str) -> bool:
         """True when a problem already names `name` (or a field inside it)."""
@@ -124,22 +142,6 @@ def field_path(loc: tuple) -> str:
 
 def is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def parse_time(value: object) -> datetime | None:
-    """`verified_at` as an aware datetime (naive means UTC), or None when it is not ISO 8601."""
-    if isinstance(value, datetime):
-        moment = value
-    elif isinstance(value, date):
-        moment = datetime(value.year, value.month, value.day)
-    elif isinstance(value, str):
-        try:
-            moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        except ValueError:
-            return None
-    else:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
 def _same_tolerance(a: str, b: str) -> bool:

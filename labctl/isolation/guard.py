@@ -153,6 +153,7 @@ class RuntimeGuard:
         self.own = own_names(root)
         self.violations: list[Violation] = []
         self._original_import = builtins.__import__
+        self._original_import_module = importlib.import_module
 
     def _in_room(self, frame) -> bool:
         return Path(frame.f_code.co_filename).is_relative_to(self.root)
@@ -200,9 +201,22 @@ class RuntimeGuard:
             self._refuse(caller, f"imports {name}")
         return self._original_import(name, globals, locals, fromlist, level)
 
+    def _guarded_import_module(self, name, package=None):
+        # import_module skips both hooks for a module numpy already loaded (ctypes, pickle,
+        # marshal, importlib itself): the finder is not asked, and __import__ is not called.
+        caller = sys._getframe(1)
+        if (
+            not name.startswith(".")
+            and self._in_room(caller)
+            and not allowed_top_level(name, self.own)
+        ):
+            self._refuse(caller, f"imports {name}")
+        return self._original_import_module(name, package)
+
     def install(self) -> None:
         sys.meta_path.insert(0, self)
         builtins.__import__ = self._guarded_import
+        importlib.import_module = self._guarded_import_module
         for module in (os, sys.modules.get("posix")):
             for name in PROCESS_CALLS:
                 if module is not None and hasattr(module, name):

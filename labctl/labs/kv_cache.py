@@ -24,9 +24,20 @@ from pydantic import Field, model_validator
 
 from labctl.course import HANDS_ON, Section
 from labctl.i18n import N_, Msg
-from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
+from labctl.lab import (
+    Lab,
+    LabContext,
+    LabOutput,
+    LabParams,
+    Metric,
+    Note,
+    TableFigure,
+    satisfies,
+)
 
 LENGTHS = (64, 128, 256, 512)
+# A step within this of the full attention read the cache it was handed (float64 rounding).
+GIVEN_CACHE_TOLERANCE = "<=1e-10"
 
 
 class Params(LabParams):
@@ -58,13 +69,16 @@ def _flops_metric(T: int) -> Metric:
         f"decode_flops_ratio[T={T}]", "ratio", f">={T // 2}",
         Msg(
             "matmul FLOPs to produce token {T}'s output by recomputing all {T} positions, over the "
-            "FLOPs of one cached attention_decode step; counted from the shapes of the calls and "
-            "of the cache each implementation returned",
+            "FLOPs of one cached attention_decode step, counted from the cache the step returned; "
+            "a step that does not give the right answer from the cache it is handed (another "
+            "sequence decoded in between, its cached positions reversed) did not attend that cache "
+            "and is counted as a recompute",
             T=T,
         ),
         why=Msg(
-            "every term is linear in the query count, so recompute = T x cached: {T}. At least T/2 "
-            "leaves room for counting conventions; a decode that recomputes the prefix is ~1",
+            "every term is linear in the query count, so recompute = T x cached: {T}. At least "
+            "T/2 leaves room for counting conventions; a decode that recomputes the prefix is ~1, "
+            "and so is one that keeps its own copy of the prefix and ignores the cache",
             T=T,
         ),
         reproduce_abs=0.0, reproduce_rel=0.0,
@@ -106,6 +120,16 @@ METRICS = (
         why=N_("array sizes are integers: exact. A cache of the H repeated heads is H/Hkv = 4x larger"),
         reproduce_abs=0.0, reproduce_rel=0.0,
     ),
+    Metric(
+        "decode_given_cache_max_error", "abs", GIVEN_CACHE_TOLERANCE,
+        N_("one attention_decode step at T = 64..512 handed the cache of a prefix with its cached "
+        "positions reversed, after another sequence was decoded, against the last row of "
+        "multi_head_attention over the prefix and the new token"),
+        why=N_("the new token attends every cached position, so their order does not matter and "
+        "only rounding (~1e-15) differs; a decode that keeps its own copy of the prefix (the "
+        "last sequence it saw, or one looked up by the cache's contents) instead of reading "
+        "the cache it is given answers for another sequence: O(0.1)"),
+    ),
     *(_flops_metric(T) for T in LENGTHS),
     *(_time_metric(T) for T in LENGTHS),
 )  # fmt: skip
@@ -146,28 +170,42 @@ def flops(Tn: int, Tk: int, C: int, H: int, Hkv: int, D: int) -> int:
     return projections + attention + output
 
 
-def _per_token(impl, x, weights, p: Params) -> dict[str, float]:
-    """One generated token at length T = x.shape[1]: cached step vs recompute, FLOPs and seconds."""
+def _per_token(impl, x, other, weights, p: Params) -> dict[str, float]:
+    """One generated token at length T = x.shape[1]: cached step vs recompute, FLOPs and seconds.
+
+    The step is handed the prefix's cache after `other` (another sequence of the same length)
+    was decoded, with the cached positions reversed: only a decode that reads the cache it is
+    given answers right, so only then are its FLOPs counted from that cache.
+    """
     T, D = x.shape[1], p.C // p.H
     _, k, v = impl.attention_decode(
         x[:, : T - 1], None, None, *weights, p.H, p.Hkv, rope_theta=p.rope_theta
-    )  # the prefill: the cache of the first T - 1 tokens
-    cached_s, recompute_s = math.inf, math.inf
+    )  # the prefill: the cache of the first T - 1 tokens, (B, Hkv, T - 1, D)
+    impl.attention_decode(
+        other[:, : T - 1], None, None, *weights, p.H, p.Hkv, rope_theta=p.rope_theta
+    )
+    k, v = k[:, :, ::-1].copy(), v[:, :, ::-1].copy()  # (B, Hkv, T - 1, D), positions reversed
+    cached_s, recompute_s, error = math.inf, math.inf, 0.0
     for _ in range(p.repeats):
-        (_, k_all, _), seconds = impl.timed(
+        (out, k_all, _), seconds = impl.timed(
             "attention_decode", x[:, T - 1 :], k, v, *weights, p.H, p.Hkv, None, p.rope_theta
         )
         cached_s = min(cached_s, seconds)
-        _, seconds = impl.timed(
+        full, seconds = impl.timed(
             "multi_head_attention", x, *weights, p.H, p.Hkv, True, None, p.rope_theta
         )
         recompute_s = min(recompute_s, seconds)
+        error = max(error, float(np.max(np.abs(out - full[:, T - 1 :]))))
+    attended = satisfies(error, GIVEN_CACHE_TOLERANCE)
     Hkv, Tk = k_all.shape[1], k_all.shape[2]  # what the implementation cached and attended
     return {
-        "flops_cached": flops(1, Tk, p.C, p.H, Hkv, D),
+        "flops_cached": flops(1, Tk, p.C, p.H, Hkv, D)
+        if attended
+        else flops(T, T, p.C, p.H, Hkv, D),
         "flops_recompute": flops(T, T, p.C, p.H, Hkv, D),
         "cached_s": cached_s,
         "recompute_s": recompute_s,
+        "error": error,
     }
 
 
@@ -179,6 +217,7 @@ def run(ctx: LabContext) -> LabOutput:
     x = rng.standard_normal((p.B, p.T, p.C))  # (B, T, C)
     weights = _weights(rng, p)
     long_x = rng.standard_normal((1, max(LENGTHS), p.C))  # (1, 512, C): prefixes for timing
+    other_x = rng.standard_normal((1, max(LENGTHS), p.C))  # (1, 512, C): decoded in between
     D = p.C // p.H
     output = LabOutput()
     timings: dict[str, dict[int, dict[str, float]]] = {}
@@ -198,7 +237,14 @@ def run(ctx: LabContext) -> LabOutput:
             abs(per_token - formula),
             f"{per_token:g} B per token and layer",
         )
-        timings[name] = {T: _per_token(impl, long_x[:, :T], weights, p) for T in LENGTHS}
+        timings[name] = {
+            T: _per_token(impl, long_x[:, :T], other_x[:, :T], weights, p) for T in LENGTHS
+        }
+        output.add(
+            "decode_given_cache_max_error",
+            name,
+            max(t["error"] for t in timings[name].values()),
+        )
         for T, t in timings[name].items():
             output.add(f"decode_flops_ratio[T={T}]", name, t["flops_recompute"] / t["flops_cached"])
             output.add(f"decode_time_ratio[T={T}]", name, t["recompute_s"] / t["cached_s"])

@@ -1,0 +1,241 @@
+"""Mutation testing of the modules that decide a verdict, one module at a time.
+
+    .venv/bin/python scripts/mutation.py                 # every module below, in order
+    .venv/bin/python scripts/mutation.py lab compare     # just these (names from --list)
+    .venv/bin/python scripts/mutation.py --list
+
+mutmut (the `dev` extra) mutates one module and runs only that module's own test
+files against each mutant (mutmut narrows further to the tests that reach the mutated
+function), in a scratch copy under `.mutation/<module>/`, so the working tree is never
+touched and runs of different modules do not share state. `--max-children 1`: the
+machine this runs on is shared. It prints the kill rate per module: killed (a test
+failed or the mutant timed out) over every mutant that is not judged equivalent.
+
+Too slow for CI on two cores: run it by hand and put the figures in the closing note.
+The target is at least 90% of non-equivalent mutants killed in each module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRATCH = ROOT / ".mutation"
+
+
+@dataclass(frozen=True)
+class Target:
+    module: str  # the file mutated
+    tests: tuple[str, ...]  # pytest arguments: the test files (and -k) that speak for it
+
+
+# Priority order: tolerances and judging, verify's checks and comparison, evidence
+# validation and parsing, the worker's replies, then re-measurement, diagnosis and labs.
+TARGETS: dict[str, Target] = {
+    "lab": Target("labctl/lab.py", ("tests/test_tolerances.py", "tests/test_properties.py")),
+    "compare": Target(
+        "labctl/verify/compare.py",
+        ("tests/test_verify_checks.py", "tests/test_properties.py", "tests/test_parity.py"),
+    ),
+    "checks": Target("labctl/verify/checks.py", ("tests/test_verify_checks.py",)),
+    "validate": Target(
+        "labctl/evidence/validate.py",
+        ("tests/test_evidence_submit.py", "tests/test_evidence_template.py"),
+    ),
+    "parse": Target(
+        "labctl/evidence/parse.py", ("tests/test_evidence_parse.py", "tests/test_properties.py")
+    ),
+    "wire": Target(
+        "labctl/isolation/wire.py", ("tests/test_wire.py", "tests/test_sandbox.py", "-k", "wire")
+    ),
+    "judge": Target("labctl/runner.py", ("tests/test_runner.py",)),
+    "submit": Target("labctl/evidence/submit.py", ("tests/test_evidence_submit.py",)),
+    "fixtures": Target("labctl/verify/fixtures.py", ("tests/test_verify_checks.py",)),
+    "diagnosis": Target(
+        "labctl/verify/diagnosis.py", ("tests/test_verify_faults.py", "tests/test_verify_cli.py")
+    ),
+    **{
+        lab: Target(f"labctl/labs/{lab}.py", (f"tests/test_lab_{lab}.py",))
+        for lab in (
+            "causal_attention",
+            "kv_cache",
+            "gqa",
+            "mask_ablation",
+            "scale_ablation",
+            "residual_ablation",
+        )
+    },
+}
+
+# Mutants judged equivalent (no input tells them apart), by mutmut's name, with the reason.
+# They are left out of the kill rate and listed under it.
+_NO_COPY = "astype's copy flag: neither array is written afterwards, so a copy changes nothing"
+_STRICT = "zip(strict=...): structure_problem has already matched the lengths"
+_SPLIT = "split() vs split(' '): the contract's return specs are single-spaced, no leading space"
+EQUIVALENT: dict[str, str] = {
+    "labctl.verify.compare.x_compare__mutmut_2": "astype(None) is astype(float64)",
+    **{f"labctl.verify.compare.x_compare__mutmut_{n}": _NO_COPY for n in (3, 5, 7, 10, 12, 14)},
+    **{f"labctl.verify.compare.x_compare_value__mutmut_{n}": _STRICT for n in (14, 17, 20)},
+    **{f"labctl.verify.compare.x_structure_problem__mutmut_{n}": _STRICT for n in (33, 37, 39)},
+    **{f"labctl.verify.compare.x_structure_problem__mutmut_{n}": _SPLIT for n in (9, 44)},
+    "labctl.verify.compare.x_parity_tolerance__mutmut_13": "an empty reference's scale "
+    "0.0 or 1.0: max(1, scale) is 1 either way",
+}
+
+# Pass alone, but fail in mutmut's copy on an unmutated tree (CPython 3.11: "AST constructor
+# recursion depth mismatch" under mutmut's trampolines), which stops every run that needs them.
+_DESELECT = [
+    arg
+    for test in (
+        "test_each_run_writes_a_record_and_appends_to_the_history",
+        "test_the_report_artifact_stays_strict_json_when_outputs_are_nan",
+    )
+    for arg in ("--deselect", f"tests/test_verify_checks.py::{test}")
+]
+
+KILLED = {"killed", "timeout", "caught by type check"}
+NOT_COUNTED = {"skipped", "not checked"}
+
+
+def _mutmut_section(target: Target) -> str:
+    return "\n".join(
+        [
+            "[tool.mutmut]",
+            'source_paths = ["labctl"]',
+            f"only_mutate = {json.dumps([target.module])}",
+            f"pytest_add_cli_args_test_selection = {json.dumps(list(target.tests))}",
+            f"pytest_add_cli_args = {json.dumps(['-p', 'no:cacheprovider', '-q', *_DESELECT])}",
+            # torch is imported by the tests: fork workers from a server free of it.
+            'process_isolation = "forkserver"',
+            "",
+        ]
+    )
+
+
+def _scratch(name: str, target: Target) -> Path:
+    """A copy of the package, the tests and pyproject.toml configured for this module."""
+    where = SCRATCH / name
+    if where.exists():
+        shutil.rmtree(where)
+    where.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("labctl", "tests"):
+        shutil.copytree(ROOT / folder, where / folder, ignore=ignore)
+    text = (ROOT / "pyproject.toml").read_text("utf-8")
+    text = re.sub(r"(?ms)^\[tool\.mutmut\]\n.*?(?=^\[|\Z)", "", text)
+    (where / "pyproject.toml").write_text(text.rstrip() + "\n\n" + _mutmut_section(target))
+    return where
+
+
+def _mutmut(where: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+    binary = Path(sys.executable).with_name("mutmut")
+    return subprocess.run(
+        [str(binary), *args], cwd=where, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _survivors(where: Path) -> list[str]:
+    found = []
+    for line in _mutmut(where, "results").stdout.splitlines():
+        key, _, status = line.strip().rpartition(": ")
+        if key and status not in KILLED and status not in NOT_COUNTED:
+            found.append(key)
+    return found
+
+
+def run_one(name: str, target: Target, timeout: float, again: bool = False) -> dict:
+    """Mutate `target` in a fresh scratch copy, or (`again`) re-test only the survivors of
+    the last run there against the current tests: the loop after adding a test."""
+    where = SCRATCH / name
+    names: list[str] = []
+    if again and (where / "mutants").is_dir():
+        names = _survivors(where)
+        shutil.rmtree(where / "tests")
+        shutil.copytree(
+            ROOT / "tests", where / "tests", ignore=shutil.ignore_patterns("__pycache__")
+        )
+        shutil.rmtree(where / "mutants" / "tests", ignore_errors=True)
+        shutil.copytree(where / "tests", where / "mutants" / "tests")
+    else:
+        where = _scratch(name, target)
+    start = time.monotonic()
+    try:
+        done = _mutmut(where, "run", "--max-children", "1", *names, timeout=timeout)
+        failed = done.returncode != 0 and "mutations/second" not in done.stdout
+        note = (done.stderr or done.stdout).strip().splitlines()[-1:] if failed else []
+    except subprocess.TimeoutExpired:
+        note = [f"stopped after {timeout:.0f} s: figures cover the mutants tested so far"]
+    statuses: dict[str, str] = {}
+    for line in _mutmut(where, "results", "--all", "true").stdout.splitlines():
+        key, _, status = line.strip().rpartition(": ")
+        if key:
+            statuses[key] = status
+    counted = {k: s for k, s in statuses.items() if s not in NOT_COUNTED and k not in EQUIVALENT}
+    killed = sum(s in KILLED for s in counted.values())
+    return {
+        "module": target.module,
+        "mutants": len(statuses),
+        "equivalent": sorted(k for k in statuses if k in EQUIVALENT),
+        "counted": len(counted),
+        "killed": killed,
+        "rate": killed / len(counted) if counted else None,
+        "survivors": sorted(k for k, s in counted.items() if s not in KILLED),
+        "seconds": round(time.monotonic() - start),
+        "note": " ".join(note),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="modules to mutate (default: all, in order)")
+    parser.add_argument("--list", action="store_true", help="list the modules and their tests")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per module")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--again",
+        action="store_true",
+        help="re-test only the last run's survivors, against the tests as they are now",
+    )
+    args = parser.parse_args(argv)
+    if args.list:
+        for name, target in TARGETS.items():
+            print(f"{name:18} {target.module:32} {' '.join(target.tests)}")
+        return 0
+    unknown = [n for n in args.names if n not in TARGETS]
+    if unknown:
+        parser.error(f"unknown module(s) {unknown}; see --list")
+    results = []
+    for name in args.names or list(TARGETS):
+        print(f"mutating {TARGETS[name].module} ...", file=sys.stderr, flush=True)
+        results.append(run_one(name, TARGETS[name], args.timeout, args.again))
+        if not args.json:
+            _print(results[-1])
+    if args.json:
+        print(json.dumps(results, indent=2))
+    below = [r for r in results if r["rate"] is None or r["rate"] < 0.9]
+    return 1 if below else 0
+
+
+def _print(result: dict) -> None:
+    rate = "n/a" if result["rate"] is None else f"{100 * result['rate']:.1f}%"
+    print(
+        f"{result['module']:32} killed {result['killed']}/{result['counted']} = {rate}"
+        f"  (equivalent {len(result['equivalent'])}, {result['seconds']} s)"
+        + (f"  [{result['note']}]" if result["note"] else "")
+    )
+    for survivor in result["survivors"]:
+        print(f"    survived: {survivor}")
+    for name in result["equivalent"]:
+        print(f"    equivalent: {name}: {EQUIVALENT[name]}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""The runtime guard refuses forbidden standard-library modules however they are asked for.
+
+Each case runs in a fresh interpreter that imports numpy first (as the worker
+does), so the modules numpy loads itself (ctypes, pickle, marshal, importlib)
+are already in `sys.modules` when the clean room asks for them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from labctl.isolation.guard import FORBIDDEN_STDLIB
+
+DRIVER = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    import numpy
+    from labctl.isolation.guard import RuntimeGuard
+    from labctl.isolation.loader import load_package
+
+    root = Path(sys.argv[1])
+    guard = RuntimeGuard(root)
+    guard.install()
+    room = load_package(root)
+    outcome = {}
+    for name in sys.argv[2:]:
+        try:
+            room.grab(name)
+            outcome[name] = "imported"
+        except ImportError as exc:
+            outcome[name] = type(exc).__name__
+    print(json.dumps({"outcome": outcome, "violations": [str(v) for v in guard.violations]}))
+    """
+)
+
+
+def _grab_in_a_worker(tmp_path, body: str, names: list[str]) -> dict:
+    room = tmp_path / "room"
+    room.mkdir()
+    (room / "__init__.py").write_text("from .sneaky import grab\n")
+    (room / "sneaky.py").write_text(textwrap.dedent(body))
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(room), *names],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # The issue's spelling: nothing for the source scan to see.
+        """
+        import sys
+
+        def grab(name):
+            return getattr(sys.modules["importlib"], "import_" + "module")(name)
+        """,
+        # The same through the builtins' table.
+        """
+        def grab(name):
+            table = __builtins__ if isinstance(__builtins__, dict) else vars(__builtins__)
+            return table["__imp" + "ort__"](name)
+        """,
+    ],
+    ids=["importlib.import_module", "__import__"],
+)
+def test_every_forbidden_module_is_refused_loaded_or_not(tmp_path, body):
+    names = sorted(FORBIDDEN_STDLIB)
+    seen = _grab_in_a_worker(tmp_path, body, names)
+    assert seen["outcome"] == dict.fromkeys(names, "ForbiddenImport")
+    # Each refusal is recorded with the clean room's file and line, and the module asked for.
+    assert len(seen["violations"]) == len(names)
+    for name, violation in zip(names, seen["violations"], strict=True):
+        assert violation.startswith("room/sneaky.py:") and violation.endswith(f"imports {name}")
+
+
+def test_the_standard_library_and_numpy_stay_importable_dynamically(tmp_path):
+    body = """
+    import sys
+
+    def grab(name):
+        return getattr(sys.modules["importlib"], "import_" + "module")(name)
+    """
+    seen = _grab_in_a_worker(tmp_path, body, ["math", "numpy.linalg", "collections.abc"])
+    assert set(seen["outcome"].values()) == {"imported"}
+    assert seen["violations"] == []

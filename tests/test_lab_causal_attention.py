@@ -1,0 +1,70 @@
+"""Lab `causal-attention`: the future-perturbation loop covers every t, and no row that cannot fail.
+
+Faulty clean rooms are written into tmp_path.
+"""
+
+from __future__ import annotations
+
+import pytest
+from labtools import faulty_room, rows, run
+
+from labctl import faults
+from labctl.labs.causal_attention import LAB
+
+INVARIANCE = "future_token_invariance"
+
+# The future leaks into position 0 only, from position 1: only the perturbation after t = 0
+# changes position 1 while looking at position 0, so a loop starting at t = 1 misses it.
+LEAKS_AT_THE_FIRST_POSITION = faults.Fault(
+    name="mha-leaks-at-t0",
+    function="multi_head_attention",
+    module="transformer_block",
+    description="position 0's output reads the input at position 1",
+    course="000 §6.13",
+    source="""
+    _correct_mha = multi_head_attention
+
+    def multi_head_attention(x, wq, wk, wv, wo, n_heads, n_kv_heads=None, causal=True, window=None, rope_theta=None):
+        out = _correct_mha(x, wq, wk, wv, wo, n_heads, n_kv_heads, causal, window, rope_theta)
+        out[:, 0] += 1e-3 * x[:, 1]  # (B, C): the next token seeps into the first
+        return out
+    """,
+)
+
+
+@pytest.fixture(scope="module")
+def seed5():
+    return run(LAB)
+
+
+def test_passes_on_both_implementations_at_seed_5(seed5):
+    assert seed5.error is None and seed5.passed, seed5.failures()
+    got = rows(seed5)
+    for impl in ("reference", "clean-room"):
+        # Masked keys contribute exactly 0: the prefix does not move at all.
+        assert got[(INVARIANCE, impl)].actual == 0.0
+        assert got[("future_weight_max", impl)].actual == 0.0
+    # float32 against torch: reordered sums only (~1e-7), inside 1e-5.
+    assert got[("sdpa_max_error", "clean-room")].actual <= 1e-6
+
+
+def test_the_sdpa_row_is_measured_on_the_clean_room_only(seed5):
+    """torch against torch is 0 by construction: the reference has no such row."""
+    assert LAB.metric("sdpa_max_error").impls == ("clean-room",)
+    assert {impl for name, impl in rows(seed5) if name == "sdpa_max_error"} == {"clean-room"}
+
+
+def test_a_leak_at_the_first_position_fails_the_future_invariance(tmp_path):
+    result = run(LAB, faulty_room(tmp_path, LEAKS_AT_THE_FIRST_POSITION))
+    got = rows(result)
+    assert got[(INVARIANCE, "reference")].passed
+    leak = got[(INVARIANCE, "clean-room")]
+    assert not leak.passed and not result.passed
+    # 1e-3 times the perturbation of position 1 (standard normal noise): O(1e-3), not rounding.
+    assert 1e-4 < leak.actual < 1e-2
+
+
+def test_a_reversed_mask_fails_the_sdpa_row(tmp_path):
+    result = run(LAB, faulty_room(tmp_path, "mask-reversed"), impl="clean-room")
+    sdpa = rows(result)[("sdpa_max_error", "clean-room")]
+    assert not sdpa.passed and sdpa.actual > 1e-2  # another set of keys: O(1), not float32
