@@ -17,6 +17,7 @@ from typer.core import TyperGroup
 import labctl
 from labctl.cli import contract as contract_cli
 from labctl.cli import evidence as evidence_cli
+from labctl.cli import grade as grade_cli
 from labctl.cli import run as run_cli
 from labctl.cli import verify as verify_cli
 from labctl.errors import EXIT_FAILED, LabctlError
@@ -52,6 +53,7 @@ app = typer.Typer(
 )
 app.add_typer(contract_cli.app, name="contract")
 app.add_typer(evidence_cli.app, name="evidence")
+app.add_typer(grade_cli.app, name="grade")
 app.command("list")(run_cli.list_labs)
 app.command("run")(run_cli.run)
 app.add_typer(verify_cli.verify_app, name="verify")
