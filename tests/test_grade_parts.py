@@ -287,3 +287,23 @@ def test_labctl_help_and_list_do_not_import_the_grading_stack():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_a_hidden_item_is_absent_from_the_learners_documents():
+    row = Row("ann", "graded", "", "process")
+    row.items = [
+        ItemResult(
+            "fn.softmax", "function", "softmax", 4.0, 4.0, "visible", True, "passes every check"
+        ),
+        ItemResult(
+            "secret.probe", "check", "bad-input", 0.0, 6.0, "hidden", False, "SECRET-MESSAGE", True
+        ),
+    ]
+    document = json.dumps(outputs.feedback(row))
+    assert "secret.probe" not in document and "SECRET-MESSAGE" not in document
+    assert outputs.feedback(row)["max_score"] == 4.0
+    results = outputs.gradescope_results(row)
+    shown = [t for t in results["tests"] if t["visibility"] == "visible"]
+    assert "SECRET" not in json.dumps(shown) + results["output"]
+    assert "of 1 visible items" in results["output"]
+    assert [t["visibility"] for t in results["tests"] if t["name"] == "secret.probe"] == ["hidden"]
