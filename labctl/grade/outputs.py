@@ -32,6 +32,7 @@ from labctl.evidence.store import replace_atomically
 from labctl.grade.layout import stem
 from labctl.grade.rubric import Rubric
 from labctl.grade.score import GRADED, Row
+from labctl.i18n import _
 from labctl.jsonsafe import dumps
 
 FEEDBACK_SCHEMA = "labctl.grade-feedback.v1"
@@ -141,7 +142,11 @@ def feedback(row: Row) -> dict:
 def _learner_output(row: Row) -> str:
     shown = _visible(row)
     passed = sum(1 for i in shown if i.passed)
-    lines = [f"labctl: {passed} of {len(shown)} visible items passed."]
+    lines = [
+        _("labctl: {passed} of {total} visible items passed.").format(
+            passed=passed, total=len(shown)
+        )
+    ]
     if row.status != GRADED:
         lines.insert(0, row.diagnosis)
     return "\n".join(lines)

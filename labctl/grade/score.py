@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from labctl.grade.rubric import Item, Rubric
+from labctl.i18n import _
 
 # Row statuses: `graded` (the learner's code was observed; its items say how it did), or
 # the named failure that stopped the observation.
@@ -90,7 +91,7 @@ def _function(item: Item, rubric: Rubric, verify: dict) -> tuple[bool, str]:
     if verify["status"] != "loaded":
         return False, verify["message"]
     if not bad:
-        return True, "passes every check"
+        return True, _("passes every check")
     failed = [c for c in bad if c["status"] == "fail"]
     shown = failed or bad
     return False, "; ".join(f"{c['name']}: {c['message']}" for c in shown[:3])
@@ -101,9 +102,11 @@ def _check(item: Item, verify: dict) -> tuple[bool, str]:
         return False, verify["message"]
     bad = _failing(verify["checks"], lambda c: c["name"] == item.target)
     if not bad:
-        return True, f"{item.target} passes for every function"
+        return True, _("{check} passes for every function").format(check=item.target)
     names = sorted({c["function"] for c in bad})
-    return False, f"{item.target} does not pass for: {', '.join(names)}"
+    return False, _("{check} does not pass for: {functions}").format(
+        check=item.target, functions=", ".join(names)
+    )
 
 
 def _package(verify: dict) -> tuple[bool, str]:
@@ -112,15 +115,15 @@ def _package(verify: dict) -> tuple[bool, str]:
     bad = _failing(verify["checks"], lambda c: c["name"] in ("loads", "import-policy"))
     if bad:
         return False, "; ".join(c["message"] for c in bad)
-    return True, "loads and keeps the import policy"
+    return True, _("loads and keeps the import policy")
 
 
 def _metric(item: Item, verify: dict) -> tuple[bool, str]:
     row = next((m for m in verify["metrics"] if m["name"] == item.target), None)
     if row is None:
-        return False, f"{item.target} was not measured"
+        return False, _("{metric} was not measured").format(metric=item.target)
     if row.get("actual") is None:
-        return False, row.get("note") or f"{item.target} was not measured"
+        return False, row.get("note") or _("{metric} was not measured").format(metric=item.target)
     text = f"{item.target} = {row['actual']:.6g} (expected {row['expected']})"
     return bool(row.get("passed")), text
 
@@ -128,11 +131,11 @@ def _metric(item: Item, verify: dict) -> tuple[bool, str]:
 def _submission(facts: dict) -> tuple[bool, str]:
     found = facts.get("submission")
     if found is None:
-        return False, "no submission (submission.yaml or submission.json)"
+        return False, _("no submission (submission.yaml or submission.json)")
     if found["accepted"]:
-        return True, f"{found['file']}: valid, every claim reproduced"
+        return True, _("{file}: valid, every claim reproduced").format(file=found["file"])
     problems = "; ".join(f"{p['field']}: {p['reason']}" for p in found["problems"][:3])
-    return False, f"{found['file']} refused: {problems}"
+    return False, _("{file} refused: {problems}").format(file=found["file"], problems=problems)
 
 
 def _diagnosis(verify: dict) -> str:
@@ -173,5 +176,6 @@ def failed_row(
 ) -> Row:
     """Every item 0: the learner could not be observed, for the reason `why` (a named failure)."""
     row = Row(learner, status, _short(f"{status}: {why}"), isolation)
-    row.items = [_result(item, False, f"not graded: {status}") for item in rubric.items]
+    why = _("not graded: {status}").format(status=status)
+    row.items = [_result(item, False, why) for item in rubric.items]
     return row
