@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gradetools import LEARNER_TIMEOUT, build_class, rubric_without
+from gradetools import CALL_TIMEOUT, LEARNER_TIMEOUT, build_class, rubric_without
 
 from labctl.grade.rubric import load_rubric
 from labctl.grade.runner import GradeOptions, grade_class
@@ -37,7 +37,7 @@ def setup(tmp_path_factory):
     base = tmp_path_factory.mktemp("parallel")
     cases = build_class(base / "class", None)
     rubric = load_rubric(rubric_without(base, "metric", "submission"))
-    options = GradeOptions(timeout_s=2.0, learner_timeout_s=float(LEARNER_TIMEOUT), jobs=1)
+    options = GradeOptions(timeout_s=CALL_TIMEOUT, learner_timeout_s=float(LEARNER_TIMEOUT), jobs=1)
     serial = grade_class(base / "class", base / "serial", rubric, options)
     return base, cases, rubric, options, serial
 
