@@ -23,6 +23,7 @@ import labctl
 from labctl.cli import contract as contract_cli
 from labctl.cli import doctor as doctor_cli
 from labctl.cli import evidence as evidence_cli
+from labctl.cli import grade as grade_cli
 from labctl.cli import report as report_cli
 from labctl.cli import run as run_cli
 from labctl.cli import show as show_cli
@@ -101,6 +102,7 @@ app = typer.Typer(
 )
 app.add_typer(contract_cli.app, name="contract")
 app.add_typer(evidence_cli.app, name="evidence")
+app.add_typer(grade_cli.app, name="grade")
 app.command("list")(show_cli.list_labs)
 app.command("run")(run_cli.run)
 app.command("show")(show_cli.show)

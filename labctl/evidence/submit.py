@@ -246,6 +246,25 @@ def _stored(folder: Path, name: str) -> Path | None:
     return None
 
 
+def remeasure(
+    report: Report, clean_room: Path | None, timeout_s: float, isolation: str = "auto"
+) -> tuple[int | None, str | None, list[Reproduction]]:
+    """Re-measure a validated submission's claims on `clean_room`: (seed, isolation used,
+    reproductions). Claims that could never be re-measured are refused in `report`."""
+    if not isinstance(report.data, dict):
+        return None, None, []
+    _submission_module(report)
+    seed = report.data.get("seed")
+    if not (is_number(seed) and isinstance(seed, int) and seed >= 0 and not report.flagged("seed")):
+        _claims(report)
+        report.tidy()
+        return None, None, []
+    level = resolve_isolation(isolation)
+    done = _compare(_claims(report), seed, clean_room, timeout_s, report, level)
+    report.tidy()
+    return seed, level, done
+
+
 def submit(
     path: Path,
     root: Path = Path("evidence"),
@@ -273,16 +292,9 @@ def submit(
         outcome.already = _stored(folder / record.module, name)
         if outcome.already is not None:
             return outcome
-    seed = report.data.get("seed")
-    if is_number(seed) and isinstance(seed, int) and seed >= 0 and not report.flagged("seed"):
-        outcome.seed = seed
-        outcome.isolation = resolve_isolation(isolation)
-        outcome.reproductions = _compare(
-            _claims(report), seed, clean_room, timeout_s, report, isolation
-        )
-    else:
-        _claims(report)  # still refuse what could never be re-measured
-    report.tidy()
+    outcome.seed, outcome.isolation, outcome.reproductions = remeasure(
+        report, clean_room, timeout_s, isolation
+    )
     if not report.valid or record is None:
         return outcome
     _keep(outcome, store, record, clean_room)

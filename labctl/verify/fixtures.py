@@ -139,7 +139,17 @@ def reference_output(fixture: Fixture) -> Any:
 
 
 def warm_reference(functions: tuple[str, ...]) -> None:
-    """Compute every reference output the given functions need (before any threads start)."""
+    """Compute every reference output the given functions need (before any threads start).
+
+    Where `labctl.verify.reference_cache` is on, outputs another process computed
+    are read from disk first, and what had to be computed here is written back.
+    """
+    from labctl.verify import reference_cache
+
+    reference_cache.load(_REFERENCE)
+    before = len(_REFERENCE)
     for function in functions:
         for fixture in (*fixtures(function), *probes(function)):
             reference_output(fixture)
+    if len(_REFERENCE) > before:
+        reference_cache.save(_REFERENCE)

@@ -1,0 +1,210 @@
+"""Grading throughput, side by side with what a grader would do without `labctl grade`.
+
+Run from the repository root (it takes minutes; it is not a test):
+
+    .venv/bin/python benchmarks/grade.py [--learners 40] [--metrics] [--skip-run-all]
+
+It generates a class of N learners in a temporary folder (the project's clean
+room, every catalogued fault, a learner whose import hangs, the rest copies of
+the project's clean room), then measures, on the same cores, one after the
+other:
+
+- `labctl --help` and `labctl list` against `python -c "import torch"`;
+- `labctl run all` against the same (unless --skip-run-all);
+- N separate `labctl verify clean-room` calls, one per learner (the baseline);
+- `labctl grade` serially (`--jobs 1`), with `--jobs 2`, and on a local Dask
+  cluster of two worker processes (`--scheduler`), each into a fresh --out.
+
+Without --metrics the grading rubric is the default one less its lab-metric
+items and verify runs with --no-metrics: both sides do the same work (every
+contract check of every function against the reference). With --metrics both
+measure the course template's metrics too (lab runs: much slower).
+
+It prints one table: wall time, learners per minute, and the ratio to the
+baseline (or to importing torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+LABCTL = str(Path(sys.executable).parent / "labctl")
+TIMEOUT = "2"  # seconds per clean-room call, on both sides
+LEARNER_TIMEOUT = "60"
+
+
+def timed(command: list[str], **kwargs) -> float:
+    start = time.perf_counter()
+    subprocess.run(
+        command, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs
+    )
+    return time.perf_counter() - start
+
+
+def build_class(root: Path, n: int) -> list[Path]:
+    from labctl import faults
+
+    room = faults.project_clean_room()
+    folders = []
+    for fault in faults.CATALOGUE[: max(0, n - 2)]:
+        fault.materialize(root / f"fault-{fault.name}" / "clean_room")
+        folders.append(root / f"fault-{fault.name}")
+    hang = root / "hang-at-import" / "clean_room"
+    shutil.copytree(room, hang, ignore=shutil.ignore_patterns("__pycache__"))
+    with (hang / "primitives.py").open("a") as handle:
+        handle.write("\nimport time\nwhile True:\n    time.sleep(1)\n")
+    folders.append(hang.parent)
+    index = 0
+    while len(folders) < n:
+        index += 1
+        target = root / f"correct-{index:02d}" / "clean_room"
+        shutil.copytree(room, target, ignore=shutil.ignore_patterns("__pycache__"))
+        folders.append(target.parent)
+    return folders
+
+
+def rubric_file(where: Path, metrics: bool) -> Path:
+    from labctl.grade.rubric import default_rubric_text
+
+    data = yaml.safe_load(default_rubric_text())
+    dropped = {"submission"} if metrics else {"submission", "metric"}
+    data["items"] = [i for i in data["items"] if i["kind"] not in dropped]
+    data["name"] = "benchmark rubric"
+    path = where / "rubric.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--learners", type=int, default=40)
+    parser.add_argument("--metrics", action="store_true")
+    parser.add_argument("--skip-run-all", action="store_true")
+    args = parser.parse_args()
+    n = args.learners
+    rows: list[tuple[str, float, float | None, str]] = []
+    with tempfile.TemporaryDirectory(prefix="labctl-bench-") as tmp:
+        tmp_path = Path(tmp)
+        env = dict(os.environ, NO_COLOR="1")
+        torch_s = timed([sys.executable, "-c", "import torch"])
+        rows.append(('python -c "import torch"', torch_s, None, "1.00 (base)"))
+        for name, command in (
+            ("labctl --help", [LABCTL, "--help"]),
+            ("labctl list", [LABCTL, "list"]),
+        ):
+            t = timed(command, env=env)
+            rows.append((name, t, None, f"{t / torch_s:.2f} × torch import"))
+        if not args.skip_run_all:
+            t = timed(
+                [LABCTL, "run", "all", "--out", str(tmp_path / "runs")], env=env, cwd=tmp_path
+            )
+            rows.append(("labctl run all", t, None, f"{t / torch_s:.1f} × torch import"))
+
+        klass = tmp_path / "class"
+        folders = build_class(klass, n)
+        rubric = rubric_file(tmp_path, args.metrics)
+        metrics_flag = "--metrics" if args.metrics else "--no-metrics"
+        start = time.perf_counter()
+        for folder in folders:
+            subprocess.run(
+                [
+                    LABCTL,
+                    "verify",
+                    "clean-room",
+                    "--path",
+                    str(folder / "clean_room"),
+                    metrics_flag,
+                    "--timeout",
+                    TIMEOUT,
+                    "--out",
+                    str(tmp_path / "verify" / folder.name),
+                    "--json",
+                ],
+                check=False,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                cwd=tmp_path,
+            )
+        baseline = time.perf_counter() - start
+        per_min = n / baseline * 60
+        rows.append(
+            (f"{n} × labctl verify clean-room {metrics_flag}", baseline, per_min, "1.00 (base)")
+        )
+
+        grade = [
+            LABCTL,
+            "grade",
+            str(klass),
+            "--rubric",
+            str(rubric),
+            "--timeout",
+            TIMEOUT,
+            "--learner-timeout",
+            LEARNER_TIMEOUT,
+            "--json",
+        ]
+        for label, extra in (
+            ("labctl grade --jobs 1", ["--jobs", "1"]),
+            ("labctl grade --jobs 2", ["--jobs", "2"]),
+        ):
+            t = timed(
+                [*grade, "--out", str(tmp_path / label.split()[-1]), *extra], env=env, cwd=tmp_path
+            )
+            rows.append((label, t, n / t * 60, f"{baseline / t:.2f} × verify calls"))
+        try:
+            from distributed import LocalCluster
+        except ImportError:
+            rows.append(
+                (
+                    "labctl grade --scheduler (Dask)",
+                    float("nan"),
+                    None,
+                    "skipped: pip install 'labctl[dask]'",
+                )
+            )
+        else:
+            with LocalCluster(
+                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            ) as cluster:
+                t = timed(
+                    [
+                        *grade,
+                        "--out",
+                        str(tmp_path / "dask"),
+                        "--scheduler",
+                        cluster.scheduler_address,
+                    ],
+                    env=env,
+                    cwd=tmp_path,
+                )
+            rows.append(
+                (
+                    "labctl grade --scheduler (2 Dask workers)",
+                    t,
+                    n / t * 60,
+                    f"{baseline / t:.2f} × verify calls",
+                )
+            )
+
+    print(
+        f"{n} learners ({'with' if args.metrics else 'without'} the template metrics), {os.cpu_count()} cores"
+    )
+    print(f"{'what':<48} {'wall s':>8} {'learners/min':>13}  ratio")
+    for name, wall, per_minute, ratio in rows:
+        rate = f"{per_minute:13.1f}" if per_minute else " " * 13
+        print(f"{name:<48} {wall:8.2f} {rate}  {ratio}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,288 @@
+"""`labctl grade SUBMISSIONS_DIR`, `labctl grade bundle OUT.zip`, `labctl grade gradescope`.
+
+`grade` is a group whose default command grades a class, so both
+`labctl grade DIR` and `labctl grade bundle OUT.zip` read as the issue wrote
+them. Exit codes: 0 when every learner has a row (whatever the learners
+scored), 1 when the input is refused (a bad rubric), 2 for usage.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from typer.core import TyperGroup
+
+from labctl.cli.render import err, out, print_json
+from labctl.errors import UsageError
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+RubricOption = Annotated[
+    Path | None,
+    typer.Option("--rubric", help="Rubric YAML (default: the rubric that ships with labctl)."),
+]
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", help="Seconds one clean-room call may take.")
+]
+LearnerTimeoutOption = Annotated[
+    float,
+    typer.Option("--learner-timeout", help="Seconds one learner may take in all (then: hang)."),
+]
+MemoryOption = Annotated[
+    int, typer.Option("--memory-mb", help="Memory limit of each clean-room process (MiB).")
+]
+IsolationOption = Annotated[
+    str,
+    typer.Option(
+        "--isolation",
+        help="auto: the sandbox where the machine has one; sandbox: refuse without it; process.",
+    ),
+]
+
+
+class _DefaultCommandGroup(TyperGroup):
+    """`labctl grade DIR ...` runs `labctl grade class DIR ...`."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["class", *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(
+    cls=_DefaultCommandGroup,
+    help="Grade a class of clean rooms and submissions: gradebook, JUnit, Gradescope.",
+    no_args_is_help=True,
+)
+
+
+def _check(timeout: float, learner_timeout: float, memory_mb: int, jobs: int | None) -> None:
+    if not timeout > 0 or timeout == float("inf"):
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    if not learner_timeout > 0 or learner_timeout == float("inf"):
+        raise UsageError(
+            f"--learner-timeout must be a positive number of seconds, got {learner_timeout:g}"
+        )
+    if memory_mb < 0:
+        raise UsageError(f"--memory-mb must be >= 0 (0: no limit), got {memory_mb}")
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {jobs}")
+
+
+def _progress_bar():
+    return Progress(
+        TextColumn("grading"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[last]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=err,
+        transient=False,
+    )
+
+
+@app.command("class")
+def grade_class(
+    submissions: Annotated[
+        Path, typer.Argument(help="One folder per learner (the folder name is the learner id).")
+    ],
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="Where the gradebook, records and reports go.")
+    ] = Path("grades"),
+    rubric_path: RubricOption = None,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", help="Learners graded at once (default: the cores).")
+    ] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option("--scheduler", help="Dask scheduler address: one task per learner there."),
+    ] = None,
+    timeout: TimeoutOption = 20.0,
+    learner_timeout: LearnerTimeoutOption = 600.0,
+    memory_mb: MemoryOption = 4096,
+    isolation: IsolationOption = "auto",
+    similarity: Annotated[
+        bool,
+        typer.Option("--similarity", help="List clean rooms that look alike (no score change)."),
+    ] = False,
+    threshold: Annotated[
+        float,
+        typer.Option("--similarity-threshold", help="Share of matching tokens to list a pair."),
+    ] = 0.5,
+    json_: JsonFlag = False,
+) -> None:
+    """Grade every learner folder under SUBMISSIONS: verify, re-measure, score, report."""
+    from labctl.grade.rubric import load_rubric
+    from labctl.grade.runner import GradeOptions
+    from labctl.grade.runner import grade_class as run_class
+
+    _check(timeout, learner_timeout, memory_mb, jobs)
+    if not 0 < threshold <= 1:
+        raise UsageError(f"--similarity-threshold must be in (0, 1], got {threshold:g}")
+    rubric = load_rubric(rubric_path)
+    options = GradeOptions(
+        timeout_s=timeout,
+        memory_mb=memory_mb,
+        learner_timeout_s=learner_timeout,
+        isolation=isolation,
+        jobs=jobs or os.cpu_count() or 1,
+        scheduler=scheduler,
+    )
+    with _progress_bar() as bar:
+        task = bar.add_task("grading", total=None, last="")
+
+        def progress(done: int, total: int, learner: str, status: str) -> None:
+            bar.update(task, completed=done, total=total, last=escape(f"{learner}: {status}"))
+
+        batch = run_class(submissions, out_dir, rubric, options, progress)
+    pairs = []
+    if similarity:
+        from labctl.grade.outputs import write_similarity
+        from labctl.grade.similarity import compare
+
+        with err.status("comparing clean rooms…"):
+            rooms = {
+                learner: submissions / learner / "clean_room"
+                for learner in (r.learner for r in batch.rows if r.status == "graded")
+            }
+            pairs = compare(rooms, threshold)
+        batch.files.append(write_similarity(pairs, threshold, out_dir))
+    if json_:
+        from labctl.grade.outputs import summary
+
+        document = summary(batch.rows, rubric)
+        document.update(
+            passed=True,
+            out=str(out_dir),
+            graded=batch.graded,
+            skipped=batch.skipped,
+            wall_time_s=round(batch.wall_time_s, 3),
+            files=[str(p.relative_to(out_dir)) for p in batch.files],
+        )
+        if similarity:
+            document["similarity"] = {"threshold": threshold, "pairs": [p.to_json() for p in pairs]}
+        print_json(document)
+        return
+    _render(batch, rubric, pairs if similarity else None, out_dir)
+
+
+def _render(batch, rubric, pairs, out_dir: Path) -> None:
+    table = Table(box=None, pad_edge=False, padding=(0, 1))
+    for column in ("learner", "status", "score", "isolation", "diagnosis"):
+        table.add_column(column, no_wrap=column != "diagnosis")
+    for row in batch.rows:
+        table.add_row(
+            escape(row.learner),
+            row.status if row.status == "graded" else f"[bold red]{row.status}[/bold red]",
+            f"{row.score:g}/{row.max_score:g}",
+            row.isolation or "—",
+            escape(row.diagnosis[:160]),
+        )
+    out.print(table)
+    if pairs is not None:
+        if not pairs:
+            out.print("similarity: no pair of clean rooms above the threshold")
+        for pair in pairs:
+            out.print(
+                escape(
+                    f"similar: {pair.a} ~ {pair.b}: {pair.a_share:.0%} / {pair.b_share:.0%} of "
+                    f"their tokens, {len(pair.regions)} matching regions"
+                ),
+                soft_wrap=True,
+            )
+    out.print(
+        f"{len(batch.rows)} learners ({len(batch.graded)} graded, {len(batch.skipped)} unchanged "
+        f"since the last run) with {escape(rubric.name)}, in {batch.wall_time_s:.1f} s; "
+        f"gradebook {escape(str(out_dir / 'gradebook.csv'))}",
+        soft_wrap=True,
+    )
+
+
+@app.command("gradescope")
+def gradescope(
+    submission: Annotated[
+        Path, typer.Argument(help="The learner's folder (/autograder/submission).")
+    ],
+    results: Annotated[Path, typer.Option("--results", help="Where results.json goes.")],
+    work: Annotated[
+        Path, typer.Option("--work", help="Scratch folder for the record and reports.")
+    ] = Path("labctl-grade"),
+    rubric_path: RubricOption = None,
+    timeout: TimeoutOption = 20.0,
+    learner_timeout: LearnerTimeoutOption = 600.0,
+    memory_mb: MemoryOption = 4096,
+    isolation: IsolationOption = "auto",
+    json_: JsonFlag = False,
+) -> None:
+    """Grade one learner's folder into Gradescope's results.json (what run_autograder calls)."""
+    from labctl.evidence.store import replace_atomically
+    from labctl.grade.layout import check_learner
+    from labctl.grade.rubric import load_rubric
+    from labctl.grade.runner import GradeOptions, grade_learners
+
+    _check(timeout, learner_timeout, memory_mb, None)
+    if not submission.is_dir():
+        raise UsageError(f"{submission} is not a folder")
+    rubric = load_rubric(rubric_path)
+    options = GradeOptions(timeout, memory_mb, learner_timeout, isolation, 1, None)
+    learner = check_learner(submission)
+    batch = grade_learners([learner], work, rubric, options)
+    produced = work / "gradescope" / learner.stem / "results.json"
+    replace_atomically(results, produced.read_bytes())
+    row = batch.rows[0]
+    if json_:
+        print_json({"passed": True, "results": str(results), "status": row.status})
+        return
+    out.print(f"{row.status}: results in {escape(str(results))}", soft_wrap=True)
+
+
+@app.command("bundle")
+def bundle_command(
+    zip_path: Annotated[Path, typer.Argument(help="The autograder zip to write (OUT.zip).")],
+    rubric_path: RubricOption = None,
+    timeout: TimeoutOption = 20.0,
+    learner_timeout: LearnerTimeoutOption = 600.0,
+    memory_mb: MemoryOption = 4096,
+    isolation: IsolationOption = "auto",
+    json_: JsonFlag = False,
+) -> None:
+    """Write a Gradescope autograder: setup.sh, run_autograder, the rubric, labctl itself."""
+    from labctl.grade.bundle import bundle
+    from labctl.grade.rubric import load_rubric
+    from labctl.grade.runner import ISOLATION_LEVELS
+
+    _check(timeout, learner_timeout, memory_mb, None)
+    if isolation not in ISOLATION_LEVELS:
+        raise UsageError(f"--isolation must be one of {', '.join(ISOLATION_LEVELS)}")
+    rubric = load_rubric(rubric_path)
+    names = bundle(zip_path, rubric, timeout, learner_timeout, memory_mb, isolation)
+    if json_:
+        print_json({"passed": True, "zip": str(zip_path), "files": len(names)})
+        return
+    out.print(
+        f"wrote {escape(str(zip_path))}: setup.sh, run_autograder, rubric.yaml "
+        f"({escape(rubric.name)}) and labctl ({len(names) - 3} files); upload it to Gradescope",
+        soft_wrap=True,
+    )
+
+
+@app.command("rubric")
+def rubric_command() -> None:
+    """Print the default rubric (YAML), to copy and change."""
+    from labctl.grade.rubric import default_rubric_text
+
+    print(default_rubric_text(), end="")

@@ -1,0 +1,149 @@
+"""`labctl grade bundle OUT.zip`: a Gradescope autograder with labctl and the rubric inside.
+
+Gradescope unpacks the zip into `/autograder/source`, runs `setup.sh` once
+when it builds the image, and `run_autograder` for each submission, which
+must leave `/autograder/results/results.json`. Here:
+
+- `setup.sh` installs Python, bubblewrap (the sandbox) and git with apt, then
+  labctl from `labctl-src/` (this labctl's own package, so the grader and the
+  autograder run the same code) with a CPU-only torch;
+- `run_autograder` runs `labctl grade gradescope` on `/autograder/submission`
+  with `rubric.yaml` (the rubric, baked in) and the options given to `bundle`.
+  `AUTOGRADER_ROOT` and `LABCTL` override `/autograder` and the labctl it
+  runs, so the script can be tried outside Gradescope. Should labctl itself
+  fail, it still writes a results.json that says so.
+"""
+
+from __future__ import annotations
+
+import io
+import shlex
+import stat
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import yaml
+
+import labctl
+from labctl.errors import UsageError
+from labctl.grade.rubric import Rubric
+
+SETUP = """#!/usr/bin/env bash
+# Gradescope runs this once, as root, when it builds the autograder image (Ubuntu).
+set -euo pipefail
+apt-get update
+apt-get install -y --no-install-recommends python3 python3-venv python3-pip bubblewrap git
+python3 -m venv /autograder/venv
+/autograder/venv/bin/pip install --upgrade pip
+# The labs and the reference run on the CPU: the CPU build of torch is enough.
+/autograder/venv/bin/pip install --index-url https://download.pytorch.org/whl/cpu "torch{torch}"
+/autograder/venv/bin/pip install /autograder/source/labctl-src
+"""
+
+RUN = """#!/usr/bin/env bash
+# Gradescope runs this for each submission; it must leave results/results.json.
+set -uo pipefail
+ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+LABCTL="${{LABCTL:-$ROOT/venv/bin/labctl}}"
+mkdir -p "$ROOT/results"
+"$LABCTL" grade gradescope "$ROOT/submission" \\
+    --rubric "$ROOT/source/rubric.yaml" \\
+    --results "$ROOT/results/results.json" \\
+    --work "$ROOT/results/labctl" {options}
+code=$?
+if [ ! -s "$ROOT/results/results.json" ]; then
+    printf '%s\\n' '{{"score": 0, "output": "The autograder could not grade this submission (labctl exit code '"$code"'). Please tell your instructor.", "tests": []}}' \\
+        > "$ROOT/results/results.json"
+fi
+exit 0
+"""
+
+_PYPROJECT = """[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "labctl"
+version = "{version}"
+requires-python = ">=3.10"
+dependencies = {dependencies}
+
+[project.scripts]
+labctl = "labctl.cli.main:main"
+
+[tool.setuptools.packages.find]
+include = ["labctl*"]
+
+[tool.setuptools.package-data]
+labctl = ["data/*.json", "data/*.yaml", "i18n/locale/*/LC_MESSAGES/*"]
+"""
+
+
+def _dependencies() -> list[str]:
+    try:
+        required = metadata.requires("labctl") or []
+    except metadata.PackageNotFoundError:
+        required = []
+    return [r for r in required if "extra ==" not in r]
+
+
+def _torch_pin() -> str:
+    torch = next((d for d in _dependencies() if d.startswith("torch")), "torch")
+    return torch[len("torch") :].strip()
+
+
+def _add(archive: zipfile.ZipFile, name: str, data: bytes, executable: bool = False) -> None:
+    info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+    mode = 0o755 if executable else 0o644
+    info.external_attr = (stat.S_IFREG | mode) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    archive.writestr(info, data)
+
+
+def bundle(
+    out: Path,
+    rubric: Rubric,
+    timeout_s: float,
+    learner_timeout_s: float,
+    memory_mb: int,
+    isolation: str,
+) -> list[str]:
+    """Write the autograder zip to `out`; return the names it holds."""
+    if out.suffix.lower() != ".zip":
+        raise UsageError(f"{out}: the autograder is a .zip file")
+    if out.exists() and out.is_dir():
+        raise UsageError(f"{out} is a folder; give a .zip file name")
+    options = shlex.join(
+        [
+            "--timeout",
+            f"{timeout_s:g}",
+            "--learner-timeout",
+            f"{learner_timeout_s:g}",
+            "--memory-mb",
+            str(memory_mb),
+            "--isolation",
+            isolation,
+        ]
+    )
+    package = Path(labctl.__file__).resolve().parent
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        _add(archive, "setup.sh", SETUP.format(torch=_torch_pin()).encode(), executable=True)
+        _add(archive, "run_autograder", RUN.format(options=options).encode(), executable=True)
+        rubric_text = yaml.safe_dump(rubric.dump(), sort_keys=False, allow_unicode=True)
+        _add(archive, "rubric.yaml", rubric_text.encode("utf-8"))
+        pyproject = _PYPROJECT.format(
+            version=labctl.__version__, dependencies=repr(_dependencies()).replace("'", '"')
+        )
+        _add(archive, "labctl-src/pyproject.toml", pyproject.encode("utf-8"))
+        for path in sorted(package.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                name = "labctl-src/labctl/" + path.relative_to(package).as_posix()
+                _add(archive, name, path.read_bytes())
+        names = archive.namelist()
+    from labctl.evidence.store import replace_atomically
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    replace_atomically(out, buffer.getvalue())
+    return names

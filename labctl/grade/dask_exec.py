@@ -1,0 +1,86 @@
+"""Grading on a Dask cluster: one task per learner, observed as a local worker would.
+
+Each Dask worker process keeps one grading worker of its own
+(`labctl.grade.pool.LocalPool` with one process), so a learner's hang or crash
+ends that learner's task with the same named failure as on one machine, and
+the facts that come back are the ones a local run produces: the points are
+given in the batch's process from them, so a Dask run and a serial run agree.
+Needs the optional extra `labctl[dask]`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+
+from labctl.errors import UsageError
+from labctl.grade.pool import LocalPool, Outcome
+
+_LOCK = threading.Lock()
+_POOLS: dict[tuple, LocalPool] = {}
+
+
+def _pool(learner_timeout_s: float, env: dict[str, str]) -> LocalPool:
+    key = (learner_timeout_s, tuple(sorted(env.items())))
+    if key not in _POOLS:
+        _POOLS[key] = LocalPool(1, learner_timeout_s, env)
+        atexit.register(_POOLS[key].close)
+    return _POOLS[key]
+
+
+def observe_on_worker(job: dict, learner_timeout_s: float, env: dict[str, str]) -> dict:
+    """The Dask task: observe one learner in this Dask worker's own grading worker."""
+    found: list[Outcome] = []
+    with _LOCK:
+        _pool(learner_timeout_s, env).run([("learner", job)], lambda _, o: found.append(o))
+    outcome = found[0]
+    return {"status": outcome.status, "facts": outcome.facts, "message": outcome.message}
+
+
+def run_on_dask(
+    address: str,
+    jobs: Iterable[tuple[str, dict]],
+    done: Callable[[str, Outcome], None],
+    learner_timeout_s: float,
+    env: dict[str, str],
+) -> None:
+    try:
+        from distributed import Client, as_completed
+    except ImportError:
+        raise UsageError(
+            "--scheduler needs Dask: pip install 'labctl[dask]' (dask and distributed)"
+        ) from None
+    try:
+        client = Client(address, timeout="30s")
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise UsageError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+    batch = uuid.uuid4().hex[:12]  # a key of its own: never another batch's cached result
+    try:
+        futures = {
+            client.submit(
+                observe_on_worker,
+                job,
+                learner_timeout_s,
+                env,
+                key=f"labctl-grade-{key}-{batch}",
+                pure=False,
+            ): key
+            for key, job in jobs
+        }
+        for future in as_completed(futures):
+            key = futures[future]
+            try:
+                result = future.result()
+            except UsageError:
+                raise
+            except Exception as exc:  # the task or its Dask worker died
+                done(
+                    key,
+                    Outcome("crash", message=f"the Dask task failed: {type(exc).__name__}: {exc}"),
+                )
+                continue
+            done(key, Outcome(result["status"], result["facts"], result["message"]))
+    finally:
+        client.close()

@@ -1,0 +1,205 @@
+"""Local grading workers: N long-lived processes, each learner with its own time limit.
+
+Each worker (`labctl.grade.worker`) runs in its own session. A learner whose
+observation passes `learner_timeout_s` is a `hang`: its worker gets SIGTERM
+(it closes its clean room and exits), then SIGKILL for its whole process group
+after a grace period, and a fresh worker takes the next learner. A worker that
+dies mid-learner (a crash, the memory limit, an attack on its parent) is a
+`crash` of that learner only. Either way the batch goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from labctl.errors import LabctlError, UsageError
+
+BOOT_TIMEOUT_S = 180.0
+_GRACE_S = 3.0
+
+
+class GradingError(LabctlError):
+    """The grading workers could not be started."""
+
+
+@dataclass
+class Outcome:
+    """What came back for one learner: facts, or the named failure that stopped it."""
+
+    status: str  # observed | hang | crash | internal-error
+    facts: dict | None = None
+    message: str = ""
+
+
+@dataclass
+class _Slot:
+    proc: subprocess.Popen
+    fd: int
+    buffer: bytes = b""
+    ready: bool = False
+    key: str | None = None
+    deadline: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+
+
+def _signal_name(code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return signal.Signals(-code).name
+    return f"exit code {code}"
+
+
+class LocalPool:
+    def __init__(self, jobs: int, learner_timeout_s: float, env: dict[str, str] | None = None):
+        self.jobs = max(1, jobs)
+        self.learner_timeout_s = learner_timeout_s
+        self.env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            **(env or {}),
+        }
+        self._slots: list[_Slot] = []
+        self._selector = selectors.DefaultSelector()
+
+    # -- workers ------------------------------------------------------------
+
+    def _start(self) -> _Slot:
+        read_fd, write_fd = os.pipe()
+        debug = os.environ.get("LABCTL_DEBUG") == "1"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "labctl.grade.worker", str(write_fd)],
+            stdin=subprocess.PIPE,
+            stdout=None if debug else subprocess.DEVNULL,
+            stderr=None if debug else subprocess.DEVNULL,
+            pass_fds=(write_fd,),
+            start_new_session=True,
+            env=self.env,
+        )
+        os.close(write_fd)
+        slot = _Slot(proc, read_fd, deadline=time.monotonic() + BOOT_TIMEOUT_S)
+        self._selector.register(read_fd, selectors.EVENT_READ, slot)
+        self._slots.append(slot)
+        return slot
+
+    def _stop(self, slot: _Slot, gently: bool) -> int | None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(slot.fd)
+        with contextlib.suppress(OSError):
+            os.close(slot.fd)
+        if slot in self._slots:
+            self._slots.remove(slot)
+        proc = slot.proc
+        if gently and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=_GRACE_S)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+        return proc.wait()
+
+    def close(self) -> None:
+        for slot in list(self._slots):
+            self._stop(slot, gently=True)
+        self._selector.close()
+
+    def __enter__(self) -> LocalPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- the loop -----------------------------------------------------------
+
+    def run(self, jobs: Iterable[tuple[str, dict]], done: Callable[[str, Outcome], None]) -> None:
+        """Observe every (key, job); call `done(key, outcome)` as each one ends."""
+        pending = list(jobs)
+        pending.reverse()
+        while len(self._slots) < min(self.jobs, len(pending)):
+            self._start()
+        while pending or any(s.key for s in self._slots):
+            for slot in self._slots:
+                if slot.ready and slot.key is None and pending:
+                    key, job = pending.pop()
+                    slot.key, slot.deadline = key, time.monotonic() + self.learner_timeout_s
+                    try:
+                        slot.proc.stdin.write((json.dumps(job) + "\n").encode("utf-8"))
+                        slot.proc.stdin.flush()
+                    except BrokenPipeError:
+                        pass  # its death shows as end of file below
+            now = time.monotonic()
+            wait = max(0.0, min((s.deadline for s in self._slots), default=now + 1) - now)
+            for selected, _ in self._selector.select(timeout=min(wait, 1.0)):
+                self._read(selected.data, done, pending)
+            now = time.monotonic()
+            for slot in [s for s in self._slots if s.deadline <= now]:
+                self._expired(slot, done, pending)
+
+    def _replace(self, pending: list) -> None:
+        if pending:
+            self._start()
+
+    def _read(self, slot: _Slot, done, pending) -> None:
+        chunk = os.read(slot.fd, 1 << 20)
+        if not chunk:
+            code = self._stop(slot, gently=False)
+            if slot.key is None:
+                raise GradingError(
+                    f"a grading worker exited before taking a learner ({_signal_name(code)}); "
+                    "LABCTL_DEBUG=1 shows its output"
+                )
+            done(
+                slot.key,
+                Outcome(
+                    "crash",
+                    message=f"the grading process died with {_signal_name(code)} "
+                    "(the learner's code, or the memory limit)",
+                ),
+            )
+            self._replace(pending)
+            return
+        slot.buffer += chunk
+        while b"\n" in slot.buffer:
+            line, slot.buffer = slot.buffer.split(b"\n", 1)
+            reply = json.loads(line)
+            if reply.get("ready"):
+                slot.ready = True
+                slot.deadline = float("inf")
+                continue
+            key, slot.key, slot.deadline = slot.key, None, float("inf")
+            if "facts" in reply:
+                done(key, Outcome("observed", reply["facts"]))
+            elif reply.get("raised") == "UsageError":
+                raise UsageError(reply["message"])
+            else:
+                done(
+                    key, Outcome("internal-error", message=f"{reply['raised']}: {reply['message']}")
+                )
+
+    def _expired(self, slot: _Slot, done, pending) -> None:
+        key = slot.key
+        self._stop(slot, gently=True)
+        if key is None:
+            raise GradingError(f"a grading worker did not start within {BOOT_TIMEOUT_S:g} s")
+        done(
+            key,
+            Outcome(
+                "hang", message=f"stopped after the learner's limit of {self.learner_timeout_s:g} s"
+            ),
+        )
+        self._replace(pending)

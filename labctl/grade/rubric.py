@@ -1,0 +1,172 @@
+"""The grading rubric: what earns points, and who may see each item.
+
+A rubric is a YAML file validated by `Rubric` (unknown keys refused). Each
+item scores one thing labctl measures:
+
+- `function`: one contract function passes every check in `checks` (default:
+  every check but the ones a `check` item of the rubric scores on its own, so a
+  hidden check never shows through a visible item's message);
+- `check`: one verify check passes for every contract function;
+- `package`: the clean room loads and keeps the import policy;
+- `metric`: one of the course template's metrics (002 学习者提交模板), measured on
+  the learner's clean room through the lab that declares it, meets its tolerance;
+- `submission`: the learner's evidence submission is valid and every claim in it
+  is re-measured by labctl and reproduced.
+
+`visibility` follows Gradescope's words: `visible`; `after_due_date`;
+`hidden` (until the grades are published; never in what the learner sees before,
+not even as a count); `after_published` is the same as `hidden`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from labctl.errors import LabctlError, UsageError
+from labctl.evidence.models import Strict
+
+RUBRIC_SCHEMA = "labctl.rubric.v1"
+KINDS = ("function", "check", "package", "metric", "submission")
+VISIBILITIES = ("visible", "after_due_date", "hidden", "after_published")
+HIDDEN = frozenset({"hidden", "after_published"})
+
+
+class RubricError(LabctlError):
+    """A rubric file that is not valid YAML or does not match the rubric model."""
+
+
+class Item(Strict):
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}$")
+    kind: Literal["function", "check", "package", "metric", "submission"]
+    target: str | None = None
+    points: float = Field(gt=0, le=1000)
+    visibility: Literal["visible", "after_due_date", "hidden", "after_published"] = "visible"
+    checks: list[str] | None = None
+    description: str = ""
+
+    @property
+    def hidden(self) -> bool:
+        return self.visibility in HIDDEN
+
+    @model_validator(mode="after")
+    def _target_exists(self) -> Item:
+        from labctl import contract
+        from labctl.evidence.modules import DEFAULT_MODULE, MODULES
+        from labctl.verify.checks import CHECK_NAMES
+
+        known = {
+            "function": contract.function_names(),
+            "check": CHECK_NAMES,
+            "metric": next(m for m in MODULES if m.id == DEFAULT_MODULE).required,
+        }
+        if self.kind in known:
+            if self.target not in known[self.kind]:
+                raise ValueError(
+                    f"{self.kind} item {self.id!r} needs a target among: "
+                    + ", ".join(known[self.kind])
+                )
+        elif self.target is not None:
+            raise ValueError(f"a {self.kind} item takes no target")
+        if self.checks is not None:
+            if self.kind != "function":
+                raise ValueError("only a function item lists checks")
+            unknown = [c for c in self.checks if c not in CHECK_NAMES]
+            if unknown:
+                raise ValueError(f"unknown checks {unknown}; known: {', '.join(CHECK_NAMES)}")
+        return self
+
+
+class Rubric(Strict):
+    schema_: Literal["labctl.rubric.v1"] = Field(alias="schema")
+    name: str
+    items: list[Item] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> Rubric:
+        seen: set[str] = set()
+        for item in self.items:
+            if item.id in seen:
+                raise ValueError(f"item id {item.id!r} appears twice")
+            seen.add(item.id)
+        return self
+
+    @property
+    def max_score(self) -> float:
+        return sum(i.points for i in self.items)
+
+    @property
+    def needs_metrics(self) -> bool:
+        return any(i.kind == "metric" for i in self.items)
+
+    @property
+    def needs_submission(self) -> bool:
+        return any(i.kind == "submission" for i in self.items)
+
+    def function_checks(self, item: Item) -> tuple[str, ...]:
+        """The checks a function item scores: its own list, else all but those scored apart."""
+        from labctl.verify.checks import CHECK_NAMES
+
+        if item.checks is not None:
+            return tuple(item.checks)
+        apart = {i.target for i in self.items if i.kind == "check"}
+        return tuple(c for c in CHECK_NAMES if c not in apart)
+
+    def dump(self) -> dict:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def sha256(self) -> str:
+        """The digest of the rubric's content (not its file's layout): part of the resume key."""
+        text = json.dumps(self.dump(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """Refuses a mapping that repeats a key (YAML would keep the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
+        for key in keys:
+            if keys.count(key) > 1:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice", node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_rubric(text: str, where: str = "rubric") -> Rubric:
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader that refuses repeated keys
+    except yaml.YAMLError as exc:
+        raise RubricError(f"{where} is not valid YAML: {exc}") from None
+    try:
+        return Rubric.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}"
+            for e in exc.errors()
+        )
+        raise RubricError(f"{where} is not a valid rubric: {problems}") from None
+
+
+def default_rubric_text() -> str:
+    return resources.files("labctl").joinpath("data/rubric-default.yaml").read_text("utf-8")
+
+
+def load_rubric(path: Path | None = None) -> Rubric:
+    """The rubric at `path`, or the default one that ships with labctl."""
+    if path is None:
+        return parse_rubric(default_rubric_text(), "the default rubric")
+    if not path.is_file():
+        raise UsageError(f"rubric {path} is not a file")
+    try:
+        text = path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RubricError(f"cannot read rubric {path}: {exc}") from None
+    return parse_rubric(text, str(path.name))

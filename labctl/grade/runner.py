@@ -1,0 +1,258 @@
+"""`labctl grade`: a class graded in one batch, resumable, its outputs rebuilt every run.
+
+1. Check the layout of every learner's folder (`labctl.grade.layout`); hash its inputs.
+2. Skip each learner whose record under `OUT/records/` holds the same key: the
+   sha256 of its inputs, of the rubric, labctl's version and the options that
+   change a verdict. An interrupted batch resumes where it stopped.
+3. Compute the reference once (kept on disk under `OUT/.reference-cache/` for
+   every worker), then observe the rest: local workers (`--jobs`) or a Dask
+   cluster (`--scheduler`). Each row is scored here and its record written as
+   soon as it is known.
+4. Write the class's outputs from all the records (`labctl.grade.outputs`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import labctl
+from labctl.errors import UsageError
+from labctl.evidence.environment import now_iso
+from labctl.evidence.store import replace_atomically
+from labctl.grade.layout import Learner, discover
+from labctl.grade.pool import LocalPool, Outcome
+from labctl.grade.rubric import Rubric
+from labctl.grade.score import ItemResult, Row, failed_row, score
+from labctl.jsonsafe import dumps
+
+RECORD_SCHEMA = "labctl.grade-record.v1"
+RECORDS = "records"
+CACHE = ".reference-cache"
+ISOLATION_LEVELS = ("auto", "sandbox", "process")
+
+Progress = Callable[[int, int, str, str], None]  # done, total, learner, status
+
+
+@dataclass(frozen=True)
+class GradeOptions:
+    timeout_s: float = 20.0
+    memory_mb: int = 4096
+    learner_timeout_s: float = 600.0
+    isolation: str = "auto"
+    jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
+    scheduler: str | None = None
+
+    def verdict_key(self) -> dict:
+        """The options that can change a verdict (not how the work is spread)."""
+        return {
+            "timeout_s": self.timeout_s,
+            "memory_mb": self.memory_mb,
+            "learner_timeout_s": self.learner_timeout_s,
+            "isolation": self.isolation,
+        }
+
+
+@dataclass
+class Batch:
+    rows: list[Row]
+    graded: list[str]
+    skipped: list[str]
+    out: Path
+    wall_time_s: float = 0.0
+    files: list[Path] = field(default_factory=list)
+    similarity: object | None = None
+
+
+def learner_key(learner: Learner, rubric: Rubric, options: GradeOptions) -> str:
+    text = json.dumps(
+        {
+            "inputs": learner.inputs_sha256,
+            "layout": learner.error.code if learner.error else None,
+            "rubric": rubric.sha256(),
+            "labctl": labctl.__version__,
+            "options": options.verdict_key(),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def row_from_record(record: dict) -> Row:
+    row = Row(record["learner"], record["status"], record["diagnosis"], record["isolation"])
+    row.items = [
+        ItemResult(
+            i["id"],
+            i["kind"],
+            i["target"],
+            i["points"],
+            i["max_points"],
+            i["visibility"],
+            i["passed"],
+            i["message"],
+            i["visibility"] in ("hidden", "after_published"),
+        )
+        for i in record["items"]
+    ]
+    return row
+
+
+def _record(row: Row, learner: Learner, key: str, rubric: Rubric, facts: dict | None) -> dict:
+    return {
+        "schema": RECORD_SCHEMA,
+        "learner": row.learner,
+        "key": key,
+        "inputs_sha256": learner.inputs_sha256,
+        "rubric": rubric.name,
+        "rubric_sha256": rubric.sha256(),
+        "labctl_version": labctl.__version__,
+        "graded_at": now_iso(),
+        "status": row.status,
+        "score": row.score,
+        "max_score": row.max_score,
+        "isolation": row.isolation,
+        "diagnosis": row.diagnosis,
+        "layout": learner.error.to_json() if learner.error else None,
+        "items": [i.to_json() for i in row.items],
+        "facts": facts,
+    }
+
+
+def read_record(out: Path, stem: str) -> dict | None:
+    path = out / RECORDS / f"{stem}.json"
+    try:
+        record = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("schema") == RECORD_SCHEMA else None
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def warm_reference_cache(cache: Path) -> None:
+    """The reference's outputs on every fixture, computed (or read) once for the batch."""
+    from labctl import contract
+    from labctl.verify import fixtures, reference_cache
+
+    with _environment(reference_cache.ENV, str(cache)):
+        fixtures.warm_reference(contract.function_names())
+
+
+def _job(learner: Learner, rubric: Rubric, options: GradeOptions) -> dict:
+    return {
+        "learner": learner.id,
+        "folder": str(learner.folder.resolve()),
+        "clean_room": str(learner.clean_room.resolve()),
+        "submission": str(learner.submission.resolve()) if learner.submission else None,
+        "timeout_s": options.timeout_s,
+        "memory_mb": options.memory_mb,
+        "isolation": options.isolation,
+        "measure": rubric.needs_metrics,
+        "remeasure": rubric.needs_submission,
+    }
+
+
+def grade_class(
+    submissions_dir: Path,
+    out: Path,
+    rubric: Rubric,
+    options: GradeOptions,
+    progress: Progress | None = None,
+) -> Batch:
+    """Grade every learner under `submissions_dir` into `out` (see the module docstring)."""
+    return grade_learners(discover(submissions_dir), out, rubric, options, progress)
+
+
+def grade_learners(
+    learners: list[Learner],
+    out: Path,
+    rubric: Rubric,
+    options: GradeOptions,
+    progress: Progress | None = None,
+) -> Batch:
+    """Grade `learners` (from `labctl.grade.layout`) into `out`."""
+    from labctl.grade import outputs
+
+    if options.isolation not in ISOLATION_LEVELS:
+        raise UsageError(f"--isolation must be one of {', '.join(ISOLATION_LEVELS)}")
+    start = time.perf_counter()
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give a folder")
+    (out / RECORDS).mkdir(parents=True, exist_ok=True)
+    rows: dict[str, Row] = {}
+    batch = Batch([], [], [], out)
+    todo: list[tuple[Learner, str]] = []
+    total = len(learners)
+
+    def keep(learner: Learner, key: str, row: Row, facts: dict | None) -> None:
+        rows[learner.id] = row
+        record = _record(row, learner, key, rubric, facts)
+        replace_atomically(
+            out / RECORDS / f"{learner.stem}.json", (dumps(record) + "\n").encode("utf-8")
+        )
+        batch.graded.append(learner.id)
+        if progress:
+            progress(len(rows), total, learner.id, row.status)
+
+    for learner in learners:
+        key = learner_key(learner, rubric, options)
+        previous = read_record(out, learner.stem)
+        if previous is not None and previous.get("key") == key:
+            rows[learner.id] = row_from_record(previous)
+            batch.skipped.append(learner.id)
+            if progress:
+                progress(len(rows), total, learner.id, "unchanged")
+        elif learner.error is not None:
+            keep(
+                learner,
+                key,
+                failed_row(learner.id, rubric, "layout-error", learner.error.message),
+                None,
+            )
+        else:
+            todo.append((learner, key))
+
+    if todo:
+        cache = out / CACHE
+        warm_reference_cache(cache)
+        by_key = {key: learner for learner, key in todo}
+
+        def done(key: str, outcome: Outcome) -> None:
+            learner = by_key[key]
+            if outcome.status == "observed":
+                row = score(learner.id, rubric, outcome.facts)
+            else:
+                row = failed_row(learner.id, rubric, outcome.status, outcome.message)
+            keep(learner, key, row, outcome.facts)
+
+        jobs = [(key, _job(learner, rubric, options)) for learner, key in todo]
+        env = {"LABCTL_REFERENCE_CACHE": str(cache.resolve())}
+        if options.scheduler:
+            from labctl.grade.dask_exec import run_on_dask
+
+            run_on_dask(options.scheduler, jobs, done, options.learner_timeout_s, env)
+        else:
+            with LocalPool(min(options.jobs, len(jobs)), options.learner_timeout_s, env) as pool:
+                pool.run(jobs, done)
+
+    batch.rows = [rows[learner.id] for learner in learners]
+    batch.files = outputs.write_all(batch.rows, rubric, out)
+    batch.wall_time_s = time.perf_counter() - start
+    return batch

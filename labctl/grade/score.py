@@ -1,0 +1,181 @@
+"""Points from facts: a learner's row, computed in the grader's own process.
+
+`observe_learner` (in a worker) returns what verify and the re-measurement
+found; this module turns those facts into one row per learner through the
+rubric. A learner that could not be observed (a layout error, a hang that hit
+the learner's time limit, a grading process that died, a refusal) gets a row
+too: every item scores 0 and the row's `status` and `diagnosis` name why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from labctl.grade.rubric import Item, Rubric
+from labctl.i18n import _
+
+# Row statuses: `graded` (the learner's code was observed; its items say how it did), or
+# the named failure that stopped the observation.
+GRADED = "graded"
+FAILURES = ("layout-error", "hang", "crash", "refused")
+_MESSAGE_CHARS = 600
+
+
+@dataclass
+class ItemResult:
+    id: str
+    kind: str
+    target: str | None
+    points: float
+    max_points: float
+    visibility: str
+    passed: bool
+    message: str
+    hidden: bool = False
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "target": self.target,
+            "points": self.points,
+            "max_points": self.max_points,
+            "visibility": self.visibility,
+            "passed": self.passed,
+            "message": self.message,
+        }
+
+
+@dataclass
+class Row:
+    learner: str
+    status: str
+    diagnosis: str
+    isolation: str | None
+    items: list[ItemResult] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return round(sum(i.points for i in self.items), 6)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(i.max_points for i in self.items), 6)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 1] + "…"
+
+
+def _result(item: Item, passed: bool, message: str) -> ItemResult:
+    return ItemResult(
+        item.id,
+        item.kind,
+        item.target,
+        item.points if passed else 0.0,
+        item.points,
+        item.visibility,
+        passed,
+        _short(message),
+        item.hidden,
+    )
+
+
+def _failing(checks: list[dict], keep) -> list[dict]:
+    return [c for c in checks if keep(c) and c["status"] != "pass"]
+
+
+def _function(item: Item, rubric: Rubric, verify: dict) -> tuple[bool, str]:
+    scored = set(rubric.function_checks(item))
+    bad = _failing(verify["checks"], lambda c: c["function"] == item.target and c["name"] in scored)
+    if verify["status"] != "loaded":
+        return False, verify["message"]
+    if not bad:
+        return True, _("passes every check")
+    failed = [c for c in bad if c["status"] == "fail"]
+    shown = failed or bad
+    return False, "; ".join(f"{c['name']}: {c['message']}" for c in shown[:3])
+
+
+def _check(item: Item, verify: dict) -> tuple[bool, str]:
+    if verify["status"] != "loaded":
+        return False, verify["message"]
+    bad = _failing(verify["checks"], lambda c: c["name"] == item.target)
+    if not bad:
+        return True, _("{check} passes for every function").format(check=item.target)
+    names = sorted({c["function"] for c in bad})
+    return False, _("{check} does not pass for: {functions}").format(
+        check=item.target, functions=", ".join(names)
+    )
+
+
+def _package(verify: dict) -> tuple[bool, str]:
+    if verify["status"] != "loaded":
+        return False, verify["message"]
+    bad = _failing(verify["checks"], lambda c: c["name"] in ("loads", "import-policy"))
+    if bad:
+        return False, "; ".join(c["message"] for c in bad)
+    return True, _("loads and keeps the import policy")
+
+
+def _metric(item: Item, verify: dict) -> tuple[bool, str]:
+    row = next((m for m in verify["metrics"] if m["name"] == item.target), None)
+    if row is None:
+        return False, _("{metric} was not measured").format(metric=item.target)
+    if row.get("actual") is None:
+        return False, row.get("note") or _("{metric} was not measured").format(metric=item.target)
+    text = f"{item.target} = {row['actual']:.6g} (expected {row['expected']})"
+    return bool(row.get("passed")), text
+
+
+def _submission(facts: dict) -> tuple[bool, str]:
+    found = facts.get("submission")
+    if found is None:
+        return False, _("no submission (submission.yaml or submission.json)")
+    if found["accepted"]:
+        return True, _("{file}: valid, every claim reproduced").format(file=found["file"])
+    problems = "; ".join(f"{p['field']}: {p['reason']}" for p in found["problems"][:3])
+    return False, _("{file} refused: {problems}").format(file=found["file"], problems=problems)
+
+
+def _diagnosis(verify: dict) -> str:
+    if verify["status"] != "loaded":
+        return verify["message"]
+    found = [d["message"] for d in verify["diagnosis"] if d["kind"] != "not-implemented"]
+    stubs = [d["function"] for d in verify["diagnosis"] if d["kind"] == "not-implemented"]
+    if stubs:
+        found.insert(0, "not implemented yet: " + ", ".join(stubs))
+    return "; ".join(found)
+
+
+def score(learner: str, rubric: Rubric, facts: dict) -> Row:
+    """The row of a learner whose code was observed (`facts` from `observe_learner`)."""
+    if facts.get("error"):
+        return failed_row(
+            learner, rubric, "refused", facts["error"]["message"], facts.get("isolation")
+        )
+    verify = facts["verify"]
+    row = Row(learner, GRADED, _short(_diagnosis(verify)), facts.get("isolation"))
+    for item in rubric.items:
+        if item.kind == "function":
+            passed, message = _function(item, rubric, verify)
+        elif item.kind == "check":
+            passed, message = _check(item, verify)
+        elif item.kind == "package":
+            passed, message = _package(verify)
+        elif item.kind == "metric":
+            passed, message = _metric(item, verify)
+        else:
+            passed, message = _submission(facts)
+        row.items.append(_result(item, passed, message))
+    return row
+
+
+def failed_row(
+    learner: str, rubric: Rubric, status: str, why: str, isolation: str | None = None
+) -> Row:
+    """Every item 0: the learner could not be observed, for the reason `why` (a named failure)."""
+    row = Row(learner, status, _short(f"{status}: {why}"), isolation)
+    why = _("not graded: {status}").format(status=status)
+    row.items = [_result(item, False, why) for item in rubric.items]
+    return row

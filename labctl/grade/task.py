@@ -1,0 +1,122 @@
+"""One learner's observation: verify the clean room, re-measure the submission.
+
+This is the only part of grading that runs a learner's code, and it runs it
+only through labctl's isolation layer (`verify_clean_room` and the
+submission's re-measurement each hold the clean room in its own sandboxed
+worker). It returns plain facts (JSON values); the points are given in the
+batch's own process (`labctl.grade.score`), so the same facts score the same
+wherever they were observed: a local worker, a Dask worker, or this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from labctl.errors import LabctlError, UsageError
+from labctl.jsonsafe import finite
+
+
+def run_verify(path: Path, timeout_s: float, memory_mb: int, isolation: str, measure: bool):
+    """`verify_clean_room` with no evidence written; returns (report, isolation used)."""
+    from labctl.verify.verify import verify_clean_room
+
+    report = verify_clean_room(
+        path,
+        timeout_s,
+        memory_mb,
+        None,
+        measure=measure,
+        diagnose_failures=True,
+        isolation=isolation,
+    )
+    return report, report.isolation
+
+
+@contextlib.contextmanager
+def _git_stops_at(folder: Path) -> Iterator[None]:
+    """git looks for the learner's repository in the learner's folder, never above it."""
+    before = os.environ.get("GIT_CEILING_DIRECTORIES")
+    os.environ["GIT_CEILING_DIRECTORIES"] = str(folder.resolve().parent)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("GIT_CEILING_DIRECTORIES", None)
+        else:
+            os.environ["GIT_CEILING_DIRECTORIES"] = before
+
+
+def remeasure(path: Path, folder: Path, room: Path, timeout_s: float, isolation: str) -> dict:
+    """Validate the submission against the learner's folder and re-measure every claim.
+
+    Like `labctl evidence submit` without keeping anything: the learner's folder
+    is the repository the record speaks for (its commit, its artifacts), and the
+    claims are re-measured on the learner's own clean room.
+    """
+    from labctl.evidence.submit import remeasure as remeasure_claims
+    from labctl.evidence.validate import validate_file
+
+    with _git_stops_at(folder):
+        report = validate_file(path, root=folder.resolve())
+        _, _, reproduced = remeasure_claims(report, room, timeout_s, isolation)
+    return {
+        "file": path.name,
+        "accepted": report.valid,
+        "problems": [p.to_json() for p in report.problems],
+        "reproduced": [r.to_json() for r in reproduced],
+    }
+
+
+def _verify_facts(report) -> dict:
+    passed, total = report.functions_passed()
+    return {
+        "status": report.status,
+        "message": report.message,
+        "passed": report.passed,
+        "functions_passed": passed,
+        "functions": total,
+        "checks": [
+            {k: c.to_json()[k] for k in ("function", "name", "status", "message")}
+            for c in report.checks
+        ],
+        "diagnosis": [d.to_json() for d in report.diagnosis],
+        "metrics": [m.to_json() for m in report.metrics],
+    }
+
+
+def observe_learner(job: dict) -> dict:
+    """The facts of one learner (see the module docstring); never raises for the learner's code.
+
+    `job` holds: clean_room, submission (or None), folder, timeout_s, memory_mb,
+    isolation, measure (the template metrics), remeasure (the submission).
+    """
+    start = time.perf_counter()
+    facts: dict = {"error": None}
+    try:
+        report, used = run_verify(
+            Path(job["clean_room"]),
+            job["timeout_s"],
+            job["memory_mb"],
+            job["isolation"],
+            job["measure"],
+        )
+        facts["isolation"] = used
+        facts["verify"] = _verify_facts(report)
+        if job["submission"] and job["remeasure"]:
+            facts["submission"] = remeasure(
+                Path(job["submission"]),
+                Path(job["folder"]),
+                Path(job["clean_room"]),
+                job["timeout_s"],
+                job["isolation"],
+            )
+    except UsageError:
+        raise
+    except LabctlError as exc:
+        facts["error"] = {"kind": "refused", "message": str(exc)}
+    facts["wall_time_s"] = round(time.perf_counter() - start, 3)
+    return finite(facts)

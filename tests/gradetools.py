@@ -1,0 +1,154 @@
+"""A generated class for the grading tests: one learner per case the grader must handle.
+
+Every learner's clean room is the project's own, copied, or a catalogued fault
+of it (`labctl.faults`), or a small edit of the copy; the two learners with a
+submission are copies of one small git repository in which the course
+module's labs ran once, so their submission is a real `evidence template
+--fill` (one of them with a claim changed afterwards).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from labctl import faults, registry
+from labctl.cli.main import app
+from labctl.evidence.modules import DEFAULT_MODULE, MODULES
+from labctl.grade.rubric import default_rubric_text
+from labctl.runner import run_labs
+from labctl.verify.stubs import init_clean_room
+
+ROOM = faults.project_clean_room()
+GIT = ["git", "-c", "user.name=labctl-test", "-c", "user.email=t@example.invalid"]
+GIT += ["-c", "commit.gpgsign=false"]
+# A fault per kind of check: a course-table fault, stability, purity, a RoPE fault, and one
+# only the hidden bad-input item catches.
+FAULTS = ("mask-reversed", "softmax-no-max", "layer-norm-in-place", "rope-half-split")
+HIDDEN_ONLY = "window-unchecked"
+# The learner-level limit the hanging learner meets: its import never returns, and loading
+# waits max(--timeout, 10 s), so with CALL_TIMEOUT above the limit it is the limit that stops
+# it; the other learners finish far below it even on a loaded machine. A class with
+# submissions to re-measure gets the default limit instead (re-measuring runs the labs).
+LEARNER_TIMEOUT = "20"
+CALL_TIMEOUT = 30.0
+
+
+def git(*args: str, cwd: Path) -> str:
+    done = subprocess.run([*GIT, *args], cwd=cwd, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+@contextlib.contextmanager
+def working_directory(path: Path):
+    before = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def copy_room(dest: Path) -> Path:
+    shutil.copytree(ROOM, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def append(room: Path, module: str, source: str) -> None:
+    with (room / f"{module}.py").open("a", encoding="utf-8") as handle:
+        handle.write("\n\n" + source.strip() + "\n")
+
+
+def rubric_without(tmp: Path, *kinds: str, name: str = "test rubric") -> Path:
+    """The default rubric less the items of `kinds` (the lab metrics cost seconds each)."""
+    data = yaml.safe_load(default_rubric_text())
+    data["name"] = name
+    data["items"] = [i for i in data["items"] if i["kind"] not in kinds]
+    path = tmp / f"rubric-{'-'.join(kinds) or 'all'}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def submission_repo(root: Path) -> Path:
+    """A git repository holding the project's clean room, in which the course module's labs
+    ran on seed 5, with `submission.yaml` filled from those runs."""
+    root.mkdir(parents=True)
+    copy_room(root / "clean_room")
+    (root / "README.md").write_text("learner repository\n")
+    git("init", "-q", cwd=root)
+    git("add", "README.md", "clean_room", cwd=root)
+    git("commit", "-q", "-m", "init", cwd=root)
+    module = next(m for m in MODULES if m.id == DEFAULT_MODULE)
+    table = registry.metric_table()
+    labs = [
+        lab.id for lab in registry.discover() if lab.id in {table[n][0].id for n in module.required}
+    ]
+    with working_directory(root):
+        run_labs(
+            labs, seed=5, impl="both", out=Path("evidence/runs"), clean_room=Path("clean_room")
+        )
+        filled = CliRunner().invoke(
+            app, ["evidence", "template", "--module", DEFAULT_MODULE, "--fill"]
+        )
+    assert filled.exit_code == 0, filled.output
+    (root / "submission.yaml").write_text(filled.stdout, encoding="utf-8")
+    return root
+
+
+def fabricate(path: Path) -> str:
+    """Change one claim of a submission within its tolerance but beyond what reproduces."""
+    data = yaml.safe_load(path.read_text("utf-8"))
+    table = registry.metric_table()
+    # The largest claim: 1% of it is far beyond what a re-measurement may differ by.
+    row = max(
+        (r for r in data["metrics"] if not table[r["name"]][1].timing),
+        key=lambda r: abs(r["actual"]),
+    )
+    row["actual"] = row["actual"] * 1.01
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return row["name"]
+
+
+def build_class(root: Path, repo: Path | None, hang: bool = True) -> dict[str, str]:
+    """The class under `root` (with a hanging learner when `hang`); returns {learner: what it is}."""
+    root.mkdir(parents=True)
+    cases: dict[str, str] = {}
+    if repo is not None:
+        shutil.copytree(repo, root / "correct", symlinks=True)
+        cases["correct"] = "correct, with a valid submission"
+        shutil.copytree(repo, root / "fabricated", symlinks=True)
+        cases["fabricated"] = (
+            f"fabricated claim: {fabricate(root / 'fabricated' / 'submission.yaml')}"
+        )
+    copy_room(root / "no-submission" / "clean_room")
+    cases["no-submission"] = "correct, no submission"
+    for name in (*FAULTS, HIDDEN_ONLY):
+        faults.get(name).materialize(root / f"fault-{name}" / "clean_room")
+        cases[f"fault-{name}"] = f"fault {name}"
+    init_clean_room(root / "stubs" / "clean_room")
+    cases["stubs"] = "clean-room init stubs"
+    if hang:
+        room = copy_room(root / "hanging" / "clean_room")
+        append(room, "primitives", "import time\nwhile True:\n    time.sleep(1)")
+        cases["hanging"] = "never finishes loading"
+    crash = copy_room(root / "crashing" / "clean_room")
+    append(crash, "primitives", "import os\n\ndef softmax(x, axis=-1):\n    os.abort()")
+    cases["crashing"] = "softmax aborts the process"
+    attack = copy_room(root / "attacker" / "clean_room")
+    append(attack, "primitives", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+    cases["attacker"] = "kills the process that loads it"
+    torch_room = copy_room(root / "torch-importer" / "clean_room")
+    append(torch_room, "primitives", "import torch")
+    cases["torch-importer"] = "imports torch"
+    (root / "malformed").mkdir()
+    (root / "malformed" / "notes.txt").write_text("my clean room is on my laptop\n")
+    cases["malformed"] = "no clean_room/"
+    (root / "stray-file.txt").write_text("not a learner\n")
+    cases["stray-file.txt"] = "a file, not a folder"
+    return cases

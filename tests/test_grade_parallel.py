@@ -1,0 +1,101 @@
+"""Serial, `--jobs 2` and a two-worker Dask cluster grade a class to the same rows.
+
+The class has no submission (nothing to re-measure, so each learner takes
+seconds) but every other case, the hanging learner included: its import never
+returns, and the learner's time limit stops it with a `hang` row while the
+batch goes on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gradetools import CALL_TIMEOUT, LEARNER_TIMEOUT, build_class, rubric_without
+
+from labctl.grade.rubric import load_rubric
+from labctl.grade.runner import GradeOptions, grade_class
+
+
+def comparable(batch) -> list[tuple]:
+    """Everything a row decides (not when, nor how long it took)."""
+    return [
+        (
+            r.learner,
+            r.status,
+            r.score,
+            r.isolation,
+            r.diagnosis,
+            [(i.id, i.points, i.passed, i.message) for i in r.items],
+        )
+        for r in batch.rows
+    ]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    base = tmp_path_factory.mktemp("parallel")
+    cases = build_class(base / "class", None)
+    rubric = load_rubric(rubric_without(base, "metric", "submission"))
+    options = GradeOptions(timeout_s=CALL_TIMEOUT, learner_timeout_s=float(LEARNER_TIMEOUT), jobs=1)
+    serial = grade_class(base / "class", base / "serial", rubric, options)
+    return base, cases, rubric, options, serial
+
+
+def test_the_serial_run_names_the_hang_and_goes_on(setup):
+    _, cases, _, _, serial = setup
+    rows = {r.learner: r for r in serial.rows}
+    assert sorted(rows) == sorted(cases)
+    assert rows["hanging"].status == "hang" and rows["hanging"].score == 0
+    assert f"{float(LEARNER_TIMEOUT):g} s" in rows["hanging"].diagnosis
+    assert rows["no-submission"].status == "graded"
+    assert rows["no-submission"].score == rows["no-submission"].max_score
+
+
+def test_two_local_workers_agree_with_the_serial_run(setup):
+    base, _, rubric, options, serial = setup
+    two = grade_class(
+        base / "class", base / "jobs2", rubric, GradeOptions(**{**options.__dict__, "jobs": 2})
+    )
+    assert comparable(two) == comparable(serial)
+
+
+def test_a_two_worker_dask_cluster_agrees_with_the_serial_run(setup):
+    distributed = pytest.importorskip("distributed", reason="the optional extra labctl[dask]")
+    base, _, rubric, options, serial = setup
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        on_dask = grade_class(
+            base / "class",
+            base / "dask",
+            rubric,
+            GradeOptions(**{**options.__dict__, "scheduler": cluster.scheduler_address}),
+        )
+    assert comparable(on_dask) == comparable(serial)
+
+
+def test_an_unreachable_scheduler_is_a_usage_error(setup, tmp_path):
+    pytest.importorskip("distributed", reason="the optional extra labctl[dask]")
+    from labctl.errors import UsageError
+
+    base, _, rubric, options, _ = setup
+    dead = GradeOptions(**{**options.__dict__, "scheduler": "tcp://127.0.0.1:9"})
+    with pytest.raises(UsageError, match="Dask scheduler"):
+        grade_class(base / "class", tmp_path / "out", rubric, dead)
+
+
+def test_outputs_of_the_three_runs_match_byte_for_byte_where_no_time_is_written(setup):
+    base = setup[0]
+    if not (base / "dask").exists():
+        pytest.skip("the Dask run did not happen")
+    for name in ("gradebook.csv", "junit.xml"):
+        texts = {(base / run / name).read_bytes() for run in ("serial", "jobs2", "dask")}
+        assert len(texts) == 1, name
+
+
+def test_the_reference_is_cached_on_disk_once_for_the_batch(setup):
+    base = setup[0]
+    cached = list((base / "serial" / ".reference-cache").glob("reference-*.npz"))
+    assert len(cached) == 1
+    assert Path(cached[0]).stat().st_size > 0

@@ -1,0 +1,309 @@
+"""The parts of `labctl grade` on their own: rubric, layout, outputs, reference cache, bundle."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from gradetools import copy_room, rubric_without
+from typer.testing import CliRunner
+
+from labctl import contract
+from labctl.cli.main import app
+from labctl.grade import outputs
+from labctl.grade.layout import check_learner, discover
+from labctl.grade.rubric import RubricError, load_rubric, parse_rubric
+from labctl.grade.score import ItemResult, Row
+from labctl.verify import fixtures, reference_cache
+from labctl.verify.stubs import init_clean_room
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def invoke(*args: str):
+    result = CliRunner().invoke(app, list(args))
+    assert "Traceback" not in result.output, result.output
+    return result
+
+
+# -- rubric ----------------------------------------------------------------------------
+
+
+def test_the_default_rubric_scores_every_contract_function_and_every_template_metric():
+    rubric = load_rubric()
+    assert rubric.max_score == 100
+    targets = {i.target for i in rubric.items if i.kind == "function"}
+    assert targets == set(contract.function_names())
+    assert sum(1 for i in rubric.items if i.kind == "metric") == 5
+    assert [i.id for i in rubric.items if i.hidden] == ["check.bad-input"]
+    function_item = next(i for i in rubric.items if i.kind == "function")
+    assert "bad-input" not in rubric.function_checks(function_item)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("schema: labctl.rubric.v1\nname: a\nname: b\nitems: []\n", "appears twice"),
+        ("schema: labctl.rubric.v2\nname: a\nitems: []\n", "schema"),
+        ("schema: labctl.rubric.v1\nname: a\nitems: []\n", "items"),
+        (
+            "schema: labctl.rubric.v1\nname: a\nitems:\n"
+            "  - {id: x, kind: metric, target: made_up, points: 1}\n",
+            "needs a target",
+        ),
+        (
+            "schema: labctl.rubric.v1\nname: a\nitems:\n  - {id: x, kind: submission, points: 0}\n",
+            "greater than 0",
+        ),
+        (
+            "schema: labctl.rubric.v1\nname: a\nitems:\n"
+            "  - {id: x, kind: submission, points: 1, visibility: secret}\n",
+            "visibility",
+        ),
+        (
+            "schema: labctl.rubric.v1\nname: a\nitems:\n"
+            "  - {id: x, kind: submission, points: 1}\n  - {id: x, kind: package, points: 1}\n",
+            "appears twice",
+        ),
+        (
+            "schema: labctl.rubric.v1\nname: a\nitems:\n"
+            "  - {id: x, kind: submission, points: 1, weight: 2}\n",
+            "weight",
+        ),
+        ("[unclosed", "not valid YAML"),
+    ],
+)
+def test_a_bad_rubric_names_what_is_wrong(text, reason):
+    with pytest.raises(RubricError, match=reason):
+        parse_rubric(text)
+
+
+# -- layout ----------------------------------------------------------------------------
+
+
+def test_layout_errors_are_named_per_learner(tmp_path):
+    root = tmp_path / "class"
+    copy_room(root / "ok" / "clean_room")
+    (root / "ok" / "submission.yaml").write_text("x: 1\n")
+    copy_room(root / "two" / "clean_room")
+    (root / "two" / "submission.yaml").write_text("x: 1\n")
+    (root / "two" / "submission.json").write_text("{}\n")
+    (root / "nopkg" / "clean_room").mkdir(parents=True)
+    (root / "nopkg" / "clean_room" / "a.py").write_text("x = 1\n")
+    copy_room(root / "link" / "clean_room")
+    (root / "link" / "clean_room" / "out.py").symlink_to("/etc/hostname")
+    (root / "bad id").mkdir()
+    found = {learner.id: learner for learner in discover(root)}
+    assert found["ok"].error is None and found["ok"].submission.name == "submission.yaml"
+    assert len(found["ok"].inputs_sha256) == 64
+    assert found["two"].error.code == "two-submissions"
+    assert found["nopkg"].error.code == "not-a-package"
+    assert found["link"].error.code == "symlink"
+    assert found["bad id"].error.code == "bad-id"
+    assert found["bad id"].stem.startswith("invalid-")
+
+
+def test_the_inputs_digest_follows_the_files_not_git_or_caches(tmp_path):
+    room = copy_room(tmp_path / "a" / "clean_room")
+    before = check_learner(tmp_path / "a").inputs_sha256
+    (room / "__pycache__").mkdir(exist_ok=True)
+    (room / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    (tmp_path / "a" / ".git").mkdir()
+    (tmp_path / "a" / ".git" / "index").write_bytes(b"changed")
+    assert check_learner(tmp_path / "a").inputs_sha256 == before
+    with (room / "primitives.py").open("a") as handle:
+        handle.write("\n# edited\n")
+    assert check_learner(tmp_path / "a").inputs_sha256 != before
+
+
+# -- outputs ---------------------------------------------------------------------------
+
+
+def _row(message: str) -> Row:
+    row = Row("ann", "graded", message, "process")
+    row.items = [
+        ItemResult("fn.softmax", "function", "softmax", 0.0, 4.0, "visible", False, message)
+    ]
+    return row
+
+
+def test_learner_text_cannot_start_a_spreadsheet_formula_or_break_the_xml():
+    rubric = parse_rubric(
+        "schema: labctl.rubric.v1\nname: a\nitems:\n"
+        "  - {id: fn.softmax, kind: function, target: softmax, points: 4}\n"
+    )
+    nasty = '=HYPERLINK("x")\x1b[2J\x00 <b>&'
+    table = list(csv.reader(io.StringIO(outputs.gradebook_csv([_row(nasty)], rubric))))
+    assert table[1][-1].startswith("'=")
+    root = ET.fromstring(outputs.junit_xml([_row(nasty)]))
+    failure = root.find("testsuite/testcase/failure")
+    assert "\\x1b" in failure.text and "\\x00" in failure.text and "<b>&" in failure.text
+
+
+# -- the reference cache ---------------------------------------------------------------
+
+
+def test_the_reference_cache_round_trips_and_refuses_a_stale_or_damaged_file(tmp_path):
+    fixtures.warm_reference(("softmax", "split_heads"))
+    wanted = {k: v for k, v in fixtures._REFERENCE.items() if k[0] in ("softmax", "split_heads")}
+    path = reference_cache.save(wanted, tmp_path)
+    read: dict = {}
+    assert reference_cache.load(read, tmp_path) == len(wanted)
+    for key, value in wanted.items():
+        got = read[key]
+        assert type(got) is type(value)
+        for a, b in zip(
+            got if isinstance(got, tuple) else (got,),
+            value if isinstance(value, tuple) else (value,),
+            strict=True,
+        ):
+            assert a.dtype == b.dtype and np.array_equal(a, b)  # bit for bit: tolerance 0
+    # A damaged file is ignored: the digest in the index no longer matches.
+    blob = bytearray(path.read_bytes())
+    blob[-20] ^= 0xFF
+    path.write_bytes(bytes(blob))
+    assert reference_cache.load({}, tmp_path) == 0
+    # A cache made under another key (another labctl, contract or torch) is ignored.
+    reference_cache.save(wanted, tmp_path)
+    index = next(tmp_path.glob("reference-*.json"))
+    data = json.loads(index.read_text())
+    data["key"] = "0" * 64
+    index.write_text(json.dumps(data))
+    assert reference_cache.load({}, tmp_path) == 0
+
+
+def test_the_cache_is_off_unless_asked_for(monkeypatch, tmp_path):
+    monkeypatch.delenv(reference_cache.ENV, raising=False)
+    assert reference_cache.save({}, None) is None
+    assert reference_cache.load({}) == 0
+
+
+# -- metric items ----------------------------------------------------------------------
+
+
+def test_metric_items_score_the_template_metrics_on_the_learners_clean_room(tmp_path):
+    data = yaml.safe_load(rubric_without(tmp_path, "function", "check", "submission").read_text())
+    rubric = tmp_path / "metrics.yaml"
+    rubric.write_text(yaml.safe_dump(data, sort_keys=False))
+    root = tmp_path / "class"
+    copy_room(root / "correct" / "clean_room")
+    init_clean_room(root / "stubs" / "clean_room")
+    result = invoke(
+        "grade",
+        str(root),
+        "--out",
+        str(tmp_path / "out"),
+        "--rubric",
+        str(rubric),
+        "--jobs",
+        "1",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    rows = {r["learner"]: r for r in json.loads(result.stdout)["rows"]}
+    assert rows["correct"]["score"] == rows["correct"]["max_score"] == 10
+    assert rows["stubs"]["score"] == 0
+    record = json.loads((tmp_path / "out" / "records" / "stubs.json").read_text())
+    assert all("not measured" in i["message"] or "=" in i["message"] for i in record["items"])
+
+
+# -- the Gradescope bundle -------------------------------------------------------------
+
+
+def test_the_bundle_runs_as_gradescope_would_run_it(tmp_path):
+    rubric = rubric_without(tmp_path, "metric", "submission")
+    zip_path = tmp_path / "autograder.zip"
+    made = invoke(
+        "grade", "bundle", str(zip_path), "--rubric", str(rubric), "--timeout", "5", "--json"
+    )
+    assert made.exit_code == 0, made.output
+    autograder = tmp_path / "autograder"
+    with zipfile.ZipFile(zip_path) as archive:
+        names = archive.namelist()
+        assert {"setup.sh", "run_autograder", "rubric.yaml"} <= set(names)
+        assert (
+            "labctl-src/pyproject.toml" in names
+            and "labctl-src/labctl/data/rubric-default.yaml" in names
+        )
+        assert not any("__pycache__" in n for n in names)
+        archive.extractall(autograder / "source")
+        assert archive.getinfo("run_autograder").external_attr >> 16 & 0o111
+    baked = load_rubric(autograder / "source" / "rubric.yaml")
+    assert baked.sha256() == load_rubric(rubric).sha256()
+    shutil.copy(autograder / "source" / "run_autograder", autograder / "run_autograder")
+    copy_room(autograder / "submission" / "clean_room")
+    env = dict(
+        os.environ,
+        AUTOGRADER_ROOT=str(autograder),
+        LABCTL=str(Path(sys.executable).parent / "labctl"),
+    )
+    subprocess.run(
+        ["bash", str(autograder / "run_autograder")],
+        cwd=autograder,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    results = json.loads((autograder / "results" / "results.json").read_text())
+    assert results["score"] == load_rubric(rubric).max_score
+    assert isinstance(results["output"], str)
+    for test in results["tests"]:
+        assert set(test) >= {"name", "score", "max_score", "status", "output", "visibility"}
+        assert test["status"] == "passed"
+    # labctl failing outright still leaves a results.json that says so.
+    broken = dict(env, LABCTL=str(tmp_path / "no-such-labctl"))
+    (autograder / "results" / "results.json").unlink()
+    subprocess.run(
+        ["bash", str(autograder / "run_autograder")],
+        cwd=autograder,
+        env=broken,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    fallback = json.loads((autograder / "results" / "results.json").read_text())
+    assert fallback["score"] == 0 and "could not grade" in fallback["output"]
+
+
+def test_labctl_help_and_list_do_not_import_the_grading_stack():
+    code = (
+        "import sys; from labctl.cli.main import app; "
+        "bad = [m for m in ('torch', 'matplotlib', 'copydetect', 'distributed') if m in sys.modules]; "
+        "print(bad)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_hidden_item_is_absent_from_the_learners_documents():
+    row = Row("ann", "graded", "", "process")
+    row.items = [
+        ItemResult(
+            "fn.softmax", "function", "softmax", 4.0, 4.0, "visible", True, "passes every check"
+        ),
+        ItemResult(
+            "secret.probe", "check", "bad-input", 0.0, 6.0, "hidden", False, "SECRET-MESSAGE", True
+        ),
+    ]
+    document = json.dumps(outputs.feedback(row))
+    assert "secret.probe" not in document and "SECRET-MESSAGE" not in document
+    assert outputs.feedback(row)["max_score"] == 4.0
+    results = outputs.gradescope_results(row)
+    shown = [t for t in results["tests"] if t["visibility"] == "visible"]
+    assert "SECRET" not in json.dumps(shown) + results["output"]
+    assert "of 1 visible items" in results["output"]
+    assert [t["visibility"] for t in results["tests"] if t["name"] == "secret.probe"] == ["hidden"]
