@@ -25,6 +25,7 @@ from rich.progress import (
 from rich.table import Table
 from typer.core import TyperGroup
 
+from labctl.cli.isolation import IsolationOption
 from labctl.cli.render import err, out, print_json
 from labctl.errors import UsageError
 
@@ -42,13 +43,6 @@ LearnerTimeoutOption = Annotated[
 ]
 MemoryOption = Annotated[
     int, typer.Option("--memory-mb", help="Memory limit of each clean-room process (MiB).")
-]
-IsolationOption = Annotated[
-    str,
-    typer.Option(
-        "--isolation",
-        help="auto: the sandbox where the machine has one; sandbox: refuse without it; process.",
-    ),
 ]
 
 
@@ -263,11 +257,10 @@ def bundle_command(
     """Write a Gradescope autograder: setup.sh, run_autograder, the rubric, labctl itself."""
     from labctl.grade.bundle import bundle
     from labctl.grade.rubric import load_rubric
-    from labctl.grade.runner import ISOLATION_LEVELS
+    from labctl.isolation import resolve_isolation
 
     _check(timeout, learner_timeout, memory_mb, None)
-    if isolation not in ISOLATION_LEVELS:
-        raise UsageError(f"--isolation must be one of {', '.join(ISOLATION_LEVELS)}")
+    resolve_isolation(isolation)
     rubric = load_rubric(rubric_path)
     names = bundle(zip_path, rubric, timeout, learner_timeout, memory_mb, isolation)
     if json_:

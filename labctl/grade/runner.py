@@ -30,12 +30,12 @@ from labctl.grade.layout import Learner, discover
 from labctl.grade.pool import LocalPool, Outcome
 from labctl.grade.rubric import Rubric
 from labctl.grade.score import ItemResult, Row, failed_row, score
+from labctl.isolation import resolve_isolation
 from labctl.jsonsafe import dumps
 
 RECORD_SCHEMA = "labctl.grade-record.v1"
 RECORDS = "records"
 CACHE = ".reference-cache"
-ISOLATION_LEVELS = ("auto", "sandbox", "process")
 
 Progress = Callable[[int, int, str, str], None]  # done, total, learner, status
 
@@ -190,8 +190,8 @@ def grade_learners(
     """Grade `learners` (from `labctl.grade.layout`) into `out`."""
     from labctl.grade import outputs
 
-    if options.isolation not in ISOLATION_LEVELS:
-        raise UsageError(f"--isolation must be one of {', '.join(ISOLATION_LEVELS)}")
+    # Refuse the batch before any learner runs: `sandbox` without a working one is exit 2.
+    resolve_isolation(options.isolation)
     start = time.perf_counter()
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder")
