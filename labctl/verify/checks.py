@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from labctl import contract
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, declared
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
 from labctl.verify.compare import (
@@ -496,7 +496,7 @@ def check_finite(seen: RoomObservation, function: str) -> CheckResult:
                         kinds=kinds,
                         bad=int(bad.sum()),
                         size=item.size,
-                        note=f" ({fixture.note})" if fixture.note else "",
+                        note=Msg(" ({note})", note=declared(fixture.note)) if fixture.note else "",
                     ),
                     fixture=fixture.name,
                 )
