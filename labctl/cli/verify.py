@@ -133,7 +133,7 @@ def _render_report(report, shown) -> None:
     where = _(Msg("; record {record}", record=record)) if record else ""
     if report.status != "loaded":
         out.print(
-            f"{verdict(False)}  {escape(report.path)}: {escape(report.message)}{escape(where)}",
+            f"{verdict(False)}  {escape(report.path)}: {escape(_(report.shown))}{escape(where)}",
             soft_wrap=True,
         )
         return
@@ -141,7 +141,7 @@ def _render_report(report, shown) -> None:
     package = [by_cell[(PACKAGE, n)] for n in ("loads", "import-policy") if (PACKAGE, n) in by_cell]
     out.print(
         f"{escape(report.path)}: "
-        + "; ".join(f"{c.name} {_MARK[c.status]} ({escape(c.message)})" for c in package),
+        + "; ".join(f"{c.name} {_MARK[c.status]} ({escape(_(c.shown))})" for c in package),
         soft_wrap=True,
     )
     # import-policy has a cell only where a function holds a violation.
@@ -167,7 +167,7 @@ def _render_report(report, shown) -> None:
     if failed:
         out.print(f"[bold]{_('failures')}[/bold]")
         for c in failed:
-            out.print(f"  {c.function} · {c.name}: {escape(c.message)}", soft_wrap=True)
+            out.print(f"  {c.function} · {c.name}: {escape(_(c.shown))}", soft_wrap=True)
     if report.diagnosis:
         out.print(f"[bold]{_('diagnosis')}[/bold]")
         stubs = [d.function for d in report.diagnosis if d.kind == "not-implemented"]
@@ -181,14 +181,14 @@ def _render_report(report, shown) -> None:
             out.print("  " + _(Msg("not implemented yet: {shown}", shown=shown)), soft_wrap=True)
         for d in report.diagnosis:
             if d.kind != "not-implemented":
-                out.print(f"  {escape(d.message)}", soft_wrap=True)
+                out.print(f"  {escape(_(d.shown))}", soft_wrap=True)
     if report.metrics:
         out.print(
             f"[bold]{_('course template metrics (学习者提交模板), on this clean room')}[/bold]"
         )
         for m in report.metrics:
             if m.actual is None:
-                out.print(f"  [dim]{m.name}: {escape(m.note)}[/dim]", soft_wrap=True)
+                out.print(f"  [dim]{m.name}: {escape(_(m.shown_note))}[/dim]", soft_wrap=True)
             else:
                 detail = _(
                     Msg(

@@ -16,11 +16,12 @@ The tolerances (v1) and how a value is compared with the reference are in
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from labctl import contract
+from labctl.i18n import N_, Msg, declared
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
 from labctl.verify.compare import (
@@ -30,6 +31,7 @@ from labctl.verify.compare import (
     Comparison,
     compare_value,
     elements,
+    structure_message,
     structure_problem,
 )
 from labctl.verify.functions import CAUSAL_FUNCTIONS, RETURNS
@@ -43,12 +45,18 @@ class CheckResult:
     function: str
     name: str
     status: str
-    message: str
+    message: str  # English, for --json and the evidence records; given as a Msg or a str
     max_error: float | None = None
     tolerance: float | None = None
     margin: float | None = None
     mismatch_fraction: float | None = None
     fixture: str | None = None
+    # What the terminal shows, translated there with `_()`: the Msg (or text) given as message.
+    shown: str | Msg = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.shown = self.message
+        self.message = str(self.message)
 
     @property
     def passed(self) -> bool:
@@ -111,11 +119,11 @@ def check(
 def _skipped_reason(run: FunctionRun | None) -> str | None:
     """Why a function's output checks cannot run at all, or None."""
     if run is None:
-        return "not run"
+        return N_("not run")
     if run.not_implemented:
-        return "not run: not implemented"
+        return N_("not run: not implemented")
     if any(o.kind == "missing" for o in run.fixtures.values()):
-        return "not run: the package does not expose it"
+        return N_("not run: the package does not expose it")
     return None
 
 
@@ -155,9 +163,12 @@ def check_loads(seen: RoomObservation, function: str) -> CheckResult:
     if seen.status == "unloadable":
         return CheckResult(function, "loads", FAIL, seen.message)
     if seen.status == "refused":
-        return CheckResult(function, "loads", NOT_RUN, "not run: refused by the import policy")
+        return CheckResult(function, "loads", NOT_RUN, N_("not run: refused by the import policy"))
     return CheckResult(
-        function, "loads", PASS, f"{_files(seen.files_scanned)} import in a worker process"
+        function,
+        "loads",
+        PASS,
+        Msg("{files} import in a worker process", files=_files(seen.files_scanned)),
     )
 
 
@@ -175,22 +186,30 @@ def check_import_policy(seen: RoomObservation, function: str) -> CheckResult:
     mine = [v for v in seen.violations if v.function == function]
     if mine:
         shown = "; ".join(str(v) for v in mine)
-        return CheckResult(function, "import-policy", FAIL, f"breaks the import policy: {shown}")
+        return CheckResult(
+            function, "import-policy", FAIL, Msg("breaks the import policy: {shown}", shown=shown)
+        )
     if function != PACKAGE:
-        return CheckResult(function, "import-policy", PASS, "no forbidden import")
+        return CheckResult(function, "import-policy", PASS, N_("no forbidden import"))
     if seen.status == "unloadable" and not seen.violations:
-        return CheckResult(function, "import-policy", PASS, "static scan clean")
+        return CheckResult(function, "import-policy", PASS, N_("static scan clean"))
     if seen.violations:
         places = sorted({v.function for v in seen.violations})
         text = seen.message or "; ".join(str(v) for v in seen.violations)
         return CheckResult(
-            function, "import-policy", FAIL, f"violations in {', '.join(places)}: {text}"
+            function,
+            "import-policy",
+            FAIL,
+            Msg("violations in {places}: {text}", places=", ".join(places), text=text),
         )
     return CheckResult(
         function,
         "import-policy",
         PASS,
-        f"none found by the static scan of {_files(seen.files_scanned)} or the runtime guard",
+        Msg(
+            "none found by the static scan of {files} or the runtime guard",
+            files=_files(seen.files_scanned),
+        ),
     )
 
 
@@ -207,17 +226,17 @@ def check_contract(seen: RoomObservation, function: str) -> CheckResult:
     problems = [d.message for d in seen.deviations if d.function == function]
     if problems:
         return CheckResult(function, "contract", FAIL, "; ".join(problems))
-    return CheckResult(function, "contract", PASS, "signature matches")
+    return CheckResult(function, "contract", PASS, N_("signature matches"))
 
 
-def _files(n: int) -> str:
-    return f"{n} file{'' if n == 1 else 's'}"
+def _files(n: int) -> Msg:
+    return Msg("{n} file", n=n) if n == 1 else Msg("{n} files", n=n)
 
 
 def _not_loaded(seen: RoomObservation) -> str:
     if seen.status == "refused":
-        return "not run: refused by the import policy"
-    return "not run: the clean room does not load"
+        return N_("not run: refused by the import policy")
+    return N_("not run: the clean room does not load")
 
 
 def _run_or_skip(
@@ -241,21 +260,37 @@ def check_runs(seen: RoomObservation, function: str) -> CheckResult:
     run = seen.runs.get(function)
     if not seen.loaded or run is None:
         return CheckResult(
-            function, "runs", NOT_RUN, _not_loaded(seen) if not seen.loaded else "not run"
+            function, "runs", NOT_RUN, _not_loaded(seen) if not seen.loaded else N_("not run")
         )
     if run.not_implemented:
-        return CheckResult(function, "runs", FAIL, "not implemented (raises NotImplementedError)")
+        return CheckResult(
+            function, "runs", FAIL, N_("not implemented (raises NotImplementedError)")
+        )
     calls = {**run.fixtures, **run.probes}
     failed = [(name, o) for name, o in calls.items() if not o.ok]
     if not failed:
         slowest = max((o.elapsed_s for o in calls.values()), default=0.0)
         return CheckResult(
-            function, "runs", PASS, f"{len(calls)} calls returned (slowest {slowest * 1e3:.1f} ms)"
+            function,
+            "runs",
+            PASS,
+            Msg("{n} calls returned (slowest {ms:.1f} ms)", n=len(calls), ms=slowest * 1e3),
         )
     name, first = next(((n, o) for n, o in failed if o.kind != "skipped"), failed[0])
     more = len(failed) - 1
-    tail = f"; {more} more call{'s' if more > 1 else ''} failed or skipped" if more else ""
-    return CheckResult(function, "runs", FAIL, f"fixture {name}: {first.describe()}{tail}")
+    tail = ""
+    if more:
+        tail = (
+            Msg("; {n} more calls failed or skipped", n=more)
+            if more > 1
+            else Msg("; {n} more call failed or skipped", n=more)
+        )
+    return CheckResult(
+        function,
+        "runs",
+        FAIL,
+        Msg("fixture {name}: {problem}{tail}", name=name, problem=first.describe(), tail=tail),
+    )
 
 
 @check("shape", "returns arrays of the contract's shapes")
@@ -272,16 +307,20 @@ def check_shape(seen: RoomObservation, function: str) -> CheckResult:
         return skipped
     checked = 0
     for fixture, outcome in _values(run):
-        problem = structure_problem(function, outcome.value, fx.reference_output(fixture))
+        problem = structure_message(function, outcome.value, fx.reference_output(fixture))
         if problem:
             return CheckResult(
-                function, "shape", FAIL, f"fixture {fixture.name}: {problem}", fixture=fixture.name
+                function,
+                "shape",
+                FAIL,
+                Msg("fixture {name}: {problem}", name=fixture.name, problem=problem),
+                fixture=fixture.name,
             )
         checked += 1
     if not checked:
-        return CheckResult(function, "shape", NOT_RUN, "not run: no call returned")
+        return CheckResult(function, "shape", NOT_RUN, N_("not run: no call returned"))
     return CheckResult(
-        function, "shape", PASS, f"{checked} return values have the contract's shapes"
+        function, "shape", PASS, Msg("{n} return values have the contract's shapes", n=checked)
     )
 
 
@@ -304,22 +343,33 @@ def check_dtype(seen: RoomObservation, function: str) -> CheckResult:
             elements(outcome.value), elements(reference), RETURNS[function], strict=True
         ):
             if item.dtype != ref.dtype:
-                inputs = "float32 inputs" if fixture in fx.probes(function) else "its inputs"
+                inputs = (
+                    Msg("float32 inputs") if fixture in fx.probes(function) else Msg("its inputs")
+                )
                 label = f" ({spec.split(' ')[0]})" if len(RETURNS[function]) > 1 else ""
                 return CheckResult(
                     function,
                     "dtype",
                     FAIL,
-                    f"fixture {fixture.name}: returned {item.dtype}{label} for {inputs} where "
-                    f"the contract keeps {ref.dtype}",
+                    Msg(
+                        "fixture {name}: returned {dtype}{label} for {inputs} where the contract "
+                        "keeps {expected}",
+                        name=fixture.name,
+                        dtype=str(item.dtype),
+                        label=label,
+                        inputs=inputs,
+                        expected=str(ref.dtype),
+                    ),
                     fixture=fixture.name,
                 )
         checked += 1
     if not checked:
-        return CheckResult(function, "dtype", NOT_RUN, "not run: no usable return value")
+        return CheckResult(function, "dtype", NOT_RUN, N_("not run: no usable return value"))
     probes = len(fx.probes(function))
-    extra = f", float32 kept on {probes} probe" if probes else ""
-    return CheckResult(function, "dtype", PASS, f"dtypes as the reference's{extra}")
+    extra = Msg(", float32 kept on {n} probe", n=probes) if probes else ""
+    return CheckResult(
+        function, "dtype", PASS, Msg("dtypes as the reference's{extra}", extra=extra)
+    )
 
 
 @check("parity", "matches the reference within tolerance v1")
@@ -337,15 +387,15 @@ def check_parity(seen: RoomObservation, function: str) -> CheckResult:
     run, skipped = _run_or_skip(seen, function, "parity")
     if skipped:
         return skipped
-    results: list[tuple[str, Comparison | str]] = []
+    results: list[tuple[str, Comparison | Msg]] = []
     for fixture, outcome in _values(run, with_probes=False):
-        results.append(
-            (fixture.name, compare_value(function, outcome.value, fx.reference_output(fixture)))
-        )
+        reference = fx.reference_output(fixture)
+        problem = structure_message(function, outcome.value, reference)
+        results.append((fixture.name, problem or compare_value(function, outcome.value, reference)))
     if not results:
-        return CheckResult(function, "parity", NOT_RUN, "not run: no fixture returned")
-    uncompared = [(n, r) for n, r in results if isinstance(r, str)]
-    compared = [(n, r) for n, r in results if not isinstance(r, str)]
+        return CheckResult(function, "parity", NOT_RUN, N_("not run: no fixture returned"))
+    uncompared = [(n, r) for n, r in results if isinstance(r, Msg)]
+    compared = [(n, r) for n, r in results if not isinstance(r, Msg)]
     skipped = len(fx.fixtures(function)) - len(results)
     worst_name, worst = max(compared, key=lambda nr: nr[1].margin) if compared else (None, None)
     bad = [(n, r) for n, r in compared if not r.ok]
@@ -360,31 +410,47 @@ def check_parity(seen: RoomObservation, function: str) -> CheckResult:
         if bad:
             name, r = max(bad, key=lambda nr: nr[1].margin)
             if r.tolerance == EXACT_TOLERANCE:
-                text = (
-                    f"fixture {name}: {100 * r.mismatch_fraction:.0f}% of the entries differ "
-                    "from the reference (masks are compared exactly)"
+                text = Msg(
+                    "fixture {name}: {percent:.0f}% of the entries differ from the reference "
+                    "(masks are compared exactly)",
+                    name=name,
+                    percent=100 * r.mismatch_fraction,
                 )
             else:
-                text = (
-                    f"fixture {name}: max abs error {_num(r.max_error)} > tolerance "
-                    f"{_num(r.tolerance)} (margin {_num(r.margin)}), "
-                    f"{100 * r.mismatch_fraction:.0f}% of elements outside"
+                text = Msg(
+                    "fixture {name}: max abs error {error} > tolerance {tolerance} "
+                    "(margin {margin}), {percent:.0f}% of elements outside",
+                    name=name,
+                    error=_num(r.max_error),
+                    tolerance=_num(r.tolerance),
+                    margin=_num(r.margin),
+                    percent=100 * r.mismatch_fraction,
                 )
             others = len(bad) - 1 + len(uncompared)
         else:
             name, problem = uncompared[0]
-            text = f"fixture {name}: not compared: {problem}"
+            text = Msg("fixture {name}: not compared: {problem}", name=name, problem=problem)
             others = len(uncompared) - 1
         if others:
-            text += f"; {others} more fixture{'s differ' if others > 1 else ' differs'}"
+            more = (
+                Msg("; {n} more fixtures differ", n=others)
+                if others > 1
+                else Msg("; {n} more fixture differs", n=others)
+            )
+            text = Msg("{text}{more}", text=text, more=more)
         return CheckResult(function, "parity", FAIL, text, **common)
-    note = f" ({skipped} not compared: the call failed)" if skipped else ""
+    note = Msg(" ({n} not compared: the call failed)", n=skipped) if skipped else ""
     return CheckResult(
         function,
         "parity",
         PASS,
-        f"{len(compared)} fixtures within tolerance v1, max abs error {_num(common['max_error'])} "
-        f"(margin {_num(common['margin'])}){note}",
+        Msg(
+            "{n} fixtures within tolerance v1, max abs error {error} (margin {margin}){note}",
+            n=len(compared),
+            error=_num(common["max_error"]),
+            margin=_num(common["margin"]),
+            note=note,
+        ),
         **common,
     )
 
@@ -424,14 +490,20 @@ def check_finite(seen: RoomObservation, function: str) -> CheckResult:
                     function,
                     "finite",
                     FAIL,
-                    f"fixture {fixture.name}: {kinds} in {int(bad.sum())} of {item.size} elements"
-                    + (f" ({fixture.note})" if fixture.note else ""),
+                    Msg(
+                        "fixture {name}: {kinds} in {bad} of {size} elements{note}",
+                        name=fixture.name,
+                        kinds=kinds,
+                        bad=int(bad.sum()),
+                        size=item.size,
+                        note=Msg(" ({note})", note=declared(fixture.note)) if fixture.note else "",
+                    ),
                     fixture=fixture.name,
                 )
         checked += 1
     if not checked:
-        return CheckResult(function, "finite", NOT_RUN, "not run: no call returned")
-    return CheckResult(function, "finite", PASS, f"no NaN or inf in {checked} outputs")
+        return CheckResult(function, "finite", NOT_RUN, N_("not run: no call returned"))
+    return CheckResult(function, "finite", PASS, Msg("no NaN or inf in {n} outputs", n=checked))
 
 
 def _has_array_input(function: str) -> bool:
@@ -451,17 +523,21 @@ def check_pure(seen: RoomObservation, function: str) -> CheckResult:
     named = [(n, o) for n, o in {**run.fixtures, **run.probes}.items() if o.ok]
     named += [(f"future-after-{t}", o) for t, o in run.causal.items() if o.ok]
     if not named:
-        return CheckResult(function, "pure", NOT_RUN, "not run: no call returned")
+        return CheckResult(function, "pure", NOT_RUN, N_("not run: no call returned"))
     for name, outcome in named:
         if outcome.mutated:
             return CheckResult(
                 function,
                 "pure",
                 FAIL,
-                f"fixture {name}: modified its input {', '.join(outcome.mutated)} in place",
+                Msg(
+                    "fixture {name}: modified its input {inputs} in place",
+                    name=name,
+                    inputs=", ".join(outcome.mutated),
+                ),
                 fixture=name,
             )
-    return CheckResult(function, "pure", PASS, f"inputs unchanged by {len(named)} calls")
+    return CheckResult(function, "pure", PASS, Msg("inputs unchanged by {n} calls", n=len(named)))
 
 
 def _row_sums(function: str, fixture: fx.Fixture, value) -> tuple[np.ndarray, np.ndarray]:
@@ -510,7 +586,7 @@ def check_rows_sum(seen: RoomObservation, function: str) -> CheckResult:
         if deviation > worst:
             worst, worst_name = deviation, fixture.name
     if not checked:
-        return CheckResult(function, "rows-sum", NOT_RUN, "not run: no usable return value")
+        return CheckResult(function, "rows-sum", NOT_RUN, N_("not run: no usable return value"))
     common = dict(
         max_error=worst,
         tolerance=ROW_SUM_TOLERANCE,
@@ -522,15 +598,20 @@ def check_rows_sum(seen: RoomObservation, function: str) -> CheckResult:
             function,
             "rows-sum",
             FAIL,
-            f"fixture {worst_name}: a row's weights are off by {_num(worst)} from summing to 1 "
-            f"(0 for a fully blocked row), tolerance {ROW_SUM_TOLERANCE:g}",
+            Msg(
+                "fixture {name}: a row's weights are off by {error} from summing to 1 "
+                "(0 for a fully blocked row), tolerance {tolerance:g}",
+                name=worst_name,
+                error=_num(worst),
+                tolerance=ROW_SUM_TOLERANCE,
+            ),
             **common,
         )
     return CheckResult(
         function,
         "rows-sum",
         PASS,
-        f"rows sum to 1 within {_num(worst)} on {checked} fixtures",
+        Msg("rows sum to 1 within {error} on {n} fixtures", error=_num(worst), n=checked),
         **common,
     )
 
@@ -555,11 +636,14 @@ def check_causal(seen: RoomObservation, function: str) -> CheckResult:
     base = run.fixtures.get(base_fixture.name)
     if base is None or not base.ok or not isinstance(base.value, np.ndarray):
         return CheckResult(
-            function, "causal", NOT_RUN, f"not run: the base fixture {base_fixture.name} failed"
+            function,
+            "causal",
+            NOT_RUN,
+            Msg("not run: the base fixture {name} failed", name=base_fixture.name),
         )
     if base.value.shape != fx.reference_output(base_fixture).shape:
         return CheckResult(
-            function, "causal", NOT_RUN, "not run: the base output has the wrong shape"
+            function, "causal", NOT_RUN, N_("not run: the base output has the wrong shape")
         )
     worst, worst_t = 0.0, None
     for t, outcome in sorted(run.causal.items()):
@@ -570,7 +654,11 @@ def check_causal(seen: RoomObservation, function: str) -> CheckResult:
                 function,
                 "causal",
                 FAIL,
-                f"with the future after {t} changed, the call {outcome.describe()}",
+                Msg(
+                    "with the future after {t} changed, the call {problem}",
+                    t=t,
+                    problem=outcome.describe(),
+                ),
             )
         value = outcome.value
         if not isinstance(value, np.ndarray) or value.shape != base.value.shape:
@@ -578,7 +666,7 @@ def check_causal(seen: RoomObservation, function: str) -> CheckResult:
                 function,
                 "causal",
                 FAIL,
-                f"with the future after {t} changed, the output's shape changed",
+                Msg("with the future after {t} changed, the output's shape changed", t=t),
             )
         with np.errstate(invalid="ignore"):
             moved = np.abs(value[:, : t + 1].astype(np.float64) - base.value[:, : t + 1])
@@ -591,15 +679,24 @@ def check_causal(seen: RoomObservation, function: str) -> CheckResult:
             function,
             "causal",
             FAIL,
-            f"changing the inputs after position {worst_t} moved the outputs at positions "
-            f"<= {worst_t} by {_num(worst)} (tolerance {CAUSAL_TOLERANCE:g}): the future leaks",
+            Msg(
+                "changing the inputs after position {t} moved the outputs at positions <= {t} "
+                "by {error} (tolerance {tolerance:g}): the future leaks",
+                t=worst_t,
+                error=_num(worst),
+                tolerance=CAUSAL_TOLERANCE,
+            ),
             **common,
         )
     return CheckResult(
         function,
         "causal",
         PASS,
-        f"prefix unchanged ({_num(worst)}) over {len(run.causal)} future perturbations",
+        Msg(
+            "prefix unchanged ({error}) over {n} future perturbations",
+            error=_num(worst),
+            n=len(run.causal),
+        ),
         **common,
     )
 
@@ -622,7 +719,7 @@ def check_bad_input(seen: RoomObservation, function: str) -> CheckResult:
     if skipped:
         return skipped
     if not run.bad:
-        return CheckResult(function, "bad-input", NOT_RUN, "not run")
+        return CheckResult(function, "bad-input", NOT_RUN, N_("not run"))
     for name, outcome in run.bad.items():
         verdict = outcome.bad_input_class()
         if verdict == "refused":
@@ -630,16 +727,24 @@ def check_bad_input(seen: RoomObservation, function: str) -> CheckResult:
         if verdict == "skipped":
             return CheckResult(function, "bad-input", NOT_RUN, outcome.describe())
         if verdict == "returned":
-            text = f"case {name}: returned a value instead of raising ValueError or TypeError"
+            text = Msg(
+                "case {name}: returned a value instead of raising ValueError or TypeError",
+                name=name,
+            )
         elif verdict == "wrong-exception":
-            text = (
-                f"case {name}: raised {outcome.exc_type}; the contract asks for ValueError or "
-                f"TypeError"
+            text = Msg(
+                "case {name}: raised {exc_type}; the contract asks for ValueError or TypeError",
+                name=name,
+                exc_type=outcome.exc_type,
             )
         else:
-            text = f"case {name}: {outcome.describe()} instead of raising ValueError or TypeError"
+            text = Msg(
+                "case {name}: {problem} instead of raising ValueError or TypeError",
+                name=name,
+                problem=outcome.describe(),
+            )
         return CheckResult(function, "bad-input", FAIL, text, fixture=name)
-    return CheckResult(function, "bad-input", PASS, f"{len(run.bad)} bad inputs refused")
+    return CheckResult(function, "bad-input", PASS, Msg("{n} bad inputs refused", n=len(run.bad)))
 
 
 CHECK_NAMES = tuple(c.name for c in CHECKS)

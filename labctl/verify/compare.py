@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labctl.i18n import Msg
 from labctl.isolation import wire
 from labctl.verify.functions import RETURNS
 
@@ -48,19 +49,23 @@ def elements(value):
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
-def _says(spec: str, shape: tuple) -> str:
+def _says(spec: str, shape: tuple) -> Msg:
     """'(B, T, C) = (2, 4, 8)', or 'the same shape as x, (2, 3, 7)'."""
-    if spec.startswith("same shape"):
-        return f"the {spec}, {shape}"
-    return f"{spec} = {shape}"
+    if spec.startswith("same shape as "):
+        return Msg(
+            "the same shape as {name}, {shape}",
+            name=spec.removeprefix("same shape as "),
+            shape=shape,
+        )
+    return Msg("{spec} = {shape}", spec=spec, shape=shape)
 
 
-def _type_name(value) -> str:
+def _type_name(value) -> Msg:
     if isinstance(value, wire.Unsupported):
-        return f"a {value.type_name} (not an array)"
+        return Msg("a {type} (not an array)", type=value.type_name)
     if isinstance(value, np.generic):
-        return f"a numpy scalar ({value.dtype})"
-    return f"a {type(value).__name__}"
+        return Msg("a numpy scalar ({dtype})", dtype=str(value.dtype))
+    return Msg("a {type}", type=type(value).__name__)
 
 
 def structure_problem(function: str, value, reference) -> str | None:
@@ -68,43 +73,63 @@ def structure_problem(function: str, value, reference) -> str | None:
 
     A tuple is expected exactly where the contract returns several arrays (a
     list of the right length is accepted there too); one ndarray everywhere else.
+    English; `structure_message` is the same as a translatable Msg.
     """
+    problem = structure_message(function, value, reference)
+    return None if problem is None else str(problem)
+
+
+def structure_message(function: str, value, reference) -> Msg | None:
+    """`structure_problem`, as a Msg for the learner's language."""
     specs = RETURNS[function]
     expected = elements(reference)
     if len(specs) > 1:
         names = ", ".join(s.split(" ")[0] for s in specs)
         if isinstance(value, np.ndarray):
-            return (
-                f"returned one array of shape {value.shape} where the contract says a tuple "
-                f"({names})"
+            return Msg(
+                "returned one array of shape {shape} where the contract says a tuple ({names})",
+                shape=value.shape,
+                names=names,
             )
         if not isinstance(value, (tuple, list)):
-            return f"returned {_type_name(value)} where the contract says a tuple ({names})"
+            return Msg(
+                "returned {type} where the contract says a tuple ({names})",
+                type=_type_name(value),
+                names=names,
+            )
         if len(value) != len(expected):
-            return (
-                f"returned a {type(value).__name__} of {len(value)} where the contract says "
-                f"({names})"
+            return Msg(
+                "returned a {type} of {n} where the contract says ({names})",
+                type=type(value).__name__,
+                n=len(value),
+                names=names,
             )
     elif isinstance(value, tuple):
-        return (
-            f"returned a tuple of {len(value)} where the contract says one array "
-            f"{_says(specs[0], tuple(expected[0].shape))}"
+        return Msg(
+            "returned a tuple of {n} where the contract says one array {says}",
+            n=len(value),
+            says=_says(specs[0], tuple(expected[0].shape)),
         )
     elif isinstance(value, list):
-        return (
-            f"returned a list instead of an ndarray ({_says(specs[0], tuple(expected[0].shape))})"
+        return Msg(
+            "returned a list instead of an ndarray ({says})",
+            says=_says(specs[0], tuple(expected[0].shape)),
         )
     for item, ref, spec in zip(elements(value), expected, specs, strict=True):
         label = spec.split(" ")[0] + " " if len(specs) > 1 else ""
         if not isinstance(item, np.ndarray):
-            return (
-                f"returned {label}as {_type_name(item)} where the contract says an ndarray "
-                f"({_says(spec, tuple(ref.shape))})"
+            return Msg(
+                "returned {label}as {type} where the contract says an ndarray ({says})",
+                label=label,
+                type=_type_name(item),
+                says=_says(spec, tuple(ref.shape)),
             )
         if item.shape != ref.shape:
-            return (
-                f"returned {label}shape {item.shape} where the contract says "
-                f"{_says(spec, tuple(ref.shape))}"
+            return Msg(
+                "returned {label}shape {shape} where the contract says {says}",
+                label=label,
+                shape=item.shape,
+                says=_says(spec, tuple(ref.shape)),
             )
     return None
 

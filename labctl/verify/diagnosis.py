@@ -26,7 +26,7 @@ import tempfile
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +34,7 @@ import numpy as np
 from labctl import contract
 from labctl import faults as catalogue
 from labctl.faults import Fault
+from labctl.i18n import Msg
 from labctl.verify import fixtures as fx
 from labctl.verify.checks import CheckResult, evaluate, failing_functions
 from labctl.verify.compare import compare, elements, parity_tolerance, structure_problem
@@ -50,11 +51,17 @@ LOCALISING = ("runs", "shape", "dtype", "parity", "finite", "rows-sum", "causal"
 class Diagnosis:
     function: str
     kind: str  # fault | dependency | unmatched | not-implemented | missing | load
-    message: str
+    message: str  # English, for --json and the evidence records; given as a Msg or a str
     fault: str | None = None
     fault_function: str | None = None
     course: str | None = None
     chain: tuple[str, ...] = ()
+    # What the terminal shows, translated there with `_()`: the Msg (or text) given as message.
+    shown: str | Msg = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.shown = self.message
+        self.message = str(self.message)
 
     def to_json(self) -> dict:
         data = {"function": self.function, "kind": self.kind, "message": self.message}
@@ -262,10 +269,19 @@ def failure_chain(function: str, broken: set[str]) -> tuple[str, ...]:
         chain.append(nxt)
 
 
-def describe(fault: Fault, function: str) -> str:
-    where = "" if fault.function == function else f" (a fault of {fault.function}, inlined here)"
-    return (
-        f"{function}: matches fault `{fault.name}`{where}: {fault.description}; see {fault.course}"
+def describe(fault: Fault, function: str) -> Msg:
+    where = (
+        ""
+        if fault.function == function
+        else Msg(" (a fault of {function}, inlined here)", function=fault.function)
+    )
+    return Msg(
+        "{function}: matches fault `{fault}`{where}: {description}; see {course}",
+        function=function,
+        fault=fault.name,
+        where=where,
+        description=fault.description,
+        course=fault.course,
     )
 
 
@@ -293,7 +309,7 @@ def diagnose(
             Diagnosis(
                 seen.load_error.function if seen.load_error else "(package)",
                 "load",
-                f"the clean room {seen.message}",
+                Msg("the clean room {message}", message=seen.message),
             )
         )
     failing = failing_functions(results)
@@ -305,21 +321,40 @@ def diagnose(
     for function in failing:
         run = seen.runs.get(function)
         if run is not None and run.not_implemented:
-            found.append(Diagnosis(function, "not-implemented", f"{function}: not implemented yet"))
+            found.append(
+                Diagnosis(
+                    function,
+                    "not-implemented",
+                    Msg("{function}: not implemented yet", function=function),
+                )
+            )
             continue
         if run is not None and any(o.kind == "missing" for o in run.fixtures.values()):
             found.append(
-                Diagnosis(function, "missing", f"{function}: the package does not expose it")
+                Diagnosis(
+                    function,
+                    "missing",
+                    Msg("{function}: the package does not expose it", function=function),
+                )
             )
             continue
         chain = failure_chain(function, broken)
         if len(chain) > 1:
-            steps = ", which fails because ".join(f"{b} fails" for b in chain[1:])
+            steps = Msg("{function} fails", function=chain[-1])
+            for b in reversed(chain[1:-1]):
+                steps = Msg(
+                    "{function} fails, which fails because {steps}", function=b, steps=steps
+                )
             found.append(
                 Diagnosis(
                     function,
                     "dependency",
-                    f"{function} fails because {steps}: it is built on it; fix {chain[-1]} first",
+                    Msg(
+                        "{function} fails because {steps}: it is built on it; fix {first} first",
+                        function=function,
+                        steps=steps,
+                        first=chain[-1],
+                    ),
                     chain=chain,
                 )
             )
@@ -346,10 +381,14 @@ def diagnose(
             first, extra = hits[0]
             message = describe(first, function)
             if extra:
-                message += f" (it also fails {', '.join(sorted(extra))})"
+                message = Msg(
+                    "{message} (it also fails {checks})",
+                    message=message,
+                    checks=", ".join(sorted(extra)),
+                )
             if len(hits) > 1:
                 others = ", ".join(f"`{h.name}`" for h, _ in hits[1:])
-                message += f" (also matches {others})"
+                message = Msg("{message} (also matches {others})", message=message, others=others)
             found.append(
                 Diagnosis(function, "fault", message, first.name, first.function, first.course)
             )
@@ -359,7 +398,11 @@ def diagnose(
                 Diagnosis(
                     function,
                     "unmatched",
-                    f"{function}: fails {', '.join(failed)}; no catalogued fault matches it",
+                    Msg(
+                        "{function}: fails {checks}; no catalogued fault matches it",
+                        function=function,
+                        checks=", ".join(failed),
+                    ),
                 )
             )
     # Root causes first, then what they explain, each in contract order.

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from labctl.i18n import N_
 from labctl.verify.builders import Fixture, rng
 from labctl.verify.fixtures_composed import COMPOSED
 from labctl.verify.fixtures_primitives import PRIMITIVES
@@ -83,7 +84,7 @@ def probes(function: str) -> tuple[Fixture, ...]:
             f"{first.name}-float32",
             _float32(first.args),
             _float32(dict(first.kwargs)),
-            "float32 inputs: the output must stay float32",
+            N_("float32 inputs: the output must stay float32"),
         ),
     )
 

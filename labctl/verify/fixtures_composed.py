@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from labctl.i18n import N_
 from labctl.verify.builders import (
     Fixture,
     attention_weights,
@@ -35,14 +36,14 @@ def _sdpa() -> list[Fixture]:
             "gqa-tq<tk",
             (normal(r, 2, 4, 3, 4), normal(r, 2, 2, 7, 4), normal(r, 2, 2, 7, 5)),
             {"mask": causal_formula(3, 7)},
-            "GQA (H=4, Hkv=2), Tq < Tk with a bottom-right causal mask, Dv != D",
+            N_("GQA (H=4, Hkv=2), Tq < Tk with a bottom-right causal mask, Dv != D"),
         ),
         Fixture(
             f,
             "plain",
             (normal(r, 2, 2, 5, 4), normal(r, 2, 2, 5, 4), normal(r, 2, 2, 5, 4)),
             {},
-            "no mask",
+            N_("no mask"),
         ),
         Fixture(
             f,
@@ -55,21 +56,21 @@ def _sdpa() -> list[Fixture]:
             "mqa-padding",
             (normal(r, 3, 4, 5, 6), normal(r, 3, 1, 5, 6), normal(r, 3, 1, 5, 6)),
             {"mask": (np.arange(5)[None, :] >= ints([5, 2, 0])[:, None])[:, None, None, :]},
-            "MQA (Hkv=1), a (B, 1, 1, Tk) padding mask, one sequence fully blocked",
+            N_("MQA (Hkv=1), a (B, 1, 1, Tk) padding mask, one sequence fully blocked"),
         ),
         Fixture(
             f,
             "blocked-row",
             (normal(r, 1, 2, 4, 4), normal(r, 1, 2, 5, 4), normal(r, 1, 2, 5, 3)),
             {"mask": blocked_rows},
-            "a full (B, H, Tq, Tk) mask with a fully blocked row",
+            N_("a full (B, H, Tq, Tk) mask with a fully blocked row"),
         ),
         Fixture(
             f,
             "large-logits",
             (big * normal(r, 1, 2, 6, 4), big * normal(r, 1, 2, 6, 4), normal(r, 1, 2, 6, 4)),
             {"mask": causal_formula(6, 6)},
-            "scores of magnitude ~1e3",
+            N_("scores of magnitude ~1e3"),
         ),
         Fixture(
             f,
@@ -102,7 +103,7 @@ def _mha() -> list[Fixture]:
             "odd-d-bidirectional",
             (normal(r, 2, 4, 12), *attention_weights(r, 12, 4, 4), 4),
             {"causal": False},
-            "D = 3 without RoPE, no mask",
+            N_("D = 3 without RoPE, no mask"),
         ),
         Fixture(f, "one-token", (normal(r, 1, 1, 8), *attention_weights(r, 8, 2, 2), 2)),
     ]
@@ -128,7 +129,7 @@ def _decode() -> list[Fixture]:
                 4,
             ),
             {"n_kv_heads": 2, "rope_theta": 10000.0},
-            "one new token at position 5",
+            N_("one new token at position 5"),
         ),
         Fixture(
             f,
@@ -166,14 +167,14 @@ def _tiled() -> list[Fixture]:
             "causal-blocks",
             (normal(r, 2, 2, 7, 4), normal(r, 2, 2, 7, 4), normal(r, 2, 2, 7, 4), 3),
             {},
-            "blocks of 3 over 7 keys",
+            N_("blocks of 3 over 7 keys"),
         ),
         Fixture(
             f,
             "gqa-tq<tk",
             (normal(r, 1, 4, 3, 4), normal(r, 1, 2, 8, 4), normal(r, 1, 2, 8, 5), 2),
             {},
-            "GQA, Tq < Tk (bottom-right), Dv != D",
+            N_("GQA, Tq < Tk (bottom-right), Dv != D"),
         ),
         Fixture(
             f,
@@ -197,7 +198,7 @@ def _tiled() -> list[Fixture]:
                 2,
             ),
             {"causal": False},
-            "scores ~1e3: the running max rises from block to block",
+            N_("scores ~1e3: the running max rises from block to block"),
         ),
     ]
 
@@ -206,7 +207,9 @@ def _block() -> list[Fixture]:
     f = "transformer_block"
     r = rng(f)
     return [
-        Fixture(f, "default", (normal(r, 2, 5, 8), block_params(r, 8, 2, 2, 11), 2), {}, "odd F"),
+        Fixture(
+            f, "default", (normal(r, 2, 5, 8), block_params(r, 8, 2, 2, 11), 2), {}, N_("odd F")
+        ),
         Fixture(
             f,
             "gqa-rope",
@@ -219,7 +222,9 @@ def _block() -> list[Fixture]:
             (normal(r, 2, 6, 12), block_params(r, 12, 3, 1, 16), 3),
             {"n_kv_heads": 1, "window": 2, "eps": 1e-5},
         ),
-        Fixture(f, "odd-d", (normal(r, 1, 4, 12), block_params(r, 12, 4, 4, 8), 4), {}, "D = 3"),
+        Fixture(
+            f, "odd-d", (normal(r, 1, 4, 12), block_params(r, 12, 4, 4, 8), 4), {}, N_("D = 3")
+        ),
     ]
 
 
@@ -232,7 +237,7 @@ def _decoder() -> list[Fixture]:
             "sinusoidal",
             (r.integers(0, 13, (2, 5)), decoder_params(r, 13, 8, 2, 2, 12, 2), 2),
             {},
-            "two blocks, default positional encoding",
+            N_("two blocks, default positional encoding"),
         ),
         Fixture(
             f,

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from labctl.i18n import N_
 from labctl.verify.builders import Fixture, ints, normal, rng, weight
 
 
@@ -21,16 +22,16 @@ def _softmax() -> list[Fixture]:
     blocked[2, [0, 3, 4]] = -np.inf
     return [
         Fixture(f, "rows", (normal(r, 3, 7),)),
-        Fixture(f, "axis-0", (normal(r, 4, 3, 5),), {"axis": 0}, "softmax over the first axis"),
-        Fixture(f, "axis-1-odd", (normal(r, 2, 5, 3),), {"axis": 1}, "odd sizes, middle axis"),
+        Fixture(f, "axis-0", (normal(r, 4, 3, 5),), {"axis": 0}, N_("softmax over the first axis")),
+        Fixture(f, "axis-1-odd", (normal(r, 2, 5, 3),), {"axis": 1}, N_("odd sizes, middle axis")),
         Fixture(
             f,
             "large-logits",
             (1e3 * normal(r, 2, 4, 9),),
             {},
-            "|x| ~ 1e3: exp overflows unless the max is subtracted first",
+            N_("|x| ~ 1e3: exp overflows unless the max is subtracted first"),
         ),
-        Fixture(f, "blocked-slices", (blocked,), {}, "an all -inf row and partly -inf rows"),
+        Fixture(f, "blocked-slices", (blocked,), {}, N_("an all -inf row and partly -inf rows")),
         Fixture(f, "1-d", (normal(r, 5),)),
     ]
 
@@ -38,9 +39,9 @@ def _softmax() -> list[Fixture]:
 def _causal_mask() -> list[Fixture]:
     f = "causal_mask"
     return [
-        Fixture(f, "square-default", (5,), {}, "t_k defaults to t_q"),
-        Fixture(f, "tq<tk", (3, 7), {}, "bottom-right alignment for a cache"),
-        Fixture(f, "decode-one", (1, 6), {}, "one new token sees every key"),
+        Fixture(f, "square-default", (5,), {}, N_("t_k defaults to t_q")),
+        Fixture(f, "tq<tk", (3, 7), {}, N_("bottom-right alignment for a cache")),
+        Fixture(f, "decode-one", (1, 6), {}, N_("one new token sees every key")),
         Fixture(f, "square-explicit", (4, 4)),
     ]
 
@@ -49,9 +50,9 @@ def _sliding_window_mask() -> list[Fixture]:
     f = "sliding_window_mask"
     return [
         Fixture(f, "square", (6, 3)),
-        Fixture(f, "window-1", (5, 1), {}, "each query sees itself only"),
-        Fixture(f, "tq<tk", (3, 2, 8), {}, "bottom-right alignment for a cache"),
-        Fixture(f, "window>t", (4, 10), {}, "the window is wider than the sequence"),
+        Fixture(f, "window-1", (5, 1), {}, N_("each query sees itself only")),
+        Fixture(f, "tq<tk", (3, 2, 8), {}, N_("bottom-right alignment for a cache")),
+        Fixture(f, "window>t", (4, 10), {}, N_("the window is wider than the sequence")),
         Fixture(f, "decode-one", (1, 2), {"t_k": 5}),
     ]
 
@@ -59,7 +60,7 @@ def _sliding_window_mask() -> list[Fixture]:
 def _padding_mask() -> list[Fixture]:
     f = "padding_mask"
     return [
-        Fixture(f, "with-empty", (ints([3, 0, 5]), 5), {}, "a length 0 and a full length"),
+        Fixture(f, "with-empty", (ints([3, 0, 5]), 5), {}, N_("a length 0 and a full length")),
         Fixture(f, "short", (ints([1, 2]), 4)),
     ]
 
@@ -68,9 +69,9 @@ def _split_heads() -> list[Fixture]:
     f = "split_heads"
     r = rng(f)
     return [
-        Fixture(f, "odd-d", (normal(r, 2, 5, 12), 4), {}, "D = 3"),
+        Fixture(f, "odd-d", (normal(r, 2, 5, 12), 4), {}, N_("D = 3")),
         Fixture(f, "one-head", (normal(r, 1, 3, 8), 1)),
-        Fixture(f, "d-1", (normal(r, 2, 4, 6), 6), {}, "D = 1"),
+        Fixture(f, "d-1", (normal(r, 2, 4, 6), 6), {}, N_("D = 1")),
     ]
 
 
@@ -87,7 +88,7 @@ def _repeat_kv() -> list[Fixture]:
     f = "repeat_kv"
     r = rng(f)
     return [
-        Fixture(f, "gqa", (normal(r, 2, 2, 5, 3), 3), {}, "interleaved: head h from h // 3"),
+        Fixture(f, "gqa", (normal(r, 2, 2, 5, 3), 3), {}, N_("interleaved: head h from h // 3")),
         Fixture(f, "mqa", (normal(r, 1, 1, 4, 2), 4)),
         Fixture(f, "n_rep-1", (normal(r, 2, 3, 2, 4), 1)),
     ]
@@ -102,14 +103,14 @@ def _rope() -> list[Fixture]:
             "non-consecutive",
             (normal(r, 2, 3, 6, 8), ints([3, 0, 17, 5, 5, 100])),
             {},
-            "positions out of order, repeated, with gaps",
+            N_("positions out of order, repeated, with gaps"),
         ),
         Fixture(
             f,
             "2-d-theta",
             (normal(r, 5, 4), ints([999, 1, 2, 50, 7])),
             {"theta": 500.0},
-            "x (T, D), a large position, theta != 10000",
+            N_("x (T, D), a large position, theta != 10000"),
         ),
         Fixture(f, "consecutive", (normal(r, 2, 4, 6), ints([0, 1, 2, 3]))),
     ]
@@ -119,7 +120,7 @@ def _sinusoidal() -> list[Fixture]:
     f = "sinusoidal_positions"
     return [
         Fixture(f, "even", (7, 8)),
-        Fixture(f, "odd-width", (5, 7), {}, "an odd d_model: the last column is a sine"),
+        Fixture(f, "odd-width", (5, 7), {}, N_("an odd d_model: the last column is a sine")),
     ]
 
 
@@ -127,14 +128,14 @@ def _rms_norm() -> list[Fixture]:
     f = "rms_norm"
     r = rng(f)
     return [
-        Fixture(f, "default-eps", (normal(r, 2, 3, 7), 1.0 + 0.1 * normal(r, 7)), {}, "odd C"),
+        Fixture(f, "default-eps", (normal(r, 2, 3, 7), 1.0 + 0.1 * normal(r, 7)), {}, N_("odd C")),
         Fixture(f, "eps", (normal(r, 4, 5), normal(r, 5)), {"eps": 1e-3}),
         Fixture(
             f,
             "small",
             (1e-4 * normal(r, 2, 6), np.ones(6)),
             {},
-            "|x| ~ 1e-4, where eps matters",
+            N_("|x| ~ 1e-4, where eps matters"),
         ),
         Fixture(f, "large", (1e3 * normal(r, 3, 8), normal(r, 8))),
     ]
@@ -149,7 +150,7 @@ def _layer_norm() -> list[Fixture]:
             "default-eps",
             (normal(r, 2, 3, 7), 1.0 + 0.1 * normal(r, 7), normal(r, 7)),
             {},
-            "odd C",
+            N_("odd C"),
         ),
         Fixture(f, "eps", (normal(r, 4, 5), normal(r, 5), normal(r, 5)), {"eps": 1e-2}),
         Fixture(
@@ -157,7 +158,7 @@ def _layer_norm() -> list[Fixture]:
             "offset",
             (500.0 + 10.0 * normal(r, 2, 6), np.ones(6), np.zeros(6)),
             {},
-            "a large mean",
+            N_("a large mean"),
         ),
     ]
 
@@ -177,7 +178,7 @@ def _relu_ffn() -> list[Fixture]:
                 normal(r, 6),
             ),
             {},
-            "odd F",
+            N_("odd F"),
         ),
         Fixture(
             f,

@@ -20,6 +20,7 @@ from typing import Any
 
 from labctl import contract
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError, LabctlError
+from labctl.i18n import Msg
 from labctl.isolation import guard, resolve_isolation
 from labctl.isolation.sandbox import CleanRoom
 from labctl.verify import fixtures as fx
@@ -41,7 +42,7 @@ class Outcome:
         str  # value | exception | not-implemented | timeout | crash | malformed | missing | skipped
     )
     value: Any = None
-    message: str = ""
+    message: str | Msg = ""  # a Msg where labctl says it, a str where the learner's code does
     exc_type: str | None = None
     where: str | None = None
     mutated: tuple[str, ...] = ()
@@ -51,24 +52,29 @@ class Outcome:
     def ok(self) -> bool:
         return self.kind == "value"
 
-    def describe(self) -> str:
-        """One phrase for a learner: what went wrong with this call."""
-        at = f" at {self.where}" if self.where else ""
+    def describe(self) -> str | Msg:
+        """One phrase for a learner: what went wrong with this call (a Msg; `str()` is English)."""
+        at = Msg(" at {where}", where=self.where) if self.where else ""
         if self.kind == "not-implemented":
-            return "not implemented (raises NotImplementedError)"
+            return Msg("not implemented (raises NotImplementedError)")
         if self.kind == "exception":
-            return f"raised {self.exc_type}: {self.message}{at}"
+            return Msg(
+                "raised {exc_type}: {message}{at}",
+                exc_type=self.exc_type,
+                message=self.message,
+                at=at,
+            )
         if self.kind == "timeout":
-            return self.message or "did not return in time (stopped)"
+            return self.message or Msg("did not return in time (stopped)")
         if self.kind == "crash":
-            return f"crashed: {self.message}"
+            return Msg("crashed: {message}", message=self.message)
         if self.kind == "malformed":
             return self.message
         if self.kind == "missing":
-            return "not exposed by the package"
+            return Msg("not exposed by the package")
         if self.kind == "skipped":
-            return self.message or "not run"
-        return "returned"
+            return self.message or Msg("not run")
+        return Msg("returned")
 
     def bad_input_class(self) -> str:
         """How a Bad input call ended: refused (as asked), returned, or something else."""
@@ -138,7 +144,7 @@ class RoomObservation:
     root: Path
     status: str = "loaded"  # loaded | refused | unloadable
     isolation: str = ""  # sandbox | process: how the clean room's code ran
-    message: str = ""
+    message: str | Msg = ""  # why it did not load (a Msg; `str()` is English)
     load_error: Located | None = None
     violations: list[Located] = field(default_factory=list)
     deviations: list[contract.Deviation] = field(default_factory=list)
@@ -229,7 +235,7 @@ def _failed(name: str, exc: CallError) -> Outcome:
         kind = "not-implemented" if exc.exc_type == "NotImplementedError" else "exception"
         return Outcome(kind, message=body, exc_type=exc.exc_type, where=exc.where)
     if exc.kind == "timeout":
-        return Outcome("timeout", message=f"did not return: {body}")
+        return Outcome("timeout", message=Msg("did not return: {body}", body=body))
     if exc.kind == "missing":
         return Outcome("missing", message=body)
     if exc.kind == "malformed":
@@ -261,10 +267,13 @@ def run_function(room: CleanRoom, function: str, timed_out: set[str]) -> Functio
 
     def one(args: tuple, kwargs: dict) -> Outcome:
         if function in timed_out:
-            return Outcome("skipped", message="not run: it timed out on an earlier fixture")
+            return Outcome("skipped", message=Msg("not run: it timed out on an earlier fixture"))
         hung = next((d for d in depends_on(function) if d in timed_out), None)
         if hung is not None:
-            return Outcome("skipped", message=f"not run: it is built from {hung}, which timed out")
+            return Outcome(
+                "skipped",
+                message=Msg("not run: it is built from {hung}, which timed out", hung=hung),
+            )
         outcome = call(room, function, args, kwargs)
         run.elapsed_s += outcome.elapsed_s
         if outcome.kind == "timeout":
@@ -318,9 +327,11 @@ def observe(
     if found:
         seen.violations = [Located(v.where, v.what, function_at(root, v.where)) for v in found]
         seen.status = "refused"
-        seen.message = (
-            f"refused: {root.name} breaks the import policy (the standard library and numpy "
-            f"only): {'; '.join(str(v) for v in seen.violations)}"
+        seen.message = Msg(
+            "refused: {room} breaks the import policy (the standard library and numpy only): "
+            "{violations}",
+            room=root.name,
+            violations="; ".join(str(v) for v in seen.violations),
         )
         return seen
     try:
@@ -329,18 +340,18 @@ def observe(
         text = str(exc).partition("breaks the import policy: ")[2]
         seen.violations = [_located(root, part) for part in text.split("; ") if part]
         seen.status = "refused"
-        seen.message = f"refused: {exc}"
+        seen.message = Msg("refused: {error}", error=str(exc))
         return seen
     except CleanRoomError as exc:
         seen.status = "unloadable"
-        seen.message = f"does not load: {exc}"
+        seen.message = Msg("does not load: {error}", error=str(exc))
         match = _SYNTAX.search(str(exc))
         where = match["where"] if match else ""
         seen.load_error = Located(where, str(exc), function_at(root, where) if where else PACKAGE)
         return seen
     except CallError as exc:
         seen.status = "unloadable"
-        seen.message = f"does not load: {exc}"
+        seen.message = Msg("does not load: {error}", error=str(exc))
         seen.load_error = Located("", str(exc))
         return seen
     with room:

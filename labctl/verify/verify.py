@@ -33,6 +33,7 @@ from labctl.evidence.models import MetricRecord
 from labctl.evidence.modules import DEFAULT_MODULE, MODULES
 from labctl.evidence.records import machine_record, metric_record, shown_path, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
+from labctl.i18n import Msg
 from labctl.isolation import resolve_isolation
 from labctl.isolation.loader import resolve_package_dir
 from labctl.isolation.sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, CleanRoom
@@ -60,7 +61,13 @@ class TemplateMetric:
     passed: bool | None = None
     unit: str | None = None
     lab: str | None = None
-    note: str = ""
+    note: str = ""  # English, for --json and the records; given as a Msg or a str
+    # What the terminal shows, translated there with `_()`: the Msg (or text) given as note.
+    shown_note: str | Msg = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.shown_note = self.note
+        self.note = str(self.note)
 
     def to_json(self) -> dict:
         data = {"name": self.name, "expected": self.expected, "actual": self.actual}
@@ -76,7 +83,7 @@ class TemplateMetric:
 class VerifyReport:
     path: str
     status: str
-    message: str
+    message: str  # English, for --json and the records; given as a Msg or a str
     checks: list[CheckResult]
     diagnosis: list[Diagnosis]
     timeout_s: float
@@ -87,6 +94,12 @@ class VerifyReport:
     records: list[Path] = field(default_factory=list)
     history: Path | None = None
     verified_at: str = ""
+    # What the terminal shows, translated there with `_()`: the Msg (or text) given as message.
+    shown: str | Msg = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.shown = self.message
+        self.message = str(self.message)
 
     @property
     def passed(self) -> bool:
@@ -153,7 +166,10 @@ def template_metrics(
         table = registry.metric_table()
     except Exception as exc:  # a lab module being written may not import yet
         return [
-            TemplateMetric(name, note=f"not measured: the labs could not be listed ({exc})")
+            TemplateMetric(
+                name,
+                note=Msg("not measured: the labs could not be listed ({error})", error=str(exc)),
+            )
             for name in module.required
         ]
     impls = {
@@ -165,22 +181,26 @@ def template_metrics(
     for name in module.required:
         if name not in table:
             measured.append(
-                TemplateMetric(name, note="not measured: no lab declares this metric yet")
+                TemplateMetric(name, note=Msg("not measured: no lab declares this metric yet"))
             )
             continue
         lab, metric = table[name]
         if lab.id not in by_lab:
             if progress:
-                progress(f"the course template's metrics: lab {lab.id}")
+                progress(Msg("the course template's metrics: lab {lab}", lab=lab.id))
             by_lab[lab.id] = run_lab(lab, METRICS_SEED, impls)
         result = by_lab[lab.id]
         rows = {m.impl: m for m in result.metrics if m.name == name}
         row = rows.get("clean-room") or rows.get("both")
         if row is None or not math.isfinite(row.actual):
-            why = result.error or (row.note if row else "the lab reported no clean-room row")
+            why = result.error or (row.note if row else Msg("the lab reported no clean-room row"))
             measured.append(
                 TemplateMetric(
-                    name, metric.expected, lab=lab.id, unit=metric.unit, note=f"not measured: {why}"
+                    name,
+                    metric.expected,
+                    lab=lab.id,
+                    unit=metric.unit,
+                    note=Msg("not measured: {why}", why=why),
                 )
             )
             continue
@@ -234,7 +254,7 @@ def verify_clean_room(
         seen = RoomObservation(
             Path(path).resolve(),
             status="unloadable",
-            message=f"does not load: {exc}",
+            message=Msg("does not load: {error}", error=str(exc)),
             isolation=level,
         )
         return _finish(seen, Path(path), timeout_s, memory_mb, out, [], start, diagnose_failures)
@@ -252,11 +272,14 @@ def verify_clean_room(
     fx.warm_reference(tuple(f for f, run in seen.runs.items() if not run.not_implemented))
     if measure and not metrics:
         metrics = [
-            TemplateMetric(name, note=f"not measured: the clean room {seen.message}")
+            TemplateMetric(
+                name,
+                note=Msg("not measured: the clean room {message}", message=seen.message),
+            )
             for name in next(m for m in MODULES if m.id == DEFAULT_MODULE).required
         ]
     if progress and diagnose_failures:
-        progress("diagnosis")
+        progress(Msg("diagnosis"))
     return _finish(seen, Path(path), timeout_s, memory_mb, out, metrics, start, diagnose_failures)
 
 
