@@ -231,8 +231,18 @@ def _check_names() -> set[str]:
     return {*_SHORT, *_SHORT.values()}
 
 
+def _course_words() -> tuple[str, ...]:
+    """The course's own headings, quoted verbatim in citations (some hold English terms)."""
+    from labctl import registry
+    from labctl.course import CHAPTERS
+
+    headings = {s.heading for lab in registry.discover() for s in lab.sections}
+    return (*ALLOWED, *headings, *(c.title for c in CHAPTERS))
+
+
 def english_sentences(output: str) -> list[str]:
-    """Runs of English words, once commands and verify's check names (identifiers) are out."""
+    """Runs of English words, once commands, verify's check names (identifiers) and the
+    course's own headings are out."""
     names = re.compile(
         r"(?<![\w-])(?:" + "|".join(sorted(_check_names(), key=len, reverse=True)) + r")(?![\w-])"
     )
@@ -240,7 +250,8 @@ def english_sentences(output: str) -> list[str]:
     for line in names.sub("·", COMMAND.sub("", output)).splitlines():
         for match in ENGLISH_RUN.finditer(line):
             if not any(
-                match.group(0) in allowed or allowed in match.group(0) for allowed in ALLOWED
+                match.group(0) in allowed or allowed in match.group(0)
+                for allowed in _course_words()
             ):
                 found.append(f"{match.group(0)!r} in {line.strip()!r}")
     return found
