@@ -103,7 +103,9 @@ def test_the_lab_module_imports_without_torch():
 
 def test_cli_json_carries_every_row(tmp_path, monkeypatch):
     lab, _ = cli_run_json("worked-examples", tmp_path, monkeypatch)
-    wrong, every = lab["tables"]
+    by_chapter, wrong, every = lab["tables"]
+    counts = [sum(row[k] for row in by_chapter["rows"]) for k in (1, 2, 3)]
+    assert counts == [len(ROWS) - len(WRONG) - len(APPROXIMATE), len(WRONG), len(APPROXIMATE)]
     assert len(every["rows"]) == len(ROWS)
     assert {row[1] for row in wrong["rows"]} == WRONG | APPROXIMATE
     assert every["columns"][-1] == "verdict"

@@ -46,11 +46,11 @@ def test_a_fortran_ordered_array_keeps_its_values():
         (_frame({"$what": 1}), r"unknown tag '\$what'"),
         (_frame({"$nd": 0}, [{"dtype": "float64"}]), "bad array spec"),
         (
-            _frame({"$nd": 0}, [{"dtype": "float64", "shape": [4]}], b"\x00" * 16),
+            _frame({"$nd": 0}, [{"dtype": "<f8", "shape": [4]}], b"\x00" * 16),
             "truncated array data",
         ),
-        (_frame({"$nd": 3}), "bad value tree"),
-        (_frame({"$tuple": [{"$nd": 0}]}, [{"dtype": "float64", "shape": [1]}], b"\x00" * 8), None),
+        (_frame({"$nd": 3}), "bad array index 3"),
+        (_frame({"$tuple": [{"$nd": 0}]}, [{"dtype": "<f8", "shape": [1]}], b"\x00" * 8), None),
     ],
 )
 def test_a_broken_frame_is_a_named_wire_error(payload, says):

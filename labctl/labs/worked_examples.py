@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labctl.course import CH8, HANDS_ON, PARTS, Section
+from labctl.course import CH8, CHAPTERS, HANDS_ON, PARTS, Section
 from labctl.i18n import N_, Msg
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 from labctl.labs.worked_examples_rows import ROWS, UNCHECKED, Row
@@ -119,6 +119,23 @@ def run(ctx: LabContext) -> LabOutput:
                 approx=counts["approximation"], impl=shown,
             ),
             flag=counts["disagrees"] > 0,
+        )
+    )  # fmt: skip
+    output.figures.append(
+        TableFigure(
+            title=Msg("verdicts by chapter (of the {impl})", impl=shown),
+            columns=(N_("chapter"), N_("agree"), N_("disagree"), N_("approximate")),
+            rows=tuple(
+                (
+                    chapter.title,
+                    *(
+                        sum(row.section.chapter == chapter and verdicts[shown] == v
+                            for row, verdicts, _ in judged)
+                        for v in ("agrees", "disagrees", "approximation")
+                    ),
+                )
+                for chapter in CHAPTERS
+            ),
         )
     )  # fmt: skip
     output.figures.append(

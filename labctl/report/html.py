@@ -176,7 +176,11 @@ def _figures(run: LabRun, plots) -> str:
                 for j in range(len(entry.columns))
             ]
             table = _table(entry.columns, [[_e(_cell(c)) for c in r] for r in entry.rows], numeric)
-            drawn = _img(plots.line_plot(entry), entry.title) if plots.plottable(entry) else ""
+            drawn = ""
+            if plots.plottable(entry):
+                drawn = _img(plots.line_plot(entry), entry.title)
+            elif plots.bars(entry):
+                drawn = _img(plots.bar_plot(entry), entry.title)
             parts.append(
                 f"<figure>{drawn}<figcaption>{_e(entry.title)}</figcaption>{table}</figure>"
             )

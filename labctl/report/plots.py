@@ -164,6 +164,45 @@ def _series(figure: Figure) -> list[tuple[str, list[float], list[float]]]:
     return lines
 
 
+def bars(figure: Figure) -> list[tuple[str, list[str], list[float]]]:
+    """(column, labels, values) for a table of named rows (a text first column, at most
+    24 rows) with numeric columns: what a parameter breakdown or a per-token table is."""
+    rows = [r for r in figure.rows if len(r) == len(figure.columns)]
+    if not 1 <= len(rows) <= 24 or all(number(r[0]) is not None for r in rows):
+        return []
+    found = []
+    for j in range(1, len(figure.columns)):
+        values = [number(r[j]) for r in rows]
+        if all(v is not None for v in values):
+            found.append((figure.columns[j], [r[0] for r in rows], values))
+    return found
+
+
+def bar_plot(figure: Figure) -> bytes:
+    """Each numeric column as a group of horizontal bars, one per named row."""
+    import numpy as np
+
+    plt = _pyplot()
+    series = bars(figure)
+    labels = series[0][1]
+    fig, ax = plt.subplots(
+        figsize=(6.4, 0.6 + 0.32 * len(labels) * len(series)), layout="constrained"
+    )
+    height = 0.8 / len(series)
+    rows = np.arange(len(labels))
+    for k, (column, _labels, values) in enumerate(series):
+        ax.barh(rows + k * height, values, height=height, label=column)
+    ax.set_yticks(rows + height * (len(series) - 1) / 2, labels, fontsize=7)
+    ax.invert_yaxis()
+    magnitudes = [abs(v) for v in series[0][2] if v]
+    if magnitudes and _wide(magnitudes):
+        ax.set_xscale("log")
+    ax.grid(True, axis="x", alpha=0.3)
+    if len(series) > 1:
+        ax.legend(fontsize=7, loc="best")
+    return _png(fig)
+
+
 def _wide(values: list[float]) -> bool:
     positive = [v for v in values if v > 0]
     return len(positive) == len(values) and max(positive) / min(positive) >= 100
