@@ -14,6 +14,7 @@ the learner's stdout and stderr are captured here, never shown on labctl's.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -99,6 +100,17 @@ class _Output:
         return replies.printable(data.decode("utf-8", "replace"), total - len(data))
 
 
+# Frames carry arrays of megabytes; Linux pipes hold 64 KiB unless asked (up to
+# /proc/sys/fs/pipe-max-size, 1 MiB by default), and each refill is a wake-up of the reader.
+PIPE_BYTES = 1 << 20
+
+
+def _widen(fd: int) -> None:
+    """Ask for a 1 MiB pipe; where the system refuses, the default pipe works, only slower."""
+    with contextlib.suppress(AttributeError, OSError):
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+
+
 class CleanRoom:
     """A clean room held in a worker; contract functions are its attributes."""
 
@@ -153,6 +165,8 @@ class CleanRoom:
     def _start(self) -> None:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
+        _widen(to_child_w)
+        _widen(from_child_w)
         output_r, output_w = os.pipe()
         command, room_path = self._command(to_child_r, from_child_w)
         try:

@@ -51,9 +51,10 @@ def _encode(value: Any, blobs: list[bytes], specs: list[dict]) -> Any:
         array = np.asarray(value)
         if array.dtype.str[1:] not in ALLOWED_DTYPES:
             return {"$unsupported": f"ndarray of dtype {array.dtype}"}
-        # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
         specs.append({"dtype": array.dtype.str, "shape": list(array.shape)})
-        blobs.append(array.tobytes(order="C"))
+        # The bytes in C order: a view of a C-contiguous array, else one copy. The shape
+        # travels in the spec, so flattening (a 0-d array too) loses nothing.
+        blobs.append(memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8)))
         return {"$nd" if isinstance(value, np.ndarray) else "$np": len(blobs) - 1}
     if isinstance(value, (int, float)):
         return value
@@ -66,12 +67,17 @@ def _encode(value: Any, blobs: list[bytes], specs: list[dict]) -> Any:
     return {"$unsupported": type(value).__name__}
 
 
-def encode(value: Any) -> bytes:
-    blobs: list[bytes] = []
+def _parts(value: Any) -> list:
+    """The frame body as buffers, arrays not copied into one string: header, then each array."""
+    blobs: list = []
     specs: list[dict] = []
     tree = _encode(value, blobs, specs)
     header = json.dumps({"tree": tree, "blobs": specs}).encode("utf-8")
-    return struct.pack(">I", len(header)) + header + b"".join(blobs)
+    return [struct.pack(">I", len(header)) + header, *blobs]
+
+
+def encode(value: Any) -> bytes:
+    return b"".join(_parts(value))
 
 
 def _array(spec: dict, payload: memoryview, offset: int) -> tuple[np.ndarray, int]:
@@ -92,7 +98,9 @@ def _array(spec: dict, payload: memoryview, offset: int) -> tuple[np.ndarray, in
     nbytes = dtype.itemsize * count
     if offset + nbytes > len(payload):
         raise WireError("truncated array data")
-    array = np.frombuffer(payload[offset : offset + nbytes], dtype=dtype).reshape(shape).copy()
+    array = np.frombuffer(payload[offset : offset + nbytes], dtype=dtype).reshape(shape)
+    if not array.flags.writeable:  # a frame read from a pipe is already this process's own
+        array = array.copy()
     return array, offset + nbytes
 
 
@@ -145,31 +153,34 @@ def _decode(node: Any, arrays: list[np.ndarray]) -> Any:
 
 
 def write_frame(fd: int, message: Any) -> None:
-    data = encode(message)
-    view = memoryview(struct.pack(">Q", len(data)) + data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+    parts = _parts(message)
+    size = sum(memoryview(p).nbytes for p in parts)
+    for part in (struct.pack(">Q", size), *parts):
+        view = memoryview(part).cast("B")
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
 
 
 class Timeout(Exception):
     """No complete frame arrived before the deadline."""
 
 
-def read_exactly(fd: int, n: int, deadline: float | None = None) -> bytes:
+def read_exactly(fd: int, n: int, deadline: float | None = None) -> bytearray:
     """`n` bytes from `fd`; with a deadline (time.monotonic), a stalled sender raises Timeout."""
-    chunks = []
-    while n:
+    buffer = bytearray(n)
+    view = memoryview(buffer)
+    done = 0
+    while done < n:
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 raise Timeout("no complete frame before the deadline")
-        chunk = os.read(fd, min(n, 1 << 20))
-        if not chunk:
+        got = os.readv(fd, [view[done : done + (1 << 20)]])
+        if not got:
             raise EOFError("the other side closed the pipe")
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
+        done += got
+    return buffer
 
 
 def read_frame(fd: int, deadline: float | None = None) -> Any:
