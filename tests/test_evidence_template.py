@@ -15,7 +15,8 @@ from labctl.cli.main import app
 from labctl.evidence.modules import DEFAULT_MODULE, MODULES
 from labctl.evidence.validate import PLACEHOLDER
 
-SEED_002 = Path("/work/shared/seeds/002_edf31da47b29d4da.txt")
+# The course text lies beside the repository, in ../shared/seeds/.
+SEED_002 = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "002_edf31da47b29d4da.txt"
 TEMPLATE_METRICS = (
     "future_token_invariance",
     "reference_output_max_error",
