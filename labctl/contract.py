@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from labctl.errors import ContractError
+from labctl.i18n import Msg
 
 CONTRACT_ID = "transformer-block-v1"
 CONTRACT_VERSION = 1
@@ -52,10 +53,22 @@ class Function:
 
 @dataclass(frozen=True)
 class Deviation:
-    """One way a clean room departs from the contract, named for a learner."""
+    """One way a clean room departs from the contract, named for a learner.
+
+    `message` is English (for --json, the evidence records and comparisons); it
+    is given as a Msg, which is kept as `shown` for the terminal to translate.
+    """
 
     function: str
     message: str
+    shown: str | Msg = field(default="", repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.message, Msg):
+            object.__setattr__(self, "shown", self.message)
+            object.__setattr__(self, "message", str(self.message))
+        elif not self.shown:
+            object.__setattr__(self, "shown", self.message)
 
 
 def _raw_text() -> str:
@@ -127,13 +140,13 @@ def check_signatures(observed: dict[str, dict]) -> list[Deviation]:
     for fn in functions():
         seen = observed.get(fn.name, {"present": False})
         if not seen.get("present"):
-            deviations.append(Deviation(fn.name, "missing: the package does not expose it"))
+            deviations.append(Deviation(fn.name, Msg("missing: the package does not expose it")))
             continue
         if not seen.get("callable"):
-            deviations.append(Deviation(fn.name, "not callable"))
+            deviations.append(Deviation(fn.name, Msg("not callable")))
             continue
         if seen.get("params") is None:
-            deviations.append(Deviation(fn.name, "signature cannot be inspected"))
+            deviations.append(Deviation(fn.name, Msg("signature cannot be inspected")))
             continue
         deviations.extend(_compare_params(fn, seen["params"]))
     return deviations
@@ -146,22 +159,29 @@ def _compare_params(fn: Function, params: list[dict]) -> list[Deviation]:
     variadic = [p["name"] for p in params if p["kind"] in ("VAR_POSITIONAL", "VAR_KEYWORD")]
     if variadic:
         out.append(
-            Deviation(fn.name, f"takes variadic *{variadic[0]}: the contract lists exact names")
+            Deviation(
+                fn.name,
+                Msg("takes variadic *{name}: the contract lists exact names", name=variadic[0]),
+            )
         )
     plain = [n for n in observed_names if n not in variadic]
     if plain != expected_names:
         missing = [n for n in expected_names if n not in plain]
         extra = [n for n in plain if n not in expected_names]
-        parts = []
+        parts: list[Msg] = []
         if missing:
-            parts.append("missing " + ", ".join(missing))
+            parts.append(Msg("missing {names}", names=", ".join(missing)))
         if extra:
-            parts.append("unexpected " + ", ".join(extra))
+            parts.append(Msg("unexpected {names}", names=", ".join(extra)))
         if not parts:
             parts.append(
-                f"order is ({', '.join(plain)}), contract is ({', '.join(expected_names)})"
+                Msg(
+                    "order is ({observed}), contract is ({expected})",
+                    observed=", ".join(plain),
+                    expected=", ".join(expected_names),
+                )
             )
-        out.append(Deviation(fn.name, "parameters: " + "; ".join(parts)))
+        out.append(Deviation(fn.name, Msg("parameters: {problems}", problems=joined(parts))))
         return out
     named = [p for p in params if p["name"] not in variadic]  # *args / **kwargs named above
     for want, got in zip(fn.params, named, strict=True):
@@ -169,16 +189,33 @@ def _compare_params(fn: Function, params: list[dict]) -> list[Deviation]:
             kind = got["kind"].lower().replace("_", "-")
             out.append(
                 Deviation(
-                    fn.name, f"parameter {want.name} is {kind}; it must be positional-or-keyword"
+                    fn.name,
+                    Msg(
+                        "parameter {name} is {kind}; it must be positional-or-keyword",
+                        name=want.name,
+                        kind=kind,
+                    ),
                 )
             )
         has_default = "default" in got
         if want.required and has_default:
             out.append(
-                Deviation(fn.name, f"parameter {want.name} has a default; the contract has none")
+                Deviation(
+                    fn.name,
+                    Msg("parameter {name} has a default; the contract has none", name=want.name),
+                )
             )
         elif not want.required and not has_default:
-            out.append(Deviation(fn.name, f"parameter {want.name} needs default {want.default!r}"))
+            out.append(
+                Deviation(
+                    fn.name,
+                    Msg(
+                        "parameter {name} needs default {default}",
+                        name=want.name,
+                        default=repr(want.default),
+                    ),
+                )
+            )
         elif not want.required and not _same_default(want.default, got["default"]):
             shown = (
                 got["default"]["repr"] if isinstance(got["default"], dict) else repr(got["default"])
@@ -186,7 +223,22 @@ def _compare_params(fn: Function, params: list[dict]) -> list[Deviation]:
             out.append(
                 Deviation(
                     fn.name,
-                    f"parameter {want.name} defaults to {shown}; contract: {want.default!r}",
+                    Msg(
+                        "parameter {name} defaults to {observed}; contract: {expected}",
+                        name=want.name,
+                        observed=shown,
+                        expected=repr(want.default),
+                    ),
                 )
             )
     return out
+
+
+def joined(messages: list[str | Msg]) -> str | Msg:
+    """Messages joined with "; " as one Msg, each translated when it is shown."""
+    if not messages:
+        return ""
+    result = messages[-1]
+    for message in reversed(messages[:-1]):
+        result = Msg("{first}; {rest}", first=message, rest=result)
+    return result

@@ -3,6 +3,7 @@ and Chinese output with no English sentence left in it (identifiers aside)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -318,3 +319,47 @@ def test_zh_verify_check_messages_are_translated(tmp_path):
     lines = _zh_verify(tmp_path)
     assert not english_sentences(lines[0])
     assert "工作进程" in lines[0], lines[0]
+
+
+# ---- faults and contract deviations -----------------------------------------------------------
+
+
+def test_zh_contract_check_names_a_deviation_in_chinese_and_json_stays_english(tmp_path):
+    import shutil
+
+    from labctl.faults import project_clean_room
+
+    room = tmp_path / "room"
+    shutil.copytree(project_clean_room(), room, ignore=shutil.ignore_patterns("__pycache__"))
+    with (room / "__init__.py").open("a", encoding="utf-8") as handle:
+        handle.write("\n\ndef rope(x, pos, theta=1000.0):\n    return x\n")
+    result = runner.invoke(app, ["--lang", "zh", "contract", "check", "--path", str(room)], env=ZH)
+    assert result.exit_code == 1, result.output
+    flat = " ".join(result.output.split())
+    assert "参数：缺少 positions；多出 pos" in flat, flat
+    assert "parameters:" not in flat
+    document = json.loads(
+        runner.invoke(
+            app, ["--lang", "zh", "contract", "check", "--path", str(room), "--json"], env=ZH
+        ).stdout
+    )
+    rope = next(f for f in document["functions"] if f["function"] == "rope")
+    assert rope["deviations"] == ["parameters: missing positions; unexpected pos"]
+
+
+@pytest.mark.slow
+def test_zh_verify_diagnosis_describes_the_fault_in_chinese(tmp_path):
+    from labctl.faults import get as get_fault
+
+    room = get_fault("no-sqrt-dk").materialize(tmp_path / "clean_room")
+    args = ["verify", "clean-room", "--path", str(room), "--no-metrics", "--out", str(tmp_path)]
+    result = runner.invoke(app, ["--lang", "zh", *args], env=ZH)
+    assert result.exit_code == 1, result.output
+    flat = " ".join(result.output.split())
+    assert "分数没有除以 sqrt(D)：默认 scale 为 1" in flat, flat
+    assert "第8章 · Attention 与 Transformer Block 故障注入与预期信号" in flat
+    assert "scores are not divided" not in flat
+    document = json.loads(runner.invoke(app, ["--lang", "zh", *args, "--json"], env=ZH).stdout)
+    assert any(
+        "scores are not divided by sqrt(D)" in d["message"] for d in document["diagnosis"]
+    ), document["diagnosis"]

@@ -67,7 +67,7 @@ def test_human_output_is_a_table_then_diagnosis_then_a_verdict(workdir):
     assert "failures" in text and "diagnosis" in text
     flat = " ".join(text.split())
     assert "matches fault `no-sqrt-dk`" in flat
-    assert "see 002 故障注入与预期信号: 忘记除以 √d_k" in flat
+    assert "see 第8章 · Attention 与 Transformer Block 故障注入与预期信号: 忘记除以 √d_k" in flat
     assert "multi_head_attention fails because scaled_dot_product_attention fails" in flat
     last = [line for line in text.splitlines() if line.strip()][-1]
     assert last.startswith("FAIL") and "functions pass every check" in last

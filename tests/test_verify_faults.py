@@ -175,7 +175,10 @@ def test_a_learners_own_code_with_a_catalogued_bug_is_diagnosed(tmp_path, matrix
     report = verify_clean_room(room, 2.0, out=None, measure=False)
     named = next(d for d in report.diagnosis if d.function == "causal_mask")
     assert named.fault == "mask-reversed"
-    assert "see 002 故障注入与预期信号: mask 上下三角写反" in named.message
+    assert (
+        "see 第8章 · Attention 与 Transformer Block 故障注入与预期信号: mask 上下三角写反"
+        in named.message
+    )
 
 
 def test_a_matching_bug_with_an_extra_symptom_is_still_named(tmp_path, matrix):

@@ -12,7 +12,7 @@ from labctl import contract
 from labctl.cli.isolation import IsolationOption, effective
 from labctl.cli.render import Column, fit, out, print_json, text, verdict
 from labctl.errors import EXIT_FAILED
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, _
 
 app = typer.Typer(help="The frozen clean-room interface, contract v1.", no_args_is_help=True)
 
@@ -69,7 +69,7 @@ def check(
         print_json(report.to_json())
     else:
         for name in report.checked:
-            problems = [d.message for d in report.deviations if d.function == name]
+            problems = [_(d.shown) for d in report.deviations if d.function == name]
             out.print(
                 f"{verdict(not problems)}  {name}"
                 + "".join(f"\n      {escape(m)}" for m in problems)

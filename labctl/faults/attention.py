@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from labctl.faults.base import Fault
+from labctl.i18n import N_
 
 ATTENTION: tuple[Fault, ...] = (
     Fault(
         name="softmax-no-max",
         function="softmax",
         module="primitives",
-        description="softmax does not subtract the max first: exp(1000) overflows to inf and "
-        "inf / inf gives NaN",
-        course="004 §03.5 数值稳定的 softmax：减去最大值防止 exp 溢出",
+        description=N_(
+            "softmax does not subtract the max first: exp(1000) overflows to inf and "
+            "inf / inf gives NaN"
+        ),
+        course="Transformer 手撕与注意力机制 §03.5 数值稳定的 softmax：减去最大值防止 exp 溢出",
         signal="finite",
         source="""
         def softmax(x, axis=-1):
@@ -24,10 +27,12 @@ ATTENTION: tuple[Fault, ...] = (
         name="softmax-blocked-nan",
         function="softmax",
         module="primitives",
-        description="a slice that is all -inf (every key blocked) gives NaN: -inf - (-inf) is "
-        "NaN; the contract asks for zeros",
+        description=N_(
+            "a slice that is all -inf (every key blocked) gives NaN: -inf - (-inf) is "
+            "NaN; the contract asks for zeros"
+        ),
         course="contract v1 conventions: a fully blocked row gets all-zero weights, never NaN; "
-        "004 §04 Causal Mask",
+        "Transformer 手撕与注意力机制 §04 Causal Mask",
         signal="rows-sum",
         source="""
         def softmax(x, axis=-1):
@@ -40,9 +45,11 @@ ATTENTION: tuple[Fault, ...] = (
         name="causal-top-left",
         function="causal_mask",
         module="primitives",
-        description="the causal mask is aligned top-left (j > i, as PyTorch's is_causal): "
-        "right when Tq == Tk, wrong for decode with a cache (Tq < Tk)",
-        course="004 §07 KV Cache; contract v1: causal alignment is bottom-right",
+        description=N_(
+            "the causal mask is aligned top-left (j > i, as PyTorch's is_causal): "
+            "right when Tq == Tk, wrong for decode with a cache (Tq < Tk)"
+        ),
+        course="Transformer 手撕与注意力机制 §07 KV Cache; contract v1: causal alignment is bottom-right",
         source="""
         def causal_mask(t_q, t_k=None):
             t_q = _as_size(t_q, "t_q")
@@ -54,9 +61,11 @@ ATTENTION: tuple[Fault, ...] = (
         name="window-off-by-one",
         function="sliding_window_mask",
         module="primitives",
-        description="the sliding window sees keys p - window .. p: window + 1 keys, the current "
-        "token not counted in the window",
-        course="002 阶段五 滑动窗口注意力: [i-W+1, i]",
+        description=N_(
+            "the sliding window sees keys p - window .. p: window + 1 keys, the current "
+            "token not counted in the window"
+        ),
+        course="第8章 · Attention 与 Transformer Block 阶段五 滑动窗口注意力: [i-W+1, i]",
         source="""
         def sliding_window_mask(t_q, window, t_k=None):
             t_q = _as_size(t_q, "t_q")
@@ -71,8 +80,10 @@ ATTENTION: tuple[Fault, ...] = (
         name="window-unchecked",
         function="sliding_window_mask",
         module="primitives",
-        description="window < 1 is accepted and gives a mask that blocks every key, instead of "
-        "a ValueError naming window",
+        description=N_(
+            "window < 1 is accepted and gives a mask that blocks every key, instead of "
+            "a ValueError naming window"
+        ),
         course="contract v1 Bad input: window < 1",
         signal="bad-input",
         source="""
@@ -88,8 +99,10 @@ ATTENTION: tuple[Fault, ...] = (
         name="padding-off-by-one",
         function="padding_mask",
         module="primitives",
-        description="the padding mask blocks positions > length instead of >= length: the "
-        "first pad token stays visible",
+        description=N_(
+            "the padding mask blocks positions > length instead of >= length: the "
+            "first pad token stays visible"
+        ),
         course="contract v1 padding_mask: True where key position >= lengths[b]",
         source="""
         def padding_mask(lengths, t):
@@ -102,9 +115,11 @@ ATTENTION: tuple[Fault, ...] = (
         name="mask-after-softmax",
         function="scaled_dot_product_attention",
         module="attention",
-        description="the mask zeroes blocked weights after the softmax instead of -inf before "
-        "it: rows no longer sum to 1 and the future still moves the denominator",
-        course="004 §04 Causal Mask: 不是把 mask 位置的权重设为 0（在 softmax 之后）",
+        description=N_(
+            "the mask zeroes blocked weights after the softmax instead of -inf before "
+            "it: rows no longer sum to 1 and the future still moves the denominator"
+        ),
+        course="Transformer 手撕与注意力机制 §04 Causal Mask: 不是把 mask 位置的权重设为 0（在 softmax 之后）",
         signal="rows-sum",
         source="""
         def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
@@ -122,9 +137,11 @@ ATTENTION: tuple[Fault, ...] = (
         name="merge-heads-imports-torch",
         function="merge_heads",
         module="primitives",
-        description="merge_heads tries `import torch` for a faster path (and falls back to "
-        "NumPy): the clean room breaks the import policy",
-        course="002 L3 clean-room 要求: 不得导入课程参考实现",
+        description=N_(
+            "merge_heads tries `import torch` for a faster path (and falls back to "
+            "NumPy): the clean room breaks the import policy"
+        ),
+        course="第8章 · Attention 与 Transformer Block L3 clean-room 要求: 不得导入课程参考实现",
         signal="import-policy",
         source="""
         def merge_heads(x):

@@ -5,15 +5,18 @@ the decoder)."""
 from __future__ import annotations
 
 from labctl.faults.base import Fault
+from labctl.i18n import N_
 
 BLOCK: tuple[Fault, ...] = (
     Fault(
         name="rope-half-split",
         function="rope",
         module="primitives",
-        description="RoPE rotates the pairs (i, i + D/2) (HF's rotate_half layout) instead of "
-        "the interleaved pairs (2i, 2i+1) of the RoPE paper and the course",
-        course="004 §01.5 RoPE 的旋转矩阵推导; contract v1 rope: interleaved pairs",
+        description=N_(
+            "RoPE rotates the pairs (i, i + D/2) (HF's rotate_half layout) instead of "
+            "the interleaved pairs (2i, 2i+1) of the RoPE paper and the course"
+        ),
+        course="Transformer 手撕与注意力机制 §01.5 RoPE 的旋转矩阵推导; contract v1 rope: interleaved pairs",
         source="""
         def rope(x, positions, theta=10000.0):
             x = _as_float(x, "x")
@@ -32,9 +35,11 @@ BLOCK: tuple[Fault, ...] = (
         name="rope-ignores-positions",
         function="rope",
         module="primitives",
-        description="RoPE rotates row t by t (0..T-1) whatever the positions say: right for a "
-        "fresh sequence, wrong for non-consecutive positions and for decode with a cache",
-        course="004 §01.5 RoPE; §07 KV Cache (new tokens sit at Tp .. Tp+Tn-1)",
+        description=N_(
+            "RoPE rotates row t by t (0..T-1) whatever the positions say: right for a "
+            "fresh sequence, wrong for non-consecutive positions and for decode with a cache"
+        ),
+        course="Transformer 手撕与注意力机制 §01.5 RoPE; §07 KV Cache (new tokens sit at Tp .. Tp+Tn-1)",
         source="""
         _correct_rope = rope
 
@@ -46,9 +51,11 @@ BLOCK: tuple[Fault, ...] = (
         name="sinusoidal-hang",
         function="sinusoidal_positions",
         module="primitives",
-        description="the loop over column pairs never advances its index: sinusoidal_positions "
-        "never returns",
-        course="004 §01.2 Positional Encoding",
+        description=N_(
+            "the loop over column pairs never advances its index: sinusoidal_positions "
+            "never returns"
+        ),
+        course="Transformer 手撕与注意力机制 §01.2 Positional Encoding",
         signal="runs",
         source="""
         def sinusoidal_positions(seq_len, d_model):
@@ -64,8 +71,8 @@ BLOCK: tuple[Fault, ...] = (
         name="rms-eps-outside-sqrt",
         function="rms_norm",
         module="primitives",
-        description="eps is added outside the square root: x / (sqrt(mean(x**2)) + eps)",
-        course="004 §06.2 RMSNorm; contract v1 rms_norm: x / sqrt(mean(x**2) + eps)",
+        description=N_("eps is added outside the square root: x / (sqrt(mean(x**2)) + eps)"),
+        course="Transformer 手撕与注意力机制 §06.2 RMSNorm; contract v1 rms_norm: x / sqrt(mean(x**2) + eps)",
         source="""
         def rms_norm(x, weight, eps=1e-6):
             x = _as_float(x, "x")
@@ -78,8 +85,10 @@ BLOCK: tuple[Fault, ...] = (
         name="rms-eps-default",
         function="rms_norm",
         module="primitives",
-        description="rms_norm's eps defaults to 1e-5 (LayerNorm's) instead of the contract's 1e-6",
-        course="004 §06 LayerNorm vs RMSNorm: ε 通常 1e-5 (LayerNorm), rms_norm eps=1e-6",
+        description=N_(
+            "rms_norm's eps defaults to 1e-5 (LayerNorm's) instead of the contract's 1e-6"
+        ),
+        course="Transformer 手撕与注意力机制 §06 LayerNorm vs RMSNorm: ε 通常 1e-5 (LayerNorm), rms_norm eps=1e-6",
         signal="contract",
         source="""
         _correct_rms_norm = rms_norm
@@ -92,9 +101,10 @@ BLOCK: tuple[Fault, ...] = (
         name="layer-norm-unbiased",
         function="layer_norm",
         module="primitives",
-        description="layer_norm divides the variance by C - 1 (unbiased, torch.var's default) "
-        "instead of C",
-        course="004 §06.1 LayerNorm: σ² = (1/d) Σ (x_i - μ)²",
+        description=N_(
+            "layer_norm divides the variance by C - 1 (unbiased, torch.var's default) instead of C"
+        ),
+        course="Transformer 手撕与注意力机制 §06.1 LayerNorm: σ² = (1/d) Σ (x_i - μ)²",
         source="""
         def layer_norm(x, weight, bias, eps=1e-5):
             x = _as_float(x, "x")
@@ -109,8 +119,10 @@ BLOCK: tuple[Fault, ...] = (
         name="layer-norm-in-place",
         function="layer_norm",
         module="primitives",
-        description="layer_norm centres its input in place (x -= mean): the result is right, "
-        "but the caller's array is changed",
+        description=N_(
+            "layer_norm centres its input in place (x -= mean): the result is right, "
+            "but the caller's array is changed"
+        ),
         course="contract v1 conventions: functions are pure, never modify an input in place",
         signal="pure",
         source="""
@@ -127,8 +139,10 @@ BLOCK: tuple[Fault, ...] = (
         name="relu-ffn-float64",
         function="relu_ffn",
         module="primitives",
-        description="relu_ffn converts its input to float64 'to be safe': a float32 input comes "
-        "back float64",
+        description=N_(
+            "relu_ffn converts its input to float64 'to be safe': a float32 input comes "
+            "back float64"
+        ),
         course="contract v1 conventions: outputs keep the input's floating dtype",
         signal="dtype",
         source="""
@@ -141,8 +155,8 @@ BLOCK: tuple[Fault, ...] = (
         name="swiglu-swapped",
         function="swiglu_ffn",
         module="primitives",
-        description="SwiGLU gates the wrong projection: silu(x @ w_up) * (x @ w_gate)",
-        course="004 §06.5 FFN 与激活函数：SwiGLU",
+        description=N_("SwiGLU gates the wrong projection: silu(x @ w_up) * (x @ w_gate)"),
+        course="Transformer 手撕与注意力机制 §06.5 FFN 与激活函数：SwiGLU",
         source="""
         def swiglu_ffn(x, w_gate, w_up, w_down):
             x = _as_float(x, "x")
@@ -153,9 +167,11 @@ BLOCK: tuple[Fault, ...] = (
         name="mha-window-ignored",
         function="multi_head_attention",
         module="transformer_block",
-        description="multi_head_attention accepts window but masks causally only: every "
-        "query still sees the whole past",
-        course="002 阶段五 滑动窗口注意力 (SWA)",
+        description=N_(
+            "multi_head_attention accepts window but masks causally only: every "
+            "query still sees the whole past"
+        ),
+        course="第8章 · Attention 与 Transformer Block 阶段五 滑动窗口注意力 (SWA)",
         source="""
         _correct_mha = multi_head_attention
 
@@ -167,9 +183,11 @@ BLOCK: tuple[Fault, ...] = (
         name="decode-cache-not-appended",
         function="attention_decode",
         module="transformer_block",
-        description="attention_decode hands back only the new tokens' keys and values instead "
-        "of the caches with them appended: the next step loses its past",
-        course="004 §07 KV Cache 原理",
+        description=N_(
+            "attention_decode hands back only the new tokens' keys and values instead "
+            "of the caches with them appended: the next step loses its past"
+        ),
+        course="Transformer 手撕与注意力机制 §07 KV Cache 原理",
         signal="shape",
         source="""
         _correct_decode = attention_decode
@@ -184,9 +202,11 @@ BLOCK: tuple[Fault, ...] = (
         name="tiled-no-rescale",
         function="tiled_attention",
         module="attention",
-        description="the online softmax never rescales what it has summed when a later block "
-        "raises the running max: exp(m_old - m_new) is missing",
-        course="004 §07.5 FlashAttention 核心思想: online softmax (running max, running sum)",
+        description=N_(
+            "the online softmax never rescales what it has summed when a later block "
+            "raises the running max: exp(m_old - m_new) is missing"
+        ),
+        course="Transformer 手撕与注意力机制 §07.5 FlashAttention 核心思想: online softmax (running max, running sum)",
         source="""
         def tiled_attention(q, k, v, block_size, causal=True, scale=None):
             q, k, v, n_rep = _check_qkv(q, k, v)
@@ -219,8 +239,8 @@ BLOCK: tuple[Fault, ...] = (
         name="decoder-no-final-norm",
         function="decoder_forward",
         module="transformer_block",
-        description="decoder_forward skips the final rms_norm before the tied unembedding",
-        course="004 §06.4 Pre-Norm: 一些模型会在最后额外加一个 RMSNorm; §08 完整最小 Transformer Decoder",
+        description=N_("decoder_forward skips the final rms_norm before the tied unembedding"),
+        course="Transformer 手撕与注意力机制 §06.4 Pre-Norm: 一些模型会在最后额外加一个 RMSNorm; §08 完整最小 Transformer Decoder",
         source="""
         def decoder_forward(token_ids, params, n_heads, n_kv_heads=None, eps=1e-6, positional="sinusoidal", rope_theta=10000.0, window=None):
             embed = _as_float(params["embed"], "embed", ndim=2)

@@ -4,14 +4,17 @@ then a wrong GQA order and a decode RoPE offset."""
 from __future__ import annotations
 
 from labctl.faults.base import Fault
+from labctl.i18n import N_
 
 COURSE: tuple[Fault, ...] = (
     Fault(
         name="residual-dropped",
         function="transformer_block",
         module="transformer_block",
-        description="the attention sublayer's residual is dropped: h = attention(norm(x)), not x + ...",
-        course="002 故障注入与预期信号: residual 分支 shape 或顺序错误",
+        description=N_(
+            "the attention sublayer's residual is dropped: h = attention(norm(x)), not x + ..."
+        ),
+        course="第8章 · Attention 与 Transformer Block 故障注入与预期信号: residual 分支 shape 或顺序错误",
         source="""
         def transformer_block(x, params, n_heads, n_kv_heads=None, eps=1e-6, rope_theta=None, window=None):
             x = _as_float(x, "x", ndim=3)
@@ -28,8 +31,10 @@ COURSE: tuple[Fault, ...] = (
         name="residual-post-norm",
         function="transformer_block",
         module="transformer_block",
-        description="norm and residual in the wrong order: h = rms_norm(x + attention(x)) (post-norm)",
-        course="002 故障注入与预期信号: residual 分支 shape 或顺序错误; 阶段四 Pre-LN vs Post-LN",
+        description=N_(
+            "norm and residual in the wrong order: h = rms_norm(x + attention(x)) (post-norm)"
+        ),
+        course="第8章 · Attention 与 Transformer Block 故障注入与预期信号: residual 分支 shape 或顺序错误; 阶段四 Pre-LN vs Post-LN",
         source="""
         def transformer_block(x, params, n_heads, n_kv_heads=None, eps=1e-6, rope_theta=None, window=None):
             x = _as_float(x, "x", ndim=3)
@@ -47,8 +52,8 @@ COURSE: tuple[Fault, ...] = (
         name="no-sqrt-dk",
         function="scaled_dot_product_attention",
         module="attention",
-        description="scores are not divided by sqrt(D): the default scale is 1",
-        course="002 故障注入与预期信号: 忘记除以 √d_k",
+        description=N_("scores are not divided by sqrt(D): the default scale is 1"),
+        course="第8章 · Attention 与 Transformer Block 故障注入与预期信号: 忘记除以 √d_k",
         source="""
         _correct_sdpa = scaled_dot_product_attention
 
@@ -60,8 +65,8 @@ COURSE: tuple[Fault, ...] = (
         name="mask-adds-zero",
         function="scaled_dot_product_attention",
         module="attention",
-        description="the mask adds 0 instead of -inf to blocked scores, so it blocks nothing",
-        course="002 故障注入与预期信号: mask 加 0 而不是负无穷",
+        description=N_("the mask adds 0 instead of -inf to blocked scores, so it blocks nothing"),
+        course="第8章 · Attention 与 Transformer Block 故障注入与预期信号: mask 加 0 而不是负无穷",
         signal="causal",
         source="""
         _correct_sdpa = scaled_dot_product_attention
@@ -74,8 +79,10 @@ COURSE: tuple[Fault, ...] = (
         name="mask-reversed",
         function="causal_mask",
         module="primitives",
-        description="the causal triangle is reversed: the past is blocked and the future visible",
-        course="002 故障注入与预期信号: mask 上下三角写反",
+        description=N_(
+            "the causal triangle is reversed: the past is blocked and the future visible"
+        ),
+        course="第8章 · Attention 与 Transformer Block 故障注入与预期信号: mask 上下三角写反",
         signal="causal",
         source="""
         def causal_mask(t_q, t_k=None):
@@ -90,9 +97,11 @@ COURSE: tuple[Fault, ...] = (
         name="head-seq-confused",
         function="split_heads",
         module="primitives",
-        description="the reshape confuses head and sequence axes: (B, T, C) -> (B, H, T, D) "
-        "without the transpose",
-        course="002 故障注入与预期信号: 多头 reshape 时 head 与序列维混淆",
+        description=N_(
+            "the reshape confuses head and sequence axes: (B, T, C) -> (B, H, T, D) "
+            "without the transpose"
+        ),
+        course="第8章 · Attention 与 Transformer Block 故障注入与预期信号: 多头 reshape 时 head 与序列维混淆",
         source="""
         def split_heads(x, n_heads):
             x = _as_float(x, "x", ndim=3)
@@ -107,9 +116,11 @@ COURSE: tuple[Fault, ...] = (
         name="gqa-tiled",
         function="repeat_kv",
         module="primitives",
-        description="key/value heads are tiled (0,1,0,1) instead of interleaved (0,0,1,1): "
-        "query head h reads the wrong group",
-        course="004 §05.5 GQA (K.repeat(n_groups, axis=0)); contract repeat_kv",
+        description=N_(
+            "key/value heads are tiled (0,1,0,1) instead of interleaved (0,0,1,1): "
+            "query head h reads the wrong group"
+        ),
+        course="Transformer 手撕与注意力机制 §05.5 GQA (K.repeat(n_groups, axis=0)); contract repeat_kv",
         source="""
         def repeat_kv(x, n_rep):
             x = _as_float(x, "x", ndim=4)
@@ -121,8 +132,8 @@ COURSE: tuple[Fault, ...] = (
         name="decode-rope-offset",
         function="attention_decode",
         module="transformer_block",
-        description="decode applies RoPE at positions 0..Tn-1 instead of Tp..Tp+Tn-1",
-        course="004 §07 KV Cache; §01.5 RoPE",
+        description=N_("decode applies RoPE at positions 0..Tn-1 instead of Tp..Tp+Tn-1"),
+        course="Transformer 手撕与注意力机制 §07 KV Cache; §01.5 RoPE",
         source="""
         _correct_decode = attention_decode
 

@@ -7,14 +7,17 @@ catch all three): the lab tests materialize them like catalogue faults.
 from __future__ import annotations
 
 from labctl.faults.base import Fault
+from labctl.i18n import N_
 
 TILED_MATERIALIZED = Fault(
     name="tiled-materializes-scores",
     function="tiled_attention",
     module="attention",
-    description="tiled_attention calls full attention: right values, but the (Tq, Tk) score "
-    "matrix is held after all",
-    course="004 §07.5 FlashAttention 核心思想: tiling, never the n x n matrix",
+    description=N_(
+        "tiled_attention calls full attention: right values, but the (Tq, Tk) score "
+        "matrix is held after all"
+    ),
+    course="Transformer 手撕与注意力机制 §07.5 FlashAttention 核心思想: tiling, never the n x n matrix",
     source="""
     from .primitives import causal_mask as _causal_mask
 
@@ -29,9 +32,11 @@ PADDING_QUERY_AXIS = Fault(
     name="padding-mask-query-axis",
     function="padding_mask",
     module="primitives",
-    description="the padding mask is shaped (B, 1, t, 1): it blocks padded queries, not padded "
-    "keys, so real tokens still attend to [PAD]",
-    course="004 §4.3 Padding Mask vs Causal Mask",
+    description=N_(
+        "the padding mask is shaped (B, 1, t, 1): it blocks padded queries, not padded "
+        "keys, so real tokens still attend to [PAD]"
+    ),
+    course="Transformer 手撕与注意力机制 §4.3 Padding Mask vs Causal Mask",
     source="""
     def padding_mask(lengths, t):
         lengths = np.asarray(lengths)
@@ -44,9 +49,11 @@ DECODE_WINDOW_IGNORED = Fault(
     name="decode-window-ignored",
     function="attention_decode",
     module="transformer_block",
-    description="attention_decode accepts window but masks causally only: a cached token "
-    "still sees the whole past",
-    course="002 阶段五 滑动窗口注意力 (SWA): KV beyond the window is dropped",
+    description=N_(
+        "attention_decode accepts window but masks causally only: a cached token "
+        "still sees the whole past"
+    ),
+    course="第8章 · Attention 与 Transformer Block 阶段五 滑动窗口注意力 (SWA): KV beyond the window is dropped",
     source="""
     _correct_decode = attention_decode
 

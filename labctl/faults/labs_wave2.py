@@ -9,15 +9,18 @@ the lab tests use them by name through `get`.
 from __future__ import annotations
 
 from labctl.faults.base import Fault
+from labctl.i18n import N_
 
 LABS_WAVE2: tuple[Fault, ...] = (
     Fault(
         name="sinusoidal-unfilled",
         function="sinusoidal_positions",
         module="primitives",
-        description="sinusoidal_positions returns the zero table it allocated, never filled: "
-        "every position gets the same (zero) vector",
-        course="004 §1.2.2 绝对位置编码的矩阵形式",
+        description=N_(
+            "sinusoidal_positions returns the zero table it allocated, never filled: "
+            "every position gets the same (zero) vector"
+        ),
+        course="Transformer 手撕与注意力机制 §1.2.2 绝对位置编码的矩阵形式",
         source="""
         def sinusoidal_positions(seq_len, d_model):
             return np.zeros((seq_len, d_model))
@@ -27,9 +30,11 @@ LABS_WAVE2: tuple[Fault, ...] = (
         name="sinusoidal-odd-frequency",
         function="sinusoidal_positions",
         module="primitives",
-        description="the frequencies are taken per column (10000 ** (j / d) for column j), so "
-        "the cos of a pair turns at another rate than its sin",
-        course="第8章 阶段五: PE(p, 2i) = sin(p ω_i), PE(p, 2i+1) = cos(p ω_i)",
+        description=N_(
+            "the frequencies are taken per column (10000 ** (j / d) for column j), so "
+            "the cos of a pair turns at another rate than its sin"
+        ),
+        course="第8章 · Attention 与 Transformer Block 阶段五: PE(p, 2i) = sin(p ω_i), PE(p, 2i+1) = cos(p ω_i)",
         source="""
         def sinusoidal_positions(seq_len, d_model):
             p = np.arange(seq_len, dtype=np.float64)[:, None]
@@ -44,8 +49,8 @@ LABS_WAVE2: tuple[Fault, ...] = (
         name="rope-unapplied",
         function="rope",
         module="primitives",
-        description="rope returns its input unrotated: attention never sees a position",
-        course="004 §01.5 RoPE 的旋转矩阵推导",
+        description=N_("rope returns its input unrotated: attention never sees a position"),
+        course="Transformer 手撕与注意力机制 §01.5 RoPE 的旋转矩阵推导",
         source="""
         def rope(x, positions, theta=10000.0):
             return _as_float(x, "x").copy()
@@ -55,9 +60,11 @@ LABS_WAVE2: tuple[Fault, ...] = (
         name="rope-not-rotation",
         function="rope",
         module="primitives",
-        description="the second row of each 2x2 block has the wrong sign: (x1 cos + x2 sin, "
-        "x1 sin + x2 cos) is a reflection-and-stretch, not a rotation",
-        course="004 §1.5.1 二维旋转的直觉: R(mθ) = [[cos, -sin], [sin, cos]]",
+        description=N_(
+            "the second row of each 2x2 block has the wrong sign: (x1 cos + x2 sin, "
+            "x1 sin + x2 cos) is a reflection-and-stretch, not a rotation"
+        ),
+        course="Transformer 手撕与注意力机制 §1.5.1 二维旋转的直觉: R(mθ) = [[cos, -sin], [sin, cos]]",
         source="""
         def rope(x, positions, theta=10000.0):
             x = _as_float(x, "x")
@@ -76,7 +83,7 @@ LABS_WAVE2: tuple[Fault, ...] = (
         name="mha-always-causal",
         function="multi_head_attention",
         module="transformer_block",
-        description="multi_head_attention masks causally even when causal=False",
+        description=N_("multi_head_attention masks causally even when causal=False"),
         course="contract v1 multi_head_attention: mask causal and/or sliding window",
         source="""
         _correct_mha_causal = multi_head_attention
@@ -89,9 +96,11 @@ LABS_WAVE2: tuple[Fault, ...] = (
         name="rms-mean-subtracted",
         function="rms_norm",
         module="primitives",
-        description="rms_norm centres its input first: it becomes LayerNorm without the bias, "
-        "and loses RMSNorm's sensitivity to a shift of the input",
-        course="004 §6.2 RMSNorm 去掉了减均值的步骤",
+        description=N_(
+            "rms_norm centres its input first: it becomes LayerNorm without the bias, "
+            "and loses RMSNorm's sensitivity to a shift of the input"
+        ),
+        course="Transformer 手撕与注意力机制 §6.2 RMSNorm 去掉了减均值的步骤",
         source="""
         def rms_norm(x, weight, eps=1e-6):
             x = _as_float(x, "x")
@@ -105,9 +114,11 @@ LABS_WAVE2: tuple[Fault, ...] = (
         name="layer-norm-uncentred",
         function="layer_norm",
         module="primitives",
-        description="layer_norm subtracts the mean inside the variance but divides the raw x: "
-        "x / sqrt(var + eps) * weight + bias",
-        course="004 §6.1 LayerNorm(x)_i = γ_i (x_i - μ) / sqrt(σ² + ε) + β_i",
+        description=N_(
+            "layer_norm subtracts the mean inside the variance but divides the raw x: "
+            "x / sqrt(var + eps) * weight + bias"
+        ),
+        course="Transformer 手撕与注意力机制 §6.1 LayerNorm(x)_i = γ_i (x_i - μ) / sqrt(σ² + ε) + β_i",
         source="""
         def layer_norm(x, weight, bias, eps=1e-5):
             x = _as_float(x, "x")
@@ -121,8 +132,8 @@ LABS_WAVE2: tuple[Fault, ...] = (
         name="rms-no-sqrt",
         function="rms_norm",
         module="primitives",
-        description="rms_norm divides by the mean square instead of its square root",
-        course="004 §6.2 RMS(x) = sqrt((1/d) Σ x_i²)",
+        description=N_("rms_norm divides by the mean square instead of its square root"),
+        course="Transformer 手撕与注意力机制 §6.2 RMS(x) = sqrt((1/d) Σ x_i²)",
         source="""
         def rms_norm(x, weight, eps=1e-6):
             x = _as_float(x, "x")
@@ -135,9 +146,11 @@ LABS_WAVE2: tuple[Fault, ...] = (
         name="split-heads-no-transpose",
         function="split_heads",
         module="primitives",
-        description="split_heads stops at view(B, T, H, D) and forgets transpose(1, 2): the "
-        "head axis stays behind the sequence axis",
-        course="第8章 阶段三: 关键转置 transpose(1, 2) → [B, H, T, d_k]",
+        description=N_(
+            "split_heads stops at view(B, T, H, D) and forgets transpose(1, 2): the "
+            "head axis stays behind the sequence axis"
+        ),
+        course="第8章 · Attention 与 Transformer Block 阶段三: 关键转置 transpose(1, 2) → [B, H, T, d_k]",
         source="""
         def split_heads(x, n_heads):
             x = _as_float(x, "x", ndim=3)
@@ -149,9 +162,11 @@ LABS_WAVE2: tuple[Fault, ...] = (
         name="merge-heads-no-transpose",
         function="merge_heads",
         module="primitives",
-        description="merge_heads reshapes (B, H, T, D) straight to (B, T, H * D) without moving "
-        "the head axis back: positions and heads are mixed",
-        course="第8章 阶段三: 恢复序列顺序 transpose(1, 2) before view(B, T, D)",
+        description=N_(
+            "merge_heads reshapes (B, H, T, D) straight to (B, T, H * D) without moving "
+            "the head axis back: positions and heads are mixed"
+        ),
+        course="第8章 · Attention 与 Transformer Block 阶段三: 恢复序列顺序 transpose(1, 2) before view(B, T, D)",
         source="""
         def merge_heads(x):
             x = _as_float(x, "x", ndim=4)

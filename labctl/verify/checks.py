@@ -223,9 +223,9 @@ def check_contract(seen: RoomObservation, function: str) -> CheckResult:
     """
     if not seen.loaded:
         return CheckResult(function, "contract", NOT_RUN, _not_loaded(seen))
-    problems = [d.message for d in seen.deviations if d.function == function]
+    problems = [d.shown for d in seen.deviations if d.function == function]
     if problems:
-        return CheckResult(function, "contract", FAIL, "; ".join(problems))
+        return CheckResult(function, "contract", FAIL, contract.joined(problems))
     return CheckResult(function, "contract", PASS, N_("signature matches"))
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from labctl import contract
 from labctl import faults as catalogue
 from labctl.faults import Fault
-from labctl.i18n import Msg
+from labctl.i18n import Msg, declared
 from labctl.verify import fixtures as fx
 from labctl.verify.checks import CheckResult, evaluate, failing_functions
 from labctl.verify.compare import compare, elements, parity_tolerance, structure_problem
@@ -280,7 +280,7 @@ def describe(fault: Fault, function: str) -> Msg:
         function=function,
         fault=fault.name,
         where=where,
-        description=fault.description,
+        description=declared(fault.description),
         course=fault.course,
     )
 
