@@ -380,3 +380,25 @@ def test_contract_check_survives_a_clean_room_that_exits_at_import(tmp_path):
     result = runner.invoke(app, ["contract", "check", "--path", str(root), "--json"])
     assert result.exit_code == 1
     assert "exited with code 0" in json.loads(result.stdout)["error"]["message"]
+
+
+def test_source_nested_past_the_parser_is_refused_not_a_crash(tmp_path):
+    # 100,000 attribute accesses: ast.parse raises RecursionError in labctl's own process.
+    room = room_with(tmp_path, "DEEP = x" + ".a" * 100_000 + "\n")
+    result = runner.invoke(
+        app,
+        [
+            "verify",
+            "clean-room",
+            "--path",
+            str(room),
+            "--no-metrics",
+            "--out",
+            str(tmp_path / "out"),
+            "--json",
+        ],
+    )
+    assert result.exit_code == 1, result.output
+    document = json.loads(result.stdout)
+    assert document["passed"] is False and "internal error" not in result.output
+    assert "cannot be parsed: RecursionError" in result.stdout

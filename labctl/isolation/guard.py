@@ -20,6 +20,7 @@ import builtins
 import importlib
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,6 +96,12 @@ def _call_name(node: ast.Call) -> tuple[str | None, str]:
     return None, ""
 
 
+# CPython before 3.11.8 keeps the AST converter's recursion counter in state shared by
+# threads (gh-106905): two parses at once (verify and faults scan rooms in threads) can
+# fail with "AST constructor recursion depth mismatch". One parse at a time.
+_PARSING = threading.Lock()
+
+
 def scan(root: Path) -> list[Violation]:
     """Every statically visible breach of the import policy under `root`."""
     own = own_names(root)
@@ -102,9 +109,14 @@ def scan(root: Path) -> list[Violation]:
     for file in _python_files(root):
         shown = f"{root.name}/{file.relative_to(root)}"
         try:
-            tree = ast.parse(file.read_text("utf-8", errors="replace"), filename=str(file))
+            with _PARSING:
+                tree = ast.parse(file.read_text("utf-8", errors="replace"), filename=str(file))
         except SyntaxError as exc:
             found.append(Violation(f"{shown}:{exc.lineno}", f"syntax error: {exc.msg}"))
+            continue
+        except (RecursionError, MemoryError, SystemError, ValueError) as exc:
+            # Source nested past what the parser can hold is refused, not a crash of labctl.
+            found.append(Violation(shown, f"cannot be parsed: {type(exc).__name__}"))
             continue
         for node in ast.walk(tree):
             at = f"{shown}:{getattr(node, 'lineno', 0)}"
