@@ -186,22 +186,28 @@ class Implementation:
     def timed(self, fn: str, *args: Any, **kwargs: Any) -> tuple[Any, float]:
         invoke = getattr(self._target, "invoke", None)
         if invoke is not None:
-            result = invoke(fn, *args, **kwargs)
+            result = invoke(fn, *args, echo_args=False, **kwargs)
             return result.value, result.elapsed_s
         start = time.perf_counter()
         value = getattr(self._target, fn)(*args, **kwargs)
         return value, time.perf_counter() - start
 
-    def measured(self, fn: str, *args: Any, **kwargs: Any) -> tuple[Any, int | None]:
+    def measured(
+        self, fn: str, *args: Any, want_value: bool = True, **kwargs: Any
+    ) -> tuple[Any, int | None]:
         """The value and the call's peak memory in bytes, measured where the code runs.
 
-        A clean room measures inside its worker (tracemalloc). An in-process target
-        may come with its own `meter(fn, *args)` (the torch reference does:
-        tracemalloc does not see torch's allocator); otherwise tracemalloc here.
+        A clean room measures inside its worker (tracemalloc); `want_value=False`
+        leaves its value there (None here), for a call made only for its memory. An
+        in-process target may come with its own `meter(fn, *args)` (the torch
+        reference does: tracemalloc does not see torch's allocator); otherwise
+        tracemalloc here.
         """
         invoke = getattr(self._target, "invoke", None)
         if invoke is not None:
-            result = invoke(fn, *args, trace_memory=True, **kwargs)
+            result = invoke(
+                fn, *args, trace_memory=True, echo_args=False, want_value=want_value, **kwargs
+            )
             return result.value, result.peak_bytes
         if self._meter is not None:
             return self._meter(getattr(self._target, fn), *args, **kwargs)

@@ -146,6 +146,20 @@ def test_a_forged_reply_is_named(change, why):
     assert why in replies.problem({**GOOD, **change}, _request())
 
 
+def test_arguments_come_back_exactly_when_asked_for():
+    unasked = {**GOOD, "args_after": None}
+    assert replies.problem(unasked, _request(echo_args=False)) is None
+    assert "not asked for" in replies.problem(GOOD, _request(echo_args=False))
+    assert "no arguments" in replies.problem(unasked, _request(echo_args=True))
+
+
+def test_a_value_comes_back_exactly_when_asked_for():
+    assert replies.problem(GOOD, _request(want_value=False)) is None  # GOOD's value is None
+    forged = {**GOOD, "value": [1.0]}
+    assert "not asked for" in replies.problem(forged, _request(want_value=False))
+    assert replies.problem(forged, _request()) is None
+
+
 def test_a_reply_missing_the_peak_that_was_asked_for_is_forged():
     assert "peak memory" in replies.problem(GOOD, _request(trace_memory=True))
 

@@ -229,6 +229,22 @@ def test_in_place_edit_is_reported_with_the_argument_name(echo_room):
     assert echo_room.invoke("rms_norm", x=x, weight=np.ones(3)).mutated == ["x"]
 
 
+def test_without_echo_the_arguments_stay_behind_and_the_value_still_comes(echo_room):
+    """Labs never read `mutated`: their calls do not carry the arguments back."""
+    x = np.ones((2, 3))
+    result = echo_room.invoke("rms_norm", x, np.ones(3), echo_args=False)
+    assert result.mutated == []
+    np.testing.assert_array_equal(result.value, 2 * np.ones((2, 3)))
+    np.testing.assert_array_equal(echo_room.rms_norm(x, np.ones(3)), 2 * np.ones((2, 3)))
+
+
+def test_a_call_made_for_its_memory_leaves_the_value_behind(echo_room):
+    x = np.ones((64, 64))
+    result = echo_room.invoke("softmax", x, trace_memory=True, want_value=False)
+    assert result.value is None
+    assert result.peak_bytes is not None and result.peak_bytes >= 0
+
+
 def test_in_place_edit_inside_params_is_named(echo_room):
     params = {"wq": np.zeros((2, 2)), "wk": np.zeros((2, 2))}
     result = echo_room.invoke("transformer_block", np.ones((1, 1, 2)), params, 1)

@@ -34,6 +34,15 @@ CHANGED_SINCE_V1: dict[str, str] = {
     "sdpa_max_error": "issue 13: the reference row compared torch with torch (0 by "
     "construction, a row that cannot fail); measured on the clean room only",
     **{f"decode_flops_ratio[T={T}]": _FLOPS_NOW_EARNED for T in (64, 128, 256, 512)},
+    **{
+        name: "issue 10: the tiny LM now trains with context 8 for 80 steps (the run-all time "
+        "budget); same bounds, a justification quoting the figures of T=8"
+        for name in (
+            "masked_heldout_loss_over_lnV",
+            "unmasked_train_loss_over_lnV",
+            "mask_leak_loss_gap",
+        )
+    },
 }
 
 
@@ -188,7 +197,8 @@ def test_timed_calls_the_worker_and_reports_the_worker_s_time():
     impl = Implementation("clean-room", worker)
     assert impl.name == "clean-room"
     assert impl.timed("softmax", 1, axis=0) == (("from", "softmax"), 0.125)
-    assert worker.calls == [("softmax", (1,), {"axis": 0})]
+    # labs never read which inputs a call edited, so the arguments are not echoed back
+    assert worker.calls == [("softmax", (1,), {"axis": 0, "echo_args": False})]
     assert impl.softmax(7) == ("direct", 7)  # plain attribute access goes to the target
 
 

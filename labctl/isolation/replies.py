@@ -64,6 +64,8 @@ def problem(reply: Any, request: dict) -> str | None:
         return None
     if "value" not in reply:
         return "no value"
+    if not request.get("want_value", True) and reply["value"] is not None:
+        return "a value, which was not asked for"
     elapsed = reply.get("elapsed_s")
     if type(elapsed) is not float or not math.isfinite(elapsed) or elapsed < 0:
         return "a compute time that is not a finite number of seconds"
@@ -73,6 +75,8 @@ def problem(reply: Any, request: dict) -> str | None:
     if peak is None and request.get("trace_memory"):
         return "no peak memory where it was asked for"
     after = reply.get("args_after")
+    if not request.get("echo_args", True):
+        return None if after is None else "arguments after the call, which were not asked for"
     if not (isinstance(after, list) and len(after) == 2 and isinstance(after[1], dict)):
         return "no arguments after the call"
     return None

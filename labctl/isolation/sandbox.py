@@ -291,12 +291,22 @@ class CleanRoom:
     # -- calls ------------------------------------------------------------
 
     def invoke(
-        self, name: str, *args: Any, trace_memory: bool = False, **kwargs: Any
+        self,
+        name: str,
+        *args: Any,
+        trace_memory: bool = False,
+        echo_args: bool = True,
+        want_value: bool = True,
+        **kwargs: Any,
     ) -> CallResult:
         """Call `name` in the worker; return its value, compute time and the inputs it edited.
 
         With `trace_memory`, the worker measures the call's peak traced memory
-        (tracemalloc) where the code runs: `CallResult.peak_bytes`.
+        (tracemalloc) where the code runs: `CallResult.peak_bytes`. Without
+        `echo_args` the arguments do not travel back, so `mutated` stays empty: for
+        callers that never read it (the labs), whose large inputs would otherwise
+        cross the pipe twice. Without `want_value` the value stays behind too
+        (`CallResult.value` is None): for a call made only for its time or memory.
         """
         if self._proc is None:
             self._start()
@@ -306,6 +316,8 @@ class CleanRoom:
             "args": list(args),
             "kwargs": kwargs,
             "trace_memory": trace_memory,
+            "echo_args": echo_args,
+            "want_value": want_value,
         }
         reply = self._exchange(request, self.timeout_s, name)
         self.violations.extend(reply.get("violations", []))
@@ -317,6 +329,8 @@ class CleanRoom:
                     name, "exception", error["message"], error.get("where"), error["type"]
                 )
             raise CallError(name, error["kind"], error["message"])
+        if not echo_args:
+            return CallResult(reply["value"], reply["elapsed_s"], [], reply.get("peak_bytes"))
         mutated = replies.mutated(list(args), kwargs, reply["args_after"])
         if mutated is None:
             self.close()
@@ -327,7 +341,7 @@ class CleanRoom:
         return CallResult(reply["value"], reply["elapsed_s"], names, reply.get("peak_bytes"))
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return self.invoke(name, *args, **kwargs).value
+        return self.invoke(name, *args, echo_args=False, **kwargs).value
 
     def __getattr__(self, name: str):
         if name.startswith("_") or name not in contract.function_names():

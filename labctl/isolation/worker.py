@@ -4,8 +4,9 @@ Started by `labctl.isolation.sandbox` (inside bubblewrap, or as a plain
 process) with two pipe descriptors for frames; its stdout and stderr go to a
 third pipe that labctl captures. Its first act is to limit itself
 (`limits`), before any learner code loads. It speaks only `wire` frames and
-judges nothing: it returns the value and the arguments as they are after the
-call, and labctl compares them with what it sent. Every failure of the
+judges nothing: it returns the value (unless labctl wants only the call's time
+and memory: `want_value`) and, where labctl asks (`echo_args`), the arguments
+as they are after the call, which labctl compares with what it sent. Every failure of the
 learner's code becomes a reply that names it; only a hang or a hard crash
 ends the process, and the parent names those.
 """
@@ -97,8 +98,8 @@ class Worker:
                 tracemalloc.stop()
         return {
             "ok": True,
-            "value": value,
-            "args_after": [args, kwargs],
+            "value": value if request.get("want_value", True) else None,
+            "args_after": [args, kwargs] if request.get("echo_args", True) else None,
             "elapsed_s": elapsed,
             "peak_bytes": peak,
             "violations": self._new_violations(),
