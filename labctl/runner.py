@@ -180,6 +180,17 @@ def implementations(
         )
     chosen: dict[str, Implementation] = {}
     with contextlib.ExitStack() as stack:
+        room = None
+        if impl in ("clean-room", "both"):
+            # Started first, loaded last: the worker boots on the other core while torch imports.
+            room = stack.enter_context(
+                CleanRoom(
+                    clean_room or default_clean_room(),
+                    timeout_s,
+                    isolation=isolation,
+                    defer_load=True,
+                )
+            )
         if impl in ("reference", "both"):
             import torch
 
@@ -192,10 +203,8 @@ def implementations(
             torch.set_num_threads(1)
             stack.callback(torch.set_num_threads, threads)
             chosen["reference"] = Implementation("reference", reference, meter=peak_bytes)
-        if impl in ("clean-room", "both"):
-            room = stack.enter_context(
-                CleanRoom(clean_room or default_clean_room(), timeout_s, isolation=isolation)
-            )
+        if room is not None:
+            room.wait_loaded()
             chosen["clean-room"] = Implementation("clean-room", room)
         yield chosen
 

@@ -284,6 +284,24 @@ def test_load_errors_name_file_and_line(tmp_path):
         CleanRoom(root)
 
 
+def test_a_deferred_load_reports_its_error_when_it_is_awaited(tmp_path):
+    root = write_room(tmp_path, "raise KeyError('at import')\n")
+    room = CleanRoom(root, defer_load=True)  # the worker starts; nothing is read yet
+    try:
+        with pytest.raises(CleanRoomError, match=r"room/__init__\.py:1.*KeyError"):
+            room.wait_loaded()
+    finally:
+        room.dispose()
+
+
+def test_a_deferred_room_loads_before_its_first_call(tmp_path):
+    root = write_room(tmp_path, "def causal_mask(t_q, t_k=None):\n    return t_q + 1\n")
+    with CleanRoom(root, defer_load=True) as room:
+        assert room.signatures == {}  # not loaded yet
+        assert room.causal_mask(3) == 4
+        assert room.signatures["causal_mask"]["present"] is True
+
+
 def test_a_room_named_clean_room_imports_its_own_package(tmp_path):
     root = write_room(
         tmp_path,

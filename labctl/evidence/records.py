@@ -14,7 +14,7 @@ from pathlib import Path
 
 import labctl
 from labctl import contract
-from labctl.evidence.environment import environment, head_commit, now_iso, project_root
+from labctl.evidence.environment import environment, head_commit, now_iso
 from labctl.evidence.models import Artifact, EvidenceRecord, LabctlInfo, License, MetricRecord
 from labctl.evidence.store import EvidenceStore
 
@@ -44,7 +44,7 @@ def write_artifact(
     """Write `data` as a new artifact; return where it is and how a record names it."""
     path = store.write_artifact(folder, name, data)
     artifact = Artifact(
-        path=os.path.relpath(path.resolve(), project_root()),
+        path=os.path.relpath(path.resolve(), store.project),
         sha256=hashlib.sha256(data).hexdigest(),
     )
     return path, artifact

@@ -32,6 +32,7 @@ from labctl.errors import CallError, CleanRoomError, ImportPolicyError
 from labctl.isolation import bwrap, limits, replies, wire
 from labctl.isolation.levels import resolve_isolation
 from labctl.isolation.loader import resolve_package_dir
+from labctl.isolation.orphans import LIVE, SPAWN, sweep_orphans
 
 DEFAULT_TIMEOUT_S = 20.0
 DEFAULT_MEMORY_MB = 4096
@@ -51,10 +52,6 @@ _ENV = {
     "MKL_NUM_THREADS": "1",
     "PYTHONDONTWRITEBYTECODE": "1",
 }
-_LIVE: set[int] = set()  # pids of workers in use, which the orphan sweep spares
-# A worker is started and registered in one step, so a sweep in another thread never
-# takes a worker that has just started for an orphan.
-_SPAWN = threading.Lock()
 # Every worker is started from this one long-lived thread: a parent-death signal (bwrap's
 # --die-with-parent, the fallback's PR_SET_PDEATHSIG) fires when the *thread* that started
 # the process ends, so a room opened in a short-lived thread would die with that thread.
@@ -125,7 +122,14 @@ class CleanRoom:
         *,
         isolation: str = "auto",
         guard: bool = True,
+        defer_load: bool = False,
     ):
+        """Start the worker and load the clean room in it.
+
+        With `defer_load` the load request is sent but its answer is read only by
+        `wait_loaded()` or the first call: the worker starts Python and numpy on
+        another core while the caller does something else (imports torch, say).
+        """
         self.path = resolve_package_dir(path)
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
@@ -138,11 +142,14 @@ class CleanRoom:
         self._seq = 0
         self._copy: Path | None = None
         self._output: _Output | None = None
+        self._loading: tuple[dict, float, float] | None = None
         self._names = contract.function_names()
         self._arg_names = {f.name: [p.name for p in f.params] for f in contract.functions()}
         if self.isolation == "process":
             limits.become_subreaper()
         self._start()
+        if not defer_load:
+            self.wait_loaded()
 
     # -- process lifetime -------------------------------------------------
 
@@ -170,7 +177,7 @@ class CleanRoom:
         output_r, output_w = os.pipe()
         command, room_path = self._command(to_child_r, from_child_w)
         try:
-            with _SPAWN:
+            with SPAWN:
                 self._proc = _SPAWNER.submit(
                     subprocess.Popen,
                     command,
@@ -182,15 +189,24 @@ class CleanRoom:
                     env=dict(_ENV) if self.isolation == "process" else {"PATH": "/usr/bin:/bin"},
                     start_new_session=True,
                 ).result()
-                _LIVE.add(self._proc.pid)
+                LIVE.add(self._proc.pid)
         finally:
             for fd in (to_child_r, from_child_w, output_w):
                 os.close(fd)
         self._write, self._read = to_child_w, from_child_r
         self._output = _Output(output_r)
         request = {"op": "load", "path": room_path, "guard": self.guard, "names": self._names}
-        load_timeout_s = max(self.timeout_s, _MIN_LOAD_TIMEOUT_S)
-        reply = self._exchange(request, load_timeout_s, "loading the clean room")
+        self._post(request)
+        timeout_s = max(self.timeout_s, _MIN_LOAD_TIMEOUT_S)
+        self._loading = (request, timeout_s, time.monotonic() + timeout_s)
+
+    def wait_loaded(self) -> None:
+        """Read the answer to the load request; the clean room's load errors raise here."""
+        if self._loading is None:
+            return
+        request, timeout_s, deadline = self._loading
+        self._loading = None
+        reply = self._reply(request, timeout_s, deadline, "loading the clean room")
         violations = reply.get("violations", [])
         self.violations.extend(violations)
         if reply["ok"] and violations:
@@ -215,6 +231,7 @@ class CleanRoom:
         if self._proc is None:
             return
         proc, self._proc = self._proc, None
+        self._loading = None
         for fd in (self._write, self._read):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -222,7 +239,7 @@ class CleanRoom:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        _LIVE.discard(proc.pid)
+        LIVE.discard(proc.pid)
         if self.isolation == "process":
             sweep_orphans()
         if self._output is not None:
@@ -252,11 +269,18 @@ class CleanRoom:
 
     def _exchange(self, request: dict, timeout_s: float, what: str) -> dict:
         """Send one request and wait for its checked reply; a hang, crash or forgery raises."""
+        self._post(request)
+        return self._reply(request, timeout_s, time.monotonic() + timeout_s, what)
+
+    def _post(self, request: dict) -> None:
         self._seq += 1
         request["seq"] = self._seq
-        deadline = time.monotonic() + timeout_s
-        try:
+        # A worker that is gone cannot take the request; the read that follows names why.
+        with contextlib.suppress(OSError):
             wire.write_frame(self._write, request)
+
+    def _reply(self, request: dict, timeout_s: float, deadline: float, what: str) -> dict:
+        try:
             reply = wire.read_frame(self._read, deadline)
         except wire.Timeout:
             self.close()
@@ -310,6 +334,7 @@ class CleanRoom:
         """
         if self._proc is None:
             self._start()
+        self.wait_loaded()
         request = {
             "op": "call",
             "function": name,
@@ -357,40 +382,3 @@ def _crash_reason(code: int | None, exc: Exception) -> str:
     if code is not None:
         return f"the clean-room process exited with code {code}"
     return f"the clean-room process stopped answering: {exc}"
-
-
-def _children() -> list[tuple[int, int]]:
-    """(pid, session id) of this process's children, from /proc (Linux)."""
-    found = []
-    me = str(os.getpid())
-    with contextlib.suppress(OSError):
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = Path(entry.path, "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rpartition(")")[2].split()
-            if fields[1] == me:
-                found.append((int(entry.name), int(fields[3])))
-    return found
-
-
-def sweep_orphans() -> None:
-    """End what a worker left behind (re-parented to labctl, the subreaper), and reap it.
-
-    A child in labctl's own session is labctl's (git, say); a worker in use is spared.
-    """
-    with _SPAWN:
-        _sweep(os.getsid(0))
-
-
-def _sweep(own_session: int) -> None:
-    for pid, session in _children():
-        if pid in _LIVE or session == own_session:
-            continue
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)

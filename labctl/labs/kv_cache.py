@@ -51,7 +51,7 @@ class Params(LabParams):
     chunks: tuple[int, ...] = Field(
         (5, 1, 3, 7), min_length=1, description="decode chunk sizes, summing to T"
     )
-    repeats: int = Field(5, ge=1, le=100, description="timing: best of this many calls")
+    repeats: int = Field(3, ge=1, le=100, description="timing: best of this many calls")
 
     @model_validator(mode="after")
     def _shapes_agree(self) -> Params:
