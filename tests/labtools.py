@@ -21,7 +21,7 @@ CACHE_REPEATED = faults.Fault(
     function="attention_decode",
     module="transformer_block",
     description="the KV cache holds the H repeated heads, not the Hkv shared ones",
-    course="004 §05.5, §07.4",
+    course="手撕 §05.5, §07.4",
     source="""
     from .primitives import repeat_kv as _repeat_kv
 

@@ -20,7 +20,7 @@ LEAKS_AT_THE_FIRST_POSITION = faults.Fault(
     function="multi_head_attention",
     module="transformer_block",
     description="position 0's output reads the input at position 1",
-    course="000 §6.13",
+    course="逐部件讲透 §6.13",
     source="""
     _correct_mha = multi_head_attention
 

@@ -18,7 +18,7 @@ FULL = "gqa_full_kv_vs_mha_max_error"
 ORDER = "gqa_head_order_vs_torch_max_error"
 POOL = "gqa_meanpool_error_ratio"
 BYTES = "gqa_kv_bytes_llama2_70b_error"
-LLAMA_BYTES = 2 * 4096 * 8 * 128 * 2 * 80  # 004 §7.4's expression, evaluated here
+LLAMA_BYTES = 2 * 4096 * 8 * 128 * 2 * 80  # 手撕 §7.4's expression, evaluated here
 
 
 @pytest.fixture(scope="module")

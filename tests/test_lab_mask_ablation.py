@@ -35,7 +35,7 @@ SDPA_ALWAYS_CAUSAL = faults.Fault(
     function="scaled_dot_product_attention",
     module="attention",
     description="the mask argument is ignored and a causal mask always applied",
-    course="000 §6.13 故意失败的实验: 去掉 causal mask",
+    course="逐部件讲透 §6.13 故意失败的实验: 去掉 causal mask",
     source="""
     from .primitives import causal_mask as _causal_mask
 

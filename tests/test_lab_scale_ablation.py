@@ -1,7 +1,7 @@
 """The scale-ablation lab: passes on both implementations, fails on a clean room without √d_k.
 
 The lab reads Var(q·k) and Var(q·k/√d_k) back from each implementation's
-attention weights for 004 §03.2's d_k in 2, 16, 64, 256, 512, and measures how
+attention weights for 手撕 §03.2's d_k in 2, 16, 64, 256, 512, and measures how
 sharp the softmax gets and how small its Jacobian becomes without the scale.
 Each fault below is a clean room that carries one learner bug; the metric that
 names the bug must fail on the clean-room row while the reference row passes.

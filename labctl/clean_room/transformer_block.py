@@ -1,6 +1,6 @@
 """The decoder block from the frozen interface: attention, decode with a cache, block, model.
 
-The course's L3 clean-room file (002, "L3 clean-room 要求"): QKV projection,
+The course's L3 clean-room file (第8章, "L3 clean-room 要求"): QKV projection,
 causal attention, head merge, pre-norm residual and FFN, written without the
 reference. Weights are (in_features, out_features): y = x @ w.
 """

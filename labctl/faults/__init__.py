@@ -10,7 +10,7 @@ The catalogue proves labctl's checks: every fault must be caught by at least
 one check (`labctl faults` prints the matrix), and verify's diagnosis names a
 learner's failure after the fault it matches. `signal` names the check each
 fault is there to prove (`labctl.verify.checks`); the matrix shows every
-check that catches it. The first six faults are the course's own table (002
+check that catches it. The first six faults are the course's own table (第8章
 故障注入与预期信号; its residual row as two faults), then a wrong GQA order and a
 decode RoPE offset; the rest give every contract function a fault and every
 check one that proves it (stability, purity, dtype, the import policy, a

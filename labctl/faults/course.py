@@ -1,4 +1,4 @@
-"""The course's faults: its table (002 故障注入与预期信号; its residual row as two faults),
+"""The course's faults: its table (第8章 故障注入与预期信号; its residual row as two faults),
 then a wrong GQA order and a decode RoPE offset."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ item scores one thing labctl measures:
   hidden check never shows through a visible item's message);
 - `check`: one verify check passes for every contract function;
 - `package`: the clean room loads and keeps the import policy;
-- `metric`: one of the course template's metrics (002 学习者提交模板), measured on
+- `metric`: one of the course template's metrics (第8章 学习者提交模板), measured on
   the learner's clean room through the lab that declares it, meets its tolerance;
 - `submission`: the learner's evidence submission is valid and every claim in it
   is re-measured by labctl and reproduced.

@@ -1,7 +1,7 @@
 """The labs: one module per lab, each defining `LAB` (see `labctl.lab`).
 
 `labctl.registry.discover` finds them; `ORDER` is the order a course reader
-meets them (000 §6.13, 002 阶段二 to 阶段四, 004 §05 to §07).
+meets them (逐部件讲透 §6.13, 第8章 阶段二 to 阶段四, 手撕 §05 to §07).
 """
 
 ORDER = (

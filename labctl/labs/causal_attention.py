@@ -1,6 +1,6 @@
 """Lab 03, causal attention: does the mask really keep every position from reading its future?
 
-The course (000 §6.13 实验 03; 002 阶段二) asks for assertions, not a heatmap:
+The course (逐部件讲透 §6.13 实验 03; 第8章 阶段二) asks for assertions, not a heatmap:
 build Q, K, V of shape [B, H, T, D], compute Q Kᵀ / √D, fill the future with
 -inf before the softmax, check every row sums to 1 and the future gets exactly
 zero weight, and compare with `torch.nn.functional.scaled_dot_product_attention`.

@@ -1,10 +1,10 @@
 """GQA and MQA: what do shared key/value heads cost, and what do they save?
 
-The course (000 §6.6; 004 §05.5) says MHA gives every query head its own K/V
+The course (逐部件讲透 §6.6; 手撕 §05.5) says MHA gives every query head its own K/V
 head, MQA shares one K/V head among all of them, and GQA shares one per group:
 "compute K and V with fewer heads, then copy each KV head to the query heads it
 serves" (`K.repeat(n_groups, axis=0)`). Fewer K/V heads shrink the KV cache
-(004 §07.4) and the K/V projections (004 §05.3, §05.5.2), at some cost in
+(手撕 §07.4) and the K/V projections (手撕 §05.3, §05.5.2), at some cost in
 quality: "GQA is close to MHA".
 
 This lab runs MHA, GQA and MQA on one input through both implementations and
@@ -27,7 +27,7 @@ from labctl.course import HANDS_ON, PARTS, Section
 from labctl.i18n import N_, Msg
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
-# The course's Llama-2-70B example (004 §07.4): 80 layers, 8 KV heads of width 128, fp16, 4096 tokens.
+# The course's Llama-2-70B example (手撕 §07.4): 80 layers, 8 KV heads of width 128, fp16, 4096 tokens.
 LLAMA_LAYERS, LLAMA_KV_HEADS, LLAMA_HEAD_DIM, LLAMA_TOKENS, FP16_BYTES = 80, 8, 128, 4096, 2
 LLAMA_QUERY_HEADS = 64  # Llama-2-70B: d_model 8192 = 64 heads x 128
 COURSE_LLAMA_PRINTS = "~10.7 GB"
@@ -166,7 +166,7 @@ def _course_table(measured_llama: int | None) -> tuple[TableFigure, list[Note]]:
     llama = 2 * T * Hkv * D * b * L  # the course's expression, evaluated
     llama_mha = 2 * T * LLAMA_QUERY_HEADS * D * b * L  # the same with one KV head per query head
 
-    def params(C: int, H: int, hkv: int) -> int:  # Q and O, plus 004 §5.5.2's 2 x Hkv x d_k x C
+    def params(C: int, H: int, hkv: int) -> int:  # Q and O, plus 手撕 §5.5.2's 2 x Hkv x d_k x C
         return 2 * C * C + 2 * hkv * (C // H) * C
 
     def exact(value: int, prints: int | None) -> str:
@@ -174,9 +174,9 @@ def _course_table(measured_llama: int | None) -> tuple[TableFigure, list[Note]]:
 
     measured = "" if measured_llama is None else f"{measured_llama:,} B"
     rows = [
-        ("004 §5.3 MHA params, C=512, H=8", "4×C²", f"{4 * 512**2:,}",
+        ("手撕 §5.3 MHA params, C=512, H=8", "4×C²", f"{4 * 512**2:,}",
          f"{_attention_params(512, 8, 8):,}", "1,048,576", exact(4 * 512**2, 1_048_576)),
-        ("004 §13.4 MHA params, C=2048, H=16", "4×C²", f"{4 * 2048**2:,}",
+        ("手撕 §13.4 MHA params, C=2048, H=16", "4×C²", f"{4 * 2048**2:,}",
          f"{_attention_params(2048, 16, 16):,}", "16,777,216", exact(4 * 2048**2, 16_777_216)),
         ("GQA params, C=2048, H=16, Hkv=4", "2×C² + 2×Hkv×D×C", f"{params(2048, 16, 4):,}",
          f"{_attention_params(2048, 16, 4):,}", "—", ""),
@@ -184,10 +184,10 @@ def _course_table(measured_llama: int | None) -> tuple[TableFigure, list[Note]]:
          f"{_attention_params(2048, 16, 1):,}", "—", ""),
         ("KV B/token/layer, C=2048, H=16, fp16: MHA/GQA 4/MQA", "2×Hkv×D×2",
          " / ".join(f"{2 * h * 128 * 2:,}" for h in (16, 4, 1)), "", "—", ""),
-        ("000 §6.6 query heads per KV head, 32 Q / 8 KV", "H / Hkv", "4", "", "4", exact(32 // 8, 4)),
-        ("004 §5.5.2 KV cache shrink, MQA, H=32", "H / 1", "32x", "", "32 倍", exact(32 // 1, 32)),
-        ("004 §5.5.2 KV cache shrink, GQA, H=32, Hkv=8", "H / Hkv", "4x", "", "4 倍", exact(32 // 8, 4)),
-        ("004 §7.4 Llama-2-70B KV cache, 4096 tokens", "2×4096×8×128×2 B×80",
+        ("逐部件讲透 §6.6 query heads per KV head, 32 Q / 8 KV", "H / Hkv", "4", "", "4", exact(32 // 8, 4)),
+        ("手撕 §5.5.2 KV cache shrink, MQA, H=32", "H / 1", "32x", "", "32 倍", exact(32 // 1, 32)),
+        ("手撕 §5.5.2 KV cache shrink, GQA, H=32, Hkv=8", "H / Hkv", "4x", "", "4 倍", exact(32 // 8, 4)),
+        ("手撕 §7.4 Llama-2-70B KV cache, 4096 tokens", "2×4096×8×128×2 B×80",
          f"{llama:,} B ({llama / 1e9:.2f} GB)", measured, COURSE_LLAMA_PRINTS, _agrees(llama)),
         ("same with 64 KV heads (MHA, no GQA)", "2×4096×64×128×2 B×80",
          f"{llama_mha:,} B ({llama_mha / 1e9:.2f} GB)", "", COURSE_LLAMA_PRINTS, _agrees(llama_mha)),

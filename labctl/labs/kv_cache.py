@@ -1,6 +1,6 @@
 """The KV cache: does cached decoding reproduce full attention exactly, and how much does it save?
 
-The course (004 §07) says that when token t+1 is generated the keys and values
+The course (手撕 §07) says that when token t+1 is generated the keys and values
 of tokens 1..t do not change, so they can be cached and only the new token's
 K and V appended; Q is never cached, because each step needs only the new
 query (§7.2, §7.3). Without the cache each step recomputes the whole prefix

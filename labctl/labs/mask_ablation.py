@@ -1,10 +1,10 @@
 """Mask ablation: what leaks without the causal mask, and how does the loss give it away?
 
-The course (000 §6.4) says pretraining feeds the whole target at once, so
+The course (逐部件讲透 §6.4) says pretraining feeds the whole target at once, so
 without a mask position t sees t+1, "which is exactly the answer it should
-predict, and the training loss falls falsely fast". 000 §6.13 asks for that
+predict, and the training loss falls falsely fast". 逐部件讲透 §6.13 asks for that
 deliberate failure: remove the causal mask and watch the loss get suspiciously
-good. 002's fault table (故障注入与预期信号) names two mask bugs and their
+good. 第8章's fault table (故障注入与预期信号) names two mask bugs and their
 signals: adding 0 instead of -inf (future weights nonzero, the future leaks)
 and the triangle written the wrong way round (the current token dominated by
 its future). The course template's metric `no_mask_future_prefix_influence`
@@ -189,7 +189,7 @@ def _lm_data(rng: np.random.Generator, p: Params):
     # unit embeddings it starts at ≈2.5 ln V and the leak appears after 100 to 250 steps.
     init = {
         "embed": w(C, V, C),  # (V, C), tied with the output head
-        "pos": w(C, T, C),  # (T, C), learned positions (GPT-2's route, 002 阶段五)
+        "pos": w(C, T, C),  # (T, C), learned positions (GPT-2's route, 第8章 阶段五)
         "norm1": np.ones(C),
         "wq": w(C, C, C),
         "wk": w(C, C, C),
@@ -373,8 +373,8 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
     shown_as = {
         "causal_mask": "causal_mask(T)",
         "no mask": "None",
-        "adds 0": N_("adds 0 (002 bug)"),
-        "reversed": N_("reversed (002 bug)"),
+        "adds 0": N_("adds 0 (第8章 bug)"),
+        "reversed": N_("reversed (第8章 bug)"),
     }
     figures: list = [
         TableFigure(

@@ -1,12 +1,12 @@
 """Residual ablation: what does `x + ...` buy, and where should the norm go?
 
-The course (002 阶段四; 004 §06.8) says the residual gives the gradient a
+The course (第8章 阶段四; 手撕 §06.8) says the residual gives the gradient a
 straight lane: dL/dx_l = dL/dx_L (I + d/dx_l sum F), so "even if the sublayers'
 gradient decays to 0, the identity I carries dL/dx_L undamped to the shallowest
 layer", while without it the gradient is a product of L Jacobians that "easily
-vanishes or explodes" (004 §06.8). It also says Pre-LN, x + F(LN(x)), keeps the
+vanishes or explodes" (手撕 §06.8). It also says Pre-LN, x + F(LN(x)), keeps the
 residual stream a pure sum, and Post-LN, LN(x + F(x)), makes the expected
-gradient decay exponentially with depth at initialisation (002 阶段四).
+gradient decay exponentially with depth at initialisation (第8章 阶段四).
 
 Here the contract block is ablated on both implementations: remove either
 residual and the output must move (the template's

@@ -1,13 +1,13 @@
 """Scale ablation: why divide the scores by √d_k, and what happens without it?
 
-The course derives it (002 阶段二 第二步; 004 §03.2): for q, k with i.i.d.
+The course derives it (第8章 阶段二 第二步; 手撕 §03.2): for q, k with i.i.d.
 zero-mean, unit-variance components, Var(q·k) = d_k, so the raw score's
 standard deviation grows as √d_k; divided by √d_k the variance is 1 whatever
-d_k is. 004 §03.2 checks it on 10000 random pairs for d_k in 2, 16, 64, 256,
+d_k is. 手撕 §03.2 checks it on 10000 random pairs for d_k in 2, 16, 64, 256,
 512 and prints raw_var ≈ 2.01 / scaled_var ≈ 1.0050 (d_k = 2) and 512.37 /
-1.0007 (d_k = 512). Without the scale, 002 says, softmax turns into a one-hot
+1.0007 (d_k = 512). Without the scale, 第8章 says, softmax turns into a one-hot
 spike and its derivative p_i(δ_ij - p_j) goes to 0: the vanishing gradient.
-000 §6.13 asks for the deliberate failure: remove sqrt(D), and record the
+逐部件讲透 §6.13 asks for the deliberate failure: remove sqrt(D), and record the
 softmax's largest probability and the gradient as the head width grows.
 
 Here every number comes through each implementation's own
@@ -31,9 +31,9 @@ from labctl.course import CH8, HANDS_ON, PARTS, Section
 from labctl.i18n import N_, Msg
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
-D_KS = (2, 16, 64, 256, 512)  # 004 §03.2's table
+D_KS = (2, 16, 64, 256, 512)  # 手撕 §03.2's table
 LARGEST = D_KS[-1]
-# What 004 §03.2 prints beside its loop (it prints only the first and last rows).
+# What 手撕 §03.2 prints beside its loop (it prints only the first and last rows).
 COURSE_RAW_VAR = {2: 2.01, 512: 512.37}
 COURSE_SCALED_VAR = {2: 1.0050, 512: 1.0007}
 

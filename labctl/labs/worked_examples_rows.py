@@ -58,7 +58,7 @@ class Row:
 
 # ---- the chapters' examples, as inputs ------------------------------------------------------
 
-Q3 = np.array([[1.0, 0.0], [1.0, 1.0], [1.0, 2.0]])  # 004 §3.6: 我, 想, 退款; (T, D) = (3, 2)
+Q3 = np.array([[1.0, 0.0], [1.0, 1.0], [1.0, 2.0]])  # 手撕 §3.6: 我, 想, 退款; (T, D) = (3, 2)
 K3 = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 2.0]])
 V3 = np.array([[0.2, 0.1], [0.5, 0.3], [0.9, 0.8]])
 
@@ -69,7 +69,7 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 
 def _attention3() -> tuple[np.ndarray, np.ndarray]:
-    """004 §3.6 written out: scores / sqrt(2), future blocked, row softmax, weights @ V."""
+    """手撕 §3.6 written out: scores / sqrt(2), future blocked, row softmax, weights @ V."""
     scores = Q3 @ K3.T / math.sqrt(2)
     weights = np.zeros((3, 3))
     for i in range(3):
@@ -93,7 +93,7 @@ def _minimal_example(impl) -> np.ndarray:
 
 
 def _online_vs_standard(impl) -> np.ndarray:
-    """004 §7.5.3's scores through tiled_attention (block 1: one key at a time) vs softmax."""
+    """手撕 §7.5.3's scores through tiled_attention (block 1: one key at a time) vs softmax."""
     scores = np.array([2.0, 1.0, 0.5, 3.0])
     q, k = np.ones((1, 1, 1, 1)), scores.reshape(1, 1, 4, 1)
     online = impl.tiled_attention(q, k, np.eye(4)[None, None], 1, False, 1.0)[0, 0, 0]
@@ -142,7 +142,7 @@ def _diluted_closed(n: int) -> np.ndarray:
 
 
 _S3 = Q3 @ K3.T
-_LLAMA_KV_BYTES = 2 * 4096 * 8 * 128 * 2 * 80  # 004 §7.4: 2 x seq x kv_heads x d_k x fp16 x layers
+_LLAMA_KV_BYTES = 2 * 4096 * 8 * 128 * 2 * 80  # 手撕 §7.4: 2 x seq x kv_heads x d_k x fp16 x layers
 
 ROWS: tuple[Row, ...] = (
     # ---- Transformer 逐部件讲透 -------------------------------------------------------------

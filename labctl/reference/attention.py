@@ -77,7 +77,7 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
 
 
 def tiled_attention(q, k, v, block_size, causal=True, scale=None):
-    """Online softmax over key blocks (FlashAttention's recurrence, course 004 §07.5)."""
+    """Online softmax over key blocks (FlashAttention's recurrence, course 手撕 §07.5)."""
     q, k, v, n_rep = check_qkv(q, k, v)
     block_size = size(block_size, "block_size", minimum=1)
     k, v = repeat_kv_t(k, n_rep), repeat_kv_t(v, n_rep)  # (B, H, Tk, D), (B, H, Tk, Dv)

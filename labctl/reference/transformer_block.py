@@ -1,6 +1,6 @@
 """Reference decoder block on PyTorch: multi-head attention, decode with a cache, block, model.
 
-Follows HF's LlamaAttention (004 §09): project, `view(B, T, H, D).transpose(1, 2)`,
+Follows HF's LlamaAttention (手撕 §09): project, `view(B, T, H, D).transpose(1, 2)`,
 RoPE on Q and K, append to the cache, `repeat_kv`, attend, merge, `o_proj`.
 Weights are (in_features, out_features): y = x @ w.
 """
