@@ -65,6 +65,16 @@ def test_the_levels_and_their_resolution():
         resolve_isolation("container")
 
 
+def test_an_early_probe_answers_the_next_status_and_only_once(no_bwrap):
+    bwrap.probe_soon()
+    assert bwrap._pending is not None  # probing in its thread
+    status = bwrap.sandbox_status()
+    assert not status.works and "bwrap is not installed" in status.reason
+    assert bwrap._pending is None
+    bwrap.probe_soon()  # answered and cached: nothing more to probe
+    assert bwrap._pending is None and bwrap.sandbox_status() is status
+
+
 def test_without_bwrap_auto_falls_back_and_sandbox_is_refused(no_bwrap, tmp_path):
     assert resolve_isolation("auto") == "process"
     with pytest.raises(UsageError, match="apt-get install bubblewrap") as caught:

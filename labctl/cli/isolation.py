@@ -20,6 +20,14 @@ IsolationOption = Annotated[
 ]
 
 
+def probe_early(requested: str) -> None:
+    """Start the sandbox probe now, so it runs while the command imports what it needs."""
+    if requested.lower() != "process":
+        from labctl.isolation.bwrap import probe_soon
+
+        probe_soon()
+
+
 def effective(requested: str) -> str:
     """Resolve the level before anything runs; say so on stderr when it is not a boundary.
 

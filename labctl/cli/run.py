@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from labctl.cli.isolation import IsolationOption, effective
+from labctl.cli.isolation import IsolationOption, effective, probe_early
 from labctl.cli.render import Column, err, fit, number, out, print_json, verdict
 from labctl.errors import EXIT_FAILED
 from labctl.i18n import N_, _
@@ -53,6 +53,7 @@ def run(
 
     Records go to --out/<lab>/, and the manifest of the newest record per lab to --out.
     """
+    probe_early(isolation)
     from labctl import registry
     from labctl.evidence.records import shown_path
     from labctl.runner import run_labs

@@ -23,6 +23,8 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -238,9 +240,38 @@ def room_path(room: Path) -> str:
     return f"{ROOM_PARENT}/{room.name}"
 
 
+_pending: Future | None = None
+
+
+def probe_soon() -> None:
+    """Start the probe in a thread: its sandboxed Python boots while the caller imports.
+
+    The next `sandbox_status()` takes the answer; without this it probes itself.
+    """
+    global _pending
+    if _pending is not None or sandbox_status.cache_info().currsize:
+        return
+    future: Future = Future()
+    _pending = future
+
+    def probe() -> None:
+        try:
+            future.set_result(_probe())
+        except BaseException as exc:  # handed to the caller of sandbox_status
+            future.set_exception(exc)
+
+    threading.Thread(target=probe, name="labctl-probe", daemon=True).start()
+
+
 @functools.cache
 def sandbox_status() -> SandboxStatus:
     """Whether bwrap can start the worker's interpreter with numpy here (probed once)."""
+    global _pending
+    pending, _pending = _pending, None
+    return pending.result() if pending is not None else _probe()
+
+
+def _probe() -> SandboxStatus:
     if not sys.platform.startswith("linux"):
         return SandboxStatus(False, f"bubblewrap needs Linux (this is {sys.platform})")
     binary = bwrap_binary()
