@@ -108,6 +108,24 @@ def test_doctor_reports_versions_without_importing_torch():
     assert found["python"] == ".".join(map(str, sys.version_info[:3]))
 
 
+@pytest.mark.parametrize(
+    ("figures", "said"),
+    [
+        ({"matplotlib": None, "cjk_font": None}, "pip install 'labctl[report]'"),
+        ({"matplotlib": "3.9", "cjk_font": None}, "apt-get install fonts-noto-cjk"),
+        ({"matplotlib": "3.9", "cjk_font": "Noto Sans CJK SC"}, "use Noto Sans CJK SC"),
+    ],
+)
+def test_doctor_says_what_report_figures_will_look_like(monkeypatch, figures, said):
+    from labctl.cli import doctor
+
+    monkeypatch.setattr(doctor, "_figures", lambda: figures)
+    result = runner.invoke(app, ["doctor"])
+    assert "figures" in result.stdout and said in result.stdout
+    document = json.loads(runner.invoke(app, ["doctor", "--json"]).stdout)
+    assert document["figures"] == figures
+
+
 def test_doctor_says_why_the_sandbox_is_missing_and_fails(no_bwrap):
     result = runner.invoke(app, ["doctor", "--json"])
     assert result.exit_code == 1

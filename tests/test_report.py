@@ -168,6 +168,18 @@ def test_the_report_is_written_in_the_chosen_language(evidence, tmp_path):
     assert '<html lang="zh">' in path.read_text()
 
 
+@pytest.mark.parametrize("fonts", [[], ["Noto Sans CJK SC"]])
+def test_chinese_in_figures_without_a_cjk_font_is_said(evidence, tmp_path, monkeypatch, fonts):
+    from labctl.report import plots
+
+    monkeypatch.setattr(plots, "cjk_fonts", lambda: fonts)
+    path = tmp_path / "r.html"
+    result = runner.invoke(app, ["report", "--root", str(evidence), "--out", str(path)])
+    assert result.exit_code == 0, result.output
+    # the token labels of the heatmaps are Chinese (我, 想, ...): drawn as boxes without a font
+    assert ("No CJK font is installed" in path.read_text()) == (not fonts)
+
+
 @pytest.mark.parametrize("case", ["no-root", "out-is-dir", "empty-root"])
 def test_bad_arguments_are_usage_errors(tmp_path, case):
     (tmp_path / "empty").mkdir()

@@ -24,6 +24,16 @@ def _version(package: str) -> str | None:
         return None
 
 
+def _figures() -> dict:
+    """What `labctl report` draws with: matplotlib, and a font for Chinese labels."""
+    found = {"matplotlib": _version("matplotlib"), "cjk_font": None}
+    if found["matplotlib"] is not None:
+        from labctl.report.plots import cjk_fonts
+
+        found["cjk_font"] = next(iter(cjk_fonts()), None)
+    return found
+
+
 def facts() -> dict:
     from labctl.isolation import describe, resolve_isolation, sandbox_status
 
@@ -36,7 +46,19 @@ def facts() -> dict:
         "torch": _version("torch"),
         "sandbox": {"works": status.works, "reason": status.reason},
         "isolation": {"auto": level, "shown": describe(level)},
+        "figures": _figures(),
     }
+
+
+def _figures_line(figures: dict) -> str:
+    if figures["matplotlib"] is None:
+        return _("labctl report needs matplotlib: pip install 'labctl[report]'")
+    if figures["cjk_font"] is None:
+        return _(
+            "no CJK font: Chinese labels in report figures are drawn as boxes "
+            "(apt-get install fonts-noto-cjk)"
+        )
+    return _("Chinese labels in report figures use {font}").format(font=figures["cjk_font"])
 
 
 def doctor(json_: JsonFlag = False) -> None:
@@ -59,5 +81,6 @@ def doctor(json_: JsonFlag = False) -> None:
             ),
             soft_wrap=True,
         )
+        out.print(f"{'figures':8} " + escape(_figures_line(found["figures"])), soft_wrap=True)
     if not ready:
         raise typer.Exit(1)

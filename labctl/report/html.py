@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import re
 from collections.abc import Callable
 
 import labctl
@@ -307,6 +308,21 @@ def _history(evidence: Evidence) -> str:
     return f"<h2>{_e(_('verify clean-room history'))}</h2>" + _table(columns, rows)
 
 
+_CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
+
+
+def _has_cjk(runs) -> bool:
+    """Whether a figure of these runs draws CJK characters (a title, a label or a tick)."""
+    for run in runs:
+        for f in run.figures:
+            if f.kind == "note":
+                continue
+            text = [f.title, f.row_label, f.col_label, *f.columns, *f.row_ticks, *f.col_ticks]
+            if any(_CJK.search(_(t)) for t in text if t):
+                return True
+    return False
+
+
 def document(evidence: Evidence, plots, now: Callable[[], str]) -> str:
     """The whole report."""
     known = [lab.id for lab in registry.discover()]
@@ -331,6 +347,18 @@ def document(evidence: Evidence, plots, now: Callable[[], str]) -> str:
         warning = (
             '<p class="changed">'
             + _e(_("made with non-default parameters: {labs}").format(labs=", ".join(changed)))
+            + "</p>"
+        )
+    if _has_cjk(runs) and not plots.cjk_fonts():
+        warning += (
+            '<p class="changed">'
+            + _e(
+                _(
+                    "No CJK font is installed, so Chinese text inside the figures is drawn as "
+                    "boxes (the tables beside them are intact). Install one and run labctl "
+                    "report again, e.g. apt-get install fonts-noto-cjk."
+                )
+            )
             + "</p>"
         )
     title = _("labctl report")

@@ -24,17 +24,22 @@ MAX_ANNOTATED = 12  # cells get their value written in them up to this many per 
 CJK_FONTS = ("Noto Sans CJK SC", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Droid Sans Fallback")
 
 
+def cjk_fonts() -> list[str]:
+    """The installed fonts of `CJK_FONTS`: without one, Chinese in a figure is drawn as boxes."""
+    from matplotlib import font_manager
+
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    return [f for f in CJK_FONTS if f in installed]
+
+
 def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib import font_manager
 
     # Chinese labels need a CJK font; name only those installed, so no lookup fails per glyph.
-    installed = {f.name for f in font_manager.fontManager.ttflist}
-    families = [f for f in CJK_FONTS if f in installed] + ["DejaVu Sans"]
-    plt.rcParams.update({"font.size": 9, "font.sans-serif": families})
+    plt.rcParams.update({"font.size": 9, "font.sans-serif": [*cjk_fonts(), "DejaVu Sans"]})
     return plt
 
 
