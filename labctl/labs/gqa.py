@@ -193,9 +193,18 @@ def _course_table(measured_llama: int | None) -> tuple[TableFigure, list[Note]]:
          f"{llama_mha:,} B ({llama_mha / 1e9:.2f} GB)", "", COURSE_LLAMA_PRINTS, _agrees(llama_mha)),
     ]  # fmt: skip
     table = TableFigure(
-        title="the course's numbers, recomputed (check: summed from the contract's weight "
-        "shapes, or measured from attention_decode's cache)",
-        columns=("course example", "formula", "computed", "check", "course prints", "agrees"),
+        title=N_(
+            "the course's numbers, recomputed (check: summed from the contract's weight "
+            "shapes, or measured from attention_decode's cache)"
+        ),
+        columns=(
+            N_("course example"),
+            N_("formula"),
+            N_("computed"),
+            N_("check"),
+            N_("course prints"),
+            N_("agrees"),
+        ),
         rows=tuple(rows),
     )
     notes = []
@@ -263,14 +272,18 @@ def run(ctx: LabContext) -> LabOutput:
     D = p.C // p.H
     output.figures.append(
         TableFigure(
-            title=f"MHA, GQA and MQA on one input (H = {p.H}, D = {D}); GQA and MQA by "
-            "mean-pooling the MHA layer's K/V heads",
+            title=Msg(
+                "MHA, GQA and MQA on one input (H = {H}, D = {D}); GQA and MQA by "
+                "mean-pooling the MHA layer's K/V heads",
+                H=p.H,
+                D=D,
+            ),
             columns=(
-                "variant",
+                N_("variant"),
                 "Hkv",
-                "K/V params",
-                "KV bytes / token (float64)",
-                *(f"distance from MHA ({n})" for n in distances),
+                N_("K/V params"),
+                N_("KV bytes / token (float64)"),
+                *(Msg("distance from MHA ({impl})", impl=n) for n in distances),
             ),
             rows=tuple(
                 (

@@ -283,9 +283,12 @@ def run(ctx: LabContext) -> LabOutput:
     )
     output.figures.append(
         TableFigure(
-            title=f"the same token timed where the code runs, best of {p.repeats} (reported, "
-            "never deciding)",
-            columns=("T", "implementation", "ms cached", "ms recompute", "ratio"),
+            title=Msg(
+                "the same token timed where the code runs, best of {repeats} (reported, never "
+                "deciding)",
+                repeats=p.repeats,
+            ),
+            columns=("T", N_("implementation"), N_("ms cached"), N_("ms recompute"), N_("ratio")),
             rows=tuple(
                 (
                     str(T),

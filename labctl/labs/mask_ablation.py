@@ -434,9 +434,21 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
         curves.append(("no mask", unmasked[2]))
     figures.append(
         TableFigure(
-            title=f"tiny LM on i.i.d. uniform tokens (V={p.vocab}, T={p.context}, "
-            f"{p.steps} Adam steps); ln V = {ln_v:.4f} nats",
-            columns=("trained with", "train loss", "held-out loss", "train / ln V", "held / ln V"),
+            title=Msg(
+                "tiny LM on i.i.d. uniform tokens (V={V}, T={T}, {steps} Adam steps); "
+                "ln V = {ln_v:.4f} nats",
+                V=p.vocab,
+                T=p.context,
+                steps=p.steps,
+                ln_v=ln_v,
+            ),
+            columns=(
+                N_("trained with"),
+                N_("train loss"),
+                N_("held-out loss"),
+                "train / ln V",
+                "held / ln V",
+            ),
             rows=tuple(
                 (label, f"{tr:.4f}", f"{ho:.4f}", f"{tr / ln_v:.3f}", f"{ho / ln_v:.3f}")
                 for label, tr, ho in lm_rows

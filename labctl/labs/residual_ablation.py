@@ -239,9 +239,11 @@ def run(ctx: LabContext) -> LabOutput:
         )
     output.figures.append(
         TableFigure(
-            title="largest |block(x) - ablated(x)| for each ablation (the template metric is the "
-            "smallest)",
-            columns=("ablation", *deltas_shown),
+            title=N_(
+                "largest |block(x) - ablated(x)| for each ablation (the template metric is the "
+                "smallest)"
+            ),
+            columns=(N_("ablation"), *deltas_shown),
             rows=tuple(
                 (key, *(deltas_shown[name][key] for name in deltas_shown))
                 for key in next(iter(deltas_shown.values()))
@@ -262,16 +264,18 @@ def run(ctx: LabContext) -> LabOutput:
         output.add(f"grad_last_layer_post_over_pre[depth={DEEPEST}]", "reference", post_over_pre)
         output.figures.append(
             TableFigure(
-                title="at initialisation (reference, autograd): ||dL/dx_0|| / ||dL/dx_L|| and the "
-                "last block's weight gradient ||dL/dW_L||",
+                title=N_(
+                    "at initialisation (reference, autograd): ||dL/dx_0|| / ||dL/dx_L|| and the "
+                    "last block's weight gradient ||dL/dW_L||"
+                ),
                 columns=(
-                    "depth",
-                    "ratio pre-norm",
-                    "ratio no residual",
-                    "ratio post-norm",
-                    "dW_L pre-norm",
-                    "dW_L post-norm",
-                    "dW_L post/pre",
+                    N_("depth"),
+                    N_("ratio pre-norm"),
+                    N_("ratio no residual"),
+                    N_("ratio post-norm"),
+                    N_("dW_L pre-norm"),
+                    N_("dW_L post-norm"),
+                    N_("dW_L post/pre"),
                 ),
                 rows=tuple(
                     (
