@@ -75,6 +75,15 @@ def test_an_early_probe_answers_the_next_status_and_only_once(no_bwrap):
     assert bwrap._pending is None and bwrap.sandbox_status() is status
 
 
+def test_an_early_probe_of_another_bwrap_is_not_taken(no_bwrap, monkeypatch):
+    bwrap.probe_soon()  # started for the missing binary: "not installed"
+    monkeypatch.delenv(bwrap.ENV_BWRAP)  # the machine's own bwrap (CI installs it)
+    status = bwrap.sandbox_status()
+    assert bwrap._pending is None
+    assert status.works == bwrap._probe().works
+    monkeypatch.setenv(bwrap.ENV_BWRAP, "/nonexistent/bwrap")  # what the fixture removes
+
+
 def test_without_bwrap_auto_falls_back_and_sandbox_is_refused(no_bwrap, tmp_path):
     assert resolve_isolation("auto") == "process"
     with pytest.raises(UsageError, match="apt-get install bubblewrap") as caught:

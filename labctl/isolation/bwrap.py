@@ -240,7 +240,8 @@ def room_path(room: Path) -> str:
     return f"{ROOM_PARENT}/{room.name}"
 
 
-_pending: Future | None = None
+# A probe started early, with the bwrap it was started for: another binary, another probe.
+_pending: tuple[str | None, Future] | None = None
 
 
 def probe_soon() -> None:
@@ -252,7 +253,7 @@ def probe_soon() -> None:
     if _pending is not None or sandbox_status.cache_info().currsize:
         return
     future: Future = Future()
-    _pending = future
+    _pending = (os.environ.get(ENV_BWRAP), future)
 
     def probe() -> None:
         try:
@@ -268,7 +269,9 @@ def sandbox_status() -> SandboxStatus:
     """Whether bwrap can start the worker's interpreter with numpy here (probed once)."""
     global _pending
     pending, _pending = _pending, None
-    return pending.result() if pending is not None else _probe()
+    if pending is not None and pending[0] == os.environ.get(ENV_BWRAP):
+        return pending[1].result()
+    return _probe()
 
 
 def _probe() -> SandboxStatus:
