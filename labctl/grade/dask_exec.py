@@ -36,7 +36,12 @@ def observe_on_worker(job: dict, learner_timeout_s: float, env: dict[str, str]) 
     with _LOCK:
         _pool(learner_timeout_s, env).run([("learner", job)], lambda _, o: found.append(o))
     outcome = found[0]
-    return {"status": outcome.status, "facts": outcome.facts, "message": outcome.message}
+    return {
+        "status": outcome.status,
+        "facts": outcome.facts,
+        "message": outcome.message,
+        "isolation": outcome.isolation,
+    }
 
 
 def run_on_dask(
@@ -66,21 +71,25 @@ def run_on_dask(
                 env,
                 key=f"labctl-grade-{key}-{batch}",
                 pure=False,
-            ): key
+            ): (key, job)
             for key, job in jobs
         }
         for future in as_completed(futures):
-            key = futures[future]
+            key, job = futures[future]
             try:
                 result = future.result()
             except UsageError:
                 raise
             except Exception as exc:  # the task or its Dask worker died
-                done(
-                    key,
-                    Outcome("crash", message=f"the Dask task failed: {type(exc).__name__}: {exc}"),
-                )
+                # Nothing came back, not even the level the worker resolved: a level asked for by
+                # name is the one it ran under (or refused); what `auto` gave there is unknown.
+                asked = job["isolation"] if job["isolation"] != "auto" else None
+                message = f"the Dask task failed: {type(exc).__name__}: {exc}"
+                done(key, Outcome("crash", message=message, isolation=asked))
                 continue
-            done(key, Outcome(result["status"], result["facts"], result["message"]))
+            done(
+                key,
+                Outcome(result["status"], result["facts"], result["message"], result["isolation"]),
+            )
     finally:
         client.close()

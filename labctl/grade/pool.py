@@ -5,7 +5,8 @@ observation passes `learner_timeout_s` is a `hang`: its worker gets SIGTERM
 (it closes its clean room and exits), then SIGKILL for its whole process group
 after a grace period, and a fresh worker takes the next learner. A worker that
 dies mid-learner (a crash, the memory limit, an attack on its parent) is a
-`crash` of that learner only. Either way the batch goes on.
+`crash` of that learner only. Either way the batch goes on, and the outcome
+carries the isolation level the worker announced before the learner's code ran.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Outcome:
     status: str  # observed | hang | crash | internal-error
     facts: dict | None = None
     message: str = ""
+    isolation: str | None = None  # the level the learner's code ran under (None: it never ran)
 
 
 @dataclass
@@ -47,6 +49,7 @@ class _Slot:
     buffer: bytes = b""
     ready: bool = False
     key: str | None = None
+    isolation: str | None = None
     deadline: float = 0.0
     started: float = field(default_factory=time.monotonic)
 
@@ -137,6 +140,7 @@ class LocalPool:
                 if slot.ready and slot.key is None and pending:
                     key, job = pending.pop()
                     slot.key, slot.deadline = key, time.monotonic() + self.learner_timeout_s
+                    slot.isolation = None
                     try:
                         slot.proc.stdin.write((json.dumps(job) + "\n").encode("utf-8"))
                         slot.proc.stdin.flush()
@@ -169,6 +173,7 @@ class LocalPool:
                     "crash",
                     message=f"the grading process died with {_signal_name(code)} "
                     "(the learner's code, or the memory limit)",
+                    isolation=slot.isolation,
                 ),
             )
             self._replace(pending)
@@ -181,25 +186,29 @@ class LocalPool:
                 slot.ready = True
                 slot.deadline = float("inf")
                 continue
+            if "started" in reply:
+                slot.isolation = reply["started"]
+                continue
             key, slot.key, slot.deadline = slot.key, None, float("inf")
             if "facts" in reply:
-                done(key, Outcome("observed", reply["facts"]))
+                done(key, Outcome("observed", reply["facts"], isolation=slot.isolation))
             elif reply.get("raised") == "UsageError":
                 raise UsageError(reply["message"])
             else:
-                done(
-                    key, Outcome("internal-error", message=f"{reply['raised']}: {reply['message']}")
-                )
+                message = f"{reply['raised']}: {reply['message']}"
+                done(key, Outcome("internal-error", message=message, isolation=slot.isolation))
 
     def _expired(self, slot: _Slot, done, pending) -> None:
-        key = slot.key
+        key, isolation = slot.key, slot.isolation
         self._stop(slot, gently=True)
         if key is None:
             raise GradingError(f"a grading worker did not start within {BOOT_TIMEOUT_S:g} s")
         done(
             key,
             Outcome(
-                "hang", message=f"stopped after the learner's limit of {self.learner_timeout_s:g} s"
+                "hang",
+                message=f"stopped after the learner's limit of {self.learner_timeout_s:g} s",
+                isolation=isolation,
             ),
         )
         self._replace(pending)

@@ -239,7 +239,9 @@ def grade_learners(
             if outcome.status == "observed":
                 row = score(learner.id, rubric, outcome.facts)
             else:
-                row = failed_row(learner.id, rubric, outcome.status, outcome.message)
+                row = failed_row(
+                    learner.id, rubric, outcome.status, outcome.message, outcome.isolation
+                )
             keep(learner, key, row, outcome.facts)
 
         jobs = [(key, _job(learner, rubric, options)) for learner, key in todo]

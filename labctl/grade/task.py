@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from labctl.errors import LabctlError, UsageError
@@ -88,20 +88,28 @@ def _verify_facts(report) -> dict:
     }
 
 
-def observe_learner(job: dict) -> dict:
+def observe_learner(job: dict, started: Callable[[str], None] | None = None) -> dict:
     """The facts of one learner (see the module docstring); never raises for the learner's code.
 
     `job` holds: clean_room, submission (or None), folder, timeout_s, memory_mb,
     isolation, measure (the template metrics), remeasure (the submission).
+    `started(level)` hears the isolation level resolved for this learner before
+    any of its code runs: the one fact a caller still has when the learner then
+    hangs or takes its worker down.
     """
+    from labctl.isolation import resolve_isolation
+
     start = time.perf_counter()
-    facts: dict = {"error": None}
+    level = resolve_isolation(job["isolation"])
+    if started is not None:
+        started(level)
+    facts: dict = {"error": None, "isolation": level}
     try:
         report, used = run_verify(
             Path(job["clean_room"]),
             job["timeout_s"],
             job["memory_mb"],
-            job["isolation"],
+            level,
             job["measure"],
         )
         facts["isolation"] = used
@@ -112,7 +120,7 @@ def observe_learner(job: dict) -> dict:
                 Path(job["folder"]),
                 Path(job["clean_room"]),
                 job["timeout_s"],
-                job["isolation"],
+                level,
             )
     except UsageError:
         raise
