@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 
 from labctl.errors import UsageError
 from labctl.grade.pool import LocalPool, Outcome
+from labctl.i18n import N_, Msg, _
 
 _LOCK = threading.Lock()
 _POOLS: dict[tuple, LocalPool] = {}
@@ -55,12 +56,16 @@ def run_on_dask(
         from distributed import Client, as_completed
     except ImportError:
         raise UsageError(
-            "--scheduler needs Dask: pip install 'labctl[dask]' (dask and distributed)"
+            N_("--scheduler needs Dask: pip install 'labctl[dask]' (dask and distributed)")
         ) from None
     try:
         client = Client(address, timeout="30s")
     except (OSError, TimeoutError, ValueError) as exc:
-        raise UsageError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+        raise UsageError(
+            Msg(
+                "cannot reach the Dask scheduler at {address}: {why}", address=address, why=str(exc)
+            )
+        ) from None
     batch = uuid.uuid4().hex[:12]  # a key of its own: never another batch's cached result
     try:
         futures = {
@@ -84,7 +89,13 @@ def run_on_dask(
                 # Nothing came back, not even the level the worker resolved: a level asked for by
                 # name is the one it ran under (or refused); what `auto` gave there is unknown.
                 asked = job["isolation"] if job["isolation"] != "auto" else None
-                message = f"the Dask task failed: {type(exc).__name__}: {exc}"
+                message = _(
+                    Msg(
+                        "the Dask task failed: {error}: {why}",
+                        error=type(exc).__name__,
+                        why=str(exc),
+                    )
+                )
                 done(key, Outcome("crash", message=message, isolation=asked))
                 continue
             done(

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from labctl.errors import LabctlError, UsageError
+from labctl.i18n import Msg, _
 
 BOOT_TIMEOUT_S = 180.0
 _GRACE_S = 3.0
@@ -58,7 +59,7 @@ def _signal_name(code: int | None) -> str:
     if code is not None and code < 0:
         with contextlib.suppress(ValueError):
             return signal.Signals(-code).name
-    return f"exit code {code}"
+    return _(Msg("exit code {code}", code=code))
 
 
 class LocalPool:
@@ -148,7 +149,7 @@ class LocalPool:
                         pass  # its death shows as end of file below
             now = time.monotonic()
             wait = max(0.0, min((s.deadline for s in self._slots), default=now + 1) - now)
-            for selected, _ in self._selector.select(timeout=min(wait, 1.0)):
+            for selected, _events in self._selector.select(timeout=min(wait, 1.0)):
                 self._read(selected.data, done, pending)
             now = time.monotonic()
             for slot in [s for s in self._slots if s.deadline <= now]:
@@ -164,15 +165,23 @@ class LocalPool:
             code = self._stop(slot, gently=False)
             if slot.key is None:
                 raise GradingError(
-                    f"a grading worker exited before taking a learner ({_signal_name(code)}); "
-                    "LABCTL_DEBUG=1 shows its output"
+                    Msg(
+                        "a grading worker exited before taking a learner ({how}); "
+                        "LABCTL_DEBUG=1 shows its output",
+                        how=_signal_name(code),
+                    )
                 )
             done(
                 slot.key,
                 Outcome(
                     "crash",
-                    message=f"the grading process died with {_signal_name(code)} "
-                    "(the learner's code, or the memory limit)",
+                    message=_(
+                        Msg(
+                            "the grading process died with {how} "
+                            "(the learner's code, or the memory limit)",
+                            how=_signal_name(code),
+                        )
+                    ),
                     isolation=slot.isolation,
                 ),
             )
@@ -202,12 +211,19 @@ class LocalPool:
         key, isolation = slot.key, slot.isolation
         self._stop(slot, gently=True)
         if key is None:
-            raise GradingError(f"a grading worker did not start within {BOOT_TIMEOUT_S:g} s")
+            raise GradingError(
+                Msg("a grading worker did not start within {seconds:g} s", seconds=BOOT_TIMEOUT_S)
+            )
         done(
             key,
             Outcome(
                 "hang",
-                message=f"stopped after the learner's limit of {self.learner_timeout_s:g} s",
+                message=_(
+                    Msg(
+                        "stopped after the learner's limit of {seconds:g} s",
+                        seconds=self.learner_timeout_s,
+                    )
+                ),
                 isolation=isolation,
             ),
         )

@@ -29,8 +29,12 @@ def main(argv: list[str]) -> int:
     reply_fd = int(argv[0])
     from labctl import contract
     from labctl.grade.task import observe_learner
+    from labctl.i18n import choose, set_language
     from labctl.verify import fixtures
 
+    # The texts a worker puts in the facts (verify's messages) are in the batch's language,
+    # which the pool passes as LABCTL_LANG.
+    set_language(choose())
     fixtures.warm_reference(contract.function_names())
     with os.fdopen(reply_fd, "w", encoding="utf-8", buffering=1) as replies:
         replies.write(json.dumps({"ready": True}) + "\n")
