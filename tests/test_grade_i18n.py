@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -99,3 +102,26 @@ def test_usage_errors_follow_the_language(tmp_path):
     empty = ["grade", str(tmp_path / "class"), "--out", str(tmp_path / "grades")]
     (tmp_path / "class").mkdir()
     assert "里没有学习者文件夹" in invoke(empty, env_lang="zh").output
+
+
+def test_a_chinese_bundle_grades_in_chinese_and_falls_back_in_chinese(klass, tmp_path):
+    _, rubric = klass
+    zip_path = tmp_path / "autograder.zip"
+    made = invoke(["grade", "bundle", str(zip_path), "--rubric", str(rubric)], lang="zh")
+    assert made.exit_code == 0, made.output
+    assert "已写出" in made.stdout and "请上传到 Gradescope" in made.stdout
+    with zipfile.ZipFile(zip_path) as archive:
+        script = archive.read("run_autograder").decode("utf-8")
+    assert '"$LABCTL" --lang zh grade gradescope' in script
+    root = tmp_path / "autograder"
+    root.mkdir()
+    (root / "run_autograder").write_text(script, encoding="utf-8")
+    # labctl missing altogether: the learner still reads why, in the bundle's language.
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root), LABCTL=str(tmp_path / "no-such-labctl"))
+    subprocess.run(["bash", str(root / "run_autograder")], env=env, check=True, timeout=60)
+    fallback = json.loads((root / "results" / "results.json").read_text("utf-8"))
+    assert fallback["score"] == 0 and fallback["tests"] == []
+    assert (
+        fallback["output"]
+        == "自动评分程序未能为这份提交评分（labctl 退出码 127）。请告诉你的老师。"
+    )
