@@ -1,7 +1,7 @@
 """`labctl grade` speaks the invocation's language to people; its machine outputs stay English.
 
-One learner (a copy of labctl's own clean room, so `--similarity` lists it
-beside labctl's) is graded once per language. The lines a person reads (the
+Two learners (a copy of labctl's own clean room, so `--similarity` lists it
+beside labctl's, and a catalogued fault) are graded once per language. The lines a person reads (the
 summary, the similarity line, usage errors) and the text Gradescope shows a
 learner follow `--lang` / LABCTL_LANG; column names, JSON keys and status
 values are the same in both.
@@ -20,6 +20,7 @@ import pytest
 from gradetools import copy_room, rubric_without
 from typer.testing import CliRunner
 
+from labctl import faults
 from labctl.cli.main import app
 
 # The environment of each run: nothing of this machine's locale leaks into the choice.
@@ -37,6 +38,7 @@ def invoke(args: list[str], lang: str | None = None, env_lang: str = ""):
 def klass(tmp_path_factory) -> tuple[Path, Path]:
     base = tmp_path_factory.mktemp("grade-i18n")
     copy_room(base / "class" / "copycat" / "clean_room")
+    faults.get("mask-reversed").materialize(base / "class" / "fault" / "clean_room")
     return base / "class", rubric_without(base, "metric", "submission")
 
 
@@ -57,9 +59,9 @@ def runs(klass, tmp_path_factory) -> dict[str, tuple[str, Path]]:
 def test_the_summary_and_similarity_lines_follow_the_language(runs):
     english, _ = runs["en"]
     chinese, _ = runs["zh"]
-    assert "1 learners (1 graded, 0 unchanged since the last run)" in english
+    assert "2 learners (2 graded, 0 unchanged since the last run)" in english
     assert "similar: (labctl's own clean room) ~ copycat: 100% / 100%" in english
-    assert "1 位学习者（评分 1 位，0 位自上次运行以来未变）" in chinese
+    assert "2 位学习者（评分 2 位，0 位自上次运行以来未变）" in chinese
     assert "相似：（labctl 自带的 clean room） ~ copycat：各自 100% / 100%" in chinese
     assert "learners" not in chinese and "similar:" not in chinese
     # The table's headers are words; the status value is an identifier in both.
@@ -74,6 +76,19 @@ def test_machine_outputs_keep_their_english_structure_and_gradescope_output_foll
             return next(csv.reader(handle))
 
     assert header(zh_out) == header(en_out)
+    # verify's findings, made in the grading worker, reach the diagnosis in the batch's language.
+    summary = {
+        lang: json.loads((out / "summary.json").read_text("utf-8"))
+        for lang, out in (("en", en_out), ("zh", zh_out))
+    }
+    fault = {
+        lang: next(r for r in doc["rows"] if r["learner"] == "fault")
+        for lang, doc in summary.items()
+    }
+    assert "matches fault `mask-reversed`" in fault["en"]["diagnosis"]
+    assert "与故障 `mask-reversed` 相符" in fault["zh"]["diagnosis"]
+    assert fault["zh"]["status"] == fault["en"]["status"] == "graded"
+    assert set(fault["zh"]) == set(fault["en"])
     en = json.loads((en_out / "gradescope" / "copycat" / "results.json").read_text("utf-8"))
     zh = json.loads((zh_out / "gradescope" / "copycat" / "results.json").read_text("utf-8"))
     assert set(zh) == set(en)

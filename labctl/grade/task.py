@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from labctl.errors import LabctlError, UsageError
+from labctl.i18n import _
 from labctl.jsonsafe import finite
 
 
@@ -72,19 +73,30 @@ def remeasure(path: Path, folder: Path, room: Path, timeout_s: float, isolation:
 
 
 def _verify_facts(report) -> dict:
+    """verify's findings as JSON; their messages become the row's text, so they are written in
+    the batch's language (verify's own `to_json` keeps English for its records)."""
     passed, total = report.functions_passed()
+
+    def said(data: dict, key: str, shown) -> dict:
+        if key in data:
+            data[key] = _(shown)
+        return data
+
     return {
         "status": report.status,
-        "message": report.message,
+        "message": _(report.shown),
         "passed": report.passed,
         "functions_passed": passed,
         "functions": total,
         "checks": [
-            {k: c.to_json()[k] for k in ("function", "name", "status", "message")}
+            {
+                **{k: c.to_json()[k] for k in ("function", "name", "status")},
+                "message": _(c.shown),
+            }
             for c in report.checks
         ],
-        "diagnosis": [d.to_json() for d in report.diagnosis],
-        "metrics": [m.to_json() for m in report.metrics],
+        "diagnosis": [said(d.to_json(), "message", d.shown) for d in report.diagnosis],
+        "metrics": [said(m.to_json(), "note", m.shown_note) for m in report.metrics],
     }
 
 
