@@ -28,6 +28,7 @@ from typer.core import TyperGroup
 from labctl.cli.isolation import IsolationOption
 from labctl.cli.render import err, out, print_json
 from labctl.errors import UsageError
+from labctl.i18n import N_, Msg, _
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 RubricOption = Annotated[
@@ -62,27 +63,42 @@ app = typer.Typer(
 )
 
 
+# The table's column headers: words for a person (the gradebook's columns stay English).
+COLUMNS = (
+    ("learner", N_("learner")),
+    ("status", N_("status")),
+    ("score", N_("score")),
+    ("isolation", N_("isolation")),
+    ("diagnosis", N_("diagnosis")),
+)
+
+
 def _check(timeout: float, learner_timeout: float, memory_mb: int, jobs: int | None) -> None:
     if not timeout > 0 or timeout == float("inf"):
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+        raise UsageError(
+            Msg("--timeout must be a positive number of seconds, got {seconds:g}", seconds=timeout)
+        )
     if not learner_timeout > 0 or learner_timeout == float("inf"):
         raise UsageError(
-            f"--learner-timeout must be a positive number of seconds, got {learner_timeout:g}"
+            Msg(
+                "--learner-timeout must be a positive number of seconds, got {seconds:g}",
+                seconds=learner_timeout,
+            )
         )
     if memory_mb < 0:
-        raise UsageError(f"--memory-mb must be >= 0 (0: no limit), got {memory_mb}")
+        raise UsageError(Msg("--memory-mb must be >= 0 (0: no limit), got {mb}", mb=memory_mb))
     if jobs is not None and jobs < 1:
-        raise UsageError(f"--jobs must be at least 1, got {jobs}")
+        raise UsageError(Msg("--jobs must be at least 1, got {jobs}", jobs=jobs))
 
 
 def _progress_bar():
     return Progress(
-        TextColumn("grading"),
+        TextColumn(escape(_("grading"))),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("{task.fields[last]}"),
         TimeElapsedColumn(),
-        TextColumn("ETA"),
+        TextColumn(escape(_("ETA"))),
         TimeRemainingColumn(),
         console=err,
         transient=False,
@@ -126,7 +142,9 @@ def grade_class(
 
     _check(timeout, learner_timeout, memory_mb, jobs)
     if not 0 < threshold <= 1:
-        raise UsageError(f"--similarity-threshold must be in (0, 1], got {threshold:g}")
+        raise UsageError(
+            Msg("--similarity-threshold must be in (0, 1], got {threshold:g}", threshold=threshold)
+        )
     rubric = load_rubric(rubric_path)
     options = GradeOptions(
         timeout_s=timeout,
@@ -148,7 +166,7 @@ def grade_class(
         from labctl.grade.outputs import write_similarity
         from labctl.grade.similarity import compare
 
-        with err.status("comparing clean rooms…"):
+        with err.status(escape(_("comparing clean rooms…"))):
             rooms = {
                 learner: submissions / learner / "clean_room"
                 for learner in (r.learner for r in batch.rows if r.status == "graded")
@@ -176,8 +194,8 @@ def grade_class(
 
 def _render(batch, rubric, pairs, out_dir: Path) -> None:
     table = Table(box=None, pad_edge=False, padding=(0, 1))
-    for column in ("learner", "status", "score", "isolation", "diagnosis"):
-        table.add_column(column, no_wrap=column != "diagnosis")
+    for column, header in COLUMNS:
+        table.add_column(escape(_(header)), no_wrap=column != "diagnosis")
     for row in batch.rows:
         table.add_row(
             escape(row.learner),
@@ -188,22 +206,32 @@ def _render(batch, rubric, pairs, out_dir: Path) -> None:
         )
     out.print(table)
     if pairs is not None:
+        from labctl.grade.similarity import PROJECT
+
         if not pairs:
-            out.print("similarity: no pair of clean rooms above the threshold")
+            out.print(escape(_("similarity: no pair of clean rooms above the threshold")))
         for pair in pairs:
-            out.print(
-                escape(
-                    f"similar: {pair.a} ~ {pair.b}: {pair.a_share:.0%} / {pair.b_share:.0%} of "
-                    f"their tokens, {len(pair.regions)} matching regions"
-                ),
-                soft_wrap=True,
+            line = Msg(
+                "similar: {a} ~ {b}: {a_share:.0%} / {b_share:.0%} of their tokens, "
+                "{regions} matching regions",
+                a=_(pair.a) if pair.a == PROJECT else pair.a,
+                b=_(pair.b) if pair.b == PROJECT else pair.b,
+                a_share=pair.a_share,
+                b_share=pair.b_share,
+                regions=len(pair.regions),
             )
-    out.print(
-        f"{len(batch.rows)} learners ({len(batch.graded)} graded, {len(batch.skipped)} unchanged "
-        f"since the last run) with {escape(rubric.name)}, in {batch.wall_time_s:.1f} s; "
-        f"gradebook {escape(str(out_dir / 'gradebook.csv'))}",
-        soft_wrap=True,
+            out.print(escape(_(line)), soft_wrap=True)
+    summary = Msg(
+        "{learners} learners ({graded} graded, {skipped} unchanged since the last run) with "
+        "{rubric}, in {seconds:.1f} s; gradebook {gradebook}",
+        learners=len(batch.rows),
+        graded=len(batch.graded),
+        skipped=len(batch.skipped),
+        rubric=rubric.name,
+        seconds=batch.wall_time_s,
+        gradebook=str(out_dir / "gradebook.csv"),
     )
+    out.print(escape(_(summary)), soft_wrap=True)
 
 
 @app.command("gradescope")
@@ -230,7 +258,7 @@ def gradescope(
 
     _check(timeout, learner_timeout, memory_mb, None)
     if not submission.is_dir():
-        raise UsageError(f"{submission} is not a folder")
+        raise UsageError(Msg("{path} is not a folder", path=str(submission)))
     rubric = load_rubric(rubric_path)
     options = GradeOptions(timeout, memory_mb, learner_timeout, isolation, 1, None)
     learner = check_learner(submission)
@@ -241,7 +269,8 @@ def gradescope(
     if json_:
         print_json({"passed": True, "results": str(results), "status": row.status})
         return
-    out.print(f"{row.status}: results in {escape(str(results))}", soft_wrap=True)
+    done = Msg("{status}: results in {results}", status=row.status, results=str(results))
+    out.print(escape(_(done)), soft_wrap=True)
 
 
 @app.command("bundle")
@@ -266,11 +295,14 @@ def bundle_command(
     if json_:
         print_json({"passed": True, "zip": str(zip_path), "files": len(names)})
         return
-    out.print(
-        f"wrote {escape(str(zip_path))}: setup.sh, run_autograder, rubric.yaml "
-        f"({escape(rubric.name)}) and labctl ({len(names) - 3} files); upload it to Gradescope",
-        soft_wrap=True,
+    wrote = Msg(
+        "wrote {zip}: setup.sh, run_autograder, rubric.yaml ({rubric}) and labctl ({files} "
+        "files); upload it to Gradescope",
+        zip=str(zip_path),
+        rubric=rubric.name,
+        files=len(names) - 3,
     )
+    out.print(escape(_(wrote)), soft_wrap=True)
 
 
 @app.command("rubric")

@@ -8,7 +8,9 @@ must leave `/autograder/results/results.json`. Here:
   labctl from `labctl-src/` (this labctl's own package, so the grader and the
   autograder run the same code) with a CPU-only torch;
 - `run_autograder` runs `labctl grade gradescope` on `/autograder/submission`
-  with `rubric.yaml` (the rubric, baked in) and the options given to `bundle`.
+  with `rubric.yaml` (the rubric, baked in) and the options given to `bundle`,
+  in the language `bundle` ran in (`labctl --lang zh grade bundle`): the text
+  Gradescope shows learners (`output`, and the fallback below) is in it.
   `AUTOGRADER_ROOT` and `LABCTL` override `/autograder` and the labctl it
   runs, so the script can be tried outside Gradescope. Should labctl itself
   fail, it still writes a results.json that says so.
@@ -17,6 +19,7 @@ must leave `/autograder/results/results.json`. Here:
 from __future__ import annotations
 
 import io
+import json
 import shlex
 import stat
 import zipfile
@@ -28,6 +31,7 @@ import yaml
 import labctl
 from labctl.errors import UsageError
 from labctl.grade.rubric import Rubric
+from labctl.i18n import Msg, _, language
 
 SETUP = """#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image (Ubuntu).
@@ -47,13 +51,13 @@ set -uo pipefail
 ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
 LABCTL="${{LABCTL:-$ROOT/venv/bin/labctl}}"
 mkdir -p "$ROOT/results"
-"$LABCTL" grade gradescope "$ROOT/submission" \\
+"$LABCTL" --lang {lang} grade gradescope "$ROOT/submission" \\
     --rubric "$ROOT/source/rubric.yaml" \\
     --results "$ROOT/results/results.json" \\
     --work "$ROOT/results/labctl" {options}
 code=$?
 if [ ! -s "$ROOT/results/results.json" ]; then
-    printf '%s\\n' '{{"score": 0, "output": "The autograder could not grade this submission (labctl exit code '"$code"'). Please tell your instructor.", "tests": []}}' \\
+    printf '%s\\n' {fallback} \\
         > "$ROOT/results/results.json"
 fi
 exit 0
@@ -93,6 +97,21 @@ def _torch_pin() -> str:
     return torch[len("torch") :].strip()
 
 
+def _fallback() -> str:
+    """The results.json run_autograder writes when labctl fails, as a shell word with $code in it."""
+    marker = "\0"
+    output = _(
+        Msg(
+            "The autograder could not grade this submission (labctl exit code {code}). "
+            "Please tell your instructor.",
+            code=marker,
+        )
+    )
+    document = json.dumps({"score": 0, "output": output, "tests": []}, ensure_ascii=False)
+    before, after = document.split(json.dumps(marker)[1:-1])
+    return shlex.quote(before) + '"$code"' + shlex.quote(after)
+
+
 def _add(archive: zipfile.ZipFile, name: str, data: bytes, executable: bool = False) -> None:
     info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
     mode = 0o755 if executable else 0o644
@@ -111,9 +130,9 @@ def bundle(
 ) -> list[str]:
     """Write the autograder zip to `out`; return the names it holds."""
     if out.suffix.lower() != ".zip":
-        raise UsageError(f"{out}: the autograder is a .zip file")
+        raise UsageError(Msg("{path}: the autograder is a .zip file", path=str(out)))
     if out.exists() and out.is_dir():
-        raise UsageError(f"{out} is a folder; give a .zip file name")
+        raise UsageError(Msg("{path} is a folder; give a .zip file name", path=str(out)))
     options = shlex.join(
         [
             "--timeout",
@@ -130,7 +149,8 @@ def bundle(
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         _add(archive, "setup.sh", SETUP.format(torch=_torch_pin()).encode(), executable=True)
-        _add(archive, "run_autograder", RUN.format(options=options).encode(), executable=True)
+        run = RUN.format(options=options, lang=language(), fallback=_fallback())
+        _add(archive, "run_autograder", run.encode("utf-8"), executable=True)
         rubric_text = yaml.safe_dump(rubric.dump(), sort_keys=False, allow_unicode=True)
         _add(archive, "rubric.yaml", rubric_text.encode("utf-8"))
         pyproject = _PYPROJECT.format(

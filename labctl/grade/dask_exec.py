@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 
 from labctl.errors import UsageError
 from labctl.grade.pool import LocalPool, Outcome
+from labctl.i18n import N_, Msg, _
 
 _LOCK = threading.Lock()
 _POOLS: dict[tuple, LocalPool] = {}
@@ -36,7 +37,12 @@ def observe_on_worker(job: dict, learner_timeout_s: float, env: dict[str, str]) 
     with _LOCK:
         _pool(learner_timeout_s, env).run([("learner", job)], lambda _, o: found.append(o))
     outcome = found[0]
-    return {"status": outcome.status, "facts": outcome.facts, "message": outcome.message}
+    return {
+        "status": outcome.status,
+        "facts": outcome.facts,
+        "message": outcome.message,
+        "isolation": outcome.isolation,
+    }
 
 
 def run_on_dask(
@@ -50,12 +56,16 @@ def run_on_dask(
         from distributed import Client, as_completed
     except ImportError:
         raise UsageError(
-            "--scheduler needs Dask: pip install 'labctl[dask]' (dask and distributed)"
+            N_("--scheduler needs Dask: pip install 'labctl[dask]' (dask and distributed)")
         ) from None
     try:
         client = Client(address, timeout="30s")
     except (OSError, TimeoutError, ValueError) as exc:
-        raise UsageError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+        raise UsageError(
+            Msg(
+                "cannot reach the Dask scheduler at {address}: {why}", address=address, why=str(exc)
+            )
+        ) from None
     batch = uuid.uuid4().hex[:12]  # a key of its own: never another batch's cached result
     try:
         futures = {
@@ -66,21 +76,31 @@ def run_on_dask(
                 env,
                 key=f"labctl-grade-{key}-{batch}",
                 pure=False,
-            ): key
+            ): (key, job)
             for key, job in jobs
         }
         for future in as_completed(futures):
-            key = futures[future]
+            key, job = futures[future]
             try:
                 result = future.result()
             except UsageError:
                 raise
             except Exception as exc:  # the task or its Dask worker died
-                done(
-                    key,
-                    Outcome("crash", message=f"the Dask task failed: {type(exc).__name__}: {exc}"),
+                # Nothing came back, not even the level the worker resolved: a level asked for by
+                # name is the one it ran under (or refused); what `auto` gave there is unknown.
+                asked = job["isolation"] if job["isolation"] != "auto" else None
+                message = _(
+                    Msg(
+                        "the Dask task failed: {error}: {why}",
+                        error=type(exc).__name__,
+                        why=str(exc),
+                    )
                 )
+                done(key, Outcome("crash", message=message, isolation=asked))
                 continue
-            done(key, Outcome(result["status"], result["facts"], result["message"]))
+            done(
+                key,
+                Outcome(result["status"], result["facts"], result["message"], result["isolation"]),
+            )
     finally:
         client.close()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labctl.errors import UsageError
+from labctl.i18n import Msg, _
 
 PACKAGE_DIR = "clean_room"
 SUBMISSION_NAMES = ("submission.yaml", "submission.yml", "submission.json")
@@ -74,14 +75,21 @@ def _digest(folder: Path) -> tuple[str, LayoutError | None]:
             continue
         if path.is_symlink():
             return "", LayoutError(
-                "symlink", f"{relative} is a symbolic link; a submission holds plain files only"
+                "symlink",
+                _(
+                    Msg(
+                        "{path} is a symbolic link; a submission holds plain files only",
+                        path=str(relative),
+                    )
+                ),
             )
         if not path.is_file():
             continue
         total += path.stat().st_size
         if total > MAX_INPUT_BYTES:
             return "", LayoutError(
-                "too-large", f"the folder holds more than {MAX_INPUT_BYTES >> 20} MiB"
+                "too-large",
+                _(Msg("the folder holds more than {mib} MiB", mib=MAX_INPUT_BYTES >> 20)),
             )
         digest.update(relative.as_posix().encode("utf-8") + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
@@ -92,12 +100,13 @@ def check_learner(entry: Path) -> Learner:
     """What the layout of one entry of the class holds, or its named layout error."""
     name = entry.name
     if not _ID.match(name):
-        return Learner(name, entry, error=LayoutError("bad-id", f"{name!r} is not a learner id"))
+        why = _(Msg("{name} is not a learner id", name=repr(name)))
+        return Learner(name, entry, error=LayoutError("bad-id", why))
     if entry.is_symlink() or not entry.is_dir():
         return Learner(
             name,
             entry,
-            error=LayoutError("not-a-folder", "not a folder; each learner has a folder"),
+            error=LayoutError("not-a-folder", _("not a folder; each learner has a folder")),
         )
     digest, problem = _digest(entry)
     if problem is not None:
@@ -106,15 +115,21 @@ def check_learner(entry: Path) -> Learner:
     submissions = [entry / s for s in SUBMISSION_NAMES if (entry / s).is_file()]
     error = None
     if not room.is_dir():
-        error = LayoutError("no-clean-room", f"no {PACKAGE_DIR}/ folder")
+        error = LayoutError("no-clean-room", _(Msg("no {folder}/ folder", folder=PACKAGE_DIR)))
     elif not (room / "__init__.py").is_file():
         error = LayoutError(
-            "not-a-package", f"{PACKAGE_DIR}/ has no __init__.py; it must be a package"
+            "not-a-package",
+            _(Msg("{folder}/ has no __init__.py; it must be a package", folder=PACKAGE_DIR)),
         )
     elif len(submissions) > 1:
         error = LayoutError(
             "two-submissions",
-            "more than one of " + ", ".join(SUBMISSION_NAMES) + "; keep exactly one",
+            _(
+                Msg(
+                    "more than one of {names}; keep exactly one",
+                    names=", ".join(SUBMISSION_NAMES),
+                )
+            ),
         )
     return Learner(
         name,
@@ -129,10 +144,12 @@ def check_learner(entry: Path) -> Learner:
 def discover(submissions_dir: Path) -> list[Learner]:
     """Every entry of the class, in name order; refuses a folder that is missing or empty."""
     if not submissions_dir.is_dir():
-        raise UsageError(f"{submissions_dir} is not a folder of learner folders")
+        raise UsageError(
+            Msg("{path} is not a folder of learner folders", path=str(submissions_dir))
+        )
     entries = sorted(
         (p for p in submissions_dir.iterdir() if not p.name.startswith(".")), key=lambda p: p.name
     )
     if not entries:
-        raise UsageError(f"{submissions_dir} holds no learner folders")
+        raise UsageError(Msg("{path} holds no learner folders", path=str(submissions_dir)))
     return [check_learner(p) for p in entries]

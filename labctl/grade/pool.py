@@ -5,7 +5,8 @@ observation passes `learner_timeout_s` is a `hang`: its worker gets SIGTERM
 (it closes its clean room and exits), then SIGKILL for its whole process group
 after a grace period, and a fresh worker takes the next learner. A worker that
 dies mid-learner (a crash, the memory limit, an attack on its parent) is a
-`crash` of that learner only. Either way the batch goes on.
+`crash` of that learner only. Either way the batch goes on, and the outcome
+carries the isolation level the worker announced before the learner's code ran.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from labctl.errors import LabctlError, UsageError
+from labctl.i18n import Msg, _
 
 BOOT_TIMEOUT_S = 180.0
 _GRACE_S = 3.0
@@ -38,6 +40,7 @@ class Outcome:
     status: str  # observed | hang | crash | internal-error
     facts: dict | None = None
     message: str = ""
+    isolation: str | None = None  # the level the learner's code ran under (None: it never ran)
 
 
 @dataclass
@@ -47,6 +50,7 @@ class _Slot:
     buffer: bytes = b""
     ready: bool = False
     key: str | None = None
+    isolation: str | None = None
     deadline: float = 0.0
     started: float = field(default_factory=time.monotonic)
 
@@ -55,7 +59,7 @@ def _signal_name(code: int | None) -> str:
     if code is not None and code < 0:
         with contextlib.suppress(ValueError):
             return signal.Signals(-code).name
-    return f"exit code {code}"
+    return _(Msg("exit code {code}", code=code))
 
 
 class LocalPool:
@@ -137,6 +141,7 @@ class LocalPool:
                 if slot.ready and slot.key is None and pending:
                     key, job = pending.pop()
                     slot.key, slot.deadline = key, time.monotonic() + self.learner_timeout_s
+                    slot.isolation = None
                     try:
                         slot.proc.stdin.write((json.dumps(job) + "\n").encode("utf-8"))
                         slot.proc.stdin.flush()
@@ -144,7 +149,7 @@ class LocalPool:
                         pass  # its death shows as end of file below
             now = time.monotonic()
             wait = max(0.0, min((s.deadline for s in self._slots), default=now + 1) - now)
-            for selected, _ in self._selector.select(timeout=min(wait, 1.0)):
+            for selected, _events in self._selector.select(timeout=min(wait, 1.0)):
                 self._read(selected.data, done, pending)
             now = time.monotonic()
             for slot in [s for s in self._slots if s.deadline <= now]:
@@ -160,15 +165,24 @@ class LocalPool:
             code = self._stop(slot, gently=False)
             if slot.key is None:
                 raise GradingError(
-                    f"a grading worker exited before taking a learner ({_signal_name(code)}); "
-                    "LABCTL_DEBUG=1 shows its output"
+                    Msg(
+                        "a grading worker exited before taking a learner ({how}); "
+                        "LABCTL_DEBUG=1 shows its output",
+                        how=_signal_name(code),
+                    )
                 )
             done(
                 slot.key,
                 Outcome(
                     "crash",
-                    message=f"the grading process died with {_signal_name(code)} "
-                    "(the learner's code, or the memory limit)",
+                    message=_(
+                        Msg(
+                            "the grading process died with {how} "
+                            "(the learner's code, or the memory limit)",
+                            how=_signal_name(code),
+                        )
+                    ),
+                    isolation=slot.isolation,
                 ),
             )
             self._replace(pending)
@@ -181,25 +195,36 @@ class LocalPool:
                 slot.ready = True
                 slot.deadline = float("inf")
                 continue
+            if "started" in reply:
+                slot.isolation = reply["started"]
+                continue
             key, slot.key, slot.deadline = slot.key, None, float("inf")
             if "facts" in reply:
-                done(key, Outcome("observed", reply["facts"]))
+                done(key, Outcome("observed", reply["facts"], isolation=slot.isolation))
             elif reply.get("raised") == "UsageError":
                 raise UsageError(reply["message"])
             else:
-                done(
-                    key, Outcome("internal-error", message=f"{reply['raised']}: {reply['message']}")
-                )
+                message = f"{reply['raised']}: {reply['message']}"
+                done(key, Outcome("internal-error", message=message, isolation=slot.isolation))
 
     def _expired(self, slot: _Slot, done, pending) -> None:
-        key = slot.key
+        key, isolation = slot.key, slot.isolation
         self._stop(slot, gently=True)
         if key is None:
-            raise GradingError(f"a grading worker did not start within {BOOT_TIMEOUT_S:g} s")
+            raise GradingError(
+                Msg("a grading worker did not start within {seconds:g} s", seconds=BOOT_TIMEOUT_S)
+            )
         done(
             key,
             Outcome(
-                "hang", message=f"stopped after the learner's limit of {self.learner_timeout_s:g} s"
+                "hang",
+                message=_(
+                    Msg(
+                        "stopped after the learner's limit of {seconds:g} s",
+                        seconds=self.learner_timeout_s,
+                    )
+                ),
+                isolation=isolation,
             ),
         )
         self._replace(pending)

@@ -31,6 +31,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from labctl.errors import LabctlError, UsageError
 from labctl.evidence.models import Strict
+from labctl.i18n import Msg, _
 
 RUBRIC_SCHEMA = "labctl.rubric.v1"
 KINDS = ("function", "check", "package", "metric", "submission")
@@ -68,18 +69,29 @@ class Item(Strict):
         }
         if self.kind in known:
             if self.target not in known[self.kind]:
-                raise ValueError(
-                    f"{self.kind} item {self.id!r} needs a target among: "
-                    + ", ".join(known[self.kind])
+                needs = Msg(
+                    "{kind} item {id} needs a target among: {known}",
+                    kind=self.kind,
+                    id=repr(self.id),
+                    known=", ".join(known[self.kind]),
                 )
+                raise ValueError(_(needs))
         elif self.target is not None:
-            raise ValueError(f"a {self.kind} item takes no target")
+            raise ValueError(_(Msg("a {kind} item takes no target", kind=self.kind)))
         if self.checks is not None:
             if self.kind != "function":
-                raise ValueError("only a function item lists checks")
+                raise ValueError(_("only a function item lists checks"))
             unknown = [c for c in self.checks if c not in CHECK_NAMES]
             if unknown:
-                raise ValueError(f"unknown checks {unknown}; known: {', '.join(CHECK_NAMES)}")
+                raise ValueError(
+                    _(
+                        Msg(
+                            "unknown checks {unknown}; known: {known}",
+                            unknown=str(unknown),
+                            known=", ".join(CHECK_NAMES),
+                        )
+                    )
+                )
         return self
 
 
@@ -93,7 +105,7 @@ class Rubric(Strict):
         seen: set[str] = set()
         for item in self.items:
             if item.id in seen:
-                raise ValueError(f"item id {item.id!r} appears twice")
+                raise ValueError(_(Msg("item id {id} appears twice", id=repr(item.id))))
             seen.add(item.id)
         return self
 
@@ -135,7 +147,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         for key in keys:
             if keys.count(key) > 1:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} appears twice", node.start_mark
+                    None, None, _(Msg("key {key} appears twice", key=repr(key))), node.start_mark
                 )
         return super().construct_mapping(node, deep=deep)
 
@@ -144,15 +156,19 @@ def parse_rubric(text: str, where: str = "rubric") -> Rubric:
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader that refuses repeated keys
     except yaml.YAMLError as exc:
-        raise RubricError(f"{where} is not valid YAML: {exc}") from None
+        raise RubricError(
+            Msg("{where} is not valid YAML: {why}", where=where, why=str(exc))
+        ) from None
     try:
         return Rubric.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}"
+            f"{'.'.join(str(p) for p in e['loc']) or _('(document)')}: {e['msg']}"
             for e in exc.errors()
         )
-        raise RubricError(f"{where} is not a valid rubric: {problems}") from None
+        raise RubricError(
+            Msg("{where} is not a valid rubric: {problems}", where=where, problems=problems)
+        ) from None
 
 
 def default_rubric_text() -> str:
@@ -162,11 +178,13 @@ def default_rubric_text() -> str:
 def load_rubric(path: Path | None = None) -> Rubric:
     """The rubric at `path`, or the default one that ships with labctl."""
     if path is None:
-        return parse_rubric(default_rubric_text(), "the default rubric")
+        return parse_rubric(default_rubric_text(), _("the default rubric"))
     if not path.is_file():
-        raise UsageError(f"rubric {path} is not a file")
+        raise UsageError(Msg("rubric {path} is not a file", path=str(path)))
     try:
         text = path.read_text("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise RubricError(f"cannot read rubric {path}: {exc}") from None
+        raise RubricError(
+            Msg("cannot read rubric {path}: {why}", path=str(path), why=str(exc))
+        ) from None
     return parse_rubric(text, str(path.name))

@@ -30,6 +30,7 @@ from labctl.grade.layout import Learner, discover
 from labctl.grade.pool import LocalPool, Outcome
 from labctl.grade.rubric import Rubric
 from labctl.grade.score import ItemResult, Row, failed_row, score
+from labctl.i18n import Msg, language
 from labctl.isolation import resolve_isolation
 from labctl.jsonsafe import dumps
 
@@ -78,6 +79,8 @@ def learner_key(learner: Learner, rubric: Rubric, options: GradeOptions) -> str:
             "rubric": rubric.sha256(),
             "labctl": labctl.__version__,
             "options": options.verdict_key(),
+            # Diagnoses and item messages are written in the batch's language.
+            "language": language(),
         },
         sort_keys=True,
     )
@@ -194,7 +197,7 @@ def grade_learners(
     resolve_isolation(options.isolation)
     start = time.perf_counter()
     if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file; give a folder")
+        raise UsageError(Msg("--out {path} is a file; give a folder", path=str(out)))
     (out / RECORDS).mkdir(parents=True, exist_ok=True)
     rows: dict[str, Row] = {}
     batch = Batch([], [], [], out)
@@ -239,11 +242,13 @@ def grade_learners(
             if outcome.status == "observed":
                 row = score(learner.id, rubric, outcome.facts)
             else:
-                row = failed_row(learner.id, rubric, outcome.status, outcome.message)
+                row = failed_row(
+                    learner.id, rubric, outcome.status, outcome.message, outcome.isolation
+                )
             keep(learner, key, row, outcome.facts)
 
         jobs = [(key, _job(learner, rubric, options)) for learner, key in todo]
-        env = {"LABCTL_REFERENCE_CACHE": str(cache.resolve())}
+        env = {"LABCTL_REFERENCE_CACHE": str(cache.resolve()), "LABCTL_LANG": language()}
         if options.scheduler:
             from labctl.grade.dask_exec import run_on_dask
 

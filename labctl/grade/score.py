@@ -124,7 +124,9 @@ def _metric(item: Item, verify: dict) -> tuple[bool, str]:
         return False, _("{metric} was not measured").format(metric=item.target)
     if row.get("actual") is None:
         return False, row.get("note") or _("{metric} was not measured").format(metric=item.target)
-    text = f"{item.target} = {row['actual']:.6g} (expected {row['expected']})"
+    text = _("{metric} = {actual:.6g} (expected {expected})").format(
+        metric=item.target, actual=row["actual"], expected=row["expected"]
+    )
     return bool(row.get("passed")), text
 
 
@@ -144,7 +146,7 @@ def _diagnosis(verify: dict) -> str:
     found = [d["message"] for d in verify["diagnosis"] if d["kind"] != "not-implemented"]
     stubs = [d["function"] for d in verify["diagnosis"] if d["kind"] == "not-implemented"]
     if stubs:
-        found.insert(0, "not implemented yet: " + ", ".join(stubs))
+        found.insert(0, _("not implemented yet: {functions}").format(functions=", ".join(stubs)))
     return "; ".join(found)
 
 

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labctl.errors import UsageError
+from labctl.i18n import N_
 
-PROJECT = "(labctl's own clean room)"
+# Its name in similarity.json; the CLI shows it translated (a learner id holds no parentheses).
+PROJECT = N_("(labctl's own clean room)")
 DEFAULT_THRESHOLD = 0.5
 # copydetect's defaults: matches shorter than 25 filtered characters are noise; winnowing
 # guarantees every match of 30 is found.
@@ -98,7 +100,7 @@ def compare(rooms: dict[str, Path], threshold: float = DEFAULT_THRESHOLD) -> lis
     try:
         from copydetect import CodeFingerprint, compare_files
     except ImportError:
-        raise UsageError("--similarity needs copydetect: pip install 'labctl[grade]'") from None
+        raise UsageError(N_("--similarity needs copydetect: pip install 'labctl[grade]'")) from None
     from labctl.faults.base import project_clean_room
     from labctl.verify.stubs import init_source, module_source
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from labctl.errors import LabctlError, UsageError
+from labctl.i18n import _
 from labctl.jsonsafe import finite
 
 
@@ -72,36 +73,55 @@ def remeasure(path: Path, folder: Path, room: Path, timeout_s: float, isolation:
 
 
 def _verify_facts(report) -> dict:
+    """verify's findings as JSON; their messages become the row's text, so they are written in
+    the batch's language (verify's own `to_json` keeps English for its records)."""
     passed, total = report.functions_passed()
+
+    def said(data: dict, key: str, shown) -> dict:
+        if key in data:
+            data[key] = _(shown)
+        return data
+
     return {
         "status": report.status,
-        "message": report.message,
+        "message": _(report.shown),
         "passed": report.passed,
         "functions_passed": passed,
         "functions": total,
         "checks": [
-            {k: c.to_json()[k] for k in ("function", "name", "status", "message")}
+            {
+                **{k: c.to_json()[k] for k in ("function", "name", "status")},
+                "message": _(c.shown),
+            }
             for c in report.checks
         ],
-        "diagnosis": [d.to_json() for d in report.diagnosis],
-        "metrics": [m.to_json() for m in report.metrics],
+        "diagnosis": [said(d.to_json(), "message", d.shown) for d in report.diagnosis],
+        "metrics": [said(m.to_json(), "note", m.shown_note) for m in report.metrics],
     }
 
 
-def observe_learner(job: dict) -> dict:
+def observe_learner(job: dict, started: Callable[[str], None] | None = None) -> dict:
     """The facts of one learner (see the module docstring); never raises for the learner's code.
 
     `job` holds: clean_room, submission (or None), folder, timeout_s, memory_mb,
     isolation, measure (the template metrics), remeasure (the submission).
+    `started(level)` hears the isolation level resolved for this learner before
+    any of its code runs: the one fact a caller still has when the learner then
+    hangs or takes its worker down.
     """
+    from labctl.isolation import resolve_isolation
+
     start = time.perf_counter()
-    facts: dict = {"error": None}
+    level = resolve_isolation(job["isolation"])
+    if started is not None:
+        started(level)
+    facts: dict = {"error": None, "isolation": level}
     try:
         report, used = run_verify(
             Path(job["clean_room"]),
             job["timeout_s"],
             job["memory_mb"],
-            job["isolation"],
+            level,
             job["measure"],
         )
         facts["isolation"] = used
@@ -112,7 +132,7 @@ def observe_learner(job: dict) -> dict:
                 Path(job["folder"]),
                 Path(job["clean_room"]),
                 job["timeout_s"],
-                job["isolation"],
+                level,
             )
     except UsageError:
         raise

@@ -3,7 +3,9 @@
 `labctl.grade.pool` starts these with `python -m labctl.grade.worker FD`. Jobs
 arrive as JSON lines on stdin; each reply is one JSON line on file descriptor
 FD (stdout and stderr go nowhere, so nothing a learner prints can look like a
-reply). The worker imports torch and computes the reference once, then serves
+reply). Before a learner's code runs, the worker says on FD which isolation
+level it resolved for that learner (`{"started": level}`), so a learner that
+then hangs or kills the worker still has its level on its row. The worker imports torch and computes the reference once, then serves
 any number of learners: that is where grading's throughput comes from.
 
 SIGTERM ends the worker through SystemExit, so the clean room it holds is
@@ -27,15 +29,23 @@ def main(argv: list[str]) -> int:
     reply_fd = int(argv[0])
     from labctl import contract
     from labctl.grade.task import observe_learner
+    from labctl.i18n import choose, set_language
     from labctl.verify import fixtures
 
+    # The texts a worker puts in the facts (verify's messages) are in the batch's language,
+    # which the pool passes as LABCTL_LANG.
+    set_language(choose())
     fixtures.warm_reference(contract.function_names())
     with os.fdopen(reply_fd, "w", encoding="utf-8", buffering=1) as replies:
         replies.write(json.dumps({"ready": True}) + "\n")
+
+        def started(level: str) -> None:
+            replies.write(json.dumps({"started": level}) + "\n")
+
         for line in sys.stdin:
             job = json.loads(line)
             try:
-                reply = {"facts": observe_learner(job)}
+                reply = {"facts": observe_learner(job, started)}
             except Exception as exc:  # a refusal of the whole batch (UsageError) or a bug
                 reply = {"raised": type(exc).__name__, "message": str(exc)}
             replies.write(json.dumps(reply, allow_nan=False) + "\n")

@@ -1,0 +1,142 @@
+"""`labctl grade` speaks the invocation's language to people; its machine outputs stay English.
+
+Two learners (a copy of labctl's own clean room, so `--similarity` lists it
+beside labctl's, and a catalogued fault) are graded once per language. The lines a person reads (the
+summary, the similarity line, usage errors) and the text Gradescope shows a
+learner follow `--lang` / LABCTL_LANG; column names, JSON keys and status
+values are the same in both.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from gradetools import copy_room, rubric_without
+from typer.testing import CliRunner
+
+from labctl import faults
+from labctl.cli.main import app
+
+# The environment of each run: nothing of this machine's locale leaks into the choice.
+CLEAN = {"LABCTL_LANG": "", "LC_ALL": "", "LC_MESSAGES": "", "LANG": "", "COLUMNS": "200"}
+
+
+def invoke(args: list[str], lang: str | None = None, env_lang: str = ""):
+    prefix = ["--lang", lang] if lang else []
+    result = CliRunner().invoke(app, [*prefix, *args], env={**CLEAN, "LABCTL_LANG": env_lang})
+    assert "Traceback" not in result.output, result.output
+    return result
+
+
+@pytest.fixture(scope="module")
+def klass(tmp_path_factory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("grade-i18n")
+    copy_room(base / "class" / "copycat" / "clean_room")
+    faults.get("mask-reversed").materialize(base / "class" / "fault" / "clean_room")
+    return base / "class", rubric_without(base, "metric", "submission")
+
+
+@pytest.fixture(scope="module")
+def runs(klass, tmp_path_factory) -> dict[str, tuple[str, Path]]:
+    """The class graded in English and, through LABCTL_LANG, in Chinese: (stdout, --out)."""
+    root, rubric = klass
+    found = {}
+    for lang in ("en", "zh"):
+        out = tmp_path_factory.mktemp(f"out-{lang}") / "grades"
+        args = ["grade", str(root), "--out", str(out), "--rubric", str(rubric), "--jobs", "1"]
+        result = invoke([*args, "--similarity"], env_lang=lang)
+        assert result.exit_code == 0, result.output
+        found[lang] = (result.stdout, out)
+    return found
+
+
+def test_the_summary_and_similarity_lines_follow_the_language(runs):
+    english, _ = runs["en"]
+    chinese, _ = runs["zh"]
+    assert "2 learners (2 graded, 0 unchanged since the last run)" in english
+    assert "similar: (labctl's own clean room) ~ copycat: 100% / 100%" in english
+    assert "2 位学习者（评分 2 位，0 位自上次运行以来未变）" in chinese
+    assert "相似：（labctl 自带的 clean room） ~ copycat：各自 100% / 100%" in chinese
+    assert "learners" not in chinese and "similar:" not in chinese
+    # The table's headers are words; the status value is an identifier in both.
+    assert "学习者" in chinese and "隔离方式" in chinese and "graded" in chinese
+
+
+def test_machine_outputs_keep_their_english_structure_and_gradescope_output_follows(runs):
+    (_, en_out), (_, zh_out) = runs["en"], runs["zh"]
+
+    def header(out: Path) -> list[str]:
+        with (out / "gradebook.csv").open(encoding="utf-8") as handle:
+            return next(csv.reader(handle))
+
+    assert header(zh_out) == header(en_out)
+    # verify's findings, made in the grading worker, reach the diagnosis in the batch's language.
+    summary = {
+        lang: json.loads((out / "summary.json").read_text("utf-8"))
+        for lang, out in (("en", en_out), ("zh", zh_out))
+    }
+    fault = {
+        lang: next(r for r in doc["rows"] if r["learner"] == "fault")
+        for lang, doc in summary.items()
+    }
+    assert "matches fault `mask-reversed`" in fault["en"]["diagnosis"]
+    assert "与故障 `mask-reversed` 相符" in fault["zh"]["diagnosis"]
+    assert fault["zh"]["status"] == fault["en"]["status"] == "graded"
+    assert set(fault["zh"]) == set(fault["en"])
+    en = json.loads((en_out / "gradescope" / "copycat" / "results.json").read_text("utf-8"))
+    zh = json.loads((zh_out / "gradescope" / "copycat" / "results.json").read_text("utf-8"))
+    assert set(zh) == set(en)
+    assert [sorted(t) for t in zh["tests"]] == [sorted(t) for t in en["tests"]]
+    assert [(t["name"], t["status"], t["visibility"]) for t in zh["tests"]] == [
+        (t["name"], t["status"], t["visibility"]) for t in en["tests"]
+    ]
+    assert "visible items passed" in en["output"]
+    assert "可见的" in zh["output"] and "visible" not in zh["output"]
+    assert en["tests"][0]["output"] == "passes every check"
+    assert zh["tests"][0]["output"] == "通过全部检查"
+
+
+def test_usage_errors_follow_the_language(tmp_path):
+    missing = tmp_path / "nobody"
+    args = ["grade", "gradescope", str(missing), "--results", str(tmp_path / "r.json")]
+    english = invoke(args)
+    chinese = invoke(args, lang="zh")
+    assert english.exit_code == chinese.exit_code == 2
+    assert "is not a folder" in english.output
+    assert "不是文件夹" in chinese.output and "is not a folder" not in chinese.output
+
+    bad = ["grade", str(tmp_path), "--timeout", "0"]
+    assert "必须是正的秒数" in invoke(bad, lang="zh").output
+    assert "must be a positive number of seconds" in invoke(bad).output
+    empty = ["grade", str(tmp_path / "class"), "--out", str(tmp_path / "grades")]
+    (tmp_path / "class").mkdir()
+    assert "里没有学习者文件夹" in invoke(empty, env_lang="zh").output
+
+
+def test_a_chinese_bundle_grades_in_chinese_and_falls_back_in_chinese(klass, tmp_path):
+    _, rubric = klass
+    zip_path = tmp_path / "autograder.zip"
+    made = invoke(["grade", "bundle", str(zip_path), "--rubric", str(rubric)], lang="zh")
+    assert made.exit_code == 0, made.output
+    assert "已写出" in made.stdout and "请上传到 Gradescope" in made.stdout
+    with zipfile.ZipFile(zip_path) as archive:
+        script = archive.read("run_autograder").decode("utf-8")
+    assert '"$LABCTL" --lang zh grade gradescope' in script
+    root = tmp_path / "autograder"
+    root.mkdir()
+    (root / "run_autograder").write_text(script, encoding="utf-8")
+    # labctl missing altogether: the learner still reads why, in the bundle's language.
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root), LABCTL=str(tmp_path / "no-such-labctl"))
+    subprocess.run(["bash", str(root / "run_autograder")], env=env, check=True, timeout=60)
+    fallback = json.loads((root / "results" / "results.json").read_text("utf-8"))
+    assert fallback["score"] == 0 and fallback["tests"] == []
+    assert (
+        fallback["output"]
+        == "自动评分程序未能为这份提交评分（labctl 退出码 127）。请告诉你的老师。"
+    )

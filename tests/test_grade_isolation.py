@@ -1,0 +1,78 @@
+"""Every gradebook row names the isolation its learner's code ran under, hang and crash included.
+
+A learner stopped by its time limit, or whose grading worker died, never sent
+facts back; its row still says which level the worker resolved before the
+learner's code started. Only a learner whose code never ran (a layout error)
+has no level.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from gradetools import CALL_TIMEOUT, LEARNER_TIMEOUT, append, copy_room, rubric_without
+from typer.testing import CliRunner
+
+from labctl.cli.main import app
+from labctl.isolation import resolve_isolation
+
+
+@pytest.fixture(scope="module")
+def klass(tmp_path_factory):
+    root = tmp_path_factory.mktemp("isolation") / "class"
+    hang = copy_room(root / "hanging" / "clean_room")
+    append(hang, "primitives", "import time\nwhile True:\n    time.sleep(1)")
+    # Under `process` this kills the grading worker (a crash row); in a sandbox it cannot
+    # see that process and only its own clean room fails to load.
+    attack = copy_room(root / "attacker" / "clean_room")
+    append(attack, "primitives", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+    (root / "malformed").mkdir()
+    (root / "malformed" / "notes.txt").write_text("no clean room here\n")
+    return root, rubric_without(root.parent, "metric", "submission")
+
+
+@pytest.mark.parametrize("requested", ["auto", "process"])
+def test_hang_and_crash_rows_name_the_isolation_used(klass, requested, tmp_path):
+    root, rubric = klass
+    level = resolve_isolation(requested)
+    out = tmp_path / "grades"
+    result = CliRunner().invoke(
+        app,
+        [
+            "grade",
+            str(root),
+            "--out",
+            str(out),
+            "--rubric",
+            str(rubric),
+            "--jobs",
+            "1",
+            "--timeout",
+            str(CALL_TIMEOUT),
+            "--learner-timeout",
+            LEARNER_TIMEOUT,
+            "--isolation",
+            requested,
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    rows = {r["learner"]: r for r in json.loads(result.stdout)["rows"]}
+    assert rows["hanging"]["status"] == "hang"
+    if level == "process":
+        assert rows["attacker"]["status"] == "crash"
+    assert rows["hanging"]["isolation"] == level
+    assert rows["attacker"]["isolation"] == level
+    # No clean room: nothing ran, so no level is claimed.
+    assert rows["malformed"]["status"] == "layout-error"
+    assert rows["malformed"]["isolation"] is None
+
+    with (out / "gradebook.csv").open(encoding="utf-8") as handle:
+        book = {r["learner"]: r for r in csv.DictReader(handle)}
+    assert book["hanging"]["isolation"] == level
+    assert book["attacker"]["isolation"] == level
+    assert book["malformed"]["isolation"] == ""
+    record = json.loads((out / "records" / "hanging.json").read_text("utf-8"))
+    assert record["isolation"] == level
