@@ -206,3 +206,19 @@ def test_the_inputs_keep_attention_unsaturated_and_outputs_of_unit_size():
     assert 0.1 < float(np.mean(weights.max(axis=-1))) < 0.7  # one-hot rows would give ≈1
     out = reference.multi_head_attention(x, wq, wk, wv, wo, p.H, p.Hkv)  # (B, T, C)
     assert 0.25 < float(np.std(out)) < 1.5  # a mis-scaled output projection leaves this band
+
+
+@pytest.mark.parametrize(
+    ("Tn", "Tk", "C", "H", "Hkv", "D"),
+    [(1, 4, 8, 2, 1, 4), (3, 7, 64, 8, 2, 8), (5, 5, 12, 3, 3, 5)],
+)
+def test_flops_are_the_sum_of_every_matmul_of_attention(Tn, Tk, C, H, Hkv, D):
+    """2 m k n per (m, k) @ (k, n), counted matmul by matmul: the table shows these numbers."""
+
+    def mm(m, k, n):
+        return 2 * m * k * n
+
+    projections = mm(Tn, C, H * D) + 2 * mm(Tn, C, Hkv * D)  # q; k and v
+    per_head = mm(Tn, D, Tk) + mm(Tn, Tk, D)  # q kᵀ, then weights @ v
+    expected = projections + H * per_head + mm(Tn, H * D, C)  # and the output projection
+    assert flops(Tn, Tk, C, H, Hkv, D) == expected
