@@ -32,6 +32,8 @@ def test_passes_on_both_implementations_at_seed_5(seed5):
         assert got[(STEP, impl)].actual <= 1e-13
         assert got[(CHUNK, impl)].actual <= 1e-13
         assert got[(BYTES, impl)].actual == 0.0
+        # 2 (K and V) x Hkv 2 x D 8 x 8 bytes (float64), said beside the row
+        assert got[(BYTES, impl)].note == "256 B per token and layer"
         assert got[(GIVEN, impl)].actual <= 1e-13  # positions reversed: only rounding moves
         for T in LENGTHS:
             # Every FLOP term is linear in the query count: recompute is exactly T cached steps.

@@ -210,9 +210,7 @@ def _per_token(impl, x, other, weights, p: Params) -> dict[str, float]:
 
 
 def run(ctx: LabContext) -> LabOutput:
-    p: Params = ctx.params
-    if sum(p.chunks) != p.T:
-        raise ValueError(f"chunks {p.chunks} must sum to T = {p.T}")
+    p: Params = ctx.params  # Params has checked that the chunks sum to T
     rng = np.random.default_rng(ctx.seed)
     x = rng.standard_normal((p.B, p.T, p.C))  # (B, T, C)
     weights = _weights(rng, p)
