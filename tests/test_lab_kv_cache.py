@@ -224,3 +224,43 @@ def test_flops_are_the_sum_of_every_matmul_of_attention(Tn, Tk, C, H, Hkv, D):
     per_head = mm(Tn, D, Tk) + mm(Tn, Tk, D)  # q kᵀ, then weights @ v
     expected = projections + H * per_head + mm(Tn, H * D, C)  # and the output projection
     assert flops(Tn, Tk, C, H, Hkv, D) == expected
+
+
+def test_the_tables_show_the_counted_numbers(seed5):
+    """What the learner reads: FLOPs, their ratio, the cache's bytes and the timed ratio."""
+    from labctl.i18n import _
+    from labctl.lab import TableFigure
+
+    p = LAB.params()
+    D = p.C // p.H
+    flop_table, time_table = [f for f in seed5.figures if isinstance(f, TableFigure)][:2]
+    assert [_(c) for c in flop_table.columns] == [
+        "T",
+        "FLOPs cached (reference)",
+        "FLOPs cached (clean-room)",
+        "FLOPs recompute (reference)",
+        "FLOPs recompute (clean-room)",
+        "ratio (reference)",
+        "ratio (clean-room)",
+        "KV cache, 1 layer",
+    ]
+    for row, T in zip(flop_table.rows, LENGTHS, strict=True):
+        cached = flops(1, T, p.C, p.H, p.Hkv, D)
+        recompute = flops(T, T, p.C, p.H, p.Hkv, D)
+        assert row == (
+            str(T),
+            f"{cached:,}",
+            f"{cached:,}",
+            f"{recompute:,}",
+            f"{recompute:,}",
+            T,  # exactly T: every FLOP term is linear in the query count
+            T,
+            f"{T * 2 * p.Hkv * D * 8:,} B",  # K and V, Hkv heads of D float64
+        )
+    got = rows(seed5)
+    for T, impl, cached_ms, recompute_ms, ratio in time_table.rows:
+        assert ratio == pytest.approx(recompute_ms / cached_ms, rel=1e-12)
+        assert got[(f"decode_time_ratio[T={T}]", impl)].actual == pytest.approx(ratio, rel=1e-12)
+    assert [(r[0], r[1]) for r in time_table.rows] == [
+        (str(T), impl) for T in LENGTHS for impl in ("reference", "clean-room")
+    ]
