@@ -46,8 +46,20 @@ TARGETS: dict[str, Target] = {
         ("tests/test_verify_checks.py", "tests/test_properties.py", "tests/test_parity.py"),
     ),
     "checks": Target("labctl/verify/checks.py", ("tests/test_verify_checks.py",)),
+    "check_base": Target("labctl/verify/check_base.py", ("tests/test_verify_checks.py",)),
+    "checks_structure": Target(
+        "labctl/verify/checks_structure.py", ("tests/test_verify_checks.py",)
+    ),
+    "checks_behaviour": Target(
+        "labctl/verify/checks_behaviour.py", ("tests/test_verify_checks.py",)
+    ),
     "validate": Target(
         "labctl/evidence/validate.py",
+        ("tests/test_evidence_submit.py", "tests/test_evidence_template.py"),
+    ),
+    "claims": Target("labctl/evidence/claims.py", ("tests/test_evidence_submit.py",)),
+    "findings": Target(
+        "labctl/evidence/findings.py",
         ("tests/test_evidence_submit.py", "tests/test_evidence_template.py"),
     ),
     "parse": Target(
