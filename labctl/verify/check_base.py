@@ -1,4 +1,4 @@
-"""What every check of `labctl verify clean-room` shares: its result, its registration,
+"""What every check of `labctl verify clean-room` shares: its result, how it is listed,
 and how it finds the calls it reads (`labctl.verify.checks` gathers the checks)."""
 
 from __future__ import annotations
@@ -55,38 +55,25 @@ class CheckResult:
         return data
 
 
+def every_function(function: str) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Check:
+    """A check and when it applies. Listed, not registered by a decorator: mutmut does not
+    mutate decorated functions, and the checks are what its runs are for."""
+
     name: str
-    scope: str  # "package" or "function"
-    applies: Callable[[str], bool]
     evaluate: Callable
     summary: str
-    justified: str = ""
+    scope: str = "function"  # "package" or "function"
+    applies: Callable[[str], bool] = every_function
+    justified: str = ""  # why no catalogued fault proves the check (else empty)
 
     @property
     def doc(self) -> str:
         return (self.evaluate.__doc__ or "").strip()
-
-
-def registrar(into: list[Check]):
-    """A decorator that registers a check into `into`, in the order the checks are defined;
-    `justified` says why no catalogued fault proves the check (else empty)."""
-
-    def check(
-        name: str,
-        summary: str,
-        scope: str = "function",
-        applies=lambda f: True,
-        justified: str = "",
-    ):
-        def register(fn):
-            into.append(Check(name, scope, applies, fn, summary, justified))
-            return fn
-
-        return register
-
-    return check
 
 
 def _skipped_reason(run: FunctionRun | None) -> str | None:

@@ -16,7 +16,6 @@ from labctl.verify.check_base import (
     Check,
     CheckResult,
     num,
-    registrar,
     returned,
     run_or_skip,
 )
@@ -29,15 +28,11 @@ from labctl.verify.compare import (
 from labctl.verify.functions import CAUSAL_FUNCTIONS
 from labctl.verify.observe import RoomObservation
 
-CHECKS: list[Check] = []
-check = registrar(CHECKS)
-
 
 def _has_float_output(function: str) -> bool:
     return function not in ("causal_mask", "sliding_window_mask", "padding_mask")
 
 
-@check("finite", "no NaN or inf", applies=_has_float_output)
 def check_finite(seen: RoomObservation, function: str) -> CheckResult:
     """No NaN or inf in any output, the adversarial fixtures included.
 
@@ -80,7 +75,6 @@ def _has_array_input(function: str) -> bool:
     return function not in ("causal_mask", "sliding_window_mask", "sinusoidal_positions")
 
 
-@check("pure", "inputs unchanged after the call", applies=_has_array_input)
 def check_pure(seen: RoomObservation, function: str) -> CheckResult:
     """No input array is modified in place (the worker compares every input before and after).
 
@@ -124,11 +118,6 @@ def _row_sums(function: str, fixture: fx.Fixture, value) -> tuple[np.ndarray, np
     return weights, np.all(np.broadcast_to(mask, weights.shape), axis=-1)
 
 
-@check(
-    "rows-sum",
-    "weights are >= 0 and sum to 1 (0 on a blocked row)",
-    applies=lambda f: f in ("softmax", "scaled_dot_product_attention"),
-)
 def check_rows_sum(seen: RoomObservation, function: str) -> CheckResult:
     """Every softmax slice and every attention row is >= 0 and sums to 1; a blocked one is all 0.
 
@@ -186,11 +175,6 @@ def check_rows_sum(seen: RoomObservation, function: str) -> CheckResult:
     )
 
 
-@check(
-    "causal",
-    "the future does not move the prefix",
-    applies=lambda f: f in CAUSAL_FUNCTIONS,
-)
 def check_causal(seen: RoomObservation, function: str) -> CheckResult:
     """Future-token invariance: changing inputs after position t leaves outputs <= t unchanged.
 
@@ -271,11 +255,6 @@ def check_causal(seen: RoomObservation, function: str) -> CheckResult:
     )
 
 
-@check(
-    "bad-input",
-    "the contract's Bad input cases raise ValueError/TypeError",
-    applies=lambda f: bool(bad_cases(f)),
-)
 def check_bad_input(seen: RoomObservation, function: str) -> CheckResult:
     """The contract's Bad input cases raise ValueError or TypeError (any message).
 
@@ -315,3 +294,28 @@ def check_bad_input(seen: RoomObservation, function: str) -> CheckResult:
             )
         return CheckResult(function, "bad-input", FAIL, text, fixture=name)
     return CheckResult(function, "bad-input", PASS, Msg("{n} bad inputs refused", n=len(run.bad)))
+
+
+# In the order `labctl verify` shows them.
+CHECKS: list[Check] = [
+    Check("finite", check_finite, "no NaN or inf", applies=_has_float_output),
+    Check("pure", check_pure, "inputs unchanged after the call", applies=_has_array_input),
+    Check(
+        "rows-sum",
+        check_rows_sum,
+        "weights are >= 0 and sum to 1 (0 on a blocked row)",
+        applies=lambda f: f in ("softmax", "scaled_dot_product_attention"),
+    ),
+    Check(
+        "causal",
+        check_causal,
+        "the future does not move the prefix",
+        applies=lambda f: f in CAUSAL_FUNCTIONS,
+    ),
+    Check(
+        "bad-input",
+        check_bad_input,
+        "the contract's Bad input cases raise ValueError/TypeError",
+        applies=lambda f: bool(bad_cases(f)),
+    ),
+]

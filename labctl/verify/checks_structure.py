@@ -16,7 +16,6 @@ from labctl.verify.check_base import (
     files_msg,
     not_loaded,
     num,
-    registrar,
     returned,
     run_or_skip,
 )
@@ -31,10 +30,6 @@ from labctl.verify.compare import (
 from labctl.verify.functions import RETURNS
 from labctl.verify.observe import PACKAGE, RoomObservation
 
-CHECKS: list[Check] = []
-check = registrar(CHECKS)
-
-
 LOADS_JUSTIFIED = (
     "a file that does not parse or import has no behaviour for a diagnosis to compare, so "
     "it is no fault of the catalogue (a transformation of a correct function); the tests "
@@ -43,12 +38,6 @@ LOADS_JUSTIFIED = (
 )
 
 
-@check(
-    "loads",
-    "the package imports in a worker process",
-    scope="package",
-    justified=LOADS_JUSTIFIED,
-)
 def check_loads(seen: RoomObservation, function: str) -> CheckResult:
     """The package imports: no syntax error, no failing import, no hang at import time.
 
@@ -72,7 +61,6 @@ def check_loads(seen: RoomObservation, function: str) -> CheckResult:
     )
 
 
-@check("import-policy", "only the standard library and numpy", scope="package")
 def check_import_policy(seen: RoomObservation, function: str) -> CheckResult:
     """Only the standard library and numpy: a static scan of the source and a runtime guard.
 
@@ -113,7 +101,6 @@ def check_import_policy(seen: RoomObservation, function: str) -> CheckResult:
     )
 
 
-@check("contract", "signature as contract v1 says")
 def check_contract(seen: RoomObservation, function: str) -> CheckResult:
     """The function exists with contract v1's exact parameter names, order and defaults.
 
@@ -129,7 +116,6 @@ def check_contract(seen: RoomObservation, function: str) -> CheckResult:
     return CheckResult(function, "contract", PASS, N_("signature matches"))
 
 
-@check("runs", "returns in time, no exception or crash")
 def check_runs(seen: RoomObservation, function: str) -> CheckResult:
     """Every fixture call returns within the timeout, without an exception or a crash.
 
@@ -174,7 +160,6 @@ def check_runs(seen: RoomObservation, function: str) -> CheckResult:
     )
 
 
-@check("shape", "returns arrays of the contract's shapes")
 def check_shape(seen: RoomObservation, function: str) -> CheckResult:
     """Each return value has the contract's structure: ndarray(s), the tuple arity, the shapes.
 
@@ -205,7 +190,6 @@ def check_shape(seen: RoomObservation, function: str) -> CheckResult:
     )
 
 
-@check("dtype", "keeps the input's dtype (bool masks)")
 def check_dtype(seen: RoomObservation, function: str) -> CheckResult:
     """Each returned array has the reference's dtype: float32 in, float32 out; masks are bool.
 
@@ -253,7 +237,6 @@ def check_dtype(seen: RoomObservation, function: str) -> CheckResult:
     )
 
 
-@check("parity", "matches the reference within tolerance v1")
 def check_parity(seen: RoomObservation, function: str) -> CheckResult:
     """Each float64 fixture's output matches the PyTorch reference within tolerance v1.
 
@@ -334,3 +317,23 @@ def check_parity(seen: RoomObservation, function: str) -> CheckResult:
         ),
         **common,
     )
+
+
+# In the order `labctl verify` shows them.
+CHECKS: list[Check] = [
+    Check(
+        "loads",
+        check_loads,
+        "the package imports in a worker process",
+        scope="package",
+        justified=LOADS_JUSTIFIED,
+    ),
+    Check(
+        "import-policy", check_import_policy, "only the standard library and numpy", scope="package"
+    ),
+    Check("contract", check_contract, "signature as contract v1 says"),
+    Check("runs", check_runs, "returns in time, no exception or crash"),
+    Check("shape", check_shape, "returns arrays of the contract's shapes"),
+    Check("dtype", check_dtype, "keeps the input's dtype (bool masks)"),
+    Check("parity", check_parity, "matches the reference within tolerance v1"),
+]
