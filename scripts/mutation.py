@@ -51,7 +51,8 @@ TARGETS: dict[str, Target] = {
         "labctl/verify/checks_structure.py", ("tests/test_verify_checks.py",)
     ),
     "checks_behaviour": Target(
-        "labctl/verify/checks_behaviour.py", ("tests/test_verify_checks.py",)
+        "labctl/verify/checks_behaviour.py",
+        ("tests/test_checks_behaviour.py", "tests/test_verify_checks.py"),
     ),
     "validate": Target(
         "labctl/evidence/validate.py",
@@ -141,10 +142,15 @@ def _scratch(name: str, target: Target) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for folder in ("labctl", "tests"):
         shutil.copytree(ROOT / folder, where / folder, ignore=ignore)
+    _configure(where, target)
+    return where
+
+
+def _configure(where: Path, target: Target) -> None:
+    """The project's pyproject.toml with a [tool.mutmut] section for this target only."""
     text = (ROOT / "pyproject.toml").read_text("utf-8")
     text = re.sub(r"(?ms)^\[tool\.mutmut\]\n.*?(?=^\[|\Z)", "", text)
     (where / "pyproject.toml").write_text(text.rstrip() + "\n\n" + _mutmut_section(target))
-    return where
 
 
 def _mutmut(where: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
@@ -176,6 +182,7 @@ def run_one(name: str, target: Target, timeout: float, again: bool = False) -> d
         )
         shutil.rmtree(where / "mutants" / "tests", ignore_errors=True)
         shutil.copytree(where / "tests", where / "mutants" / "tests")
+        _configure(where, target)  # the target's test files may have grown since
     else:
         where = _scratch(name, target)
     start = time.monotonic()
