@@ -45,10 +45,16 @@ TARGETS: dict[str, Target] = {
         "labctl/verify/compare.py",
         ("tests/test_verify_checks.py", "tests/test_properties.py", "tests/test_parity.py"),
     ),
-    "checks": Target("labctl/verify/checks.py", ("tests/test_verify_checks.py",)),
-    "check_base": Target("labctl/verify/check_base.py", ("tests/test_verify_checks.py",)),
+    "checks": Target(
+        "labctl/verify/checks.py", ("tests/test_checks_structure.py", "tests/test_verify_checks.py")
+    ),
+    "check_base": Target(
+        "labctl/verify/check_base.py",
+        ("tests/test_checks_structure.py", "tests/test_checks_behaviour.py"),
+    ),
     "checks_structure": Target(
-        "labctl/verify/checks_structure.py", ("tests/test_verify_checks.py",)
+        "labctl/verify/checks_structure.py",
+        ("tests/test_checks_structure.py", "tests/test_verify_checks.py"),
     ),
     "checks_behaviour": Target(
         "labctl/verify/checks_behaviour.py",
