@@ -54,11 +54,19 @@ TARGETS: dict[str, Target] = {
     ),
     "checks_structure": Target(
         "labctl/verify/checks_structure.py",
-        ("tests/test_checks_structure.py", "tests/test_verify_checks.py"),
+        (
+            "tests/test_checks_structure.py",
+            "tests/test_checks_behaviour.py",
+            "tests/test_verify_checks.py",
+        ),
     ),
     "checks_behaviour": Target(
         "labctl/verify/checks_behaviour.py",
-        ("tests/test_checks_behaviour.py", "tests/test_verify_checks.py"),
+        (
+            "tests/test_checks_behaviour.py",
+            "tests/test_checks_structure.py",
+            "tests/test_verify_checks.py",
+        ),
     ),
     "validate": Target(
         "labctl/evidence/validate.py",

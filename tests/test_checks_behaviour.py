@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from labctl import contract
 from labctl.verify import checks
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
@@ -17,6 +18,29 @@ from labctl.verify.compare import CAUSAL_TOLERANCE, ROW_SUM_TOLERANCE
 from labctl.verify.observe import FunctionRun, Outcome, RoomObservation
 
 PASS, FAIL, NOT_RUN = checks.PASS, checks.FAIL, checks.NOT_RUN
+
+# Every reference output these tests read, computed once at import: under mutmut, each
+# mutant's process forks from one that collected this module and so already holds them.
+fx.warm_reference(contract.function_names())
+
+
+def _named(check_fn):
+    """`check_fn`, asserting that every result it gives is its own row: its function, its name."""
+    name = next(c.name for c in checks.CHECKS if c.evaluate is check_fn)
+
+    def run(seen, function):
+        result = check_fn(seen, function)
+        assert (result.function, result.name) == (function, name)
+        return result
+
+    return run
+
+
+check_finite = _named(checks.check_finite)
+check_pure = _named(checks.check_pure)
+check_rows_sum = _named(checks.check_rows_sum)
+check_causal = _named(checks.check_causal)
+check_bad_input = _named(checks.check_bad_input)
 
 
 def _observed(function: str, value_of=fx.reference_output, probes=True, **extra):
@@ -57,7 +81,7 @@ def _raised(fixture) -> Outcome:
 
 def test_finite_passes_a_room_and_counts_fixtures_and_probes():
     n = len(fx.fixtures("softmax")) + len(fx.probes("softmax"))
-    result = checks.check_finite(_observed("softmax"), "softmax")
+    result = check_finite(_observed("softmax"), "softmax")
     assert (result.status, result.message) == (PASS, f"no NaN or inf in {n} outputs")
 
 
@@ -72,7 +96,7 @@ def test_finite_names_the_fixture_the_count_and_the_fixture_s_note():
             value.flat[2] = np.inf
         return value
 
-    result = checks.check_finite(_observed("softmax", overflowing), "softmax")
+    result = check_finite(_observed("softmax", overflowing), "softmax")
     size = fx.reference_output(large).size
     assert (result.status, result.fixture) == (FAIL, "large-logits")
     assert result.message == f"fixture large-logits: NaN in 3 of {size} elements ({large.note})"
@@ -88,7 +112,7 @@ def test_finite_says_inf_when_there_is_no_nan_and_no_note_when_the_fixture_has_n
             value.flat[0] = -np.inf
         return value
 
-    result = checks.check_finite(_observed("softmax", infinite), "softmax")
+    result = check_finite(_observed("softmax", infinite), "softmax")
     size = fx.reference_output(first).size
     assert result.message == f"fixture {first.name}: inf in 1 of {size} elements"
 
@@ -103,15 +127,20 @@ def test_finite_reads_every_array_of_a_tuple_and_leaves_non_arrays_to_the_shape_
             weights.flat[0] = np.nan
         return out, weights
 
-    result = checks.check_finite(_observed(function, nan_weights), function)
+    result = check_finite(_observed(function, nan_weights), function)
     assert result.status == FAIL and result.message.startswith(f"fixture {first.name}: NaN in 1 ")
-    # A list of floats is no array: the shape check names it; finite does not crash on it.
-    listed = checks.check_finite(_observed("softmax", lambda f: [float("nan")]), "softmax")
+    # A list of floats is no array, an object array holds no floats: the shape and dtype
+    # checks name them; finite does not crash on them.
+    listed = check_finite(_observed("softmax", lambda f: [float("nan")]), "softmax")
     assert listed.status == PASS
+    objects = check_finite(
+        _observed("softmax", lambda f: np.array([None, np.nan], dtype=object)), "softmax"
+    )
+    assert objects.status == PASS
 
 
 def test_finite_does_not_run_when_no_call_returned():
-    result = checks.check_finite(_observed("softmax", _raised), "softmax")
+    result = check_finite(_observed("softmax", _raised), "softmax")
     assert (result.status, result.message) == (NOT_RUN, "not run: no call returned")
 
 
@@ -128,7 +157,7 @@ def test_pure_counts_every_call_that_returned_fixtures_probes_and_future_variant
 
     seen = _observed(function, first_fails, causal=causal)
     n = len(fx.fixtures(function)) - 1 + len(fx.probes(function)) + 2
-    result = checks.check_pure(seen, function)
+    result = check_pure(seen, function)
     assert (result.status, result.message) == (PASS, f"inputs unchanged by {n} calls")
 
 
@@ -147,7 +176,7 @@ def test_pure_names_the_call_that_modified_its_inputs(where):
     else:
         name = "future-after-2"
         run.causal[2].mutated = ("x", "w_q")
-    result = checks.check_pure(seen, function)
+    result = check_pure(seen, function)
     assert (result.status, result.fixture) == (FAIL, name)
     assert result.message == f"fixture {name}: modified its input x, w_q in place"
 
@@ -158,7 +187,7 @@ def test_pure_ignores_what_a_failed_call_reports_and_does_not_run_without_a_retu
     def failed_after_writing(fixture):
         return Outcome("exception", exc_type="ValueError", mutated=("x",))
 
-    result = checks.check_pure(_observed(function, failed_after_writing), function)
+    result = check_pure(_observed(function, failed_after_writing), function)
     assert (result.status, result.message) == (NOT_RUN, "not run: no call returned")
 
 
@@ -167,7 +196,7 @@ def test_pure_ignores_what_a_failed_call_reports_and_does_not_run_without_a_retu
 
 def test_rows_sum_passes_the_reference_and_counts_fixtures_without_probes():
     for function in ("softmax", "scaled_dot_product_attention"):
-        result = checks.check_rows_sum(_observed(function), function)
+        result = check_rows_sum(_observed(function), function)
         n = len(fx.fixtures(function))
         assert result.status == PASS
         assert result.message.startswith("rows sum to 1 within ")
@@ -192,7 +221,7 @@ def test_rows_sum_fails_scaled_weights_and_names_the_first_of_equal_worst_fixtur
         moved[..., 0] = np.where(np.moveaxis(reference, axis, -1).sum(axis=-1) > 0.5, 1.5, 0.0)
         return value
 
-    result = checks.check_rows_sum(_observed(function, scaled), function)
+    result = check_rows_sum(_observed(function, scaled), function)
     assert result.status == FAIL
     assert result.max_error == pytest.approx(0.5, abs=1e-12)
     assert result.margin == pytest.approx(0.5 / ROW_SUM_TOLERANCE)
@@ -215,7 +244,7 @@ def test_rows_sum_wants_a_fully_blocked_softmax_slice_to_be_all_zero():
             value[dead] = 1.0 / x.shape[-1]  # a finite fill: the blocked row sums to 1
         return value
 
-    result = checks.check_rows_sum(_observed("softmax", uniform_when_blocked), "softmax")
+    result = check_rows_sum(_observed("softmax", uniform_when_blocked), "softmax")
     assert (result.status, result.fixture) == (FAIL, "blocked-slices")
     assert result.max_error == pytest.approx(1.0)
 
@@ -231,7 +260,7 @@ def test_rows_sum_reads_the_softmax_axis_the_fixture_asks_for():
         e = np.exp(x - x.max(axis=-1, keepdims=True))
         return e / e.sum(axis=-1, keepdims=True)  # sums to 1 over the wrong axis
 
-    result = checks.check_rows_sum(_observed("softmax", last_axis_instead), "softmax")
+    result = check_rows_sum(_observed("softmax", last_axis_instead), "softmax")
     assert (result.status, result.fixture) == (FAIL, "axis-0")
 
 
@@ -248,7 +277,7 @@ def test_rows_sum_wants_an_attention_row_fully_blocked_by_the_mask_to_be_all_zer
             weights[dead] = 1.0 / weights.shape[-1]
         return out, weights
 
-    result = checks.check_rows_sum(_observed(function, uniform_when_blocked), function)
+    result = check_rows_sum(_observed(function, uniform_when_blocked), function)
     assert (result.status, result.fixture) == (FAIL, "blocked-row")
     assert result.max_error == pytest.approx(1.0)
 
@@ -259,7 +288,7 @@ def test_rows_sum_counts_nan_rows_as_infinitely_off():
         value[..., 0] = np.nan
         return value
 
-    result = checks.check_rows_sum(_observed("softmax", nan_row), "softmax")
+    result = check_rows_sum(_observed("softmax", nan_row), "softmax")
     assert result.status == FAIL and result.max_error == np.inf
 
 
@@ -270,10 +299,10 @@ def test_rows_sum_skips_wrong_structures_and_does_not_run_without_a_usable_one()
         value = fx.reference_output(fixture)
         return value[..., :1] if fixture.name == first.name else value
 
-    result = checks.check_rows_sum(_observed("softmax", first_misshaped), "softmax")
+    result = check_rows_sum(_observed("softmax", first_misshaped), "softmax")
     assert result.status == PASS
     assert result.message.endswith(f" on {len(fx.fixtures('softmax')) - 1} fixtures")
-    none = checks.check_rows_sum(_observed("softmax", lambda f: 0.5), "softmax")
+    none = check_rows_sum(_observed("softmax", lambda f: 0.5), "softmax")
     assert (none.status, none.message) == (NOT_RUN, "not run: no usable return value")
 
 
@@ -300,7 +329,7 @@ def _honest(t, variant):
 def test_causal_passes_an_honest_room_and_counts_the_perturbations():
     seen = _with_variants(_honest)
     n = len(fx.causal_variants(_CAUSAL))
-    result = checks.check_causal(seen, _CAUSAL)
+    result = check_causal(seen, _CAUSAL)
     assert result.status == PASS and result.max_error <= CAUSAL_TOLERANCE
     assert result.message.startswith("prefix unchanged (")
     assert result.message.endswith(f") over {n} future perturbations")
@@ -320,10 +349,10 @@ def test_causal_judges_positions_up_to_t_only():
         return value
 
     # Position t + 1 is the first one whose input changed: it may move.
-    allowed = checks.check_causal(_with_variants(moved_at(1)), _CAUSAL)
+    allowed = check_causal(_with_variants(moved_at(1)), _CAUSAL)
     assert allowed.status == PASS and allowed.max_error == 0.0
     # Position t itself may not.
-    leak = checks.check_causal(_with_variants(moved_at(0, only=2)), _CAUSAL)
+    leak = check_causal(_with_variants(moved_at(0, only=2)), _CAUSAL)
     assert leak.status == FAIL and leak.max_error == pytest.approx(1.0)
     assert leak.margin == pytest.approx(1.0 / CAUSAL_TOLERANCE)
     assert leak.message == (
@@ -342,7 +371,7 @@ def test_causal_names_the_first_t_among_equal_leaks_whatever_order_they_came_in(
     def shifted(t, variant):
         return shifted_value
 
-    leak = checks.check_causal(_with_variants(shifted, order=list(reversed(ts))), _CAUSAL)
+    leak = check_causal(_with_variants(shifted, order=list(reversed(ts))), _CAUSAL)
     assert leak.status == FAIL and leak.message.startswith(
         "changing the inputs after position 0 moved"
     )
@@ -354,7 +383,7 @@ def test_causal_counts_nan_in_the_prefix_as_a_leak():
         value[:, 0] = np.nan
         return value
 
-    leak = checks.check_causal(_with_variants(nan_prefix), _CAUSAL)
+    leak = check_causal(_with_variants(nan_prefix), _CAUSAL)
     assert leak.status == FAIL and leak.max_error == np.inf
 
 
@@ -378,7 +407,7 @@ def test_a_failing_future_variant_is_named(outcome, status, message):
     def one_fails(t, variant):
         return outcome if t == 1 else fx.reference_output(variant)
 
-    result = checks.check_causal(_with_variants(one_fails), _CAUSAL)
+    result = check_causal(_with_variants(one_fails), _CAUSAL)
     assert (result.status, result.message) == (status, message or "not run: an earlier call hung")
 
 
@@ -390,7 +419,7 @@ def test_a_future_variant_that_changes_the_output_s_shape_fails(returned):
             return value
         return value[:, :-1] if returned == "misshaped" else (value, value)
 
-    result = checks.check_causal(_with_variants(reshaped), _CAUSAL)
+    result = check_causal(_with_variants(reshaped), _CAUSAL)
     assert (result.status, result.message) == (
         FAIL,
         "with the future after 1 changed, the output's shape changed",
@@ -410,11 +439,11 @@ def test_causal_does_not_run_when_its_base_fixture_failed_or_is_misshaped():
     ]
     for base_of, says in cases:
         seen = _with_variants(_honest, base_of=base_of)
-        result = checks.check_causal(seen, _CAUSAL)
+        result = check_causal(seen, _CAUSAL)
         assert (result.status, result.message) == (NOT_RUN, says)
     seen = _with_variants(_honest)
     del seen.runs[_CAUSAL].fixtures[base.name]
-    result = checks.check_causal(seen, _CAUSAL)
+    result = check_causal(seen, _CAUSAL)
     assert (result.status, result.message) == (NOT_RUN, failed)
 
 
@@ -434,13 +463,13 @@ _REFUSED = Outcome("exception", message="no", exc_type="ValueError")
 
 
 def test_bad_input_passes_when_every_case_is_refused_and_counts_them():
-    result = checks.check_bad_input(_bad_run(lambda name: _REFUSED), _BAD)
+    result = check_bad_input(_bad_run(lambda name: _REFUSED), _BAD)
     n = len(bad_cases(_BAD))
     assert n > 1 and (result.status, result.message) == (PASS, f"{n} bad inputs refused")
 
 
 def test_bad_input_does_not_run_without_cases():
-    result = checks.check_bad_input(_observed(_BAD), _BAD)
+    result = check_bad_input(_observed(_BAD), _BAD)
     assert (result.status, result.message) == (NOT_RUN, "not run")
 
 
@@ -469,9 +498,7 @@ def test_bad_input_does_not_run_without_cases():
 def test_bad_input_names_the_first_case_not_refused(outcome, status, says):
     names = [c.name for c in bad_cases(_BAD)]
     second = names[1]  # the first is refused: the check reads on past it
-    result = checks.check_bad_input(
-        _bad_run(lambda name: outcome if name == second else _REFUSED), _BAD
-    )
+    result = check_bad_input(_bad_run(lambda name: outcome if name == second else _REFUSED), _BAD)
     assert result.status == status
     if says:
         assert (result.message, result.fixture) == (says.format(name=second), second)

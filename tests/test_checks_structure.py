@@ -18,6 +18,32 @@ from labctl.verify.observe import PACKAGE, FunctionRun, Located, Outcome, RoomOb
 
 PASS, FAIL, NOT_RUN = checks.PASS, checks.FAIL, checks.NOT_RUN
 
+# Every reference output these tests read, computed once at import: under mutmut, each
+# mutant's process forks from one that collected this module and so already holds them.
+fx.warm_reference(contract.function_names())
+
+
+def _named(check_fn):
+    """`check_fn`, asserting that every result it gives is its own row: its function, its name."""
+    name = next(c.name for c in checks.CHECKS if c.evaluate is check_fn)
+
+    def run(seen, function):
+        result = check_fn(seen, function)
+        assert (result.function, result.name) == (function, name)
+        return result
+
+    return run
+
+
+check_loads = _named(checks.check_loads)
+check_import_policy = _named(checks.check_import_policy)
+check_contract = _named(checks.check_contract)
+check_runs = _named(checks.check_runs)
+check_shape = _named(checks.check_shape)
+check_dtype = _named(checks.check_dtype)
+check_parity = _named(checks.check_parity)
+check_finite = _named(checks.check_finite)
+
 
 def _observed(function: str, value_of=fx.reference_output, probes=True, **seen_fields):
     """An observation of `function` whose fixtures (and probes) returned `value_of(fixture)`;
@@ -73,6 +99,7 @@ def test_every_check_of_a_room_that_did_not_load_says_why(status, says):
     for check in checks.FUNCTION_CHECKS:
         result = check.evaluate(seen, "softmax")
         assert (result.status, result.message) == (NOT_RUN, says), check.name
+        assert (result.function, result.name) == ("softmax", check.name)
 
 
 def test_output_checks_say_why_a_function_was_not_run():
@@ -86,7 +113,7 @@ def test_output_checks_say_why_a_function_was_not_run():
         (stub, "not run: not implemented"),
         (missing, "not run: the package does not expose it"),
     ]:
-        for check in (checks.check_shape, checks.check_parity, checks.check_finite):
+        for check in (check_shape, check_parity, check_finite):
             result = check(seen, "softmax")
             assert (result.status, result.message) == (NOT_RUN, says)
 
@@ -103,16 +130,16 @@ def test_numbers_are_shown_with_three_figures_or_in_exponent_form():
 def test_loads_fails_with_the_load_error_and_counts_the_files_that_import():
     broken = RoomObservation(root=Path("room"), status="unloadable", message="syntax error in x")
     assert (
-        checks.check_loads(broken, PACKAGE).status,
-        checks.check_loads(broken, PACKAGE).message,
+        check_loads(broken, PACKAGE).status,
+        check_loads(broken, PACKAGE).message,
     ) == (
         FAIL,
         "syntax error in x",
     )
-    refused = checks.check_loads(RoomObservation(root=Path("room"), status="refused"), PACKAGE)
+    refused = check_loads(RoomObservation(root=Path("room"), status="refused"), PACKAGE)
     assert (refused.status, refused.message) == (NOT_RUN, "not run: refused by the import policy")
     for n, files in [(1, "1 file"), (2, "2 files")]:
-        fine = checks.check_loads(RoomObservation(root=Path("room"), files_scanned=n), PACKAGE)
+        fine = check_loads(RoomObservation(root=Path("room"), files_scanned=n), PACKAGE)
         assert (fine.status, fine.message) == (PASS, f"{files} import in a worker process")
 
 
@@ -121,25 +148,25 @@ def test_import_policy_names_each_function_s_violations_and_gathers_them_for_the
     spawn = Located("room/b.py:9", "import subprocess", "rope")
     again = Located("room/a.py:5", "import torch.nn", "softmax")
     seen = RoomObservation(root=Path("room"), status="refused", violations=[torch, spawn, again])
-    mine = checks.check_import_policy(seen, "softmax")
+    mine = check_import_policy(seen, "softmax")
     assert (mine.status, mine.message) == (
         FAIL,
         "breaks the import policy: room/a.py:3: import torch; room/a.py:5: import torch.nn",
     )
-    clean = checks.check_import_policy(seen, "layer_norm")
+    clean = check_import_policy(seen, "layer_norm")
     assert (clean.status, clean.message) == (PASS, "no forbidden import")
-    package = checks.check_import_policy(seen, PACKAGE)
+    package = check_import_policy(seen, PACKAGE)
     assert (package.status, package.message) == (
         FAIL,
         "violations in rope, softmax: room/a.py:3: import torch; room/b.py:9: "
         "import subprocess; room/a.py:5: import torch.nn",
     )
     seen.message = "refused: 3 violations"
-    assert checks.check_import_policy(seen, PACKAGE).message == (
+    assert check_import_policy(seen, PACKAGE).message == (
         "violations in rope, softmax: refused: 3 violations"
     )
     unloadable = RoomObservation(root=Path("room"), status="unloadable")
-    result = checks.check_import_policy(unloadable, PACKAGE)
+    result = check_import_policy(unloadable, PACKAGE)
     assert (result.status, result.message) == (PASS, "static scan clean")
 
 
@@ -150,13 +177,13 @@ def test_contract_fails_on_the_function_s_own_deviations_only():
         contract.Deviation("softmax", "missing"),
     ]
     seen = RoomObservation(root=Path("room"), deviations=deviations)
-    result = checks.check_contract(seen, "rms_norm")
+    result = check_contract(seen, "rms_norm")
     assert (result.status, result.message) == (
         FAIL,
         "eps defaults to 1e-06, contract v1 says 1e-05; "
         "parameter 'w' is named 'weight' in contract v1",
     )
-    fine = checks.check_contract(seen, "layer_norm")
+    fine = check_contract(seen, "layer_norm")
     assert (fine.status, fine.message) == (PASS, "signature matches")
 
 
@@ -168,22 +195,22 @@ def test_runs_counts_every_call_and_reports_the_slowest():
     calls = [*seen.runs["softmax"].fixtures.values(), *seen.runs["softmax"].probes.values()]
     for i, outcome in enumerate(calls):
         outcome.elapsed_s = 0.001 * i
-    result = checks.check_runs(seen, "softmax")
+    result = check_runs(seen, "softmax")
     slowest = 0.001 * (len(calls) - 1) * 1e3
     assert (result.status, result.message) == (
         PASS,
         f"{len(calls)} calls returned (slowest {slowest:.1f} ms)",
     )
     empty = RoomObservation(root=Path("room"), runs={"softmax": FunctionRun("softmax")})
-    assert checks.check_runs(empty, "softmax").message == "0 calls returned (slowest 0.0 ms)"
+    assert check_runs(empty, "softmax").message == "0 calls returned (slowest 0.0 ms)"
 
 
 def test_runs_does_not_run_without_a_loaded_room_or_a_run():
-    assert checks.check_runs(RoomObservation(root=Path("room")), "softmax").message == "not run"
+    assert check_runs(RoomObservation(root=Path("room")), "softmax").message == "not run"
     refused = RoomObservation(root=Path("room"), status="refused")
-    assert checks.check_runs(refused, "softmax").message == "not run: refused by the import policy"
+    assert check_runs(refused, "softmax").message == "not run: refused by the import policy"
     stub = _observed("softmax", lambda f: Outcome("not-implemented"))
-    result = checks.check_runs(stub, "softmax")
+    result = check_runs(stub, "softmax")
     assert (result.status, result.message) == (FAIL, "not implemented (raises NotImplementedError)")
 
 
@@ -198,19 +225,19 @@ def test_runs_names_the_first_real_failure_before_a_skipped_call_and_counts_the_
             return Outcome("exception", message=f"bad {fixture.name}", exc_type="ValueError")
         return fx.reference_output(fixture)
 
-    result = checks.check_runs(_observed("softmax", outcomes), "softmax")
+    result = check_runs(_observed("softmax", outcomes), "softmax")
     assert (result.status, result.message) == (
         FAIL,
         f"fixture {names[1]}: raised ValueError: bad {names[1]}; 2 more calls failed or skipped",
     )
-    one = checks.check_runs(_observed("softmax", _only(names[2], _raised)), "softmax")
+    one = check_runs(_observed("softmax", _only(names[2], _raised)), "softmax")
     assert one.message == f"fixture {names[2]}: raised RuntimeError: boom"
     two = _observed("softmax", _only(names[0], lambda f: skipped, _only(names[3], _raised)))
-    assert checks.check_runs(two, "softmax").message == (
+    assert check_runs(two, "softmax").message == (
         f"fixture {names[3]}: raised RuntimeError: boom; 1 more call failed or skipped"
     )
     only_skipped = _observed("softmax", lambda f: skipped, probes=False)
-    assert checks.check_runs(only_skipped, "softmax").message.startswith(
+    assert check_runs(only_skipped, "softmax").message.startswith(
         f"fixture {names[0]}: not run: an earlier call hung; "
     )
 
@@ -220,11 +247,11 @@ def test_runs_names_the_first_real_failure_before_a_skipped_call_and_counts_the_
 
 def test_shape_counts_the_return_values_and_names_the_first_misshaped_one():
     n = len(fx.fixtures("softmax")) + len(fx.probes("softmax"))
-    fine = checks.check_shape(_observed("softmax"), "softmax")
+    fine = check_shape(_observed("softmax"), "softmax")
     assert (fine.status, fine.message) == (PASS, f"{n} return values have the contract's shapes")
     first = fx.fixtures("softmax")[0]
     shape = fx.reference_output(first).shape
-    bad = checks.check_shape(
+    bad = check_shape(
         _observed("softmax", _only(first.name, lambda f: np.zeros((shape[0], 1)))), "softmax"
     )
     assert (bad.status, bad.fixture) == (FAIL, first.name)
@@ -232,24 +259,24 @@ def test_shape_counts_the_return_values_and_names_the_first_misshaped_one():
         f"fixture {first.name}: returned shape ({shape[0]}, 1) where the contract says "
         f"the same shape as x, {shape}"
     )
-    none = checks.check_shape(_observed("softmax", _raised), "softmax")
+    none = check_shape(_observed("softmax", _raised), "softmax")
     assert (none.status, none.message) == (NOT_RUN, "not run: no call returned")
 
 
 def test_dtype_passes_the_reference_and_says_how_many_probes_kept_float32():
-    fine = checks.check_dtype(_observed("softmax"), "softmax")
+    fine = check_dtype(_observed("softmax"), "softmax")
     assert (fine.status, fine.message) == (
         PASS,
         "dtypes as the reference's, float32 kept on 1 probe",
     )
-    mask = checks.check_dtype(_observed("causal_mask"), "causal_mask")
+    mask = check_dtype(_observed("causal_mask"), "causal_mask")
     assert (mask.status, mask.message) == (PASS, "dtypes as the reference's")
 
 
 def test_dtype_names_an_upcast_probe_and_an_integer_mask():
     probe = fx.probes("softmax")[0]
     upcast = _only(probe.name, lambda f: fx.reference_output(f).astype(np.float64))
-    result = checks.check_dtype(_observed("softmax", upcast), "softmax")
+    result = check_dtype(_observed("softmax", upcast), "softmax")
     assert (result.status, result.fixture) == (FAIL, probe.name)
     assert result.message == (
         f"fixture {probe.name}: returned float64 for float32 inputs where the contract "
@@ -257,7 +284,7 @@ def test_dtype_names_an_upcast_probe_and_an_integer_mask():
     )
     first = fx.fixtures("causal_mask")[0]
     ints = _only(first.name, lambda f: fx.reference_output(f).astype(np.int64))
-    result = checks.check_dtype(_observed("causal_mask", ints), "causal_mask")
+    result = check_dtype(_observed("causal_mask", ints), "causal_mask")
     assert result.message == (
         f"fixture {first.name}: returned int64 for its inputs where the contract keeps bool"
     )
@@ -271,7 +298,7 @@ def test_dtype_names_which_array_of_a_tuple_changed_dtype():
         out, weights = fx.reference_output(fixture)
         return out, weights.astype(np.float64)
 
-    result = checks.check_dtype(_observed(function, _only(probe.name, weights_upcast)), function)
+    result = check_dtype(_observed(function, _only(probe.name, weights_upcast)), function)
     assert result.message == (
         f"fixture {probe.name}: returned float64 (weights) for float32 inputs where the "
         "contract keeps float32"
@@ -281,9 +308,9 @@ def test_dtype_names_which_array_of_a_tuple_changed_dtype():
 def test_dtype_skips_misshaped_values_and_does_not_run_without_a_usable_one():
     first = fx.fixtures("softmax")[0]
     misshaped_and_upcast = _only(first.name, lambda f: np.zeros((1, 1), dtype=np.float16))
-    result = checks.check_dtype(_observed("softmax", misshaped_and_upcast), "softmax")
+    result = check_dtype(_observed("softmax", misshaped_and_upcast), "softmax")
     assert result.status == PASS  # the shape check names that value
-    none = checks.check_dtype(_observed("softmax", lambda f: np.zeros(1)), "softmax")
+    none = check_dtype(_observed("softmax", lambda f: np.zeros(1)), "softmax")
     assert (none.status, none.message) == (NOT_RUN, "not run: no usable return value")
 
 
@@ -292,7 +319,7 @@ def test_dtype_skips_misshaped_values_and_does_not_run_without_a_usable_one():
 
 def test_parity_passes_the_reference_and_notes_the_fixtures_that_failed_to_run():
     n = len(fx.fixtures("softmax"))
-    fine = checks.check_parity(_observed("softmax"), "softmax")
+    fine = check_parity(_observed("softmax"), "softmax")
     assert (fine.status, fine.message) == (
         PASS,
         f"{n} fixtures within tolerance v1, max abs error 0 (margin 0)",
@@ -300,18 +327,18 @@ def test_parity_passes_the_reference_and_notes_the_fixtures_that_failed_to_run()
     assert (fine.max_error, fine.margin, fine.mismatch_fraction) == (0.0, 0.0, 0.0)
     assert fine.fixture == _names("softmax")[0]  # all tied at 0: the first
     first = _names("softmax")[0]
-    one_failed = checks.check_parity(_observed("softmax", _only(first, _raised)), "softmax")
+    one_failed = check_parity(_observed("softmax", _only(first, _raised)), "softmax")
     assert one_failed.message == (
         f"{n - 1} fixtures within tolerance v1, max abs error 0 (margin 0) "
         "(1 not compared: the call failed)"
     )
-    none = checks.check_parity(_observed("softmax", _raised), "softmax")
+    none = check_parity(_observed("softmax", _raised), "softmax")
     assert (none.status, none.message) == (NOT_RUN, "not run: no fixture returned")
 
 
 def test_parity_ignores_the_float32_probes():
     probe = fx.probes("softmax")[0].name
-    result = checks.check_parity(_observed("softmax", _only(probe, _off_by(1.0))), "softmax")
+    result = check_parity(_observed("softmax", _only(probe, _off_by(1.0))), "softmax")
     assert result.status == PASS
 
 
@@ -324,7 +351,7 @@ def test_parity_reports_the_worst_fixture_and_counts_the_others_that_differ():
         delta = {small: 1e-6, large: 1e-3}.get(fixture.name, 0.0)
         return _off_by(delta)(fixture)
 
-    result = checks.check_parity(_observed("softmax", off), "softmax")
+    result = check_parity(_observed("softmax", off), "softmax")
     worst = compare.compare_value(
         "softmax", off(fixtures[large]), fx.reference_output(fixtures[large])
     )
@@ -340,9 +367,9 @@ def test_parity_reports_the_worst_fixture_and_counts_the_others_that_differ():
         f"{num(worst.tolerance)} (margin {num(worst.margin)}), "
         f"{100 * worst.mismatch_fraction:.0f}% of elements outside; 1 more fixture differs"
     )
-    all_off = checks.check_parity(_observed("softmax", _off_by(1e-3)), "softmax")
+    all_off = check_parity(_observed("softmax", _off_by(1e-3)), "softmax")
     assert all_off.message.endswith(f"; {len(names) - 1} more fixtures differ")
-    alone = checks.check_parity(_observed("softmax", _only(small, _off_by(1e-6))), "softmax")
+    alone = check_parity(_observed("softmax", _only(small, _off_by(1e-6))), "softmax")
     assert alone.message.endswith("% of elements outside") and alone.fixture == small
 
 
@@ -360,7 +387,7 @@ def test_parity_reports_the_largest_error_and_the_worst_margin_each_from_its_fix
         factor = {"3-d": 2.0, "2-d-odd": 3.0}.get(fixture.name, 0.0)
         return _off_by(factor * tolerance.get(fixture.name, 0.0))(fixture)
 
-    result = checks.check_parity(_observed(function, off), function)
+    result = check_parity(_observed(function, off), function)
     assert (result.status, result.fixture) == (FAIL, "2-d-odd")
     assert result.max_error == pytest.approx(2 * tolerance["3-d"], rel=1e-3)
     assert result.margin == pytest.approx(3.0, rel=1e-3)
@@ -378,9 +405,7 @@ def test_parity_of_a_mask_counts_differing_entries():
         out.flat[: reference.size // 5] ^= True
         return out
 
-    result = checks.check_parity(
-        _observed("causal_mask", _only(first.name, flipped)), "causal_mask"
-    )
+    result = check_parity(_observed("causal_mask", _only(first.name, flipped)), "causal_mask")
     percent = 100 * (reference.size // 5) / reference.size
     assert result.message == (
         f"fixture {first.name}: {percent:.0f}% of the entries differ from the reference "
@@ -391,18 +416,18 @@ def test_parity_of_a_mask_counts_differing_entries():
 def test_parity_names_a_value_it_could_not_compare():
     names = _names("softmax")
     misshaped = _only(names[2], lambda f: np.zeros(1))
-    result = checks.check_parity(_observed("softmax", misshaped), "softmax")
+    result = check_parity(_observed("softmax", misshaped), "softmax")
     assert result.status == FAIL and result.message.startswith(
         f"fixture {names[2]}: not compared: returned shape (1,) where the contract says"
     )
     assert not result.message.endswith("differs")
     two = _only(names[2], lambda f: np.zeros(1), _only(names[4], lambda f: np.zeros(2)))
-    assert checks.check_parity(_observed("softmax", two), "softmax").message.endswith(
+    assert check_parity(_observed("softmax", two), "softmax").message.endswith(
         "; 1 more fixture differs"
     )
     # A value off the tolerance is named before one that could not be compared.
     both = _only(names[2], lambda f: np.zeros(1), _only(names[4], _off_by(1e-3)))
-    result = checks.check_parity(_observed("softmax", both), "softmax")
+    result = check_parity(_observed("softmax", both), "softmax")
     assert result.message.startswith(f"fixture {names[4]}: max abs error ")
     assert result.message.endswith("; 1 more fixture differs")
 
