@@ -156,3 +156,172 @@ def test_missing_file_and_directory_are_usage_errors(tmp_path):
         load(tmp_path / "nope.yaml")
     with pytest.raises(UsageError, match="directory"):
         load(tmp_path)
+
+
+# -- exact messages and limits at their bounds (issue 13's mutation runs) ----------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("\x1b[2J", "\\x1b[2J"),  # ESC: a terminal sequence
+        ("a\x7fb", "a\\x7fb"),  # DEL
+        ("\x85", "\\x85"),  # a C1 control
+        ("\xad", "\\xad"),  # a format character below U+0100
+        ("\u202eevil", "\\u202eevil"),  # a bidi override
+        ("\u2028\u2029", "\\u2028\\u2029"),  # line and paragraph separators
+        ("\u0600", "\\u0600"),  # a format character from U+0100 on
+        ("é 中文 ok\u00a0", "é 中文 ok\u00a0"),  # printable text, a no-break space
+    ],
+)
+def test_hidden_characters_are_written_as_escapes(text, shown):
+    assert parse.escaped(text) == shown
+
+
+def test_a_problem_reads_as_field_claim_and_reason_and_escapes_everything():
+    plain = parse.Problem("seed", "is negative")
+    assert str(plain) == "seed: is negative"
+    assert plain.to_json() == {"field": "seed", "reason": "is negative"}
+    inside = parse.Problem("metrics[0].actual", "0.5 is too large", "w_max", "clean-room")
+    assert str(inside) == "metrics[0] (w_max, clean-room): actual 0.5 is too large"
+    assert inside.to_json() == {
+        "field": "metrics[0].actual",
+        "reason": "0.5 is too large",
+        "metric": "w_max",
+        "impl": "clean-room",
+    }
+    row = parse.Problem("metrics[2]", "claimed twice", "w_max", None)
+    assert str(row) == "metrics[2] (w_max): claimed twice"
+    assert row.to_json() == {"field": "metrics[2]", "reason": "claimed twice", "metric": "w_max"}
+    hostile = parse.Problem("a\x1b", "b\u202e", "c\x07", "d\x00")
+    assert (hostile.field, hostile.reason, hostile.metric, hostile.impl) == (
+        "a\\x1b",
+        "b\\u202e",
+        "c\\x07",
+        "d\\x00",
+    )
+
+
+def test_one_line_joins_every_run_of_whitespace():
+    assert parse.one_line("a\n  b\t\tc \r\n") == "a b c"
+    assert parse.one_line(ValueError("x\ny")) == "x y"
+
+
+def _nested(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+def test_nesting_is_refused_past_max_depth_only_and_siblings_do_not_add_up():
+    data, problem = parse_text(_nested(parse.MAX_DEPTH))
+    assert problem is None and data is not None
+    _, problem = parse_text(_nested(parse.MAX_DEPTH + 1))
+    assert problem.reason == (
+        f"malformed YAML/JSON at line 1, column {parse.MAX_DEPTH + 1}: "
+        f"nested deeper than {parse.MAX_DEPTH} levels"
+    )
+    siblings = "[" + ", ".join([_nested(parse.MAX_DEPTH - 1)] * 3) + "]"
+    assert parse_text(siblings)[1] is None
+
+
+def test_node_limit_at_its_bound(monkeypatch):
+    monkeypatch.setattr(parse, "MAX_NODES", 5)
+    assert parse_text("[1, 2, 3, 4]") == ([1, 2, 3, 4], None)  # the list and 4 items: 5 nodes
+    _, problem = parse_text("[1, 2, 3, 4, 5]")
+    assert problem.reason == "malformed YAML/JSON at line 1, column 14: more than 5 nodes"
+
+
+def test_an_alias_is_named_where_it_stands():
+    _, problem = parse_text("a: &x 1\nb: *x\n")
+    assert problem.reason == (
+        "malformed YAML/JSON at line 2, column 4: aliases (*name) are not allowed in evidence"
+    )
+
+
+def test_a_duplicate_key_names_the_first_and_the_second_place():
+    _, problem = parse_text("a: 1\nb:\n  c: 2\n  c: 3\n")
+    assert problem.reason == (
+        "malformed YAML/JSON at line 4, column 3: duplicate key 'c' (first at line 3)"
+    )
+    _, problem = parse_text('{"seed": 1, "seed": 2}')
+    assert "duplicate key 'seed' (first at line 1)" in problem.reason
+    assert parse_text("a: 1\nb: {a: 2}\n") == ({"a": 1, "b": {"a": 2}}, None)
+
+
+def test_reader_errors_and_unconvertible_values_say_where_and_what():
+    _, problem = parse_text("a: 1\nbb: x\x07\n")
+    assert problem.reason == (
+        "malformed YAML/JSON at line 2, column 6: character U+0007 is not allowed"
+    )
+    _, problem = parse_text("seed: " + "9" * 5000 + "\n")
+    assert problem.reason == (
+        "not readable: ValueError: Exceeds the limit (4300 digits) for integer string "
+        "conversion: value has 5000 digits; use sys.set_int_max_str_digits() to increase the limit"
+    )
+
+
+def test_decode_names_the_first_byte_that_is_not_utf8():
+    assert parse.decode(b"ab\xffcd") == (
+        None,
+        parse.Problem("file", "not UTF-8 text (byte 0xff at offset 2)"),
+    )
+    assert parse.decode(b"a\x00") == (
+        None,
+        parse.Problem("file", "binary data (NUL bytes), not a YAML or JSON text"),
+    )
+    assert parse.decode(b"\xef\xbb\xbfa: 1") == ("a: 1", None)
+    assert parse.decode(b" \n\t") == (None, parse.Problem("file", "empty"))
+
+
+def test_the_size_limit_is_inclusive(tmp_path):
+    path = write(tmp_path, b"a: 1\n")
+    assert parse.read_bytes(path, limit=5) == b"a: 1\n"
+    assert parse.read_bytes(path, limit=4) is None
+    loaded = load(path, limit=4)
+    assert (loaded.data, loaded.raw) == (None, b"")
+    assert loaded.problem == parse.Problem("file", "larger than the 4 byte limit")
+    assert load(path, limit=5).data == {"a": 1}
+
+
+def test_a_load_keeps_the_bytes_of_a_file_it_could_not_read_as_a_document(tmp_path):
+    loaded = load(write(tmp_path, b"a: [1,\n"))
+    assert loaded.raw == b"a: [1,\n" and loaded.data is None
+    assert loaded.problem.reason.startswith("malformed YAML/JSON at line 2, column 1: ")
+    assert load(write(tmp_path, b"\xff", "b.yaml")).raw == b"\xff"
+
+
+def test_special_files_are_usage_errors_named_by_kind(tmp_path):
+    import os
+    import socket
+
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match=r"pipe.yaml: is a FIFO, not a regular file$"):
+        load(fifo)
+    sock_path = tmp_path / "s.yaml"
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(sock_path))
+        with pytest.raises(UsageError, match=r"s.yaml: (is a socket|cannot read)"):
+            load(sock_path)
+    finally:
+        sock.close()
+    with pytest.raises(UsageError, match=r"null: is a character device, not a regular file$"):
+        load(Path(os.devnull))
+    dangling = tmp_path / "gone.yaml"
+    dangling.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(UsageError, match=r"gone.yaml: cannot read \(No such file or directory\)"):
+        load(dangling)
+    with pytest.raises(UsageError, match=r"nope.yaml: no such file$"):
+        load(tmp_path / "nope.yaml")
+    with pytest.raises(UsageError, match=r": is a directory, not an evidence file$"):
+        load(tmp_path)
+
+
+def test_file_kinds_are_named():
+    import stat
+
+    assert parse._file_kind(stat.S_IFIFO) == "a FIFO"
+    assert parse._file_kind(stat.S_IFCHR) == "a character device"
+    assert parse._file_kind(stat.S_IFBLK) == "a block device"
+    assert parse._file_kind(stat.S_IFSOCK) == "a socket"
+    assert parse._file_kind(stat.S_IFDOOR if hasattr(stat, "S_IFDOOR") else 0) == ("a special file")
