@@ -72,10 +72,17 @@ TARGETS: dict[str, Target] = {
         "labctl/evidence/validate.py",
         ("tests/test_evidence_submit.py", "tests/test_evidence_template.py"),
     ),
-    "claims": Target("labctl/evidence/claims.py", ("tests/test_evidence_submit.py",)),
+    "claims": Target(
+        "labctl/evidence/claims.py",
+        ("tests/test_evidence_claims.py", "tests/test_evidence_submit.py"),
+    ),
     "findings": Target(
         "labctl/evidence/findings.py",
-        ("tests/test_evidence_submit.py", "tests/test_evidence_template.py"),
+        (
+            "tests/test_evidence_claims.py",
+            "tests/test_evidence_submit.py",
+            "tests/test_evidence_template.py",
+        ),
     ),
     "parse": Target(
         "labctl/evidence/parse.py", ("tests/test_evidence_parse.py", "tests/test_properties.py")
