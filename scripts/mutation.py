@@ -70,16 +70,25 @@ TARGETS: dict[str, Target] = {
     ),
     "validate": Target(
         "labctl/evidence/validate.py",
-        ("tests/test_evidence_submit.py", "tests/test_evidence_template.py"),
+        (
+            "tests/test_evidence_validate.py",
+            "tests/test_evidence_submit.py",
+            "tests/test_evidence_template.py",
+        ),
     ),
     "claims": Target(
         "labctl/evidence/claims.py",
-        ("tests/test_evidence_claims.py", "tests/test_evidence_submit.py"),
+        (
+            "tests/test_evidence_claims.py",
+            "tests/test_evidence_validate.py",
+            "tests/test_evidence_submit.py",
+        ),
     ),
     "findings": Target(
         "labctl/evidence/findings.py",
         (
             "tests/test_evidence_claims.py",
+            "tests/test_evidence_validate.py",
             "tests/test_evidence_submit.py",
             "tests/test_evidence_template.py",
         ),
