@@ -101,7 +101,14 @@ TARGETS: dict[str, Target] = {
     ),
     "judge": Target("labctl/runner.py", ("tests/test_runner.py",)),
     "submit": Target("labctl/evidence/submit.py", ("tests/test_evidence_submit.py",)),
-    "fixtures": Target("labctl/verify/fixtures.py", ("tests/test_verify_checks.py",)),
+    "fixtures": Target(
+        "labctl/verify/fixtures.py",
+        (
+            "tests/test_verify_fixtures.py",
+            "tests/test_checks_behaviour.py",
+            "tests/test_verify_checks.py",
+        ),
+    ),
     "diagnosis": Target(
         "labctl/verify/diagnosis.py", ("tests/test_verify_faults.py", "tests/test_verify_cli.py")
     ),
