@@ -57,7 +57,6 @@ TARGETS: dict[str, Target] = {
         (
             "tests/test_checks_structure.py",
             "tests/test_checks_behaviour.py",
-            "tests/test_verify_checks.py",
         ),
     ),
     "checks_behaviour": Target(
@@ -65,7 +64,6 @@ TARGETS: dict[str, Target] = {
         (
             "tests/test_checks_behaviour.py",
             "tests/test_checks_structure.py",
-            "tests/test_verify_checks.py",
         ),
     ),
     "validate": Target(
