@@ -97,7 +97,8 @@ TARGETS: dict[str, Target] = {
     "wire": Target(
         "labctl/isolation/wire.py", ("tests/test_wire.py", "tests/test_sandbox.py", "-k", "wire")
     ),
-    "judge": Target("labctl/runner.py", ("tests/test_runner.py",)),
+    # test_runner.py runs labs end to end (~40 s): its judging rules are in test_judge.py.
+    "judge": Target("labctl/runner.py", ("tests/test_judge.py",)),
     "submit": Target("labctl/evidence/submit.py", ("tests/test_evidence_submit.py",)),
     "fixtures": Target(
         "labctl/verify/fixtures.py",
