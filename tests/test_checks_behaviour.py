@@ -14,6 +14,7 @@ from labctl import contract
 from labctl.verify import checks
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
+from labctl.verify.check_base import num
 from labctl.verify.compare import CAUSAL_TOLERANCE, ROW_SUM_TOLERANCE
 from labctl.verify.observe import FunctionRun, Outcome, RoomObservation
 
@@ -79,6 +80,23 @@ def _raised(fixture) -> Outcome:
 # -- finite -----------------------------------------------------------------------------------
 
 
+def test_finite_and_pure_apply_exactly_where_they_can_fail():
+    def applying(name):
+        return {
+            f for f in contract.function_names() if name in {c.name for c in checks.applicable(f)}
+        }
+
+    every = set(contract.function_names())
+    # A boolean mask cannot hold NaN; a function of integers only has no array to modify.
+    assert applying("finite") == every - {"causal_mask", "sliding_window_mask", "padding_mask"}
+    assert applying("pure") == every - {
+        "causal_mask",
+        "sliding_window_mask",
+        "sinusoidal_positions",
+    }
+    assert applying("rows-sum") == {"softmax", "scaled_dot_product_attention"}
+
+
 def test_finite_passes_a_room_and_counts_fixtures_and_probes():
     n = len(fx.fixtures("softmax")) + len(fx.probes("softmax"))
     result = check_finite(_observed("softmax"), "softmax")
@@ -137,6 +155,27 @@ def test_finite_reads_every_array_of_a_tuple_and_leaves_non_arrays_to_the_shape_
         _observed("softmax", lambda f: np.array([None, np.nan], dtype=object)), "softmax"
     )
     assert objects.status == PASS
+
+
+def test_finite_reads_float32_outputs_too():
+    probe = fx.probes("softmax")[0]
+
+    def nan_probe(fixture):
+        value = _copy(fx.reference_output(fixture))
+        if fixture.name == probe.name:
+            assert value.dtype == np.float32
+            value.flat[0] = np.nan
+        return value
+
+    result = check_finite(_observed("softmax", nan_probe), "softmax")
+    assert (result.status, result.fixture) == (FAIL, probe.name)
+
+
+def test_finite_reads_on_past_a_value_that_is_not_an_array():
+    first = fx.fixtures("softmax")[0].name
+    mixed = _observed("softmax", lambda f: [1.0, np.array([np.nan])] if f.name == first else 0)
+    result = check_finite(mixed, "softmax")
+    assert result.status == FAIL and result.message.startswith(f"fixture {first}: NaN in 1 of 1 ")
 
 
 def test_finite_does_not_run_when_no_call_returned():
@@ -199,8 +238,7 @@ def test_rows_sum_passes_the_reference_and_counts_fixtures_without_probes():
         result = check_rows_sum(_observed(function), function)
         n = len(fx.fixtures(function))
         assert result.status == PASS
-        assert result.message.startswith("rows sum to 1 within ")
-        assert result.message.endswith(f" on {n} fixtures")
+        assert result.message == f"rows sum to 1 within {num(result.max_error)} on {n} fixtures"
         assert result.max_error <= 1e-12  # float64 rounding of a sum of at most 9 terms
         assert (result.tolerance, result.margin) == (
             ROW_SUM_TOLERANCE,
@@ -279,6 +317,49 @@ def test_rows_sum_wants_an_attention_row_fully_blocked_by_the_mask_to_be_all_zer
 
     result = check_rows_sum(_observed(function, uniform_when_blocked), function)
     assert (result.status, result.fixture) == (FAIL, "blocked-row")
+    assert result.max_error == pytest.approx(1.0)
+
+
+def test_rows_sum_allows_exactly_its_tolerance():
+    blocked = _fixture("softmax", "blocked-slices")
+    dead = np.all(np.isneginf(blocked.args[0]), axis=-1)
+
+    def off_by_the_tolerance(fixture):
+        value = _copy(fx.reference_output(fixture))
+        if fixture.name == blocked.name:
+            value[dead] = 0.0
+            value[dead, 0] = ROW_SUM_TOLERANCE  # a blocked row summing to exactly 1e-12
+        return value
+
+    result = check_rows_sum(_observed("softmax", off_by_the_tolerance), "softmax")
+    assert result.max_error == ROW_SUM_TOLERANCE and result.status == PASS
+
+
+def test_rows_sum_judges_boolean_weights_instead_of_crashing():
+    def ones(fixture):
+        return np.ones_like(fx.reference_output(fixture), dtype=bool)
+
+    result = check_rows_sum(_observed("softmax", ones), "softmax")
+    assert result.status == FAIL and result.max_error >= 1.0
+
+
+def test_rows_sum_reads_a_mask_passed_positionally(monkeypatch):
+    function = "scaled_dot_product_attention"
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 1, 3, 4)) for _ in range(3))
+    mask = np.zeros((1, 1, 3, 3), dtype=bool)
+    mask[0, 0, 1, :] = True  # query 1 sees no key
+    positional = fx.Fixture(function, "positional-mask-test", (q, k, v, mask), {})
+    monkeypatch.setattr(fx, "fixtures", lambda f: (positional,))
+    monkeypatch.setattr(fx, "probes", lambda f: ())
+
+    def uniform_when_blocked(fixture):
+        out, weights = _copy(fx.reference_output(fixture))
+        weights[0, 0, 1, :] = 1.0 / 3  # the blocked row sums to 1 instead of 0
+        return out, weights
+
+    result = check_rows_sum(_observed(function, uniform_when_blocked), function)
+    assert (result.status, result.fixture) == (FAIL, "positional-mask-test")
     assert result.max_error == pytest.approx(1.0)
 
 
@@ -491,6 +572,11 @@ def test_bad_input_does_not_run_without_cases():
             Outcome("crash", message="killed by SIGSEGV"),
             FAIL,
             "case {name}: crashed: killed by SIGSEGV instead of raising ValueError or TypeError",
+        ),
+        (
+            Outcome("exception", message="no", exc_type="IndexError"),
+            FAIL,
+            "case {name}: raised IndexError; the contract asks for ValueError or TypeError",
         ),
         (Outcome("skipped", message="not run: an earlier call hung"), NOT_RUN, None),
     ],
