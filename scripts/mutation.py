@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -206,16 +207,20 @@ def _configure(where: Path, target: Target) -> None:
 
 def _mutmut(where: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
     binary = Path(sys.executable).with_name("mutmut")
+    # One thread per BLAS and per torch: the machine is shared, and a thread pool that torch
+    # started in mutmut's fork server would hang the children forked from it.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     return subprocess.run(
-        [str(binary), *args], cwd=where, capture_output=True, text=True, timeout=timeout
+        [str(binary), *args], cwd=where, capture_output=True, text=True, timeout=timeout, env=env
     )
 
 
 def _survivors(where: Path) -> list[str]:
+    """The last run's survivors, and the mutants it did not reach (a run stopped early)."""
     found = []
     for line in _mutmut(where, "results").stdout.splitlines():
         key, _, status = line.strip().rpartition(": ")
-        if key and status not in KILLED and status not in NOT_COUNTED:
+        if key and status not in KILLED and status != "skipped":
             found.append(key)
     return found
 
@@ -272,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--again",
         action="store_true",
-        help="re-test only the last run's survivors, against the tests as they are now",
+        help="re-test the last run's survivors (and the mutants it did not reach) against "
+        "the tests as they are now",
     )
     args = parser.parse_args(argv)
     if args.list:

@@ -23,6 +23,8 @@ PASS, FAIL, NOT_RUN = checks.PASS, checks.FAIL, checks.NOT_RUN
 # Every reference output these tests read, computed once at import: under mutmut, each
 # mutant's process forks from one that collected this module and so already holds them.
 fx.warm_reference(contract.function_names())
+for _t, _variant in fx.causal_variants("multi_head_attention"):
+    fx.reference_output(_variant)
 
 
 def _named(check_fn):
