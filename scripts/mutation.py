@@ -143,6 +143,9 @@ EQUIVALENT: dict[str, str] = {
         "dtype=bool: float zeros, which np.where reads as False just the same"
         for n in (55, 57)
     },
+    "labctl.verify.checks_behaviour.x_check_causal__mutmut_105": "errstate(invalid=None) "
+    "only lets numpy warn: no value changes",
+    "labctl.verify.checks_behaviour.x_check_causal__mutmut_111": "astype(None) is astype(float64)",
     "labctl.verify.checks_behaviour.x_check_rows_sum__mutmut_14": "with_probes=None is "
     "falsy, as False",
     "labctl.verify.checks_behaviour.x_check_rows_sum__mutmut_38": "errstate(invalid=None) "

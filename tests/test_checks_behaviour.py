@@ -414,8 +414,9 @@ def test_causal_passes_an_honest_room_and_counts_the_perturbations():
     n = len(fx.causal_variants(_CAUSAL))
     result = check_causal(seen, _CAUSAL)
     assert result.status == PASS and result.max_error <= CAUSAL_TOLERANCE
-    assert result.message.startswith("prefix unchanged (")
-    assert result.message.endswith(f") over {n} future perturbations")
+    assert result.message == (
+        f"prefix unchanged ({num(result.max_error)}) over {n} future perturbations"
+    )
     assert result.tolerance == CAUSAL_TOLERANCE
 
 
@@ -442,6 +443,17 @@ def test_causal_judges_positions_up_to_t_only():
         "changing the inputs after position 2 moved the outputs at positions <= 2 by 1 "
         f"(tolerance {CAUSAL_TOLERANCE:g}): the future leaks"
     )
+
+
+def test_causal_allows_exactly_its_tolerance():
+    shape = fx.reference_output(fx.causal_base(_CAUSAL)).shape
+    moved = np.zeros(shape)
+    moved[:, 0, 0] = CAUSAL_TOLERANCE  # exactly 1e-12 from the base's zeros
+
+    result = checks.check_causal(
+        _with_variants(lambda t, v: moved, base_of=lambda f: np.zeros(shape)), _CAUSAL
+    )
+    assert (result.status, result.max_error) == (PASS, CAUSAL_TOLERANCE)
 
 
 def test_causal_names_the_first_t_among_equal_leaks_whatever_order_they_came_in():
