@@ -142,6 +142,15 @@ EQUIVALENT: dict[str, str] = {
         "dtype=bool: float zeros, which np.where reads as False just the same"
         for n in (55, 57)
     },
+    **{f"labctl.verify.checks_structure.x_check_dtype__mutmut_{n}": _STRICT for n in (25, 29, 32)},
+    "labctl.verify.checks_structure.x_check_dtype__mutmut_48": _SPLIT,
+    **{
+        f"labctl.verify.checks_structure.x_check_dtype__mutmut_{n}": "the count of usable "
+        "values is read only as zero or not, and it is zero only when the loop never reaches it"
+        for n in (84, 85, 86)
+    },
+    "labctl.verify.checks_structure.x_check_parity__mutmut_12": "with_probes=None is falsy, "
+    "as False",
     "labctl.verify.checks_behaviour.x_check_causal__mutmut_105": "errstate(invalid=None) "
     "only lets numpy warn: no value changes",
     "labctl.verify.checks_behaviour.x_check_causal__mutmut_111": "astype(None) is astype(float64)",

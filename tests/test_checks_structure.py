@@ -354,8 +354,9 @@ def test_parity_reports_the_worst_fixture_and_counts_the_others_that_differ():
     small, large = names[1], names[3]
 
     def off(fixture):
-        delta = {small: 1e-6, large: 1e-3}.get(fixture.name, 0.0)
-        return _off_by(delta)(fixture)
+        if fixture.name == large:
+            return fx.reference_output(fixture) + 1e-3  # every element outside
+        return _off_by(1e-6 if fixture.name == small else 0.0)(fixture)
 
     result = check_parity(_observed("softmax", off), "softmax")
     worst = compare.compare_value(
@@ -372,6 +373,13 @@ def test_parity_reports_the_worst_fixture_and_counts_the_others_that_differ():
         f"fixture {large}: max abs error {num(worst.max_error)} > tolerance "
         f"{num(worst.tolerance)} (margin {num(worst.margin)}), "
         f"{100 * worst.mismatch_fraction:.0f}% of elements outside; 1 more fixture differs"
+    )
+    assert "), 100% of elements outside; " in result.message
+    three = _only(
+        names[1], _off_by(1e-3), _only(names[3], _off_by(1e-3), _only(names[4], _off_by(1e-3)))
+    )
+    assert check_parity(_observed("softmax", three), "softmax").message.endswith(
+        "; 2 more fixtures differ"
     )
     all_off = check_parity(_observed("softmax", _off_by(1e-3)), "softmax")
     assert all_off.message.endswith(f"; {len(names) - 1} more fixtures differ")
@@ -408,11 +416,11 @@ def test_parity_of_a_mask_counts_differing_entries():
 
     def flipped(fixture):
         out = np.array(reference, copy=True)
-        out.flat[: reference.size // 5] ^= True
+        out.flat[: 3 * reference.size // 5] ^= True
         return out
 
     result = check_parity(_observed("causal_mask", _only(first.name, flipped)), "causal_mask")
-    percent = 100 * (reference.size // 5) / reference.size
+    percent = 100 * (3 * reference.size // 5) / reference.size
     assert result.message == (
         f"fixture {first.name}: {percent:.0f}% of the entries differ from the reference "
         "(masks are compared exactly)"
@@ -431,6 +439,10 @@ def test_parity_names_a_value_it_could_not_compare():
     assert check_parity(_observed("softmax", two), "softmax").message.endswith(
         "; 1 more fixture differs"
     )
+    none = check_parity(_observed("softmax", lambda f: np.zeros(1)), "softmax")
+    assert none.status == FAIL and none.message.endswith(f"; {len(names) - 1} more fixtures differ")
+    assert (none.max_error, none.tolerance, none.margin, none.mismatch_fraction) == (None,) * 4
+    assert none.fixture is None
     # A value off the tolerance is named before one that could not be compared.
     both = _only(names[2], lambda f: np.zeros(1), _only(names[4], _off_by(1e-3)))
     result = check_parity(_observed("softmax", both), "softmax")
