@@ -151,6 +151,13 @@ EQUIVALENT: dict[str, str] = {
     },
     "labctl.verify.checks_structure.x_check_parity__mutmut_12": "with_probes=None is falsy, "
     "as False",
+    **{
+        f"labctl.evidence.parse.xǁEvidenceLoaderǁconstruct_mapping__mutmut_{n}": "deep only "
+        "decides whether a mapping is built eagerly or lazily: the same data either way (a key "
+        "that is itself a collection is unhashable and refused both ways)"
+        for n in (1, 5, 7, 8, 25, 27)
+    },
+    "labctl.evidence.parse.x_decode__mutmut_15": "codec names are case-insensitive",
     "labctl.verify.checks_behaviour.x_check_causal__mutmut_105": "errstate(invalid=None) "
     "only lets numpy warn: no value changes",
     "labctl.verify.checks_behaviour.x_check_causal__mutmut_111": "astype(None) is astype(float64)",

@@ -325,3 +325,62 @@ def test_file_kinds_are_named():
     assert parse._file_kind(stat.S_IFBLK) == "a block device"
     assert parse._file_kind(stat.S_IFSOCK) == "a socket"
     assert parse._file_kind(stat.S_IFDOOR if hasattr(stat, "S_IFDOOR") else 0) == ("a special file")
+
+
+def test_a_problem_deeper_inside_a_claim_splits_at_the_claim_only():
+    deep = parse.Problem("metrics[0].x[1].y", "r", "m", "i")
+    assert str(deep) == "metrics[0] (m, i): x[1].y r"
+
+
+def test_a_duplicate_key_is_found_past_an_unhashable_one():
+    _, problem = parse_text("? [a]\n: 1\nb: 1\nb: 2\n")
+    assert problem.reason.endswith("duplicate key 'b' (first at line 3)")
+
+
+class _Handle:
+    """A file handle that records how much was asked of it, and can fail."""
+
+    def __init__(self, handle, asked, fail=None):
+        self._handle, self._asked, self._fail = handle, asked, fail
+
+    def read(self, size=-1):
+        self._asked.append(size)
+        if self._fail:
+            raise self._fail
+        return self._handle.read(size)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._handle.close()
+
+
+def test_a_file_is_never_read_past_one_byte_over_the_limit(tmp_path, monkeypatch):
+    import os
+
+    asked: list = []
+    real = os.fdopen
+    monkeypatch.setattr(parse.os, "fdopen", lambda fd, mode: _Handle(real(fd, mode), asked))
+    path = write(tmp_path, b"x" * 100)
+    assert parse.read_bytes(path, limit=10) is None
+    assert asked == [11]
+
+
+def test_a_read_that_fails_is_a_usage_error_with_the_system_s_reason(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    failure = OSError(errno.EIO, "Input/output error")
+    real = os.fdopen
+    monkeypatch.setattr(parse.os, "fdopen", lambda fd, mode: _Handle(real(fd, mode), [], failure))
+    path = write(tmp_path, b"a: 1\n")
+    with pytest.raises(UsageError) as refused:
+        parse.read_bytes(path)
+    assert str(refused.value) == f"{path}: cannot read (Input/output error)"
+
+
+def test_a_load_names_its_path_whatever_it_found(tmp_path):
+    for data in (b"a: 1\n", b"\xff", b"a: [\n", b"x" * 20):
+        path = write(tmp_path, data)
+        assert load(path, limit=10).path == path
