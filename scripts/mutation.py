@@ -158,6 +158,31 @@ EQUIVALENT: dict[str, str] = {
         for n in (1, 5, 7, 8, 25, 27)
     },
     "labctl.evidence.parse.x_decode__mutmut_15": "codec names are case-insensitive",
+    **{
+        f"labctl.evidence.parse.x_escaped__mutmut_{n}": "U+0100 is a letter, never escaped: "
+        "< 0x100 and <= 0x100 escape the same characters"
+        for n in (9, 10)
+    },
+    **{
+        f"labctl.evidence.parse.x_parse_text__mutmut_{n}": "every MarkedYAMLError the loader "
+        "raises carries a mark and a problem text: the fallbacks are never reached"
+        for n in (9, 14, 20, 21)
+    },
+    **{
+        f"labctl.evidence.parse.x_parse_text__mutmut_{n}": "str.count/rfind with start None "
+        "is start 0"
+        for n in (32, 45)
+    },
+    "labctl.evidence.parse.x_parse_text__mutmut_67": "every error PyYAML's loader raises is "
+    "a MarkedYAMLError or a ReaderError, caught above",
+    "labctl.evidence.parse.x_parse_text__mutmut_76": "no value the loader reads raises one of "
+    "these with a message over 200 characters (the longest, Python's integer-digits limit, "
+    "is 140)",
+    **{
+        f"labctl.evidence.parse.xǁEvidenceLoaderǁcompose_node__mutmut_{n}": "parent and "
+        "index feed only path resolvers, which the loader does not use"
+        for n in (32, 33)
+    },
     "labctl.verify.checks_behaviour.x_check_causal__mutmut_105": "errstate(invalid=None) "
     "only lets numpy warn: no value changes",
     "labctl.verify.checks_behaviour.x_check_causal__mutmut_111": "astype(None) is astype(float64)",

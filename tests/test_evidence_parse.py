@@ -384,3 +384,32 @@ def test_a_load_names_its_path_whatever_it_found(tmp_path):
     for data in (b"a: 1\n", b"\xff", b"a: [\n", b"x" * 20):
         path = write(tmp_path, data)
         assert load(path, limit=10).path == path
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("a\x07: 1\nb: 2\nc: 3\n", "line 1, column 2"),  # newlines after it do not count
+        ("\n\x07", "line 2, column 1"),  # a newline at the very start counts
+        ("a: 1\nb: 2\nc: \x07", "line 3, column 4"),  # the column runs from the last newline
+    ],
+)
+def test_a_control_character_is_placed_by_line_and_column(text, where):
+    data, problem = parse_text(text)
+    assert data is None and problem.field == "file"
+    assert problem.reason == f"malformed YAML/JSON at {where}: character U+0007 is not allowed"
+
+
+def test_a_parser_error_gives_its_context_and_its_problem():
+    _, problem = parse_text("a: [1, 2\nb: 3\n")
+    assert problem.reason == (
+        "malformed YAML/JSON at line 2, column 2: while parsing a flow sequence, "
+        "expected ',' or ']', but got ':'"
+    )
+
+
+def test_a_document_of_comments_only_is_a_problem_of_the_file():
+    assert parse_text("# nothing\n") == (
+        None,
+        parse.Problem("file", "no document (empty, or only comments)"),
+    )
