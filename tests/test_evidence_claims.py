@@ -268,3 +268,26 @@ def test_numbers_courses_and_claimed_rows():
     assert findings.claim_impl(future, "both") == "clean-room"  # not one of its rows
     assert findings.claim_impl(sdpa, "reference") == "clean-room"
     assert findings.claim_impl(both, None) == "both"
+
+
+def test_a_known_metric_s_actual_is_judged_by_the_table_not_by_the_claim():
+    report = checked(row(expected="<=1", actual=0.5))
+    assert said(report.problems) == [
+        "metrics[0] (future_weight_max, clean-room): expected '<=1' is not the v1 tolerance of "
+        "future_weight_max ('==0')",
+        "metrics[0] (future_weight_max, clean-room): actual 0.5 does not satisfy ==0",
+    ]
+
+
+def test_a_claim_on_no_row_of_a_two_row_metric_names_both_rows():
+    report = checked(row(impl="both"))
+    assert said(report.problems)[0].endswith(
+        "impl future_weight_max is measured on reference, clean-room, not both"
+    )
+
+
+def test_an_unknown_metric_without_a_text_impl_is_one_claim_however_the_impl_is_written():
+    report = checked(row("mine", expected="<=1", impl=5), row("mine", expected="<=1"))
+    assert said(report.problems) == [
+        "metrics[1] (mine): name 'mine' is claimed twice (first at metrics[0])"
+    ]
