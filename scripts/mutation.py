@@ -159,6 +159,23 @@ EQUIVALENT: dict[str, str] = {
     },
     "labctl.evidence.parse.x_decode__mutmut_15": "codec names are case-insensitive",
     **{
+        f"labctl.evidence.validate.x__schema__mutmut_{n}": "by_alias=None or left out is the "
+        "model's default, by alias"
+        for n in (3, 6)
+    },
+    "labctl.evidence.validate.x__schema__mutmut_12": "the URL goes into a key of the error "
+    "that no reason reads",
+    **{
+        f"labctl.evidence.validate.x__schema__mutmut_{n}": "tidy() orders the problems by field "
+        "and index afterwards"
+        for n in (43, 45)
+    },
+    **{
+        f"labctl.evidence.validate.x__reason__mutmut_{n}": "the strict models report a float "
+        "for an int as int_type, never int_from_float"
+        for n in (44, 45)
+    },
+    **{
         f"labctl.evidence.parse.x_escaped__mutmut_{n}": "U+0100 is a letter, never escaped: "
         "< 0x100 and <= 0x100 escape the same characters"
         for n in (9, 10)

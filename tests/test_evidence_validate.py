@@ -252,3 +252,57 @@ def test_a_file_is_read_then_checked(tmp_path, record, root):
     assert report.data is None
     with pytest.raises(UsageError):
         validate_file(tmp_path / "missing.yaml", root, NOW)
+
+
+def test_fields_are_read_by_the_course_s_names_only(record, root):
+    data = with_(record, schema=_DROP, schema_id="learn-llm.evidence.v1")
+    assert problems(data, root) == [
+        "schema: missing; learn-llm.evidence.v1 requires it",
+        "schema_id: unknown field; learn-llm.evidence.v1 has no field 'schema_id'",
+    ]
+
+
+def test_more_schema_messages_name_the_kind_given(record, root):
+    assert problems(with_(record, seed={"a": 1}), root) == [
+        "seed: Input should be a valid integer (got a mapping)"
+    ]
+    # The module's own schema problem is the only one: it is not looked up as well.
+    assert problems(with_(record, module=""), root) == [
+        "module: String should have at least 1 character"
+    ]
+    assert problems(with_(record, module=5), root) == [
+        "module: Input should be a valid string (got an integer)"
+    ]
+
+
+def test_placeholders_past_a_field_name_that_is_not_text_and_beside_schema_errors(record, root):
+    data = with_(record, cost={3: 1, "<x>": 1, "gross_usd": 0, "credit_usd": 0}, seed=_DROP)
+    assert problems(data, root)[:3] == [
+        "seed: missing; learn-llm.evidence.v1 requires it",
+        "cost: field name 3 is an integer, not text",
+        "cost.<x>: placeholder <x> left in a field name",
+    ]
+    with_both = with_(record, commit="<learner-commit-sha>", seed=_DROP)
+    assert problems(with_both, root) == [
+        "commit: placeholder <learner-commit-sha> left",
+        "seed: missing; learn-llm.evidence.v1 requires it",
+    ]
+
+
+def test_a_placeholder_of_61_characters_is_shortened(record, root):
+    long = "<" + "z" * 59 + ">"
+    assert problems(with_(record, commands=[long]), root) == [
+        "commands[0]: placeholder <" + "z" * 56 + "...> left"
+    ]
+
+
+def test_a_file_is_judged_at_the_moment_given(tmp_path, record, root):
+    import json
+
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps(record))
+    long_ago = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    report = validate_file(path, root, long_ago)
+    assert [str(p) for p in report.problems] == [
+        "verified_at: 2026-05-01T10:00:00Z is in the future (now 2000-01-01T00:00:00Z)"
+    ]
