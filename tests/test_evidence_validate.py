@@ -306,3 +306,18 @@ def test_a_file_is_judged_at_the_moment_given(tmp_path, record, root):
     assert [str(p) for p in report.problems] == [
         "verified_at: 2026-05-01T10:00:00Z is in the future (now 2000-01-01T00:00:00Z)"
     ]
+
+
+def test_a_verified_at_the_schema_refused_is_not_judged_again(record, root):
+    assert problems(with_(record, verified_at=5), root) == [
+        "verified_at: Input should be a valid string (got an integer)"
+    ]
+
+
+def test_without_a_moment_given_the_clock_decides(record, root):
+    # Recorded before this test was written, so before any moment it runs at.
+    report = validate_data(record, Report(path=Path("e.yaml")), root)
+    assert report.problems == []
+    tomorrow = with_(record, verified_at="2999-01-01T00:00:00Z")
+    found = validate_data(tomorrow, Report(path=Path("e.yaml")), root).problems
+    assert [p.reason.split(" (now ")[0] for p in found] == ["2999-01-01T00:00:00Z is in the future"]
