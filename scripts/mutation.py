@@ -168,6 +168,15 @@ EQUIVALENT: dict[str, str] = {
         "refuses (and so flags) every verified_at that parse_time cannot read"
         for n in range(13, 22)
     },
+    "labctl.evidence.findings.xǁReportǁ_claim__mutmut_35": "a text impl has returned "
+    "already; claim_impl reads any other impl as None",
+    **{
+        f"labctl.evidence.findings.x__ordered__mutmut_{n}": "only the part before the first "
+        "separator is kept: maxsplit does not change it"
+        for n in (7, 10)
+    },
+    "labctl.evidence.findings.x__ordered__mutmut_30": "-1 or -2: either sorts before every "
+    "index (>= 0)",
     "labctl.evidence.validate.x__schema__mutmut_12": "the URL goes into a key of the error "
     "that no reason reads",
     **{

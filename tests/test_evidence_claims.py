@@ -291,3 +291,23 @@ def test_an_unknown_metric_without_a_text_impl_is_one_claim_however_the_impl_is_
     assert said(report.problems) == [
         "metrics[1] (mine): name 'mine' is claimed twice (first at metrics[0])"
     ]
+
+
+def test_a_problem_about_a_whole_list_comes_before_those_about_its_items():
+    report = Report(path=Path("e.yaml"))
+    report.refuse("metrics[0].actual", "r")
+    report.refuse("metrics", "r")
+    report.tidy()
+    assert [p.field for p in report.problems] == ["metrics", "metrics[0].actual"]
+
+
+def test_ancestors_cut_at_dots_and_brackets_only_and_from_the_second_character():
+    assert findings.ancestors("a[0]") == ["a", "a[0]"]
+    assert findings.ancestors("aXb.c") == ["aXb", "aXb.c"]
+
+
+def test_a_problem_one_past_the_last_claim_names_no_claim():
+    data = {"metrics": [row()]}
+    report = Report(path=Path("e.yaml"), data=data)
+    report.refuse("metrics[1].actual", "r")
+    assert (report.problems[0].metric, report.problems[0].impl) == (None, None)
