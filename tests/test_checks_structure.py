@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from labctl import contract
+from labctl.i18n import Msg
 from labctl.verify import checks, compare
 from labctl.verify import fixtures as fx
 from labctl.verify.check_base import num
@@ -502,3 +503,23 @@ def test_failing_functions_are_listed_once_in_contract_order():
         checks.CheckResult("rms_norm", "parity", NOT_RUN, "x"),
     ]
     assert checks.failing_functions(rows) == ["softmax", "rope"]
+
+
+def test_a_result_as_json_keeps_only_the_measures_it_has():
+    shown = Msg("{n} fixtures", n=2)
+    result = checks.CheckResult("softmax", "parity", PASS, shown)
+    assert (result.message, result.shown) == ("2 fixtures", shown)  # English kept, Msg shown
+    full = checks.CheckResult(
+        "softmax", "parity", checks.FAIL, "off", max_error=2.0, tolerance=1.0, margin=2.0,
+        mismatch_fraction=0.5, fixture="f",
+    )  # fmt: skip
+    assert full.to_json() == {
+        "function": "softmax", "name": "parity", "passed": False, "status": "fail",
+        "max_error": 2.0, "message": "off", "tolerance": 1.0, "margin": 2.0,
+        "mismatch_fraction": 0.5, "fixture": "f",
+    }  # fmt: skip
+    bare = checks.CheckResult("softmax", "runs", checks.PASS, "ok").to_json()
+    assert bare == {
+        "function": "softmax", "name": "runs", "passed": True, "status": "pass",
+        "max_error": None, "message": "ok",
+    }  # fmt: skip
