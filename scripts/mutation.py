@@ -105,7 +105,7 @@ TARGETS: dict[str, Target] = {
         (
             "tests/test_verify_fixtures.py",
             "tests/test_checks_behaviour.py",
-            "tests/test_verify_checks.py",
+            "tests/test_verify_checks.py::test_causal_variants_perturb_after_every_position_from_the_first",
         ),
     ),
     "diagnosis": Target(
