@@ -168,6 +168,8 @@ EQUIVALENT: dict[str, str] = {
         "refuses (and so flags) every verified_at that parse_time cannot read"
         for n in range(13, 22)
     },
+    "labctl.verify.fixtures.x__causal_variants__mutmut_49": "the decoder's base fixture has "
+    "no keyword arguments: the default {} is the same",
     "labctl.evidence.findings.xǁReportǁ_claim__mutmut_35": "a text impl has returned "
     "already; claim_impl reads any other impl as None",
     **{

@@ -3,12 +3,23 @@ variants, and the reference's outputs computed once (issue 13's mutation runs)."
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 
 from labctl import contract
 from labctl.verify import fixtures as fx
 from labctl.verify.functions import CAUSAL_FUNCTIONS
+
+
+@pytest.fixture(autouse=True)
+def _built_anew():
+    """Build the derived inputs again in each test: a copy cached earlier (by another test,
+    or in mutmut's fork server) would hide a change to how they are built."""
+    for cached in (fx.fixtures, fx.probes, fx.causal_variants):
+        cached.cache_clear()
+
 
 INT_ONLY = {"causal_mask", "sliding_window_mask", "padding_mask", "sinusoidal_positions"}
 
@@ -114,3 +125,51 @@ def test_warm_reference_fills_and_writes_the_cache_where_one_is_named(tmp_path, 
     monkeypatch.setattr(fx, "_REFERENCE", {})
     fx.warm_reference(("softmax",))
     assert next(tmp_path.glob("reference-*.npz")).stat().st_mtime_ns == stamp
+
+
+def _digest(*values) -> str:
+    h = hashlib.sha256()
+
+    def feed(value):
+        if isinstance(value, np.ndarray):
+            h.update(f"{value.dtype}{value.shape}".encode())
+            h.update(np.ascontiguousarray(value).tobytes())
+        elif isinstance(value, (tuple, list)):
+            h.update(f"[{len(value)}".encode())
+            for item in value:
+                feed(item)
+        elif isinstance(value, dict):
+            for key in sorted(value):
+                h.update(f"{key}=".encode())
+                feed(value[key])
+        else:
+            h.update(repr(value).encode())
+
+    for value in values:
+        feed(value)
+    return h.hexdigest()
+
+
+# The inputs of fixtures v1, as bytes. A change to any of them must come with a new
+# FIXTURES_VERSION (it keys the reference cache): then update this digest.
+FIXTURES_V1_DIGEST = "8ffa04c1089f6b0a00b6e085b0722acb275a1328381ec7efaf56227ed197d119"
+
+
+def test_the_inputs_of_fixtures_v1_do_not_change_unversioned():
+    parts = []
+    for function in contract.function_names():
+        for f in (*fx.fixtures(function), *fx.probes(function)):
+            parts.append((f.function, f.name, f.args, dict(f.kwargs), str(f.note)))
+    for function in CAUSAL_FUNCTIONS:
+        for t, f in fx.causal_variants(function):
+            parts.append((t, f.function, f.name, f.args, dict(f.kwargs)))
+    assert fx.FIXTURES_VERSION == "v1"
+    assert _digest(parts) == FIXTURES_V1_DIGEST
+
+
+def test_each_later_token_is_replaced_on_its_own():
+    base = fx.causal_base("decoder_forward")
+    ids, V = base.args[0], base.args[1]["embed"].shape[0]
+    t, variant = fx.causal_variants("decoder_forward")[0]
+    shifts = (variant.args[0][:, t + 1 :] - ids[:, t + 1 :]) % V
+    assert len(np.unique(shifts)) > 1  # not one shift for the whole future
