@@ -170,6 +170,8 @@ EQUIVALENT: dict[str, str] = {
     },
     "labctl.verify.fixtures.x__causal_variants__mutmut_49": "the decoder's base fixture has "
     "no keyword arguments: the default {} is the same",
+    "labctl.runner.x_check_out_dir__mutmut_9": "the walk up always meets a directory that "
+    "exists (the root) before the loop's end: break or return is never reached",
     "labctl.evidence.findings.xǁReportǁ_claim__mutmut_35": "a text impl has returned "
     "already; claim_impl reads any other impl as None",
     **{

@@ -121,7 +121,8 @@ def test_run_lab_judges_every_row_of_the_implementations_it_has():
     ]
     assert result.failures() == []
     assert [type(f) for f in result.figures] == [Note]
-    assert result.params == Params() and result.wall_time_s > 0
+    assert result.params == Params() and 0 < result.wall_time_s < 60
+    assert result.lab.id == "toy"
     # One implementation: no comparison row is asked for.
     alone = run_lab(toy(measured(exact_reference=0.0, speed_reference=2.0)), 5, impls("reference"))
     assert alone.passed and [m.impl for m in alone.metrics] == ["reference", "reference"]
@@ -146,7 +147,10 @@ def test_the_seed_and_params_reach_the_lab():
 
 
 def test_a_failing_clean_room_keeps_the_reference_s_numbers():
+    seen = []
+
     def run(ctx):
+        seen.append((sorted(ctx.impls), ctx.seed, ctx.params.n))
         if "clean-room" in ctx.impls:
             raise CallError("softmax", "exception", "boom", exc_type="ValueError")
         output = LabOutput()
@@ -154,7 +158,8 @@ def test_a_failing_clean_room_keeps_the_reference_s_numbers():
         output.figures.append(Note("from the reference"))
         return output
 
-    result = run_lab(toy(run), 5, impls("reference", "clean-room"))
+    result = run_lab(toy(run), 7, impls("reference", "clean-room"), Params(n=9))
+    assert seen == [(["clean-room", "reference"], 7, 9), (["reference"], 7, 9)]
     assert result.error == "clean room failed: softmax: raised ValueError: boom"
     assert [(m.name, m.impl, m.passed) for m in result.metrics] == [
         ("exact", "reference", True),
@@ -164,7 +169,11 @@ def test_a_failing_clean_room_keeps_the_reference_s_numbers():
     ]
     assert [str(f.text) for f in result.figures] == ["from the reference"]
     assert not result.passed
-    assert result.failures()[0] == "clean room failed: softmax: raised ValueError: boom"
+    assert result.failures() == [
+        "clean room failed: softmax: raised ValueError: boom",
+        "exact (clean-room): nan does not satisfy ==0 (not measured)",
+        "compared (both): nan does not satisfy <=1e-10 (not measured)",
+    ]
 
 
 def test_when_the_reference_alone_fails_too_both_failures_are_shown():
@@ -189,6 +198,9 @@ def test_a_clean_room_alone_that_fails_is_not_run_again():
 
     result = run_lab(toy(run), 5, impls("clean-room"))
     assert calls == [["clean-room"]] and result.error == "clean room failed: softmax: killed"
+    calls.clear()
+    result = run_lab(toy(run), 5, impls("reference"))
+    assert calls == [["reference"]] and result.error == "clean room failed: softmax: killed"
 
 
 def test_lab_errors_and_crashes_are_named_and_debug_lets_a_crash_through(monkeypatch):
@@ -232,11 +244,11 @@ def test_results_as_json():
     plain = LabResult(toy(None), params=Params()).to_json(str)
     assert (plain["params_default"], plain["params_changed"]) == (True, [])
     assert LabResult(toy(None)).to_json(str)["params"] is None
-    report = RunReport([lab], 5, "both", "room", 2.0004, "sandbox")
+    report = RunReport([lab], 5, "both", "room", 2.4567, "sandbox")
     assert report.to_json(str) == {
         "passed": False, "seed": 5, "impl": "both", "clean_room": "room",
         "isolation": "sandbox", "tolerances": report.to_json(str)["tolerances"],
-        "wall_time_s": 2.0, "labs": [lab.to_json(str)],
+        "wall_time_s": 2.457, "labs": [lab.to_json(str)],
     }  # fmt: skip
     assert RunReport([], 5, "both", None, 0.0).passed
 
@@ -246,22 +258,30 @@ def test_isolation_is_the_clean_room_s():
     assert isolation_of(impls("reference")) is None
 
 
+_TIMEOUT = "--timeout must be a number of seconds above 0 and at most 3600, got "
+
+
 @pytest.mark.parametrize(
     ("seed", "impl", "timeout", "says"),
     [
         (-1, "both", 60.0, f"--seed must be an integer from 0 to {MAX_SEED}, got -1"),
-        (MAX_SEED + 1, "both", 60.0, f"got {MAX_SEED + 1}"),
+        (
+            MAX_SEED + 1,
+            "both",
+            60.0,
+            f"--seed must be an integer from 0 to {MAX_SEED}, got {MAX_SEED + 1}",
+        ),
         (5, "torch", 60.0, "--impl must be one of reference, clean-room, both, got 'torch'"),
-        (5, "both", 0.0, "--timeout must be a number of seconds above 0 and at most 3600, got 0.0"),
-        (5, "both", MAX_TIMEOUT_S + 1, "got 3601.0"),
-        (5, "both", math.nan, "got nan"),
-        (5, "both", math.inf, "got inf"),
+        (5, "both", 0.0, _TIMEOUT + "0.0"),
+        (5, "both", MAX_TIMEOUT_S + 1, _TIMEOUT + "3601.0"),
+        (5, "both", math.nan, _TIMEOUT + "nan"),
+        (5, "both", math.inf, _TIMEOUT + "inf"),
     ],
 )
 def test_bad_options_are_usage_errors(tmp_path, seed, impl, timeout, says):
     with pytest.raises(UsageError) as refused:
         check_options(seed, impl, timeout, tmp_path)
-    assert says in str(refused.value)
+    assert str(refused.value) == says
 
 
 def test_options_at_their_bounds_are_accepted(tmp_path):
@@ -280,3 +300,11 @@ def test_an_out_dir_under_a_file_or_a_dangling_link_is_refused(tmp_path):
     link.symlink_to(tmp_path / "gone")
     with pytest.raises(UsageError, match=f"^--out {link}: a dangling symbolic link$"):
         check_options(5, "both", 60.0, link)
+
+
+def test_an_out_dir_on_a_filesystem_that_takes_no_files_is_refused():
+    # /proc exists on every Linux and takes no new files, even from root.
+    out = Path("/proc/labctl-test-out")
+    with pytest.raises(UsageError) as refused:
+        check_options(5, "both", 60.0, out)
+    assert str(refused.value) == f"--out {out}: /proc is not writable"
