@@ -308,3 +308,50 @@ def test_an_out_dir_on_a_filesystem_that_takes_no_files_is_refused():
     with pytest.raises(UsageError) as refused:
         check_options(5, "both", 60.0, out)
     assert str(refused.value) == f"--out {out}: /proc is not writable"
+
+
+def test_run_labs_checks_runs_records_and_reports(tmp_path, monkeypatch):
+    from labctl import registry, runner
+
+    run = measured(exact_reference=0.0, speed_reference=2.0)
+    monkeypatch.setattr(registry, "resolve", lambda ids: [toy(run)] if ids == ["toy"] else [])
+    monkeypatch.chdir(tmp_path)
+    seen = []
+    report = runner.run_labs(
+        ["toy"],
+        seed=11,
+        impl="reference",
+        out=tmp_path / "runs",
+        progress=lambda lab, i, n: seen.append((lab.id, i, n)),
+        settings=["toy.n=4"],
+    )
+    assert seen == [("toy", 0, 1)]
+    assert (report.seed, report.impl, report.clean_room, report.isolation) == (
+        11,
+        "reference",
+        None,
+        None,
+    )
+    assert report.passed and 0 < report.wall_time_s < 60
+    (lab,) = report.labs
+    assert lab.params == Params(n=4) and [m.impl for m in lab.metrics] == ["reference"] * 2
+    records = sorted(p.name for p in (tmp_path / "runs" / "toy").iterdir())
+    assert any(name.endswith(".json") for name in records)
+    assert [p.name for p in lab.records] and all(p.exists() for p in lab.records)
+    with pytest.raises(UsageError):
+        runner.run_labs(["toy"], seed=-1, impl="reference", out=tmp_path / "runs")
+
+
+def test_the_default_clean_room_is_the_working_directory_s_package_else_the_project_s(
+    tmp_path, monkeypatch
+):
+    from labctl import runner
+
+    monkeypatch.chdir(tmp_path)
+    project = runner.default_clean_room()
+    assert project.name == "clean_room" and (project / "__init__.py").is_file()
+    assert project.parent.name == "labctl"
+    (tmp_path / "clean_room").mkdir()
+    assert runner.default_clean_room() == project  # a folder without __init__.py is not one
+    (tmp_path / "clean_room" / "__init__.py").write_text("")
+    assert runner.default_clean_room() == Path("clean_room")
