@@ -208,11 +208,6 @@ EQUIVALENT: dict[str, str] = {
         "is start 0"
         for n in (32, 45)
     },
-    "labctl.evidence.parse.x_parse_text__mutmut_67": "every error PyYAML's loader raises is "
-    "a MarkedYAMLError or a ReaderError, caught above",
-    "labctl.evidence.parse.x_parse_text__mutmut_76": "no value the loader reads raises one of "
-    "these with a message over 200 characters (the longest, Python's integer-digits limit, "
-    "is 140)",
     **{
         f"labctl.evidence.parse.xǁEvidenceLoaderǁcompose_node__mutmut_{n}": "parent and "
         "index feed only path resolvers, which the loader does not use"

@@ -6,6 +6,7 @@ import datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from labctl.errors import UsageError
 from labctl.evidence import parse
@@ -413,3 +414,21 @@ def test_a_document_of_comments_only_is_a_problem_of_the_file():
         None,
         parse.Problem("file", "no document (empty, or only comments)"),
     )
+
+
+@pytest.mark.parametrize(
+    ("raised", "reason"),
+    [
+        (yaml.YAMLError("odd\n  thing"), "malformed YAML/JSON: odd thing"),
+        (ValueError("v" * 300), "not readable: ValueError: " + "v" * 200),
+        (RecursionError("deep"), "not readable: RecursionError: deep"),
+    ],
+)
+def test_errors_no_document_raises_today_are_still_one_line(monkeypatch, raised, reason):
+    """PyYAML's other errors, and exceptions with long messages: the handlers stay one line."""
+
+    def fail(self):
+        raise raised
+
+    monkeypatch.setattr(parse.EvidenceLoader, "get_single_data", fail)
+    assert parse_text("a: 1\n") == (None, parse.Problem("file", reason))
