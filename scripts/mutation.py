@@ -168,8 +168,11 @@ EQUIVALENT: dict[str, str] = {
         "refuses (and so flags) every verified_at that parse_time cannot read"
         for n in range(13, 22)
     },
-    "labctl.verify.fixtures.x__causal_variants__mutmut_49": "the decoder's base fixture has "
-    "no keyword arguments: the default {} is the same",
+    **{
+        f"labctl.verify.fixtures.x__causal_variants__mutmut_{n}": "no causal base fixture has "
+        "keyword arguments: the default {} is the same"
+        for n in (49, 78)
+    },
     "labctl.runner.x_check_out_dir__mutmut_9": "the walk up always meets a directory that "
     "exists (the root) before the loop's end: break or return is never reached",
     "labctl.evidence.findings.xǁReportǁ_claim__mutmut_35": "a text impl has returned "

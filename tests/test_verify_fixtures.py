@@ -173,3 +173,14 @@ def test_each_later_token_is_replaced_on_its_own():
     t, variant = fx.causal_variants("decoder_forward")[0]
     shifts = (variant.args[0][:, t + 1 :] - ids[:, t + 1 :]) % V
     assert len(np.unique(shifts)) > 1  # not one shift for the whole future
+
+
+def test_a_reference_output_is_computed_with_the_fixture_s_keyword_arguments(monkeypatch):
+    monkeypatch.setattr(fx, "_REFERENCE", {})
+    axis0 = next(f for f in fx.fixtures("softmax") if f.name == "axis-0")
+    assert axis0.kwargs == {"axis": 0}
+    x = axis0.args[0]
+    e = np.exp(x - x.max(axis=0, keepdims=True))
+    np.testing.assert_allclose(
+        fx.reference_output(axis0), e / e.sum(axis=0, keepdims=True), rtol=0, atol=1e-15
+    )
