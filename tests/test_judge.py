@@ -355,3 +355,33 @@ def test_the_default_clean_room_is_the_working_directory_s_package_else_the_proj
     assert runner.default_clean_room() == project  # a folder without __init__.py is not one
     (tmp_path / "clean_room" / "__init__.py").write_text("")
     assert runner.default_clean_room() == Path("clean_room")
+
+
+def test_run_labs_with_both_implementations_records_the_clean_room_and_its_isolation(
+    tmp_path, monkeypatch
+):
+    import json
+
+    from labctl import registry, runner
+    from labctl.evidence.records import shown_path
+
+    seen = []
+
+    def run(ctx):
+        seen.append((ctx.seed, sorted(ctx.impls)))
+        return measured(
+            exact_reference=0.0, exact_room=0.0, compared_both=0.0, speed_reference=2.0
+        )(ctx)
+
+    monkeypatch.setattr(registry, "resolve", lambda ids: [toy(run)])
+    monkeypatch.chdir(tmp_path)
+    report = runner.run_labs(["toy"], seed=3, out=tmp_path / "runs")  # impl both, isolation auto
+    assert seen == [(3, ["clean-room", "reference"])]
+    assert report.impl == "both" and report.isolation in ("sandbox", "process")
+    assert report.clean_room == shown_path(runner.default_clean_room())
+    assert report.passed
+    (lab,) = report.labs
+    record = json.loads(next(p for p in lab.records if p.suffix == ".json").read_text())
+    assert record["seed"] == 3
+    assert (record["labctl"]["impl"], record["labctl"]["isolation"]) == ("both", report.isolation)
+    assert record["labctl"]["clean_room"] == report.clean_room
