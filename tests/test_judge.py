@@ -385,3 +385,29 @@ def test_run_labs_with_both_implementations_records_the_clean_room_and_its_isola
     assert record["seed"] == 3
     assert (record["labctl"]["impl"], record["labctl"]["isolation"]) == ("both", report.isolation)
     assert record["labctl"]["clean_room"] == report.clean_room
+
+
+def test_run_labs_runs_the_clean_room_it_is_given_under_the_isolation_asked_for(
+    tmp_path, monkeypatch
+):
+    import numpy as np
+    from labtools import faulty_room
+
+    from labctl import registry, runner
+
+    def run(ctx):
+        # softmax-no-max overflows at |x| ~ 1e3: the project's room does not.
+        weights = ctx.impls["clean-room"].softmax(np.array([1000.0, 0.0]))
+        output = LabOutput()
+        output.add("exact", "clean-room", float(not np.all(np.isfinite(weights))))
+        return output
+
+    monkeypatch.setattr(registry, "resolve", lambda ids: [toy(run)])
+    monkeypatch.chdir(tmp_path)
+    room = faulty_room(tmp_path, "softmax-no-max")
+    report = runner.run_labs(
+        ["toy"], impl="clean-room", clean_room=room, out=tmp_path / "runs", isolation="process"
+    )
+    assert report.isolation == "process"
+    (lab,) = report.labs
+    assert [(m.name, m.actual, m.passed) for m in lab.metrics] == [("exact", 1.0, False)]
