@@ -32,6 +32,25 @@ LEAKS_AT_THE_FIRST_POSITION = faults.Fault(
 )
 
 
+# The mirror case: the second-to-last position reads the last, so only the perturbation
+# after t = T - 2 can see it; a loop that stops one short misses it.
+LEAKS_AT_THE_LAST_POSITION = faults.Fault(
+    name="mha-leaks-at-the-end",
+    function="multi_head_attention",
+    module="transformer_block",
+    description="the second-to-last position's output reads the input at the last position",
+    course="000 §6.13",
+    source="""
+    _correct_mha = multi_head_attention
+
+    def multi_head_attention(x, wq, wk, wv, wo, n_heads, n_kv_heads=None, causal=True, window=None, rope_theta=None):
+        out = _correct_mha(x, wq, wk, wv, wo, n_heads, n_kv_heads, causal, window, rope_theta)
+        out[:, -2] += 1e-3 * x[:, -1]  # (B, C): the last token seeps into the one before it
+        return out
+    """,
+)
+
+
 @pytest.fixture(scope="module")
 def seed5():
     return run(LAB)
@@ -68,3 +87,12 @@ def test_a_reversed_mask_fails_the_sdpa_row(tmp_path):
     result = run(LAB, faulty_room(tmp_path, "mask-reversed"), impl="clean-room")
     sdpa = rows(result)[("sdpa_max_error", "clean-room")]
     assert not sdpa.passed and sdpa.actual > 1e-2  # another set of keys: O(1), not float32
+
+
+def test_a_leak_at_the_last_position_fails_the_future_invariance(tmp_path):
+    result = run(LAB, faulty_room(tmp_path, LEAKS_AT_THE_LAST_POSITION))
+    got = rows(result)
+    assert got[(INVARIANCE, "reference")].passed
+    leak = got[(INVARIANCE, "clean-room")]
+    assert not leak.passed and not result.passed
+    assert 1e-4 < leak.actual < 1e-2  # 1e-3 times standard normal noise
