@@ -6,7 +6,7 @@ Faulty clean rooms are written into tmp_path.
 from __future__ import annotations
 
 import pytest
-from labtools import faulty_room, rows, run
+from labtools import faulty_room, rows, run, values
 
 from labctl import faults
 from labctl.labs.causal_attention import LAB
@@ -96,3 +96,11 @@ def test_a_leak_at_the_last_position_fails_the_future_invariance(tmp_path):
     leak = got[(INVARIANCE, "clean-room")]
     assert not leak.passed and not result.passed
     assert 1e-4 < leak.actual < 1e-2  # 1e-3 times standard normal noise
+
+
+def test_a_seed_gives_the_same_values_and_another_seed_other_inputs(seed5):
+    assert values(run(LAB)) == values(seed5)
+    other = values(run(LAB, seed=6))
+    # The exact zeros stay zero; the float32-against-torch error follows the inputs.
+    key = ("sdpa_max_error", "clean-room")
+    assert other[key] != values(seed5)[key]
