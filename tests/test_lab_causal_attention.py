@@ -104,3 +104,24 @@ def test_a_seed_gives_the_same_values_and_another_seed_other_inputs(seed5):
     # The exact zeros stay zero; the float32-against-torch error follows the inputs.
     key = ("sdpa_max_error", "clean-room")
     assert other[key] != values(seed5)[key]
+
+
+# A mask one diagonal short: each position also reads the very next one.
+MASK_ONE_SHORT = faults.Fault(
+    name="mask-one-short",
+    function="causal_mask",
+    module="primitives",
+    description="the causal mask leaves the next position open",
+    course="000 §6.13",
+    source="""
+    def causal_mask(t_q, t_k=None):
+        t_k = t_q if t_k is None else t_k
+        return np.triu(np.ones((t_q, t_k), dtype=bool), k=t_k - t_q + 2)
+    """,
+)
+
+
+def test_a_mask_that_leaves_the_next_position_open_fails_the_future_weight(tmp_path):
+    result = run(LAB, faulty_room(tmp_path, MASK_ONE_SHORT), impl="clean-room")
+    weight = rows(result)[("future_weight_max", "clean-room")]
+    assert not weight.passed and weight.actual > 1e-3  # a softmax weight, not rounding
