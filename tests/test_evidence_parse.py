@@ -6,6 +6,7 @@ import datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from labctl.errors import UsageError
 from labctl.evidence import parse
@@ -156,3 +157,278 @@ def test_missing_file_and_directory_are_usage_errors(tmp_path):
         load(tmp_path / "nope.yaml")
     with pytest.raises(UsageError, match="directory"):
         load(tmp_path)
+
+
+# -- exact messages and limits at their bounds (issue 13's mutation runs) ----------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("\x1b[2J", "\\x1b[2J"),  # ESC: a terminal sequence
+        ("a\x7fb", "a\\x7fb"),  # DEL
+        ("\x85", "\\x85"),  # a C1 control
+        ("\xad", "\\xad"),  # a format character below U+0100
+        ("\u202eevil", "\\u202eevil"),  # a bidi override
+        ("\u2028\u2029", "\\u2028\\u2029"),  # line and paragraph separators
+        ("\u0600", "\\u0600"),  # a format character from U+0100 on
+        ("é 中文 ok\u00a0", "é 中文 ok\u00a0"),  # printable text, a no-break space
+    ],
+)
+def test_hidden_characters_are_written_as_escapes(text, shown):
+    assert parse.escaped(text) == shown
+
+
+def test_a_problem_reads_as_field_claim_and_reason_and_escapes_everything():
+    plain = parse.Problem("seed", "is negative")
+    assert str(plain) == "seed: is negative"
+    assert plain.to_json() == {"field": "seed", "reason": "is negative"}
+    inside = parse.Problem("metrics[0].actual", "0.5 is too large", "w_max", "clean-room")
+    assert str(inside) == "metrics[0] (w_max, clean-room): actual 0.5 is too large"
+    assert inside.to_json() == {
+        "field": "metrics[0].actual",
+        "reason": "0.5 is too large",
+        "metric": "w_max",
+        "impl": "clean-room",
+    }
+    row = parse.Problem("metrics[2]", "claimed twice", "w_max", None)
+    assert str(row) == "metrics[2] (w_max): claimed twice"
+    assert row.to_json() == {"field": "metrics[2]", "reason": "claimed twice", "metric": "w_max"}
+    hostile = parse.Problem("a\x1b", "b\u202e", "c\x07", "d\x00")
+    assert (hostile.field, hostile.reason, hostile.metric, hostile.impl) == (
+        "a\\x1b",
+        "b\\u202e",
+        "c\\x07",
+        "d\\x00",
+    )
+
+
+def test_one_line_joins_every_run_of_whitespace():
+    assert parse.one_line("a\n  b\t\tc \r\n") == "a b c"
+    assert parse.one_line(ValueError("x\ny")) == "x y"
+
+
+def _nested(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+def test_nesting_is_refused_past_max_depth_only_and_siblings_do_not_add_up():
+    data, problem = parse_text(_nested(parse.MAX_DEPTH))
+    assert problem is None and data is not None
+    _, problem = parse_text(_nested(parse.MAX_DEPTH + 1))
+    assert problem.reason == (
+        f"malformed YAML/JSON at line 1, column {parse.MAX_DEPTH + 1}: "
+        f"nested deeper than {parse.MAX_DEPTH} levels"
+    )
+    siblings = "[" + ", ".join([_nested(parse.MAX_DEPTH - 1)] * 3) + "]"
+    assert parse_text(siblings)[1] is None
+
+
+def test_node_limit_at_its_bound(monkeypatch):
+    monkeypatch.setattr(parse, "MAX_NODES", 5)
+    assert parse_text("[1, 2, 3, 4]") == ([1, 2, 3, 4], None)  # the list and 4 items: 5 nodes
+    _, problem = parse_text("[1, 2, 3, 4, 5]")
+    assert problem.reason == "malformed YAML/JSON at line 1, column 14: more than 5 nodes"
+
+
+def test_an_alias_is_named_where_it_stands():
+    _, problem = parse_text("a: &x 1\nb: *x\n")
+    assert problem.reason == (
+        "malformed YAML/JSON at line 2, column 4: aliases (*name) are not allowed in evidence"
+    )
+
+
+def test_a_duplicate_key_names_the_first_and_the_second_place():
+    _, problem = parse_text("a: 1\nb:\n  c: 2\n  c: 3\n")
+    assert problem.reason == (
+        "malformed YAML/JSON at line 4, column 3: duplicate key 'c' (first at line 3)"
+    )
+    _, problem = parse_text('{"seed": 1, "seed": 2}')
+    assert "duplicate key 'seed' (first at line 1)" in problem.reason
+    assert parse_text("a: 1\nb: {a: 2}\n") == ({"a": 1, "b": {"a": 2}}, None)
+
+
+def test_reader_errors_and_unconvertible_values_say_where_and_what():
+    _, problem = parse_text("a: 1\nbb: x\x07\n")
+    assert problem.reason == (
+        "malformed YAML/JSON at line 2, column 6: character U+0007 is not allowed"
+    )
+    _, problem = parse_text("seed: " + "9" * 5000 + "\n")
+    assert problem.reason == (
+        "not readable: ValueError: Exceeds the limit (4300 digits) for integer string "
+        "conversion: value has 5000 digits; use sys.set_int_max_str_digits() to increase the limit"
+    )
+
+
+def test_decode_names_the_first_byte_that_is_not_utf8():
+    assert parse.decode(b"ab\xffcd") == (
+        None,
+        parse.Problem("file", "not UTF-8 text (byte 0xff at offset 2)"),
+    )
+    assert parse.decode(b"a\x00") == (
+        None,
+        parse.Problem("file", "binary data (NUL bytes), not a YAML or JSON text"),
+    )
+    assert parse.decode(b"\xef\xbb\xbfa: 1") == ("a: 1", None)
+    assert parse.decode(b" \n\t") == (None, parse.Problem("file", "empty"))
+
+
+def test_the_size_limit_is_inclusive(tmp_path):
+    path = write(tmp_path, b"a: 1\n")
+    assert parse.read_bytes(path, limit=5) == b"a: 1\n"
+    assert parse.read_bytes(path, limit=4) is None
+    loaded = load(path, limit=4)
+    assert (loaded.data, loaded.raw) == (None, b"")
+    assert loaded.problem == parse.Problem("file", "larger than the 4 byte limit")
+    assert load(path, limit=5).data == {"a": 1}
+
+
+def test_a_load_keeps_the_bytes_of_a_file_it_could_not_read_as_a_document(tmp_path):
+    loaded = load(write(tmp_path, b"a: [1,\n"))
+    assert loaded.raw == b"a: [1,\n" and loaded.data is None
+    assert loaded.problem.reason.startswith("malformed YAML/JSON at line 2, column 1: ")
+    assert load(write(tmp_path, b"\xff", "b.yaml")).raw == b"\xff"
+
+
+def test_special_files_are_usage_errors_named_by_kind(tmp_path):
+    import os
+    import socket
+
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match=r"pipe.yaml: is a FIFO, not a regular file$"):
+        load(fifo)
+    sock_path = tmp_path / "s.yaml"
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(sock_path))
+        with pytest.raises(UsageError, match=r"s.yaml: (is a socket|cannot read)"):
+            load(sock_path)
+    finally:
+        sock.close()
+    with pytest.raises(UsageError, match=r"null: is a character device, not a regular file$"):
+        load(Path(os.devnull))
+    dangling = tmp_path / "gone.yaml"
+    dangling.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(UsageError, match=r"gone.yaml: cannot read \(No such file or directory\)"):
+        load(dangling)
+    with pytest.raises(UsageError, match=r"nope.yaml: no such file$"):
+        load(tmp_path / "nope.yaml")
+    with pytest.raises(UsageError, match=r": is a directory, not an evidence file$"):
+        load(tmp_path)
+
+
+def test_file_kinds_are_named():
+    import stat
+
+    assert parse._file_kind(stat.S_IFIFO) == "a FIFO"
+    assert parse._file_kind(stat.S_IFCHR) == "a character device"
+    assert parse._file_kind(stat.S_IFBLK) == "a block device"
+    assert parse._file_kind(stat.S_IFSOCK) == "a socket"
+    assert parse._file_kind(stat.S_IFDOOR if hasattr(stat, "S_IFDOOR") else 0) == ("a special file")
+
+
+def test_a_problem_deeper_inside_a_claim_splits_at_the_claim_only():
+    deep = parse.Problem("metrics[0].x[1].y", "r", "m", "i")
+    assert str(deep) == "metrics[0] (m, i): x[1].y r"
+
+
+def test_a_duplicate_key_is_found_past_an_unhashable_one():
+    _, problem = parse_text("? [a]\n: 1\nb: 1\nb: 2\n")
+    assert problem.reason.endswith("duplicate key 'b' (first at line 3)")
+
+
+class _Handle:
+    """A file handle that records how much was asked of it, and can fail."""
+
+    def __init__(self, handle, asked, fail=None):
+        self._handle, self._asked, self._fail = handle, asked, fail
+
+    def read(self, size=-1):
+        self._asked.append(size)
+        if self._fail:
+            raise self._fail
+        return self._handle.read(size)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._handle.close()
+
+
+def test_a_file_is_never_read_past_one_byte_over_the_limit(tmp_path, monkeypatch):
+    import os
+
+    asked: list = []
+    real = os.fdopen
+    monkeypatch.setattr(parse.os, "fdopen", lambda fd, mode: _Handle(real(fd, mode), asked))
+    path = write(tmp_path, b"x" * 100)
+    assert parse.read_bytes(path, limit=10) is None
+    assert asked == [11]
+
+
+def test_a_read_that_fails_is_a_usage_error_with_the_system_s_reason(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    failure = OSError(errno.EIO, "Input/output error")
+    real = os.fdopen
+    monkeypatch.setattr(parse.os, "fdopen", lambda fd, mode: _Handle(real(fd, mode), [], failure))
+    path = write(tmp_path, b"a: 1\n")
+    with pytest.raises(UsageError) as refused:
+        parse.read_bytes(path)
+    assert str(refused.value) == f"{path}: cannot read (Input/output error)"
+
+
+def test_a_load_names_its_path_whatever_it_found(tmp_path):
+    for data in (b"a: 1\n", b"\xff", b"a: [\n", b"x" * 20):
+        path = write(tmp_path, data)
+        assert load(path, limit=10).path == path
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("a\x07: 1\nb: 2\nc: 3\n", "line 1, column 2"),  # newlines after it do not count
+        ("\n\x07", "line 2, column 1"),  # a newline at the very start counts
+        ("a: 1\nb: 2\nc: \x07", "line 3, column 4"),  # the column runs from the last newline
+    ],
+)
+def test_a_control_character_is_placed_by_line_and_column(text, where):
+    data, problem = parse_text(text)
+    assert data is None and problem.field == "file"
+    assert problem.reason == f"malformed YAML/JSON at {where}: character U+0007 is not allowed"
+
+
+def test_a_parser_error_gives_its_context_and_its_problem():
+    _, problem = parse_text("a: [1, 2\nb: 3\n")
+    assert problem.reason == (
+        "malformed YAML/JSON at line 2, column 2: while parsing a flow sequence, "
+        "expected ',' or ']', but got ':'"
+    )
+
+
+def test_a_document_of_comments_only_is_a_problem_of_the_file():
+    assert parse_text("# nothing\n") == (
+        None,
+        parse.Problem("file", "no document (empty, or only comments)"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("raised", "reason"),
+    [
+        (yaml.YAMLError("odd\n  thing"), "malformed YAML/JSON: odd thing"),
+        (ValueError("v" * 300), "not readable: ValueError: " + "v" * 200),
+        (RecursionError("deep"), "not readable: RecursionError: deep"),
+    ],
+)
+def test_errors_no_document_raises_today_are_still_one_line(monkeypatch, raised, reason):
+    """PyYAML's other errors, and exceptions with long messages: the handlers stay one line."""
+
+    def fail(self):
+        raise raised
+
+    monkeypatch.setattr(parse.EvidenceLoader, "get_single_data", fail)
+    assert parse_text("a: 1\n") == (None, parse.Problem("file", reason))

@@ -27,9 +27,9 @@ from typer.testing import CliRunner
 from labctl import faults, registry
 from labctl.cli.main import app
 from labctl.evidence import modules
+from labctl.evidence.findings import Report
 from labctl.evidence.modules import DEFAULT_MODULE, MODULES
 from labctl.evidence.submit import _claims
-from labctl.evidence.validate import Report
 from labctl.lab import Lab, Metric
 from labctl.runner import run_labs
 

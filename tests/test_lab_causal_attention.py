@@ -6,7 +6,7 @@ Faulty clean rooms are written into tmp_path.
 from __future__ import annotations
 
 import pytest
-from labtools import faulty_room, rows, run
+from labtools import faulty_room, rows, run, values
 
 from labctl import faults
 from labctl.labs.causal_attention import LAB
@@ -27,6 +27,25 @@ LEAKS_AT_THE_FIRST_POSITION = faults.Fault(
     def multi_head_attention(x, wq, wk, wv, wo, n_heads, n_kv_heads=None, causal=True, window=None, rope_theta=None):
         out = _correct_mha(x, wq, wk, wv, wo, n_heads, n_kv_heads, causal, window, rope_theta)
         out[:, 0] += 1e-3 * x[:, 1]  # (B, C): the next token seeps into the first
+        return out
+    """,
+)
+
+
+# The mirror case: the second-to-last position reads the last, so only the perturbation
+# after t = T - 2 can see it; a loop that stops one short misses it.
+LEAKS_AT_THE_LAST_POSITION = faults.Fault(
+    name="mha-leaks-at-the-end",
+    function="multi_head_attention",
+    module="transformer_block",
+    description="the second-to-last position's output reads the input at the last position",
+    course="000 §6.13",
+    source="""
+    _correct_mha = multi_head_attention
+
+    def multi_head_attention(x, wq, wk, wv, wo, n_heads, n_kv_heads=None, causal=True, window=None, rope_theta=None):
+        out = _correct_mha(x, wq, wk, wv, wo, n_heads, n_kv_heads, causal, window, rope_theta)
+        out[:, -2] += 1e-3 * x[:, -1]  # (B, C): the last token seeps into the one before it
         return out
     """,
 )
@@ -68,3 +87,41 @@ def test_a_reversed_mask_fails_the_sdpa_row(tmp_path):
     result = run(LAB, faulty_room(tmp_path, "mask-reversed"), impl="clean-room")
     sdpa = rows(result)[("sdpa_max_error", "clean-room")]
     assert not sdpa.passed and sdpa.actual > 1e-2  # another set of keys: O(1), not float32
+
+
+def test_a_leak_at_the_last_position_fails_the_future_invariance(tmp_path):
+    result = run(LAB, faulty_room(tmp_path, LEAKS_AT_THE_LAST_POSITION))
+    got = rows(result)
+    assert got[(INVARIANCE, "reference")].passed
+    leak = got[(INVARIANCE, "clean-room")]
+    assert not leak.passed and not result.passed
+    assert 1e-4 < leak.actual < 1e-2  # 1e-3 times standard normal noise
+
+
+def test_a_seed_gives_the_same_values_and_another_seed_other_inputs(seed5):
+    assert values(run(LAB)) == values(seed5)
+    other = values(run(LAB, seed=6))
+    # The exact zeros stay zero; the float32-against-torch error follows the inputs.
+    key = ("sdpa_max_error", "clean-room")
+    assert other[key] != values(seed5)[key]
+
+
+# A mask one diagonal short: each position also reads the very next one.
+MASK_ONE_SHORT = faults.Fault(
+    name="mask-one-short",
+    function="causal_mask",
+    module="primitives",
+    description="the causal mask leaves the next position open",
+    course="000 §6.13",
+    source="""
+    def causal_mask(t_q, t_k=None):
+        t_k = t_q if t_k is None else t_k
+        return np.triu(np.ones((t_q, t_k), dtype=bool), k=t_k - t_q + 2)
+    """,
+)
+
+
+def test_a_mask_that_leaves_the_next_position_open_fails_the_future_weight(tmp_path):
+    result = run(LAB, faulty_room(tmp_path, MASK_ONE_SHORT), impl="clean-room")
+    weight = rows(result)[("future_weight_max", "clean-room")]
+    assert not weight.passed and weight.actual > 1e-3  # a softmax weight, not rounding

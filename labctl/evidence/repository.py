@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING
 from labctl.evidence.environment import commit_exists, git
 
 if TYPE_CHECKING:
-    # Only the annotation: validate imports this module to run its checks.
-    from labctl.evidence.validate import Report
+    from labctl.evidence.findings import Report
 
 _HEX_COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
 

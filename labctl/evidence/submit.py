@@ -32,10 +32,11 @@ from labctl import registry
 from labctl.errors import CleanRoomError, StoreError
 from labctl.evidence import modules
 from labctl.evidence.environment import now_iso
+from labctl.evidence.findings import Report, claim_impl, course_module, is_number
 from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.records import shown_path
 from labctl.evidence.store import EvidenceStore, write_new
-from labctl.evidence.validate import Report, claim_impl, course_module, is_number, validate_file
+from labctl.evidence.validate import validate_file
 from labctl.isolation.levels import resolve_isolation
 from labctl.isolation.sandbox import DEFAULT_TIMEOUT_S
 from labctl.lab import IMPLS, Lab, Metric

@@ -27,11 +27,11 @@ import labctl
 from labctl import registry
 from labctl.errors import UsageError
 from labctl.evidence import modules
+from labctl.evidence.findings import FIELD_ORDER, claim_impl, course_module
 from labctl.evidence.models import SCHEMA_ID, EvidenceRecord
 from labctl.evidence.parse import load
 from labctl.evidence.store import EvidenceStore, yaml_text
 from labctl.evidence.times import parse_time
-from labctl.evidence.validate import FIELD_ORDER, claim_impl, course_module
 from labctl.lab import Lab
 
 DEFAULT_SEED = 5

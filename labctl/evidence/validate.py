@@ -12,7 +12,7 @@ The checks, in the order a reader meets the fields:
   (`labctl.evidence.repository`);
 - verified_at is ISO 8601 and not in the future; the seed is not negative;
 - each metric's actual is a finite number that satisfies its expected, and its
-  expected is the v1 tolerance of that metric;
+  expected is the v1 tolerance of that metric (`labctl.evidence.claims`);
 - each artifact is a repository-relative path that stays inside the repository
   (no absolute path, no `..`, no symlink leading out), is a file, and matches
   its sha256 when the record gives one (`labctl.evidence.repository`).
@@ -23,9 +23,7 @@ Nothing here writes anything or runs anything a record names.
 
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -34,121 +32,20 @@ from pydantic import ValidationError
 
 from labctl import contract, registry
 from labctl.evidence import modules
+from labctl.evidence.claims import check_metrics
 from labctl.evidence.environment import project_root
+from labctl.evidence.findings import Report, ancestors, course_module, field_path
 from labctl.evidence.models import SCHEMA_ID, EvidenceRecord
-from labctl.evidence.parse import Problem, load, one_line
+from labctl.evidence.parse import load, one_line
 from labctl.evidence.repository import check_artifacts, check_commit
 from labctl.evidence.times import parse_time
-from labctl.lab import Metric, parse_expected, satisfies, tolerance_key
 
 # `<learner-commit-sha>`, `<recorded-value>`, `<...>`; not `<=1e-12` nor `a < b > c`.
-_CLAIM_FIELD = re.compile(r"^metrics\[(\d+)\]")
 PLACEHOLDER = re.compile(r"<[^<>\s=][^<>\n]*>")
 NONE = {"none", "无", "n/a", "-"}
-# Problems are listed in the record's own field order.
-FIELD_ORDER = (
-    "file",
-    "(document)",
-    *(field.alias or name for name, field in EvidenceRecord.model_fields.items()),
-)
 # Union members pydantic names in an error location, and the input each one reads.
 _UNION_FIELDS = {"environment": ("Environment", "str"), "artifacts": ("Artifact", "str")}
 _UNION_INPUT = {"Environment": dict, "Artifact": dict, "str": str}
-
-
-@dataclass
-class Report:
-    """What `validate_file` found. `record` is the parsed record when the schema held."""
-
-    path: Path
-    raw: bytes = b""
-    data: Any = None
-    record: EvidenceRecord | None = None
-    module: modules.Module | None = None
-    problems: list[Problem] = field(default_factory=list)
-    warnings: list[Problem] = field(default_factory=list)
-    _flagged: set[str] = field(default_factory=set, repr=False)
-
-    @property
-    def valid(self) -> bool:
-        return not self.problems
-
-    def refuse(self, name: str, reason: str) -> None:
-        self.problems.append(Problem(name, reason, *self._claim(name)))
-        self._flagged.update(ancestors(name))
-
-    def warn(self, name: str, reason: str) -> None:
-        self.warnings.append(Problem(name, reason, *self._claim(name)))
-
-    def _claim(self, name: str) -> tuple[str | None, str | None]:
-        """(metric, implementation) of the claim a `metrics[i]...` field belongs to."""
-        found = _CLAIM_FIELD.match(name)
-        rows = self.data.get("metrics") if isinstance(self.data, dict) else None
-        if not found or not isinstance(rows, list) or int(found[1]) >= len(rows):
-            return None, None
-        row = rows[int(found[1])]
-        metric_name = row.get("name") if isinstance(row, dict) else None
-        if not isinstance(metric_name, str):
-            return None, None
-        impl = row.get("impl")
-        if isinstance(impl, str):
-            return metric_name, impl
-        entry = registry.metric_table().get(metric_name)
-        return metric_name, claim_impl(entry[1], impl) if entry else None
-
-    def flagged(self, name: str) -> bool:
-        """True when a problem already names `name` (or a field inside it)."""
-        return name in self._flagged
-
-    def tidy(self) -> None:
-        self.problems = _ordered(self.problems)
-        self.warnings = _ordered(self.warnings)
-
-
-# -- helpers shared with template and submit ---------------------------------
-
-
-def course_module(module_id: str) -> modules.Module | None:
-    for module in modules.MODULES:
-        if module.id == module_id:
-            return module
-    return None
-
-
-def claim_impl(metric: Metric, impl: object) -> str:
-    """The row a claim speaks for: its `impl`, else the clean room (or the comparison)."""
-    if isinstance(impl, str) and impl in metric.impls:
-        return impl
-    if "clean-room" in metric.impls:
-        return "clean-room"
-    return metric.impls[0]
-
-
-def ancestors(name: str) -> list[str]:
-    """`metrics[2].actual` -> `metrics`, `metrics[2]`, `metrics[2].actual`."""
-    cuts = [i for i, c in enumerate(name) if c in ".[" and i > 0]
-    return [name[:i] for i in cuts] + [name]
-
-
-def field_path(loc: tuple) -> str:
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-    return text or "(document)"
-
-
-def is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _same_tolerance(a: str, b: str) -> bool:
-    try:
-        return tolerance_key(a) == tolerance_key(b)
-    except ValueError:
-        return False
 
 
 def _kind(value: object) -> str:
@@ -165,17 +62,6 @@ def _kind(value: object) -> str:
         bytes: "binary data",
         set: "a set",
     }.get(type(value), type(value).__name__)
-
-
-def _ordered(problems: list[Problem]) -> list[Problem]:
-    def key(problem: Problem) -> tuple[int, int]:
-        top = re.split(r"[.\[]", problem.field, maxsplit=1)[0]
-        rank = FIELD_ORDER.index(top) if top in FIELD_ORDER else len(FIELD_ORDER)
-        index = re.match(r"^[^\[]*\[(\d+)\]", problem.field)
-        return rank, int(index.group(1)) if index else -1
-
-    unique = list(dict.fromkeys(problems))
-    return sorted(unique, key=key)
 
 
 def _at(data: Any, loc: tuple) -> Any:
@@ -303,115 +189,6 @@ def _seed(data: dict, report: Report) -> None:
         report.refuse("seed", f"{seed} is negative; seeds are non-negative integers")
 
 
-def _metrics(data: dict, report: Report) -> None:
-    rows = data.get("metrics")
-    if not isinstance(rows, list):
-        return
-    table = registry.metric_table()
-    seen: dict[tuple[str, str], int] = {}
-    names: set[str] = set()
-    for index, row in enumerate(rows):
-        here = f"metrics[{index}]"
-        if not isinstance(row, dict):
-            continue
-        name = row.get("name")
-        if not isinstance(name, str) or report.flagged(f"{here}.name"):
-            continue
-        names.add(name)
-        entry = table.get(name)
-        metric = entry[1] if entry else None
-        impl = row.get("impl")
-        if metric is None:
-            report.warn(
-                f"{here}.name",
-                f"{name!r} is not in the v1 tolerance table; no lab measures it, so it cannot be re-measured",
-            )
-            key = (name, impl if isinstance(impl, str) else "")
-        else:
-            key = (name, claim_impl(metric, impl))
-            claims = sum(isinstance(r, dict) and r.get("name") == name for r in rows)
-            _metric_against_table(row, here, metric, report, claims > 1)
-        if key in seen:
-            shown = f"{name!r}" + (f" ({key[1]})" if key[1] else "")
-            report.refuse(
-                f"{here}.name", f"{shown} is claimed twice (first at metrics[{seen[key]}])"
-            )
-        else:
-            seen[key] = index
-        _actual(row, here, metric, report)
-    module = report.module
-    if module is not None and not any(p.field == "metrics" for p in report.problems):
-        for required in module.required:
-            if required not in names:
-                report.refuse(
-                    "metrics", f"required metric {required!r} missing (module {module.id})"
-                )
-
-
-def _metric_against_table(
-    row: dict, here: str, metric: Metric, report: Report, other_rows: bool
-) -> None:
-    """Check one claim against the table; `other_rows`: the record claims the metric elsewhere too."""
-    impl = row.get("impl")
-    if isinstance(impl, str) and not report.flagged(f"{here}.impl") and impl not in metric.impls:
-        report.refuse(
-            f"{here}.impl",
-            f"{metric.name} is measured on {', '.join(metric.impls)}, not {impl}",
-        )
-    elif impl == "reference" and "clean-room" in metric.impls and not other_rows:
-        report.warn(
-            f"{here}.impl",
-            f"{metric.name} is claimed on the reference only: it says nothing about a clean room",
-        )
-    expected = row.get("expected")
-    if (
-        isinstance(expected, str)
-        and not report.flagged(f"{here}.expected")
-        and not _same_tolerance(expected, metric.expected)
-    ):
-        report.refuse(
-            f"{here}.expected",
-            f"{expected!r} is not the v1 tolerance of {metric.name} ({metric.expected!r})",
-        )
-    timing = row.get("timing")
-    if isinstance(timing, bool) and timing != metric.timing:
-        report.refuse(
-            f"{here}.timing", f"{metric.name} is {'' if metric.timing else 'not '}a timing metric"
-        )
-    unit = row.get("unit")
-    if isinstance(unit, str) and unit != metric.unit:
-        report.refuse(f"{here}.unit", f"{metric.name} is measured in {metric.unit!r}, not {unit!r}")
-
-
-def _actual(row: dict, here: str, metric: Metric | None, report: Report) -> None:
-    actual = row.get("actual")
-    if not is_number(actual) or report.flagged(f"{here}.actual"):
-        return
-    if not math.isfinite(actual):
-        report.refuse(f"{here}.actual", "must be a finite number")
-        return
-    expected = metric.expected if metric else row.get("expected")
-    try:
-        parse_expected(expected)
-    except (ValueError, TypeError):
-        return  # the expected field carries that problem
-    passed = satisfies(float(actual), expected)
-    if not passed:
-        if metric is not None and metric.timing:
-            report.warn(
-                f"{here}.actual",
-                f"{actual!r} does not satisfy {expected} (timing: informative only)",
-            )
-        else:
-            report.refuse(f"{here}.actual", f"{actual!r} does not satisfy {expected}")
-    claimed = row.get("passed")
-    if isinstance(claimed, bool) and claimed != passed and not (metric and metric.timing):
-        report.refuse(
-            f"{here}.passed",
-            f"says {claimed}, but {actual!r} {'satisfies' if passed else 'does not satisfy'} {expected}",
-        )
-
-
 def _labctl(data: dict, report: Report) -> None:
     info = data.get("labctl")
     if not isinstance(info, dict):
@@ -453,7 +230,7 @@ def validate_data(
     check_commit(data, root, report)
     _verified_at(data, now, report)
     _seed(data, report)
-    _metrics(data, report)
+    check_metrics(data, report)
     check_artifacts(data, root, report)
     _labctl(data, report)
     _known_failures(data, report)

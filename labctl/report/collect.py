@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from labctl.errors import UsageError
 from labctl.evidence.models import EvidenceRecord
-from labctl.evidence.validate import parse_time
+from labctl.evidence.times import parse_time
 from labctl.i18n import _
 from labctl.lab import parse_expected
 

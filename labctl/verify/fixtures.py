@@ -54,8 +54,7 @@ _BY_FUNCTION = {**PRIMITIVES, **COMPOSED}
 _NO_PROBE = {"causal_mask", "sliding_window_mask", "padding_mask", "sinusoidal_positions"}
 
 
-@cache
-def fixtures(function: str) -> tuple[Fixture, ...]:
+def _fixtures(function: str) -> tuple[Fixture, ...]:
     """The float64 fixtures of `function`, built once per process."""
     return tuple(_BY_FUNCTION[function]())
 
@@ -72,8 +71,7 @@ def _float32(value: Any) -> Any:
     return value
 
 
-@cache
-def probes(function: str) -> tuple[Fixture, ...]:
+def _probes(function: str) -> tuple[Fixture, ...]:
     """The first fixture again with every float64 array as float32 (none for int-only inputs)."""
     if function in _NO_PROBE:
         return ()
@@ -94,8 +92,7 @@ def causal_base(function: str) -> Fixture:
     return fixtures(function)[0]
 
 
-@cache
-def causal_variants(function: str) -> tuple[tuple[int, Fixture], ...]:
+def _causal_variants(function: str) -> tuple[tuple[int, Fixture], ...]:
     """(t, fixture) pairs: the base fixture with every input after position t replaced."""
     base = causal_base(function)
     r = rng(f"{function}/causal")
@@ -119,6 +116,12 @@ def causal_variants(function: str) -> tuple[tuple[int, Fixture], ...]:
         args = (changed, *base.args[1:])
         variants.append((t, Fixture(function, f"future-after-{t}", args, base.kwargs)))
     return tuple(variants)
+
+
+# Cached by wrapping, not by decorating: mutmut does not mutate decorated functions.
+fixtures = cache(_fixtures)
+probes = cache(_probes)
+causal_variants = cache(_causal_variants)
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,128 @@
+"""The checks of an evidence record's metric claims against the tolerance table: each claim
+named in the table, on an implementation the table measures, with the table's expected,
+unit and timing, claimed once, with a finite actual that satisfies its expected and a
+`passed` flag that says so; every metric the module requires is claimed."""
+
+from __future__ import annotations
+
+import math
+
+from labctl import registry
+from labctl.evidence.findings import Report, claim_impl, is_number
+from labctl.lab import Metric, parse_expected, satisfies, tolerance_key
+
+
+def _same_tolerance(a: str, b: str) -> bool:
+    try:
+        return tolerance_key(a) == tolerance_key(b)
+    except ValueError:
+        return False
+
+
+def check_metrics(data: dict, report: Report) -> None:
+    rows = data.get("metrics")
+    if not isinstance(rows, list):
+        return
+    table = registry.metric_table()
+    seen: dict[tuple[str, str], int] = {}
+    names: set[str] = set()
+    for index, row in enumerate(rows):
+        here = f"metrics[{index}]"
+        if not isinstance(row, dict):
+            continue
+        name = row.get("name")
+        if not isinstance(name, str) or report.flagged(f"{here}.name"):
+            continue
+        names.add(name)
+        entry = table.get(name)
+        metric = entry[1] if entry else None
+        impl = row.get("impl")
+        if metric is None:
+            report.warn(
+                f"{here}.name",
+                f"{name!r} is not in the v1 tolerance table; no lab measures it, so it cannot be re-measured",
+            )
+            key = (name, impl if isinstance(impl, str) else "")
+        else:
+            key = (name, claim_impl(metric, impl))
+            claims = sum(isinstance(r, dict) and r.get("name") == name for r in rows)
+            _metric_against_table(row, here, metric, report, claims > 1)
+        if key in seen:
+            shown = f"{name!r}" + (f" ({key[1]})" if key[1] else "")
+            report.refuse(
+                f"{here}.name", f"{shown} is claimed twice (first at metrics[{seen[key]}])"
+            )
+        else:
+            seen[key] = index
+        _actual(row, here, metric, report)
+    module = report.module
+    if module is not None and not any(p.field == "metrics" for p in report.problems):
+        for required in module.required:
+            if required not in names:
+                report.refuse(
+                    "metrics", f"required metric {required!r} missing (module {module.id})"
+                )
+
+
+def _metric_against_table(
+    row: dict, here: str, metric: Metric, report: Report, other_rows: bool
+) -> None:
+    """Check one claim against the table; `other_rows`: the record claims the metric elsewhere too."""
+    impl = row.get("impl")
+    if isinstance(impl, str) and not report.flagged(f"{here}.impl") and impl not in metric.impls:
+        report.refuse(
+            f"{here}.impl",
+            f"{metric.name} is measured on {', '.join(metric.impls)}, not {impl}",
+        )
+    elif impl == "reference" and "clean-room" in metric.impls and not other_rows:
+        report.warn(
+            f"{here}.impl",
+            f"{metric.name} is claimed on the reference only: it says nothing about a clean room",
+        )
+    expected = row.get("expected")
+    if (
+        isinstance(expected, str)
+        and not report.flagged(f"{here}.expected")
+        and not _same_tolerance(expected, metric.expected)
+    ):
+        report.refuse(
+            f"{here}.expected",
+            f"{expected!r} is not the v1 tolerance of {metric.name} ({metric.expected!r})",
+        )
+    timing = row.get("timing")
+    if isinstance(timing, bool) and timing != metric.timing:
+        report.refuse(
+            f"{here}.timing", f"{metric.name} is {'' if metric.timing else 'not '}a timing metric"
+        )
+    unit = row.get("unit")
+    if isinstance(unit, str) and unit != metric.unit:
+        report.refuse(f"{here}.unit", f"{metric.name} is measured in {metric.unit!r}, not {unit!r}")
+
+
+def _actual(row: dict, here: str, metric: Metric | None, report: Report) -> None:
+    actual = row.get("actual")
+    if not is_number(actual) or report.flagged(f"{here}.actual"):
+        return
+    if not math.isfinite(actual):
+        report.refuse(f"{here}.actual", "must be a finite number")
+        return
+    expected = metric.expected if metric else row.get("expected")
+    try:
+        parse_expected(expected)
+    except (ValueError, TypeError):
+        return  # the expected field carries that problem
+    passed = satisfies(float(actual), expected)
+    if not passed:
+        if metric is not None and metric.timing:
+            report.warn(
+                f"{here}.actual",
+                f"{actual!r} does not satisfy {expected} (timing: informative only)",
+            )
+        else:
+            report.refuse(f"{here}.actual", f"{actual!r} does not satisfy {expected}")
+    claimed = row.get("passed")
+    if isinstance(claimed, bool) and claimed != passed and not (metric and metric.timing):
+        report.refuse(
+            f"{here}.passed",
+            f"says {claimed}, but {actual!r} {'satisfies' if passed else 'does not satisfy'} {expected}",
+        )
