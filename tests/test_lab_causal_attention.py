@@ -39,7 +39,7 @@ LEAKS_AT_THE_LAST_POSITION = faults.Fault(
     function="multi_head_attention",
     module="transformer_block",
     description="the second-to-last position's output reads the input at the last position",
-    course="000 §6.13",
+    course="逐部件讲透 §6.13",
     source="""
     _correct_mha = multi_head_attention
 
@@ -112,7 +112,7 @@ MASK_ONE_SHORT = faults.Fault(
     function="causal_mask",
     module="primitives",
     description="the causal mask leaves the next position open",
-    course="000 §6.13",
+    course="逐部件讲透 §6.13",
     source="""
     def causal_mask(t_q, t_k=None):
         t_k = t_q if t_k is None else t_k
