@@ -125,3 +125,69 @@ def test_a_mask_that_leaves_the_next_position_open_fails_the_future_weight(tmp_p
     result = run(LAB, faulty_room(tmp_path, MASK_ONE_SHORT), impl="clean-room")
     weight = rows(result)[("future_weight_max", "clean-room")]
     assert not weight.passed and weight.actual > 1e-3  # a softmax weight, not rounding
+
+
+class _LeaksAtTheEnd:
+    """A stand-in implementation: position T-2 reads position T-1 (its future)."""
+
+    def multi_head_attention(self, x, *weights_and_heads):
+        out = x.copy()  # (B, T, C)
+        out[:, -2] += 1e-3 * x[:, -1]
+        return out
+
+
+def test_the_future_loop_runs_over_positions_even_when_they_outnumber_the_width():
+    """T = 8 positions of width C = 2: the loop must count positions, not channels."""
+    import numpy as np
+
+    from labctl.labs import causal_attention as lab_module
+
+    rng = np.random.default_rng(0)
+    x, noise = rng.standard_normal((1, 8, 2)), rng.standard_normal((1, 8, 2))  # (B, T, C)
+    moved = lab_module._future_invariance(_LeaksAtTheEnd(), x, [], noise, 1)
+    assert moved == pytest.approx(1e-3 * float(np.max(np.abs(noise[:, -1]))), rel=1e-9)
+
+
+def test_the_inputs_have_the_scales_the_lab_states():
+    """Projections of standard deviation 1/√C keep scores O(1); the noise is `perturbation`."""
+    import math
+
+    import numpy as np
+
+    from labctl.labs import causal_attention as lab_module
+
+    params = LAB.params(perturbation=4.0)
+    q, k, v, x, weights, noise = lab_module._inputs(params, 5)
+    C = params.H * params.D
+    for w in weights:
+        assert float(np.std(w)) == pytest.approx(1 / math.sqrt(C), rel=0.1)  # 4096 draws: ±2%
+    assert float(np.std(noise)) == pytest.approx(4.0, rel=0.1)  # 1024 draws: ±3%
+    assert float(np.std(x)) == pytest.approx(1.0, rel=0.1)
+
+
+def test_the_sdpa_row_compares_float32_with_float32(seed5):
+    """Against torch's float32 kernel the clean room differs by float32 rounding (~1e-7), not
+    float64's (~1e-16): the row really runs in float32."""
+    error = rows(seed5)[("sdpa_max_error", "clean-room")].actual
+    assert 1e-9 < error <= 1e-5
+
+
+def test_the_heatmaps_are_each_implementation_s_own_weights(seed5):
+    import numpy as np
+
+    from labctl import reference
+    from labctl.i18n import _
+    from labctl.lab import HeatmapFigure
+    from labctl.labs import causal_attention as lab_module
+
+    p = LAB.params()
+    q, k, v = lab_module._inputs(p, 5)[:3]
+    attn = reference.scaled_dot_product_attention(q, k, v, reference.causal_mask(p.T))[1]
+    maps = [f for f in seed5.figures if isinstance(f, HeatmapFigure)]
+    assert [m.impl for m in maps] == ["reference", "clean-room"]
+    for m in maps:
+        assert m.name == "attention-b0-h0"
+        assert f"({m.impl})" in _(m.title)
+        assert m.row_ticks == m.col_ticks == tuple(str(t) for t in range(p.T))
+        # batch 0, head 0; the clean room's own numbers, equal to float64 rounding
+        np.testing.assert_allclose(np.array(m.matrix), attn[0, 0], rtol=0, atol=1e-12)
