@@ -360,6 +360,9 @@ def run_one(name: str, target: Target, timeout: float, again: bool = False) -> d
         )
         shutil.rmtree(where / "mutants" / "tests", ignore_errors=True)
         shutil.copytree(where / "tests", where / "mutants" / "tests")
+        # Which tests reach which function is measured anew: a test added since the last run
+        # is otherwise not run against the survivors it was written for.
+        (where / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
         _configure(where, target)  # the target's test files may have grown since
     else:
         where = _scratch(name, target)
