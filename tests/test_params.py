@@ -130,3 +130,17 @@ def test_submit_notes_a_record_made_with_non_default_parameters(workdir):
     (record_path,) = out2.glob("causal-attention/*.json")
     outcome = submit(record_path, workdir / "evidence", timeout_s=5)
     assert not any(w.field == "labctl.params_default" for w in outcome.report.warnings)
+
+
+def test_submit_notes_a_record_made_with_another_labctl_s_defaults(workdir):
+    """A lab's defaults changed since the record was made (mask-ablation's did): said."""
+    result, out = _run(workdir, "causal-attention", "--impl", "reference")
+    assert result.exit_code == 0, result.output
+    (record_path,) = out.glob("causal-attention/*.json")
+    data = json.loads(record_path.read_text())
+    data["labctl"]["params"]["T"] = 16  # as if made when the default T was 16
+    record_path.write_text(json.dumps(data))
+    outcome = submit(record_path, workdir / "evidence", timeout_s=5)
+    (warning,) = [w for w in outcome.report.warnings if w.field == "labctl.params"]
+    assert "T=16 (now 8)" in warning.reason
+    assert not any(w.field == "labctl.params_default" for w in outcome.report.warnings)

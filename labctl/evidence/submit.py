@@ -40,6 +40,7 @@ from labctl.evidence.validate import validate_file
 from labctl.isolation.levels import resolve_isolation
 from labctl.isolation.sandbox import DEFAULT_TIMEOUT_S
 from labctl.lab import IMPLS, Lab, Metric
+from labctl.params import record_values
 from labctl.runner import LabResult, default_clean_room, implementations, run_lab
 
 RECEIPT_SCHEMA = "labctl.submission-receipt.v1"
@@ -286,6 +287,12 @@ def submit(
             "labctl.params_default",
             "made with non-default lab parameters; labctl re-measures with the labs' defaults",
         )
+    elif record is not None and (older := _older_defaults(record)):
+        report.warn(
+            "labctl.params",
+            f"made with another labctl's default parameters ({older}); labctl re-measures "
+            "with this version's defaults",
+        )
     store = EvidenceStore(root)
     folder = store.root / "submissions"
     if report.valid and record is not None:
@@ -300,6 +307,22 @@ def submit(
         return outcome
     _keep(outcome, store, record, clean_room)
     return outcome
+
+
+def _older_defaults(record: EvidenceRecord) -> str:
+    """The recorded defaults that are not this labctl's (a lab's defaults changed since)."""
+    info = record.labctl
+    if info is None or info.params is None or info.lab is None:
+        return ""
+    lab = next((lab for lab in registry.discover() if lab.id == info.lab), None)
+    if lab is None:
+        return ""
+    today = record_values(lab.params())
+    return ", ".join(
+        f"{name}={value} (now {today[name]})"
+        for name, value in info.params.items()
+        if name in today and today[name] != value
+    )
 
 
 def _keep(outcome: Submission, store: EvidenceStore, record: EvidenceRecord, room: Path | None):
