@@ -99,7 +99,10 @@ def test_outputs_of_the_three_runs_match_byte_for_byte_where_no_time_is_written(
     base = setup[0]
     _distributed()
     if not (base / "dask").exists():
-        pytest.skip("the Dask run did not happen")
+        # It comes from the test above; run alone, this one has nothing to compare.
+        if os.environ.get("CI") == "true":
+            pytest.fail("the Dask run did not happen: test_a_two_worker_dask_cluster_... failed")
+        pytest.skip("the Dask run did not happen (run the test above first)")
     for name in ("gradebook.csv", "junit.xml"):
         texts = {(base / run / name).read_bytes() for run in ("serial", "jobs2", "dask")}
         assert len(texts) == 1, name
