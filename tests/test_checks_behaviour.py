@@ -5,10 +5,9 @@ runs found these rules unguarded by the suite's fault runs alone)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from checktools import named, observed
 
 from labctl import contract
 from labctl.verify import checks
@@ -16,7 +15,7 @@ from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
 from labctl.verify.check_base import num
 from labctl.verify.compare import CAUSAL_TOLERANCE, ROW_SUM_TOLERANCE
-from labctl.verify.observe import FunctionRun, Outcome, RoomObservation
+from labctl.verify.observe import Outcome
 
 PASS, FAIL, NOT_RUN = checks.PASS, checks.FAIL, checks.NOT_RUN
 
@@ -27,42 +26,11 @@ for _t, _variant in fx.causal_variants("multi_head_attention"):
     fx.reference_output(_variant)
 
 
-def _named(check_fn):
-    """`check_fn`, asserting that every result it gives is its own row: its function, its name."""
-    name = next(c.name for c in checks.CHECKS if c.evaluate is check_fn)
-
-    def run(seen, function):
-        result = check_fn(seen, function)
-        assert (result.function, result.name) == (function, name)
-        return result
-
-    return run
-
-
-check_finite = _named(checks.check_finite)
-check_pure = _named(checks.check_pure)
-check_rows_sum = _named(checks.check_rows_sum)
-check_causal = _named(checks.check_causal)
-check_bad_input = _named(checks.check_bad_input)
-
-
-def _observed(function: str, value_of=fx.reference_output, probes=True, **extra):
-    """An observation of `function` whose fixtures (and probes) returned `value_of(fixture)`;
-    `value_of` may return an Outcome instead of a value."""
-    run = FunctionRun(function)
-
-    def outcome(fixture):
-        value = value_of(fixture)
-        return value if isinstance(value, Outcome) else Outcome("value", value=value)
-
-    for fixture in fx.fixtures(function):
-        run.fixtures[fixture.name] = outcome(fixture)
-    if probes:
-        for fixture in fx.probes(function):
-            run.probes[fixture.name] = outcome(fixture)
-    for name, value in extra.items():
-        setattr(run, name, value)
-    return RoomObservation(root=Path("room"), runs={function: run})
+check_finite = named(checks.check_finite)
+check_pure = named(checks.check_pure)
+check_rows_sum = named(checks.check_rows_sum)
+check_causal = named(checks.check_causal)
+check_bad_input = named(checks.check_bad_input)
 
 
 def _fixture(function: str, name: str) -> fx.Fixture:
@@ -101,7 +69,7 @@ def test_finite_and_pure_apply_exactly_where_they_can_fail():
 
 def test_finite_passes_a_room_and_counts_fixtures_and_probes():
     n = len(fx.fixtures("softmax")) + len(fx.probes("softmax"))
-    result = check_finite(_observed("softmax"), "softmax")
+    result = check_finite(observed("softmax"), "softmax")
     assert (result.status, result.message) == (PASS, f"no NaN or inf in {n} outputs")
 
 
@@ -116,7 +84,7 @@ def test_finite_names_the_fixture_the_count_and_the_fixture_s_note():
             value.flat[2] = np.inf
         return value
 
-    result = check_finite(_observed("softmax", overflowing), "softmax")
+    result = check_finite(observed("softmax", overflowing), "softmax")
     size = fx.reference_output(large).size
     assert (result.status, result.fixture) == (FAIL, "large-logits")
     assert result.message == f"fixture large-logits: NaN in 3 of {size} elements ({large.note})"
@@ -132,7 +100,7 @@ def test_finite_says_inf_when_there_is_no_nan_and_no_note_when_the_fixture_has_n
             value.flat[0] = -np.inf
         return value
 
-    result = check_finite(_observed("softmax", infinite), "softmax")
+    result = check_finite(observed("softmax", infinite), "softmax")
     size = fx.reference_output(first).size
     assert result.message == f"fixture {first.name}: inf in 1 of {size} elements"
 
@@ -147,14 +115,14 @@ def test_finite_reads_every_array_of_a_tuple_and_leaves_non_arrays_to_the_shape_
             weights.flat[0] = np.nan
         return out, weights
 
-    result = check_finite(_observed(function, nan_weights), function)
+    result = check_finite(observed(function, nan_weights), function)
     assert result.status == FAIL and result.message.startswith(f"fixture {first.name}: NaN in 1 ")
     # A list of floats is no array, an object array holds no floats: the shape and dtype
     # checks name them; finite does not crash on them.
-    listed = check_finite(_observed("softmax", lambda f: [float("nan")]), "softmax")
+    listed = check_finite(observed("softmax", lambda f: [float("nan")]), "softmax")
     assert listed.status == PASS
     objects = check_finite(
-        _observed("softmax", lambda f: np.array([None, np.nan], dtype=object)), "softmax"
+        observed("softmax", lambda f: np.array([None, np.nan], dtype=object)), "softmax"
     )
     assert objects.status == PASS
 
@@ -169,19 +137,19 @@ def test_finite_reads_float32_outputs_too():
             value.flat[0] = np.nan
         return value
 
-    result = check_finite(_observed("softmax", nan_probe), "softmax")
+    result = check_finite(observed("softmax", nan_probe), "softmax")
     assert (result.status, result.fixture) == (FAIL, probe.name)
 
 
 def test_finite_reads_on_past_a_value_that_is_not_an_array():
     first = fx.fixtures("softmax")[0].name
-    mixed = _observed("softmax", lambda f: [1.0, np.array([np.nan])] if f.name == first else 0)
+    mixed = observed("softmax", lambda f: [1.0, np.array([np.nan])] if f.name == first else 0)
     result = check_finite(mixed, "softmax")
     assert result.status == FAIL and result.message.startswith(f"fixture {first}: NaN in 1 of 1 ")
 
 
 def test_finite_does_not_run_when_no_call_returned():
-    result = check_finite(_observed("softmax", _raised), "softmax")
+    result = check_finite(observed("softmax", _raised), "softmax")
     assert (result.status, result.message) == (NOT_RUN, "not run: no call returned")
 
 
@@ -196,7 +164,7 @@ def test_pure_counts_every_call_that_returned_fixtures_probes_and_future_variant
     def first_fails(fixture):
         return _raised(fixture) if fixture.name == first else fx.reference_output(fixture)
 
-    seen = _observed(function, first_fails, causal=causal)
+    seen = observed(function, first_fails, causal=causal)
     n = len(fx.fixtures(function)) - 1 + len(fx.probes(function)) + 2
     result = check_pure(seen, function)
     assert (result.status, result.message) == (PASS, f"inputs unchanged by {n} calls")
@@ -206,7 +174,7 @@ def test_pure_counts_every_call_that_returned_fixtures_probes_and_future_variant
 def test_pure_names_the_call_that_modified_its_inputs(where):
     function = "multi_head_attention"
     causal = {t: Outcome("value") for t in range(3)}
-    seen = _observed(function, causal=causal)
+    seen = observed(function, causal=causal)
     run = seen.runs[function]
     if where == "fixture":
         name = fx.fixtures(function)[1].name
@@ -228,7 +196,7 @@ def test_pure_ignores_what_a_failed_call_reports_and_does_not_run_without_a_retu
     def failed_after_writing(fixture):
         return Outcome("exception", exc_type="ValueError", mutated=("x",))
 
-    result = check_pure(_observed(function, failed_after_writing), function)
+    result = check_pure(observed(function, failed_after_writing), function)
     assert (result.status, result.message) == (NOT_RUN, "not run: no call returned")
 
 
@@ -237,7 +205,7 @@ def test_pure_ignores_what_a_failed_call_reports_and_does_not_run_without_a_retu
 
 def test_rows_sum_passes_the_reference_and_counts_fixtures_without_probes():
     for function in ("softmax", "scaled_dot_product_attention"):
-        result = check_rows_sum(_observed(function), function)
+        result = check_rows_sum(observed(function), function)
         n = len(fx.fixtures(function))
         assert result.status == PASS
         assert result.message == f"rows sum to 1 within {num(result.max_error)} on {n} fixtures"
@@ -261,7 +229,7 @@ def test_rows_sum_fails_scaled_weights_and_names_the_first_of_equal_worst_fixtur
         moved[..., 0] = np.where(np.moveaxis(reference, axis, -1).sum(axis=-1) > 0.5, 1.5, 0.0)
         return value
 
-    result = check_rows_sum(_observed(function, scaled), function)
+    result = check_rows_sum(observed(function, scaled), function)
     assert result.status == FAIL
     assert result.max_error == pytest.approx(0.5, abs=1e-12)
     assert result.margin == pytest.approx(0.5 / ROW_SUM_TOLERANCE)
@@ -284,7 +252,7 @@ def test_rows_sum_wants_a_fully_blocked_softmax_slice_to_be_all_zero():
             value[dead] = 1.0 / x.shape[-1]  # a finite fill: the blocked row sums to 1
         return value
 
-    result = check_rows_sum(_observed("softmax", uniform_when_blocked), "softmax")
+    result = check_rows_sum(observed("softmax", uniform_when_blocked), "softmax")
     assert (result.status, result.fixture) == (FAIL, "blocked-slices")
     assert result.max_error == pytest.approx(1.0)
 
@@ -300,7 +268,7 @@ def test_rows_sum_reads_the_softmax_axis_the_fixture_asks_for():
         e = np.exp(x - x.max(axis=-1, keepdims=True))
         return e / e.sum(axis=-1, keepdims=True)  # sums to 1 over the wrong axis
 
-    result = check_rows_sum(_observed("softmax", last_axis_instead), "softmax")
+    result = check_rows_sum(observed("softmax", last_axis_instead), "softmax")
     assert (result.status, result.fixture) == (FAIL, "axis-0")
 
 
@@ -317,7 +285,7 @@ def test_rows_sum_wants_an_attention_row_fully_blocked_by_the_mask_to_be_all_zer
             weights[dead] = 1.0 / weights.shape[-1]
         return out, weights
 
-    result = check_rows_sum(_observed(function, uniform_when_blocked), function)
+    result = check_rows_sum(observed(function, uniform_when_blocked), function)
     assert (result.status, result.fixture) == (FAIL, "blocked-row")
     assert result.max_error == pytest.approx(1.0)
 
@@ -333,7 +301,7 @@ def test_rows_sum_allows_exactly_its_tolerance():
             value[dead, 0] = ROW_SUM_TOLERANCE  # a blocked row summing to exactly 1e-12
         return value
 
-    result = check_rows_sum(_observed("softmax", off_by_the_tolerance), "softmax")
+    result = check_rows_sum(observed("softmax", off_by_the_tolerance), "softmax")
     assert result.max_error == ROW_SUM_TOLERANCE and result.status == PASS
 
 
@@ -341,7 +309,7 @@ def test_rows_sum_judges_boolean_weights_instead_of_crashing():
     def ones(fixture):
         return np.ones_like(fx.reference_output(fixture), dtype=bool)
 
-    result = check_rows_sum(_observed("softmax", ones), "softmax")
+    result = check_rows_sum(observed("softmax", ones), "softmax")
     assert result.status == FAIL and result.max_error >= 1.0
 
 
@@ -360,7 +328,7 @@ def test_rows_sum_reads_a_mask_passed_positionally(monkeypatch):
         weights[0, 0, 1, :] = 1.0 / 3  # the blocked row sums to 1 instead of 0
         return out, weights
 
-    result = check_rows_sum(_observed(function, uniform_when_blocked), function)
+    result = check_rows_sum(observed(function, uniform_when_blocked), function)
     assert (result.status, result.fixture) == (FAIL, "positional-mask-test")
     assert result.max_error == pytest.approx(1.0)
 
@@ -371,7 +339,7 @@ def test_rows_sum_counts_nan_rows_as_infinitely_off():
         value[..., 0] = np.nan
         return value
 
-    result = check_rows_sum(_observed("softmax", nan_row), "softmax")
+    result = check_rows_sum(observed("softmax", nan_row), "softmax")
     assert result.status == FAIL and result.max_error == np.inf
 
 
@@ -382,10 +350,10 @@ def test_rows_sum_skips_wrong_structures_and_does_not_run_without_a_usable_one()
         value = fx.reference_output(fixture)
         return value[..., :1] if fixture.name == first.name else value
 
-    result = check_rows_sum(_observed("softmax", first_misshaped), "softmax")
+    result = check_rows_sum(observed("softmax", first_misshaped), "softmax")
     assert result.status == PASS
     assert result.message.endswith(f" on {len(fx.fixtures('softmax')) - 1} fixtures")
-    none = check_rows_sum(_observed("softmax", lambda f: 0.5), "softmax")
+    none = check_rows_sum(observed("softmax", lambda f: 0.5), "softmax")
     assert (none.status, none.message) == (NOT_RUN, "not run: no usable return value")
 
 
@@ -402,7 +370,7 @@ def _with_variants(value_of, order=None, base_of=fx.reference_output):
     for t in order or sorted(variants):
         value = value_of(t, variants[t])
         causal[t] = value if isinstance(value, Outcome) else Outcome("value", value=value)
-    return _observed(_CAUSAL, base_of, causal=causal)
+    return observed(_CAUSAL, base_of, causal=causal)
 
 
 def _honest(t, variant):
@@ -498,7 +466,7 @@ def test_causal_counts_nan_in_the_prefix_as_a_leak():
         (Outcome("skipped", message="not run: an earlier call hung"), NOT_RUN, None),
     ],
 )
-def test_a_failing_future_variant_is_named(outcome, status, message):
+def test_a_failing_future_variant_isnamed(outcome, status, message):
     def one_fails(t, variant):
         return outcome if t == 1 else fx.reference_output(variant)
 
@@ -548,7 +516,7 @@ _BAD = "multi_head_attention"
 
 
 def _bad_run(outcome_of):
-    seen = _observed(_BAD)
+    seen = observed(_BAD)
     for case in bad_cases(_BAD):
         seen.runs[_BAD].bad[case.name] = outcome_of(case.name)
     return seen
@@ -564,7 +532,7 @@ def test_bad_input_passes_when_every_case_is_refused_and_counts_them():
 
 
 def test_bad_input_does_not_run_without_cases():
-    result = check_bad_input(_observed(_BAD), _BAD)
+    result = check_bad_input(observed(_BAD), _BAD)
     assert (result.status, result.message) == (NOT_RUN, "not run")
 
 

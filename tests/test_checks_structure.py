@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from checktools import named, observed
 
 from labctl import contract
 from labctl.i18n import Msg
@@ -24,43 +25,14 @@ PASS, FAIL, NOT_RUN = checks.PASS, checks.FAIL, checks.NOT_RUN
 fx.warm_reference(contract.function_names())
 
 
-def _named(check_fn):
-    """`check_fn`, asserting that every result it gives is its own row: its function, its name."""
-    name = next(c.name for c in checks.CHECKS if c.evaluate is check_fn)
-
-    def run(seen, function):
-        result = check_fn(seen, function)
-        assert (result.function, result.name) == (function, name)
-        return result
-
-    return run
-
-
-check_loads = _named(checks.check_loads)
-check_import_policy = _named(checks.check_import_policy)
-check_contract = _named(checks.check_contract)
-check_runs = _named(checks.check_runs)
-check_shape = _named(checks.check_shape)
-check_dtype = _named(checks.check_dtype)
-check_parity = _named(checks.check_parity)
-check_finite = _named(checks.check_finite)
-
-
-def _observed(function: str, value_of=fx.reference_output, probes=True, **seen_fields):
-    """An observation of `function` whose fixtures (and probes) returned `value_of(fixture)`;
-    `value_of` may return an Outcome instead of a value."""
-    run = FunctionRun(function)
-
-    def outcome(fixture):
-        value = value_of(fixture)
-        return value if isinstance(value, Outcome) else Outcome("value", value=value)
-
-    for fixture in fx.fixtures(function):
-        run.fixtures[fixture.name] = outcome(fixture)
-    if probes:
-        for fixture in fx.probes(function):
-            run.probes[fixture.name] = outcome(fixture)
-    return RoomObservation(root=Path("room"), runs={function: run}, **seen_fields)
+check_loads = named(checks.check_loads)
+check_import_policy = named(checks.check_import_policy)
+check_contract = named(checks.check_contract)
+check_runs = named(checks.check_runs)
+check_shape = named(checks.check_shape)
+check_dtype = named(checks.check_dtype)
+check_parity = named(checks.check_parity)
+check_finite = named(checks.check_finite)
 
 
 def _names(function: str) -> list[str]:
@@ -105,8 +77,8 @@ def test_every_check_of_a_room_that_did_not_load_says_why(status, says):
 
 def test_output_checks_say_why_a_function_was_not_run():
     bare = RoomObservation(root=Path("room"))
-    stub = _observed("softmax", lambda f: Outcome("not-implemented"))
-    missing = _observed(
+    stub = observed("softmax", lambda f: Outcome("not-implemented"))
+    missing = observed(
         "softmax", _only(_names("softmax")[1], lambda f: Outcome("missing"), _raised)
     )
     for seen, says in [
@@ -198,7 +170,7 @@ def test_contract_fails_on_the_function_s_own_deviations_only():
 
 
 def test_runs_counts_every_call_and_reports_the_slowest():
-    seen = _observed("softmax")
+    seen = observed("softmax")
     calls = [*seen.runs["softmax"].fixtures.values(), *seen.runs["softmax"].probes.values()]
     for i, outcome in enumerate(calls):
         outcome.elapsed_s = 0.05 * i
@@ -216,7 +188,7 @@ def test_runs_does_not_run_without_a_loaded_room_or_a_run():
     assert check_runs(RoomObservation(root=Path("room")), "softmax").message == "not run"
     refused = RoomObservation(root=Path("room"), status="refused")
     assert check_runs(refused, "softmax").message == "not run: refused by the import policy"
-    stub = _observed("softmax", lambda f: Outcome("not-implemented"))
+    stub = observed("softmax", lambda f: Outcome("not-implemented"))
     result = check_runs(stub, "softmax")
     assert (result.status, result.message) == (FAIL, "not implemented (raises NotImplementedError)")
 
@@ -232,18 +204,18 @@ def test_runs_names_the_first_real_failure_before_a_skipped_call_and_counts_the_
             return Outcome("exception", message=f"bad {fixture.name}", exc_type="ValueError")
         return fx.reference_output(fixture)
 
-    result = check_runs(_observed("softmax", outcomes), "softmax")
+    result = check_runs(observed("softmax", outcomes), "softmax")
     assert (result.status, result.message) == (
         FAIL,
         f"fixture {names[1]}: raised ValueError: bad {names[1]}; 2 more calls failed or skipped",
     )
-    one = check_runs(_observed("softmax", _only(names[2], _raised)), "softmax")
+    one = check_runs(observed("softmax", _only(names[2], _raised)), "softmax")
     assert one.message == f"fixture {names[2]}: raised RuntimeError: boom"
-    two = _observed("softmax", _only(names[0], lambda f: skipped, _only(names[3], _raised)))
+    two = observed("softmax", _only(names[0], lambda f: skipped, _only(names[3], _raised)))
     assert check_runs(two, "softmax").message == (
         f"fixture {names[3]}: raised RuntimeError: boom; 1 more call failed or skipped"
     )
-    only_skipped = _observed("softmax", lambda f: skipped, probes=False)
+    only_skipped = observed("softmax", lambda f: skipped, probes=False)
     assert check_runs(only_skipped, "softmax").message.startswith(
         f"fixture {names[0]}: not run: an earlier call hung; "
     )
@@ -254,36 +226,36 @@ def test_runs_names_the_first_real_failure_before_a_skipped_call_and_counts_the_
 
 def test_shape_counts_the_return_values_and_names_the_first_misshaped_one():
     n = len(fx.fixtures("softmax")) + len(fx.probes("softmax"))
-    fine = check_shape(_observed("softmax"), "softmax")
+    fine = check_shape(observed("softmax"), "softmax")
     assert (fine.status, fine.message) == (PASS, f"{n} return values have the contract's shapes")
     first = fx.fixtures("softmax")[0]
     shape = fx.reference_output(first).shape
     bad = check_shape(
-        _observed("softmax", _only(first.name, lambda f: np.zeros((shape[0], 1)))), "softmax"
+        observed("softmax", _only(first.name, lambda f: np.zeros((shape[0], 1)))), "softmax"
     )
     assert (bad.status, bad.fixture) == (FAIL, first.name)
     assert bad.message == (
         f"fixture {first.name}: returned shape ({shape[0]}, 1) where the contract says "
         f"the same shape as x, {shape}"
     )
-    none = check_shape(_observed("softmax", _raised), "softmax")
+    none = check_shape(observed("softmax", _raised), "softmax")
     assert (none.status, none.message) == (NOT_RUN, "not run: no call returned")
 
 
 def test_dtype_passes_the_reference_and_says_how_many_probes_kept_float32():
-    fine = check_dtype(_observed("softmax"), "softmax")
+    fine = check_dtype(observed("softmax"), "softmax")
     assert (fine.status, fine.message) == (
         PASS,
         "dtypes as the reference's, float32 kept on 1 probe",
     )
-    mask = check_dtype(_observed("causal_mask"), "causal_mask")
+    mask = check_dtype(observed("causal_mask"), "causal_mask")
     assert (mask.status, mask.message) == (PASS, "dtypes as the reference's")
 
 
 def test_dtype_names_an_upcast_probe_and_an_integer_mask():
     probe = fx.probes("softmax")[0]
     upcast = _only(probe.name, lambda f: fx.reference_output(f).astype(np.float64))
-    result = check_dtype(_observed("softmax", upcast), "softmax")
+    result = check_dtype(observed("softmax", upcast), "softmax")
     assert (result.status, result.fixture) == (FAIL, probe.name)
     assert result.message == (
         f"fixture {probe.name}: returned float64 for float32 inputs where the contract "
@@ -291,7 +263,7 @@ def test_dtype_names_an_upcast_probe_and_an_integer_mask():
     )
     first = fx.fixtures("causal_mask")[0]
     ints = _only(first.name, lambda f: fx.reference_output(f).astype(np.int64))
-    result = check_dtype(_observed("causal_mask", ints), "causal_mask")
+    result = check_dtype(observed("causal_mask", ints), "causal_mask")
     assert result.message == (
         f"fixture {first.name}: returned int64 for its inputs where the contract keeps bool"
     )
@@ -305,7 +277,7 @@ def test_dtype_names_which_array_of_a_tuple_changed_dtype():
         out, weights = fx.reference_output(fixture)
         return out, weights.astype(np.float64)
 
-    result = check_dtype(_observed(function, _only(probe.name, weights_upcast)), function)
+    result = check_dtype(observed(function, _only(probe.name, weights_upcast)), function)
     assert result.message == (
         f"fixture {probe.name}: returned float64 (weights) for float32 inputs where the "
         "contract keeps float32"
@@ -315,9 +287,9 @@ def test_dtype_names_which_array_of_a_tuple_changed_dtype():
 def test_dtype_skips_misshaped_values_and_does_not_run_without_a_usable_one():
     first = fx.fixtures("softmax")[0]
     misshaped_and_upcast = _only(first.name, lambda f: np.zeros((1, 1), dtype=np.float16))
-    result = check_dtype(_observed("softmax", misshaped_and_upcast), "softmax")
+    result = check_dtype(observed("softmax", misshaped_and_upcast), "softmax")
     assert result.status == PASS  # the shape check names that value
-    none = check_dtype(_observed("softmax", lambda f: np.zeros(1)), "softmax")
+    none = check_dtype(observed("softmax", lambda f: np.zeros(1)), "softmax")
     assert (none.status, none.message) == (NOT_RUN, "not run: no usable return value")
 
 
@@ -326,7 +298,7 @@ def test_dtype_skips_misshaped_values_and_does_not_run_without_a_usable_one():
 
 def test_parity_passes_the_reference_and_notes_the_fixtures_that_failed_to_run():
     n = len(fx.fixtures("softmax"))
-    fine = check_parity(_observed("softmax"), "softmax")
+    fine = check_parity(observed("softmax"), "softmax")
     assert (fine.status, fine.message) == (
         PASS,
         f"{n} fixtures within tolerance v1, max abs error 0 (margin 0)",
@@ -334,18 +306,18 @@ def test_parity_passes_the_reference_and_notes_the_fixtures_that_failed_to_run()
     assert (fine.max_error, fine.margin, fine.mismatch_fraction) == (0.0, 0.0, 0.0)
     assert fine.fixture == _names("softmax")[0]  # all tied at 0: the first
     first = _names("softmax")[0]
-    one_failed = check_parity(_observed("softmax", _only(first, _raised)), "softmax")
+    one_failed = check_parity(observed("softmax", _only(first, _raised)), "softmax")
     assert one_failed.message == (
         f"{n - 1} fixtures within tolerance v1, max abs error 0 (margin 0) "
         "(1 not compared: the call failed)"
     )
-    none = check_parity(_observed("softmax", _raised), "softmax")
+    none = check_parity(observed("softmax", _raised), "softmax")
     assert (none.status, none.message) == (NOT_RUN, "not run: no fixture returned")
 
 
 def test_parity_ignores_the_float32_probes():
     probe = fx.probes("softmax")[0].name
-    result = check_parity(_observed("softmax", _only(probe, _off_by(1.0))), "softmax")
+    result = check_parity(observed("softmax", _only(probe, _off_by(1.0))), "softmax")
     assert result.status == PASS
 
 
@@ -359,7 +331,7 @@ def test_parity_reports_the_worst_fixture_and_counts_the_others_that_differ():
             return fx.reference_output(fixture) + 1e-3  # every element outside
         return _off_by(1e-6 if fixture.name == small else 0.0)(fixture)
 
-    result = check_parity(_observed("softmax", off), "softmax")
+    result = check_parity(observed("softmax", off), "softmax")
     worst = compare.compare_value(
         "softmax", off(fixtures[large]), fx.reference_output(fixtures[large])
     )
@@ -379,12 +351,12 @@ def test_parity_reports_the_worst_fixture_and_counts_the_others_that_differ():
     three = _only(
         names[1], _off_by(1e-3), _only(names[3], _off_by(1e-3), _only(names[4], _off_by(1e-3)))
     )
-    assert check_parity(_observed("softmax", three), "softmax").message.endswith(
+    assert check_parity(observed("softmax", three), "softmax").message.endswith(
         "; 2 more fixtures differ"
     )
-    all_off = check_parity(_observed("softmax", _off_by(1e-3)), "softmax")
+    all_off = check_parity(observed("softmax", _off_by(1e-3)), "softmax")
     assert all_off.message.endswith(f"; {len(names) - 1} more fixtures differ")
-    alone = check_parity(_observed("softmax", _only(small, _off_by(1e-6))), "softmax")
+    alone = check_parity(observed("softmax", _only(small, _off_by(1e-6))), "softmax")
     assert alone.message.endswith("% of elements outside") and alone.fixture == small
 
 
@@ -402,7 +374,7 @@ def test_parity_reports_the_largest_error_and_the_worst_margin_each_from_its_fix
         factor = {"3-d": 2.0, "2-d-odd": 3.0}.get(fixture.name, 0.0)
         return _off_by(factor * tolerance.get(fixture.name, 0.0))(fixture)
 
-    result = check_parity(_observed(function, off), function)
+    result = check_parity(observed(function, off), function)
     assert (result.status, result.fixture) == (FAIL, "2-d-odd")
     assert result.max_error == pytest.approx(2 * tolerance["3-d"], rel=1e-3)
     assert result.margin == pytest.approx(3.0, rel=1e-3)
@@ -420,7 +392,7 @@ def test_parity_of_a_mask_counts_differing_entries():
         out.flat[: 3 * reference.size // 5] ^= True
         return out
 
-    result = check_parity(_observed("causal_mask", _only(first.name, flipped)), "causal_mask")
+    result = check_parity(observed("causal_mask", _only(first.name, flipped)), "causal_mask")
     percent = 100 * (3 * reference.size // 5) / reference.size
     assert result.message == (
         f"fixture {first.name}: {percent:.0f}% of the entries differ from the reference "
@@ -431,22 +403,22 @@ def test_parity_of_a_mask_counts_differing_entries():
 def test_parity_names_a_value_it_could_not_compare():
     names = _names("softmax")
     misshaped = _only(names[2], lambda f: np.zeros(1))
-    result = check_parity(_observed("softmax", misshaped), "softmax")
+    result = check_parity(observed("softmax", misshaped), "softmax")
     assert result.status == FAIL and result.message.startswith(
         f"fixture {names[2]}: not compared: returned shape (1,) where the contract says"
     )
     assert not result.message.endswith("differs")
     two = _only(names[2], lambda f: np.zeros(1), _only(names[4], lambda f: np.zeros(2)))
-    assert check_parity(_observed("softmax", two), "softmax").message.endswith(
+    assert check_parity(observed("softmax", two), "softmax").message.endswith(
         "; 1 more fixture differs"
     )
-    none = check_parity(_observed("softmax", lambda f: np.zeros(1)), "softmax")
+    none = check_parity(observed("softmax", lambda f: np.zeros(1)), "softmax")
     assert none.status == FAIL and none.message.endswith(f"; {len(names) - 1} more fixtures differ")
     assert (none.max_error, none.tolerance, none.margin, none.mismatch_fraction) == (None,) * 4
     assert none.fixture is None
     # A value off the tolerance is named before one that could not be compared.
     both = _only(names[2], lambda f: np.zeros(1), _only(names[4], _off_by(1e-3)))
-    result = check_parity(_observed("softmax", both), "softmax")
+    result = check_parity(observed("softmax", both), "softmax")
     assert result.message.startswith(f"fixture {names[4]}: max abs error ")
     assert result.message.endswith("; 1 more fixture differs")
 
@@ -455,7 +427,7 @@ def test_parity_names_a_value_it_could_not_compare():
 
 
 def test_evaluate_runs_the_package_checks_then_each_function_s_in_contract_order():
-    seen = _observed("softmax")
+    seen = observed("softmax")
     results = checks.evaluate(seen, ("softmax", "causal_mask"))
     pairs = [(r.function, r.name) for r in results]
     assert pairs[:2] == [(PACKAGE, "loads"), (PACKAGE, "import-policy")]
