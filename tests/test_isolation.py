@@ -37,10 +37,9 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def no_bwrap(monkeypatch):
     """A machine without bubblewrap: the probe looks for a binary that does not exist."""
-    monkeypatch.setenv(bwrap.ENV_BWRAP, "/nonexistent/bwrap")
+    monkeypatch.setenv(bwrap.ENV_BWRAP, "/nonexistent/bwrap")  # monkeypatch restores it
     bwrap.sandbox_status.cache_clear()
     yield
-    monkeypatch.delenv(bwrap.ENV_BWRAP)
     bwrap.sandbox_status.cache_clear()
 
 
@@ -81,7 +80,6 @@ def test_an_early_probe_of_another_bwrap_is_not_taken(no_bwrap, monkeypatch):
     status = bwrap.sandbox_status()
     assert bwrap._pending is None
     assert status.works == bwrap._probe().works
-    monkeypatch.setenv(bwrap.ENV_BWRAP, "/nonexistent/bwrap")  # what the fixture removes
 
 
 def test_without_bwrap_auto_falls_back_and_sandbox_is_refused(no_bwrap, tmp_path):
