@@ -18,6 +18,7 @@ The target is at least 90% of non-equivalent mutants killed in each module.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import re
@@ -36,6 +37,34 @@ SCRATCH = ROOT / ".mutation"
 class Target:
     module: str  # the file mutated
     tests: tuple[str, ...]  # pytest arguments: the test files (and -k) that speak for it
+    # Functions that only lay out figures from values already measured: they decide no
+    # verdict, so their mutants are not run (a lab's figure text is most of its mutants, and
+    # each surviving one costs the whole lab's tests). Counted and named in the report.
+    presentation: tuple[str, ...] = ()
+
+    @property
+    def dotted(self) -> str:
+        return self.module.removesuffix(".py").replace("/", ".")
+
+    def functions(self) -> list[str]:
+        """The module's top-level function names, as mutmut names their mutants."""
+        tree = ast.parse((ROOT / self.module).read_text("utf-8"))
+        return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+    def patterns(self) -> list[str]:
+        """mutmut name patterns for every mutant but the presentation functions' (none: all)."""
+        if not self.presentation:
+            return []
+        kept = [f for f in self.functions() if f not in self.presentation]
+        return [f"{self.dotted}.x_{f}__mutmut_*" for f in kept] + [f"{self.dotted}.xǁ*"]
+
+
+def _lab(name: str) -> Target:
+    """A lab's module and test file. Its presentation functions are found by name: `_figures`
+    and `_figure_*` lay out what `run` measured (the house convention for every lab)."""
+    target = Target(f"labctl/labs/{name}.py", (f"tests/test_lab_{name}.py",))
+    shown = tuple(f for f in target.functions() if f == "_figures" or f.startswith("_figure_"))
+    return Target(target.module, target.tests, shown)
 
 
 # Priority order: tolerances and judging, verify's checks and comparison, evidence
@@ -112,7 +141,7 @@ TARGETS: dict[str, Target] = {
         "labctl/verify/diagnosis.py", ("tests/test_verify_faults.py", "tests/test_verify_cli.py")
     ),
     **{
-        lab: Target(f"labctl/labs/{lab}.py", (f"tests/test_lab_{lab}.py",))
+        lab: _lab(lab)
         for lab in (
             "causal_attention",
             "kv_cache",
@@ -120,8 +149,19 @@ TARGETS: dict[str, Target] = {
             "mask_ablation",
             "scale_ablation",
             "residual_ablation",
+            "positions",
+            "norms_ffn",
+            "multi_head",
+            "sliding_window",
+            "decoder",
+            "attention_inspect",
+            "tiled_attention",
+            "worked_examples",
         )
     },
+    "worked_examples_rows": Target(
+        "labctl/labs/worked_examples_rows.py", ("tests/test_lab_worked_examples.py",)
+    ),
 }
 
 # Mutants judged equivalent (no input tells them apart), by mutmut's name, with the reason.
@@ -283,9 +323,19 @@ def excluded(key: str) -> str | None:
     """Why mutant `key` is left out of the kill rate (equivalent, or unobservable), or None."""
     if key in EQUIVALENT:
         return EQUIVALENT[key]
-    module, _, mutant = key.rpartition(".")
-    function = mutant.removeprefix("x_").split("__mutmut_")[0]
-    return _AT_IMPORT if function in IMPORT_TIME.get(module, ()) else None
+    module = key.rpartition(".")[0]
+    return _AT_IMPORT if _function(key) in IMPORT_TIME.get(module, ()) else None
+
+
+def _shown(key: str, target: Target) -> bool:
+    """Whether mutant `key` is in one of the target's presentation functions (not run)."""
+    return _function(key) in target.presentation
+
+
+def _function(key: str) -> str:
+    """The function a mutant named `key` mutates (`name` or `Class.method`)."""
+    mutant = key.rpartition(".")[2].split("__mutmut_")[0]
+    return mutant.removeprefix("x_") if mutant.startswith("x_") else mutant[2:].replace("ǁ", ".")
 
 
 KILLED = {"killed", "timeout", "caught by type check"}
@@ -317,6 +367,8 @@ def _scratch(name: str, target: Target) -> Path:
     for folder in ("labctl", "tests"):
         shutil.copytree(ROOT / folder, where / folder, ignore=ignore)
     _configure(where, target)
+    # torch imported once in mutmut's fork server, not again (~2 s) in every mutant's child.
+    (where / "tests" / "conftest.py").write_text("import torch  # noqa: F401\n")
     return where
 
 
@@ -337,12 +389,12 @@ def _mutmut(where: Path, *args: str, timeout: float | None = None) -> subprocess
     )
 
 
-def _survivors(where: Path) -> list[str]:
+def _survivors(where: Path, target: Target) -> list[str]:
     """The last run's survivors, and the mutants it did not reach (a run stopped early)."""
     found = []
     for line in _mutmut(where, "results").stdout.splitlines():
         key, _, status = line.strip().rpartition(": ")
-        if key and status not in KILLED and status != "skipped":
+        if key and status not in KILLED and status != "skipped" and not _shown(key, target):
             found.append(key)
     return found
 
@@ -353,7 +405,7 @@ def run_one(name: str, target: Target, timeout: float, again: bool = False) -> d
     where = SCRATCH / name
     names: list[str] = []
     if again and (where / "mutants").is_dir():
-        names = _survivors(where)
+        names = _survivors(where, target)
         shutil.rmtree(where / "tests")
         shutil.copytree(
             ROOT / "tests", where / "tests", ignore=shutil.ignore_patterns("__pycache__")
@@ -366,6 +418,7 @@ def run_one(name: str, target: Target, timeout: float, again: bool = False) -> d
         _configure(where, target)  # the target's test files may have grown since
     else:
         where = _scratch(name, target)
+        names = target.patterns()
     start = time.monotonic()
     try:
         done = _mutmut(where, "run", "--max-children", "1", *names, timeout=timeout)
@@ -378,11 +431,17 @@ def run_one(name: str, target: Target, timeout: float, again: bool = False) -> d
         key, _, status = line.strip().rpartition(": ")
         if key:
             statuses[key] = status
-    counted = {k: s for k, s in statuses.items() if s not in NOT_COUNTED and not excluded(k)}
+    shown = {k for k in statuses if _shown(k, target)}
+    counted = {
+        k: s
+        for k, s in statuses.items()
+        if s not in NOT_COUNTED and not excluded(k) and k not in shown
+    }
     killed = sum(s in KILLED for s in counted.values())
     return {
         "module": target.module,
         "mutants": len(statuses),
+        "presentation": len(shown),
         "equivalent": sorted(k for k in statuses if excluded(k)),
         "counted": len(counted),
         "killed": killed,
@@ -408,7 +467,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.list:
         for name, target in TARGETS.items():
-            print(f"{name:18} {target.module:32} {' '.join(target.tests)}")
+            shown = f"  (presentation: {', '.join(target.presentation)})" * bool(
+                target.presentation
+            )
+            print(f"{name:18} {target.module:32} {' '.join(target.tests)}{shown}")
         return 0
     unknown = [n for n in args.names if n not in TARGETS]
     if unknown:
@@ -430,6 +492,11 @@ def _print(result: dict) -> None:
     print(
         f"{result['module']:32} killed {result['killed']}/{result['counted']} = {rate}"
         f"  (equivalent {len(result['equivalent'])}, {result['seconds']} s)"
+        + (
+            f"  [{result['presentation']} presentation mutants not run]"
+            if result["presentation"]
+            else ""
+        )
         + (f"  [{result['note']}]" if result["note"] else "")
     )
     for survivor in result["survivors"]:
