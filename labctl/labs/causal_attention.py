@@ -137,22 +137,27 @@ def run(ctx: LabContext) -> LabOutput:
         ref, room = results["reference"], results["clean-room"]
         error = max(float(np.max(np.abs(a - b))) for a, b in zip(ref, room, strict=True))
         output.add("reference_output_max_error", "both", error)
-    positions = tuple(str(t) for t in range(p.T))
-    for name, (_, attn, _) in results.items():
-        output.figures.append(
-            HeatmapFigure(
-                title=Msg(
-                    "attention weights, batch 0, head 0 ({impl}); the upper triangle must be 0",
-                    impl=name,
-                ),
-                name="attention-b0-h0",
-                matrix=tuple(tuple(float(w) for w in row) for row in attn[0, 0]),
-                impl=name,
-                row_ticks=positions,
-                col_ticks=positions,
-            )
-        )
+    output.figures += _figures({name: attn for name, (_, attn, _) in results.items()}, p.T)
     return output
+
+
+def _figures(weights: dict[str, np.ndarray], T: int) -> list:
+    """Each implementation's attention weights of batch 0, head 0, as a heatmap."""
+    positions = tuple(str(t) for t in range(T))
+    return [
+        HeatmapFigure(
+            title=Msg(
+                "attention weights, batch 0, head 0 ({impl}); the upper triangle must be 0",
+                impl=name,
+            ),
+            name="attention-b0-h0",
+            matrix=tuple(tuple(float(w) for w in row) for row in attn[0, 0]),
+            impl=name,
+            row_ticks=positions,
+            col_ticks=positions,
+        )
+        for name, attn in weights.items()
+    ]
 
 
 LAB = Lab(

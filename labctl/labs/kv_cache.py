@@ -246,9 +246,17 @@ def run(ctx: LabContext) -> LabOutput:
         for T, t in timings[name].items():
             output.add(f"decode_flops_ratio[T={T}]", name, t["flops_recompute"] / t["flops_cached"])
             output.add(f"decode_time_ratio[T={T}]", name, t["recompute_s"] / t["cached_s"])
-    bytes_per_token = 2 * p.Hkv * D * x.dtype.itemsize
+    output.figures += _figures(timings, p, x.dtype.itemsize)
+    return output
+
+
+def _figures(timings: dict[str, dict[int, dict[str, float]]], p: Params, itemsize: int) -> list:
+    """The FLOP and timing tables per length, and the notes on cache size and timings."""
+    D = p.C // p.H
+    bytes_per_token = 2 * p.Hkv * D * itemsize
+    figures: list = []
     names = list(timings)
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=Msg(
                 "one generated token at length T (B = 1, C = {C}, H = {H}, Hkv = {Hkv}): matmul "
@@ -279,7 +287,7 @@ def run(ctx: LabContext) -> LabOutput:
             ),
         )
     )
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=Msg(
                 "the same token timed where the code runs, best of {repeats} (reported, never "
@@ -301,8 +309,7 @@ def run(ctx: LabContext) -> LabOutput:
             ),
         )
     )
-    itemsize = x.dtype.itemsize
-    output.figures.append(
+    figures.append(
         Note(
             Msg(
                 "KV cache per token and layer (Transformer 手撕与注意力机制 §7.4): 2 x Hkv x D x bytes = 2 x {Hkv} x {D} x "
@@ -318,7 +325,7 @@ def run(ctx: LabContext) -> LabOutput:
             )
         )
     )
-    output.figures.append(
+    figures.append(
         Note(
             N_(
                 "Recomputing token T's output costs T times one cached step: every FLOP term is "
@@ -338,7 +345,7 @@ def run(ctx: LabContext) -> LabOutput:
         biggest = max(
             t["flops_cached"] for per_length in timings.values() for t in per_length.values()
         )
-        output.figures.append(
+        figures.append(
             Note(
                 Msg(
                     "Measured time ratios fall short of the FLOP ratio ({where}): a cached step of at most "
@@ -349,7 +356,7 @@ def run(ctx: LabContext) -> LabOutput:
                 )
             )
         )
-    return output
+    return figures
 
 
 LAB = Lab(
