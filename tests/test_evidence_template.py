@@ -1,4 +1,4 @@
-"""The learner template (002 学习者提交模板): its placeholders never pass for results."""
+"""The learner template (第8章 · Attention 与 Transformer Block, 学习者提交模板): its placeholders never pass for results."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Pydantic models of the course's evidence schema, `learn-llm.evidence.v1`.
 
-The learner template at the end of 002 (学习者提交模板) fixes the fields:
+The learner template at the end of 第8章 · Attention 与 Transformer Block (学习者提交模板) fixes the fields:
 schema, module, commit, verified_at, environment, seed, commands, metrics
 (name, expected, actual), artifacts, cost, licenses, known_failures. labctl
 adds optional fields of its own (per-metric impl and verdict, the contract and
@@ -118,7 +118,7 @@ class LabctlInfo(Strict):
 
 class EvidenceRecord(Strict):
     """A learn-llm.evidence.v1 record: one `labctl run` of a lab, or a learner's submission
-    for a course module (002 学习者提交模板)."""
+    for a course module (第8章 · Attention 与 Transformer Block, 学习者提交模板)."""
 
     schema_id: Literal["learn-llm.evidence.v1"] = Field(alias="schema")
     module: str = Field(min_length=1)

@@ -1,6 +1,6 @@
 """The learner template of a course module, blank or filled from machine records.
 
-The blank template is the one at the end of 002 (学习者提交模板), with the
+The blank template is the one at the end of 第8章 · Attention 与 Transformer Block (学习者提交模板), with the
 metrics' versioned tolerances written in and `labctl run` as the commands.
 Every answer a learner gives stays a `<...>` placeholder, which validation
 refuses, so the template can never pass for results.

@@ -3,7 +3,7 @@
 The checks, in the order a reader meets the fields:
 
 - the file: size limit, text, well-formed YAML or JSON, one mapping (`parse`);
-- no `<...>` placeholder left anywhere, in a value or a field name (the 002
+- no `<...>` placeholder left anywhere, in a value or a field name (the course's
   template marks every unfilled answer that way);
 - the schema `learn-llm.evidence.v1` (pydantic, strict): unknown fields and
   unknown schema versions refused, no value coerced;

@@ -11,7 +11,7 @@ For each failing function the diagnosis does one of three things:
    learner may have inlined) on the same fixtures, in a clean room of its own,
    and compares: the same checks fail, the same calls raise or hang, and every
    output agrees within the parity tolerance. A match is named with its course
-   reference ("matches fault `mask-reversed`: ...; see 002 故障注入与预期信号").
+   reference ("matches fault `mask-reversed`: ...; see 第8章 · Attention 与 Transformer Block, 故障注入与预期信号").
 3. Otherwise it says that no catalogued fault matches.
 
 Fault rooms are materialized once per process and their observations cached,

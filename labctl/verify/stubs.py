@@ -4,7 +4,7 @@ Every contract function is written with its exact v1 signature, a docstring
 holding its parameters' shapes, what it returns and its formula, and a body
 that raises NotImplementedError, so `labctl verify clean-room` reports each
 one as "not implemented" (never as a crash) until the learner writes it. The
-layout follows the course: the functions live in `transformer_block.py` (002,
+layout follows the course: the functions live in `transformer_block.py` (第8章 · Attention 与 Transformer Block,
 "L3 clean-room 要求": 从 clean_room/transformer_block.py 的冻结接口重写) and
 `__init__.py` re-exports them.
 """

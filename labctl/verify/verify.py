@@ -1,6 +1,6 @@
 """`labctl verify clean-room`: prove a clean room against contract v1, keep the record.
 
-The course's L3 requirement (002, "L3 clean-room 要求"): rewrite the block from
+The course's L3 requirement (第8章 · Attention 与 Transformer Block, "L3 clean-room 要求"): rewrite the block from
 the frozen interface without importing the reference, keep a failure-before /
 fix-after record, and show parity with the reference. One call does it:
 
@@ -9,7 +9,7 @@ fix-after record, and show parity with the reference. One call does it:
 2. evaluate every check (`labctl.verify.checks`) for the package and for each
    contract function;
 3. diagnose each failing function (`labctl.verify.diagnosis`);
-4. measure the course template's five metrics (002 学习者提交模板) on the clean
+4. measure the course template's five metrics (第8章 · Attention 与 Transformer Block, 学习者提交模板) on the clean
    room, through the labs that declare them (`labctl.registry.metric_table`);
 5. write an evidence record and append a line to the history of verify runs,
    pass or fail, so the failure-before / fix-after record keeps itself.
@@ -151,7 +151,7 @@ class VerifyReport:
 def template_metrics(
     room: CleanRoom, progress: Callable[[str], None] | None = None
 ) -> list[TemplateMetric]:
-    """The 002 template's metrics measured with the reference and this clean room.
+    """The course template's metrics (第8章 · Attention 与 Transformer Block, 学习者提交模板) measured with the reference and this clean room.
 
     Each metric is measured by the lab that declares it in the v1 tolerance
     table; a lab that does not exist yet is skipped with a note, so this keeps
