@@ -128,7 +128,11 @@ TARGETS: dict[str, Target] = {
     ),
     # test_runner.py runs labs end to end (~40 s): its judging rules are in test_judge.py.
     "judge": Target("labctl/runner.py", ("tests/test_judge.py",)),
-    "submit": Target("labctl/evidence/submit.py", ("tests/test_evidence_submit.py",)),
+    # The rules file runs no lab: most mutants die there in a fraction of a second.
+    "submit": Target(
+        "labctl/evidence/submit.py",
+        ("tests/test_evidence_submit_rules.py", "tests/test_evidence_submit.py"),
+    ),
     "fixtures": Target(
         "labctl/verify/fixtures.py",
         (

@@ -1,0 +1,489 @@
+"""`evidence submit`'s re-measurement rules, one at a time, on made-up labs and results.
+
+No lab runs here: `implementations` and `run_lab` are replaced by fakes that return the
+rows a test asks for, so each rule (which claims are re-measured, on which row, with which
+tolerance, what a refusal says, where an accepted file is kept) is checked exactly and
+quickly. tests/test_evidence_submit.py drives the same code end to end on real labs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from labctl import registry
+from labctl.contract import CONTRACT_ID, CONTRACT_V1_SHA256
+from labctl.errors import CleanRoomError
+from labctl.evidence import submit as sub
+from labctl.evidence.findings import Report
+from labctl.evidence.models import EvidenceRecord
+from labctl.evidence.modules import MODULES
+from labctl.evidence.store import EvidenceStore
+from labctl.lab import Lab, Metric
+from labctl.runner import LabResult, MetricResult
+
+PER_IMPL = Metric("fake_error", "abs", "<=1e-10", "an error", reproduce_abs=0.5, reproduce_rel=0.1)
+BOTH = Metric("fake_gap", "abs", "<=1e-10", "a comparison", impls=("both",))
+REF_ONLY = Metric("fake_ref", "abs", "<=1e-10", "reference only", impls=("reference",))
+TIMING = Metric("fake_seconds", "ratio-of-times", ">1", "a timing", timing=True)
+LAB = Lab("fake", "fake", "?", (), None, (PER_IMPL, BOTH, REF_ONLY, TIMING), None)  # type: ignore[arg-type]
+OTHER = Lab("other", "other", "?", (), None, (), None)  # type: ignore[arg-type]
+
+
+@pytest.fixture(autouse=True)
+def table(monkeypatch):
+    """The fake lab's metrics are the whole tolerance table, and the only lab."""
+    metrics = {m.name: (LAB, m) for m in LAB.metrics}
+    monkeypatch.setattr(registry, "metric_table", lambda: metrics)
+    monkeypatch.setattr(registry, "discover", lambda: [OTHER, LAB])
+
+
+def report(*rows: dict, seed: object = 5, **data) -> Report:
+    found = Report(path=Path("claims.yaml"))
+    found.data = {"seed": seed, "module": MODULES[0].id, "metrics": list(rows), **data}
+    return found
+
+
+def row(name: str, actual: object, impl: str | None = None) -> dict:
+    return {
+        "name": name,
+        "expected": "<=1e-10",
+        "actual": actual,
+        **({"impl": impl} if impl else {}),
+    }
+
+
+def result(*values: tuple[str, str, float], error: str | None = None) -> LabResult:
+    rows = [MetricResult(n, i, v, "<=1e-10", True, "abs", False) for n, i, v in values]
+    return LabResult(lab=LAB, metrics=rows, error=error)
+
+
+class Runs:
+    """Stands in for `implementations` and `run_lab`: records which modes and labs ran."""
+
+    def __init__(self, measured: LabResult, broken: set[str] = frozenset()):
+        self.measured, self.broken = measured, broken
+        self.modes: list[str] = []
+        self.labs: list[tuple[str, tuple[str, ...], int]] = []
+
+    def install(self, monkeypatch) -> Runs:
+        monkeypatch.setattr(sub, "implementations", self.implementations)
+        monkeypatch.setattr(sub, "run_lab", self.run_lab)
+        return self
+
+    @contextlib.contextmanager
+    def implementations(self, mode, clean_room, timeout_s, isolation):
+        self.modes.append(mode)
+        if mode in self.broken:
+            raise CleanRoomError("the room does not import")
+        yield {"reference": None, "clean-room": None} if mode == "both" else {mode: None}
+
+    def run_lab(self, lab, seed, impls):
+        self.labs.append((lab.id, tuple(impls), seed))
+        return self.measured
+
+
+def compare(found: Report, runs: Runs, monkeypatch) -> list[sub.Reproduction]:
+    runs.install(monkeypatch)
+    return sub._compare(sub._claims(found), 5, None, 1.0, found)
+
+
+# -- which claims are re-measured, and on which row ---------------------------------------
+
+
+def test_a_claim_speaks_for_its_impl_else_the_clean_room_else_the_comparison():
+    found = report(
+        row("fake_error", 0.0, "reference"),
+        row("fake_error", 0.0),
+        row("fake_gap", 0.0),
+        row("fake_ref", 0.0),
+        row("fake_error", 0.0, "nonsense"),
+    )
+    claims = sub._claims(found)
+    assert [(c.index, c.impl, c.metric.name) for c in claims] == [
+        (0, "reference", "fake_error"),
+        (1, "clean-room", "fake_error"),
+        (2, "both", "fake_gap"),
+        (3, "reference", "fake_ref"),
+        (4, "clean-room", "fake_error"),
+    ]
+    assert all(c.lab is LAB and c.claimed == 0.0 for c in claims)
+    assert found.problems == [] and found.warnings == []
+
+
+def test_an_unknown_metric_is_refused_by_name_and_replaces_its_warning():
+    found = report(row("fake_error", 0.0), row("nobody_measures_this", 1.0))
+    found.warn("metrics[1].name", "a warning about the name")
+    found.warn("metrics[0]", "kept")
+    assert [c.index for c in sub._claims(found)] == [0]
+    assert [(p.field, p.reason) for p in found.problems] == [
+        (
+            "metrics[1].name",
+            "'nobody_measures_this' is not in the v1 tolerance table: no lab measures it, so "
+            "it is not reproducible",
+        )
+    ]
+    assert [w.field for w in found.warnings] == ["metrics[0]"]
+
+
+def test_a_timing_claim_is_a_warning_and_never_re_measured():
+    found = report(row("fake_seconds", 3.0), row("fake_error", 0.0))
+    assert [c.index for c in sub._claims(found)] == [1]
+    assert found.problems == []
+    assert [(w.field, w.reason) for w in found.warnings] == [
+        ("metrics[0]", "fake_seconds is a timing metric: not re-measured, timings do not reproduce")
+    ]
+
+
+@pytest.mark.parametrize("actual", [True, "0.0", None, math.nan, math.inf, -math.inf])
+def test_a_claim_without_a_finite_number_is_left_to_validation(actual):
+    found = report(row("fake_error", actual), row("fake_error", 0.25))
+    assert [(c.index, c.claimed) for c in sub._claims(found)] == [(1, 0.25)]
+    assert found.problems == []
+
+
+@pytest.mark.parametrize("flagged", ["metrics[0].name", "metrics[0].actual", "metrics[0].impl"])
+def test_a_claim_refused_already_is_not_re_measured_again(flagged):
+    found = report(row("fake_error", 0.0), row("fake_error", 0.0))
+    found.refuse(flagged, "refused by validation")
+    assert [c.index for c in sub._claims(found)] == [1]
+    assert len(found.problems) == 1
+
+
+def test_rows_that_are_not_claims_are_skipped():
+    found = report("text", {"name": 3, "actual": 0.0}, row("fake_error", 0.0))
+    assert [c.index for c in sub._claims(found)] == [2]
+    assert sub._claims(report(metrics="not a list")) == []
+
+
+@pytest.mark.parametrize(
+    ("needed", "mode"),
+    [
+        ({"both"}, "both"),
+        ({"both", "reference"}, "both"),
+        ({"reference", "clean-room"}, "both"),
+        ({"reference"}, "reference"),
+        ({"clean-room"}, "clean-room"),
+    ],
+)
+def test_a_lab_runs_on_just_the_implementations_its_claims_need(needed, mode):
+    assert sub._mode(needed) == mode
+
+
+# -- the comparison -------------------------------------------------------------------
+
+
+def test_each_claim_is_compared_with_its_own_row_within_the_metrics_spread(monkeypatch):
+    # spread: 0.5 + 0.1 * |measured| = 0.5 + 0.1 * 10 = 1.5 around the clean room's 10.0
+    runs = Runs(result(("fake_error", "reference", 0.0), ("fake_error", "clean-room", 10.0)))
+    found = report(
+        row("fake_error", 11.5),
+        row("fake_error", 8.5),
+        row("fake_error", 11.6),
+        row("fake_error", 0.0),
+    )
+    done = compare(found, runs, monkeypatch)
+    assert runs.modes == ["clean-room"] and runs.labs == [("fake", ("clean-room",), 5)]
+    assert [(r.field, r.impl, r.claimed, r.measured, r.reproduced) for r in done] == [
+        ("metrics[0]", "clean-room", 11.5, 10.0, True),
+        ("metrics[1]", "clean-room", 8.5, 10.0, True),
+        ("metrics[2]", "clean-room", 11.6, 10.0, False),
+        ("metrics[3]", "clean-room", 0.0, 10.0, False),
+    ]
+    assert [(p.field, p.reason) for p in found.problems] == [
+        (
+            "metrics[2].actual",
+            "not reproduced: claimed 11.6, labctl measured 10.0 (clean-room, seed 5); a "
+            "re-measurement may differ by at most 0.5 + 0.1·|measured|",
+        ),
+        (
+            "metrics[3].actual",
+            "not reproduced: claimed 0.0, labctl measured 10.0 (clean-room, seed 5); a "
+            "re-measurement may differ by at most 0.5 + 0.1·|measured|",
+        ),
+    ]
+    assert (found.problems[0].metric, found.problems[0].impl) == ("fake_error", "clean-room")
+
+
+def test_claims_on_both_rows_run_the_lab_once_on_both(monkeypatch):
+    runs = Runs(
+        result(
+            ("fake_error", "reference", 1.0),
+            ("fake_error", "clean-room", 2.0),
+            ("fake_gap", "both", 3.0),
+        )
+    )
+    found = report(
+        row("fake_error", 1.0, "reference"), row("fake_error", 2.0), row("fake_gap", 3.0)
+    )
+    done = compare(found, runs, monkeypatch)
+    assert runs.modes == ["both"] and runs.labs == [("fake", ("reference", "clean-room"), 5)]
+    assert [(r.impl, r.measured, r.reproduced) for r in done] == [
+        ("reference", 1.0, True),
+        ("clean-room", 2.0, True),
+        ("both", 3.0, True),
+    ]
+    assert found.problems == []
+
+
+def test_a_row_the_lab_did_not_measure_is_not_reproduced(monkeypatch):
+    runs = Runs(result(("fake_error", "reference", 0.0), ("fake_error", "clean-room", math.nan)))
+    found = report(row("fake_error", 0.0), row("fake_ref", 0.0))
+    done = compare(found, Runs(result(), set()), monkeypatch)
+    assert [r.note for r in done] == [
+        "fake measured no fake_error (clean-room) on seed 5",
+        "fake measured no fake_ref (reference) on seed 5",
+    ]
+    found = report(row("fake_error", 0.0))
+    (nan,) = compare(found, runs, monkeypatch)
+    assert (nan.reproduced, nan.measured) == (False, None)
+    assert (
+        found.problems[0].reason
+        == "not reproduced: fake measured no fake_error (clean-room) on seed 5"
+    )
+
+
+def test_a_lab_that_failed_when_re_measured_refuses_its_claims(monkeypatch):
+    runs = Runs(result(("fake_error", "clean-room", 0.0), error="ValueError: boom"))
+    found = report(row("fake_error", 0.0))
+    (done,) = compare(found, runs, monkeypatch)
+    assert (done.reproduced, done.note) == (False, "fake failed when re-measured: ValueError: boom")
+    assert (
+        found.problems[0].reason == "not reproduced: fake failed when re-measured: ValueError: boom"
+    )
+
+
+def test_a_room_that_does_not_load_refuses_its_rows_but_the_reference_is_still_measured(
+    monkeypatch,
+):
+    runs = Runs(result(("fake_error", "reference", 0.0)), broken={"both", "clean-room"})
+    found = report(
+        row("fake_error", 0.0, "reference"), row("fake_error", 0.0), row("fake_gap", 0.0)
+    )
+    done = compare(found, runs, monkeypatch)
+    assert runs.modes == ["both", "reference"]
+    assert [(r.impl, r.reproduced) for r in done] == [
+        ("reference", True),
+        ("clean-room", False),
+        ("both", False),
+    ]
+    why = "the clean room could not be loaded: the room does not import"
+    assert done[1].note == done[2].note == why
+    assert [p.field for p in found.problems] == ["metrics[1].actual", "metrics[2].actual"]
+
+
+def test_a_room_that_does_not_load_for_a_clean_room_run_refuses_only_its_rows(monkeypatch):
+    runs = Runs(result(), broken={"clean-room"})
+    found = report(row("fake_error", 0.0))
+    (done,) = compare(found, runs, monkeypatch)
+    assert runs.modes == ["clean-room"] and runs.labs == []
+    assert done.note == "the clean room could not be loaded: the room does not import"
+
+
+def test_no_claims_run_nothing(monkeypatch):
+    runs = Runs(result()).install(monkeypatch)
+    assert sub._compare([], 5, None, 1.0, report()) == []
+    assert runs.modes == []
+
+
+# -- remeasure: the seed decides whether anything runs ---------------------------------
+
+
+@pytest.mark.parametrize("seed", [None, -1, 2.0, True, "5"])
+def test_without_a_usable_seed_nothing_is_re_measured_but_claims_are_still_checked(
+    seed, monkeypatch
+):
+    runs = Runs(result()).install(monkeypatch)
+    found = report(row("fake_error", 0.0), row("unknown_metric", 0.0), seed=seed)
+    assert sub.remeasure(found, None, 1.0) == (None, None, [])
+    assert runs.modes == []
+    assert [p.field for p in found.problems] == ["metrics[1].name"]
+
+
+def test_a_flagged_seed_is_not_used(monkeypatch):
+    runs = Runs(result()).install(monkeypatch)
+    found = report(row("fake_error", 0.0), seed=7)
+    found.refuse("seed", "refused")
+    assert sub.remeasure(found, None, 1.0) == (None, None, [])
+    assert runs.modes == []
+
+
+def test_seed_zero_is_a_seed(monkeypatch):
+    runs = Runs(result(("fake_error", "clean-room", 0.0))).install(monkeypatch)
+    found = report(row("fake_error", 0.0), seed=0)
+    seed, level, done = sub.remeasure(found, None, 1.0, isolation="process")
+    assert (seed, level) == (0, "process")
+    assert runs.labs == [("fake", ("clean-room",), 0)]
+    assert [r.reproduced for r in done] == [True]
+
+
+def test_a_submission_for_something_that_is_not_a_course_module_is_refused():
+    found = report(module="causal-attention")
+    found.warn("module", "a warning about the module")
+    sub._submission_module(found)
+    (problem,) = found.problems
+    assert problem.field == "module"
+    assert problem.reason.startswith(
+        "'causal-attention' is not a course module; submissions are for: "
+    )
+    assert found.warnings == []
+
+
+@pytest.mark.parametrize("module", [7, None])
+def test_a_module_that_is_not_text_is_left_to_validation(module):
+    found = report(module=module)
+    sub._submission_module(found)
+    assert found.problems == []
+
+
+def test_a_module_refused_already_is_not_refused_twice():
+    found = report(module="nope")
+    found.refuse("module", "refused by the schema")
+    sub._submission_module(found)
+    assert len(found.problems) == 1
+
+
+# -- what is kept, and where ------------------------------------------------------------
+
+
+def test_the_room_is_named_in_the_receipt_only_when_a_claim_ran_on_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").mkdir()
+    outcome = sub.Submission(report())
+    assert sub._room_shown(outcome, tmp_path / "mine") is None
+    outcome.reproductions = [sub.Reproduction("metrics[0]", "fake_ref", "reference", 0.0)]
+    assert sub._room_shown(outcome, tmp_path / "mine") is None
+    for impl in ("clean-room", "both"):
+        outcome.reproductions = [
+            sub.Reproduction("metrics[0]", "fake_ref", "reference", 0.0),
+            sub.Reproduction("metrics[1]", "fake_error", impl, 0.0),
+        ]
+        assert sub._room_shown(outcome, tmp_path / "mine") == "mine"
+    assert sub._room_shown(outcome, None) == "clean_room"  # the project's own, by its name
+
+
+def test_a_stored_submission_is_found_as_yaml_then_json(tmp_path):
+    assert sub._stored(tmp_path, "abc") is None
+    (tmp_path / "abc.json").write_text("{}")
+    assert sub._stored(tmp_path, "abc") == tmp_path / "abc.json"
+    (tmp_path / "abc.yaml").write_text("{}")
+    assert sub._stored(tmp_path, "abc") == tmp_path / "abc.yaml"
+    (tmp_path / "abd.yaml").mkdir()
+    assert sub._stored(tmp_path, "abd") is None
+
+
+def test_a_reproduction_reads_back_as_json_with_its_note_only_when_there_is_one():
+    plain = sub.Reproduction("metrics[0]", "fake_error", "clean-room", 0.5, 0.25, True)
+    assert plain.to_json() == {
+        "field": "metrics[0]",
+        "name": "fake_error",
+        "impl": "clean-room",
+        "claimed": 0.5,
+        "measured": 0.25,
+        "reproduced": True,
+    }
+    noted = sub.Reproduction("metrics[1]", "fake_gap", "both", 0.0, None, False, "why")
+    assert noted.to_json() == {
+        "field": "metrics[1]",
+        "name": "fake_gap",
+        "impl": "both",
+        "claimed": 0.0,
+        "measured": None,
+        "reproduced": False,
+        "note": "why",
+    }
+    assert json.dumps(noted.to_json())  # plain JSON types
+
+
+def _record(**fields) -> EvidenceRecord:
+    return EvidenceRecord.model_validate(
+        {
+            "schema": "learn-llm.evidence.v1",
+            "module": "t-module",
+            "commit": "0" * 40,
+            "verified_at": "2026-05-01T10:00:00Z",
+            "environment": "python 3.11, numpy 2, torch 2, linux, cpu",
+            "seed": 5,
+            "commands": ["labctl run causal-attention"],
+            "metrics": [{"name": "future_weight_max", "expected": "==0", "actual": 0.0}],
+            "artifacts": ["README.md"],
+            "cost": {"gross_usd": 0, "credit_usd": 0},
+            "licenses": [],
+            "known_failures": [],
+            **fields,
+        }
+    )
+
+
+def test_the_digest_follows_the_content_not_the_layout():
+    record = _record()
+    assert sub.digest(record) == sub.digest(_record())
+    assert len(sub.digest(record)) == 64
+    assert sub.digest(record) != sub.digest(_record(seed=6))
+    reordered = EvidenceRecord.model_validate(dict(reversed(list(record.dump().items()))))
+    assert sub.digest(reordered) == sub.digest(record)
+
+
+@pytest.mark.parametrize(
+    ("name", "kept_as"),
+    [
+        ("e.json", ".json"),
+        ("E.JSON", ".json"),
+        ("e.yaml", ".yaml"),
+        ("e.yml", ".yaml"),
+        ("e", ".yaml"),
+    ],
+)
+def test_an_accepted_file_is_kept_byte_for_byte_with_a_receipt(
+    tmp_path, monkeypatch, name, kept_as
+):
+    monkeypatch.chdir(tmp_path)
+    record = _record()
+    found = Report(path=tmp_path / name, raw=b"the learner's bytes\n")
+    outcome = sub.Submission(found, seed=5, isolation="process")
+    outcome.reproductions = [
+        sub.Reproduction("metrics[0]", "future_weight_max", "clean-room", 0.0, 0.0, True)
+    ]
+    store = EvidenceStore(tmp_path / "evidence")
+    sub._keep(outcome, store, record, tmp_path / "room")
+    stem = sub.digest(record)[: sub.DIGEST_CHARS]
+    folder = tmp_path / "evidence" / "submissions" / "t-module"
+    assert outcome.stored == folder / f"{stem}{kept_as}"
+    assert outcome.stored.read_bytes() == b"the learner's bytes\n"
+    receipt = json.loads((folder / f"{stem}.receipt.json").read_text("utf-8"))
+    assert receipt["submission"] == f"{stem}{kept_as}"
+    assert receipt["record_sha256"] == sub.digest(record)
+    assert (receipt["module"], receipt["seed"], receipt["isolation"]) == ("t-module", 5, "process")
+    assert receipt["clean_room"] == "room"
+    assert receipt["reproduced"] == [outcome.reproductions[0].to_json()]
+    # Kept again: the file is there, so nothing is written and the earlier one is named.
+    again = sub.Submission(Report(path=tmp_path / name, raw=b"other bytes"))
+    sub._keep(again, store, record, None)
+    assert again.stored is None and again.already == outcome.stored
+    assert outcome.stored.read_bytes() == b"the learner's bytes\n"
+
+
+def _labctl(info: dict) -> dict:
+    pinned = {"contract_id": CONTRACT_ID, "contract_sha256": CONTRACT_V1_SHA256}
+    return {"version": "0.1", **pinned, "tolerances": "v2", **info}
+
+
+def test_another_labctl_s_defaults_are_named_one_by_one(monkeypatch):
+    from labctl.labs.kv_cache import LAB as KV
+
+    monkeypatch.setattr(registry, "discover", lambda: [OTHER, KV])
+    info = {"lab": "kv-cache", "params": {"B": 2, "T": 16, "repeats": 5, "gone": 1}}
+    record = _record(labctl=_labctl(info))
+    assert sub._older_defaults(record) == "repeats=5 (now 3)"
+    assert (
+        sub._older_defaults(_record(labctl=_labctl({"lab": "kv-cache", "params": {"T": 16}}))) == ""
+    )
+    assert (
+        sub._older_defaults(_record(labctl=_labctl({"lab": "no-such-lab", "params": {"T": 1}})))
+        == ""
+    )
+    assert sub._older_defaults(_record()) == ""
