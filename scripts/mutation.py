@@ -141,8 +141,14 @@ TARGETS: dict[str, Target] = {
             "tests/test_verify_checks.py::test_causal_variants_perturb_after_every_position_from_the_first",
         ),
     ),
+    # test_verify_diagnosis.py observes the catalogue's rooms in its own process: fast.
     "diagnosis": Target(
-        "labctl/verify/diagnosis.py", ("tests/test_verify_faults.py", "tests/test_verify_cli.py")
+        "labctl/verify/diagnosis.py",
+        (
+            "tests/test_verify_diagnosis.py",
+            "tests/test_verify_faults.py",
+            "tests/test_verify_cli.py",
+        ),
     ),
     **{
         lab: _lab(lab)

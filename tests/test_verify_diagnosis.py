@@ -1,0 +1,530 @@
+"""The diagnosis, rule by rule, on the catalogue's own rooms observed in this process.
+
+tests/test_verify_faults.py proves the whole path (each fault room in its own sandboxed
+worker, then verify and diagnosis). Here the fault rooms are labctl's own code (the
+project's clean room with one catalogued fault), so they are imported and called in this
+process: the same fixtures, checks and comparison, without a worker per room, so each rule
+(localising, matching, naming, ordering, caching) is checked exactly and quickly. A
+learner's room is never run this way.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import itertools
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from labctl import contract, faults
+from labctl.errors import CallError
+from labctl.isolation import guard, replies
+from labctl.isolation.loader import observe_signatures
+from labctl.verify import diagnosis as dg
+from labctl.verify.checks import evaluate
+from labctl.verify.observe import FunctionRun, Located, Outcome, RoomObservation, run_function
+
+_names = itertools.count()
+# The faulty rooms overflow and divide by zero on purpose.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+class InProcessRoom:
+    """`CleanRoom.invoke`'s answers for a package imported here: labctl's own rooms only."""
+
+    def __init__(self, package):
+        self.package = package
+        self.violations: list[str] = []
+
+    def invoke(self, name: str, *args, **kwargs):
+        fn = getattr(self.package, name, None)
+        if fn is None:
+            raise CallError(name, "missing", f"the clean room has no {name}")
+        sent = copy.deepcopy((list(args), kwargs))
+        try:
+            value = fn(*args, **kwargs)
+        except Exception as exc:  # the worker reports every exception the same way
+            raise CallError(name, "exception", str(exc), None, type(exc).__name__) from None
+        changed = replies.mutated(*sent, [list(args), kwargs])
+        return SimpleNamespace(value=value, mutated=changed, elapsed_s=0.0)
+
+
+def observe_here(root: Path, functions: tuple[str, ...] | None = None) -> RoomObservation:
+    """What `observe` finds in the room at `root`, its calls made in this process."""
+    seen = RoomObservation(root, isolation="process")
+    found = [v for v in guard.scan(root) if not v.what.startswith("syntax error")]
+    if found:
+        seen.status = "refused"
+        seen.violations = [Located(v.where, v.what, "merge_heads") for v in found]
+        return seen
+    name = f"_diagnosed_room_{next(_names)}"
+    spec = importlib.util.spec_from_file_location(
+        name, root / "__init__.py", submodule_search_locations=[str(root)]
+    )
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[name] = package
+    spec.loader.exec_module(package)
+    seen.deviations = contract.check_signatures(
+        observe_signatures(package, contract.function_names())
+    )
+    room = InProcessRoom(package)
+    for function in functions or contract.function_names():
+        seen.runs[function] = run_function(room, function, set())
+    return seen
+
+
+class RoomsHere(dg.FaultRooms):
+    """The catalogue's rooms, observed in this process; records which faults were observed."""
+
+    def __init__(self, where: Path):
+        super().__init__()
+        self.where = where
+        self.asked: list[str] = []
+
+    def observe(self, fault, functions, timeout_s, memory_mb):
+        assert fault.name != "sinusoidal-hang", "the hanging room needs a worker to time out"
+        self.asked.append(fault.name)
+        root = fault.materialize(self.where / f"{fault.name}-{next(_names)}")
+        return observe_here(root, tuple(functions))
+
+
+def learner(tmp_path: Path, module: str, source: str) -> Path:
+    """The project's clean room with a learner's own version of one function."""
+    return faults.Fault("learner", "x", module, "x", "x", source).materialize(tmp_path / "learner")
+
+
+def diagnose(tmp_path: Path, room: Path):
+    seen = observe_here(room)
+    results = evaluate(seen)
+    rooms = RoomsHere(tmp_path / "faults")
+    return dg.diagnose(seen, results, 1.0, 512, rooms=rooms), rooms, seen, results
+
+
+# Functions whose own and inlined faults all run in this process (none hangs or imports torch).
+HERE = [
+    f
+    for f in faults.CATALOGUE
+    if not {f.function, *dg.transitive_dependencies(f.function)}
+    & {"sinusoidal_positions", "merge_heads", "multi_head_attention"}
+]
+
+
+def test_the_functions_diagnosed_here_cover_most_of_the_catalogue():
+    assert len(HERE) >= 15
+    assert {f.function for f in HERE} >= {"softmax", "causal_mask", "scaled_dot_product_attention"}
+
+
+@pytest.mark.parametrize("fault", HERE, ids=lambda f: f.name)
+def test_each_fault_is_named_at_its_function_with_its_course_section(tmp_path, fault):
+    found, _, _, _ = diagnose(tmp_path, fault.materialize(tmp_path / "room"))
+    named = [d for d in found if d.function == fault.function]
+    assert len(named) == 1, found
+    (d,) = named
+    assert (d.kind, d.fault, d.fault_function, d.course) == (
+        "fault",
+        fault.name,
+        fault.function,
+        fault.course,
+    )
+    assert d.message.startswith(f"{fault.function}: matches fault `{fault.name}`: ")
+    assert d.message.split("; see ")[1].startswith(fault.course)
+    assert d.to_json()["fault"] == fault.name
+    # Every other failing function is explained by this one, never named after a fault.
+    assert all(
+        o.kind == "dependency" and o.chain[-1] == fault.function for o in found if o is not d
+    )
+
+
+def test_a_learners_bug_in_a_dependency_is_localised_down_the_chain(tmp_path):
+    """A softmax at temperature 1/2: everything built on it fails, and is sent to it."""
+    room = learner(
+        tmp_path,
+        "primitives",
+        """
+        def softmax(x, axis=-1):
+            x = np.asarray(x)
+            e = np.exp(2.0 * (x - np.max(x, axis=axis, keepdims=True)))
+            return (e / np.sum(e, axis=axis, keepdims=True)).astype(_float_dtype(x), copy=False)
+        """,
+    )
+    found, rooms, _, _ = diagnose(tmp_path, room)
+    assert found[0].function == "softmax" and found[0].kind == "unmatched"
+    by_function = {d.function: d for d in found}
+    sdpa = by_function["scaled_dot_product_attention"]
+    assert sdpa.kind == "dependency"
+    assert sdpa.chain == ("scaled_dot_product_attention", "softmax")
+    assert sdpa.message == (
+        "scaled_dot_product_attention fails because softmax fails: it is built on it; "
+        "fix softmax first"
+    )
+    assert sdpa.to_json()["chain"] == ["scaled_dot_product_attention", "softmax"]
+    block = by_function["transformer_block"]
+    assert block.chain[0] == "transformer_block" and block.chain[-1] == "softmax"
+    assert len(block.chain) == 4  # block -> multi-head -> sdpa -> softmax
+    assert block.message == (
+        "transformer_block fails because multi_head_attention fails, which fails because "
+        "scaled_dot_product_attention fails, which fails because softmax fails: it is built "
+        "on it; fix softmax first"
+    )
+    # Root causes first, then what they explain; each in contract order.
+    kinds = [d.kind for d in found]
+    assert kinds == sorted(kinds, key=lambda k: k == "dependency")
+    order = contract.function_names()
+    dependents = [order.index(d.function) for d in found if d.kind == "dependency"]
+    assert dependents == sorted(dependents)
+    # Only softmax's own faults were tried: what depends on it was localised, not matched.
+    assert set(rooms.asked) == {f.name for f in faults.CATALOGUE if f.function == "softmax"}
+
+
+def test_an_unknown_bug_matches_nothing_and_names_its_failing_checks(tmp_path):
+    room = learner(
+        tmp_path,
+        "primitives",
+        """
+        def relu_ffn(x, w1, b1, w2, b2):
+            return np.maximum(x @ w1 + b1, 0.0) @ w2  # forgets b2
+        """,
+    )
+    found, rooms, _, _ = diagnose(tmp_path, room)
+    (d,) = [d for d in found if d.function == "relu_ffn"]
+    assert d.kind == "unmatched" and d.fault is None
+    assert d.message == "relu_ffn: fails parity; no catalogued fault matches it"
+    assert d.to_json() == {"function": "relu_ffn", "kind": "unmatched", "message": d.message}
+    assert set(rooms.asked) == {f.name for f in faults.CATALOGUE if f.function == "relu_ffn"}
+
+
+def test_a_bug_with_an_extra_symptom_is_named_and_the_extra_said(tmp_path):
+    """HF's rotate_half layout, written without the odd-D check the contract asks for."""
+    room = learner(
+        tmp_path,
+        "primitives",
+        """
+        def rope(x, positions, theta=10000.0):
+            x = np.asarray(x)
+            half = x.shape[-1] // 2
+            freq = theta ** (-np.arange(half) * 2.0 / x.shape[-1])
+            angle = np.asarray(positions)[:, None] * freq[None, :]
+            a, b = x[..., :half], x[..., half : 2 * half]
+            return np.concatenate(
+                [a * np.cos(angle) - b * np.sin(angle), a * np.sin(angle) + b * np.cos(angle)],
+                axis=-1,
+            ).astype(x.dtype)
+        """,
+    )
+    found, _, _, results = diagnose(tmp_path, room)
+    (d,) = [d for d in found if d.function == "rope"]
+    assert {r.name for r in results if r.function == "rope" and r.failed} == {"parity", "bad-input"}
+    assert d.fault == "rope-half-split"
+    assert d.message.endswith(" (it also fails bad-input)")
+
+
+def test_an_inlined_fault_of_a_dependency_is_named_as_such(tmp_path):
+    """A learner's sdpa with a softmax of its own that forgets the max: the package's
+    softmax passes, so the failure is sdpa's, and it behaves as softmax-no-max's sdpa."""
+    room = learner(
+        tmp_path,
+        "attention",
+        """
+        def softmax(x, axis=-1):  # attention.py's own, shadowing the package's
+            x = _as_float(x, "x")
+            e = np.exp(x)
+            return (e / np.sum(e, axis=axis, keepdims=True)).astype(_float_dtype(x), copy=False)
+        """,
+    )
+    found, rooms, _, results = diagnose(tmp_path, room)
+    assert not any(r.failed for r in results if r.function == "softmax")
+    (d,) = [d for d in found if d.function == "scaled_dot_product_attention"]
+    assert (d.kind, d.fault, d.fault_function) == ("fault", "softmax-no-max", "softmax")
+    assert d.message.startswith(
+        "scaled_dot_product_attention: matches fault `softmax-no-max` (a fault of softmax, "
+        "inlined here): "
+    )
+    # sdpa's own faults were tried, and none matched; then those of what it is built on.
+    own = {f.name for f in faults.CATALOGUE if f.function == "scaled_dot_product_attention"}
+    assert own < set(rooms.asked)
+
+
+def test_a_function_that_raises_not_implemented_is_said_so(tmp_path):
+    room = learner(
+        tmp_path,
+        "primitives",
+        """
+        def relu_ffn(x, w1, b1, w2, b2):
+            raise NotImplementedError
+        """,
+    )
+    found, rooms, _, _ = diagnose(tmp_path, room)
+    (d,) = [d for d in found if d.function == "relu_ffn"]
+    assert (d.kind, d.message) == ("not-implemented", "relu_ffn: not implemented yet")
+    assert rooms.asked == []
+
+
+def test_a_function_the_package_does_not_expose_is_said_so(tmp_path):
+    room = faults.project_clean_room()
+    seen = observe_here(room)
+    seen.runs["relu_ffn"] = FunctionRun(
+        "relu_ffn", fixtures={"f": Outcome("missing", message="no relu_ffn")}
+    )
+    results = evaluate(seen)
+    found = dg.diagnose(seen, results, 1.0, 512, rooms=RoomsHere(tmp_path))
+    (d,) = [d for d in found if d.function == "relu_ffn"]
+    assert (d.kind, d.message) == ("missing", "relu_ffn: the package does not expose it")
+
+
+def test_a_room_that_does_not_load_is_one_line_naming_where(tmp_path):
+    seen = RoomObservation(tmp_path, status="unloadable", message="does not load: SyntaxError")
+    seen.load_error = Located("primitives.py:3", "invalid syntax", "softmax")
+    found = dg.diagnose(seen, [], 1.0, 512, rooms=RoomsHere(tmp_path))
+    assert [(d.function, d.kind, d.message) for d in found] == [
+        ("softmax", "load", "the clean room does not load: SyntaxError")
+    ]
+    seen.load_error = None
+    (d,) = dg.diagnose(seen, [], 1.0, 512, rooms=RoomsHere(tmp_path))
+    assert d.function == "(package)"
+
+
+def test_a_clean_room_that_passes_gets_no_diagnosis(tmp_path):
+    found, rooms, _, results = diagnose(tmp_path, faults.project_clean_room())
+    assert not any(r.failed for r in results)
+    assert found == [] and rooms.asked == []
+
+
+def test_several_matching_faults_are_named_best_first(tmp_path, monkeypatch):
+    """A copy of a fault under another name matches as well: the first is named, the copy
+    is listed after it."""
+    original = faults.get("mask-reversed")
+    twin = faults.Fault(
+        "mask-reversed-twin",
+        original.function,
+        original.module,
+        original.description,
+        original.course,
+        original.source,
+    )
+    monkeypatch.setattr(dg.catalogue, "CATALOGUE", (*faults.CATALOGUE, twin))
+    found, _, _, _ = diagnose(tmp_path, original.materialize(tmp_path / "room"))
+    (d,) = [d for d in found if d.function == "causal_mask"]
+    assert d.fault == "mask-reversed"
+    assert d.message.endswith(" (also matches `mask-reversed-twin`)")
+
+
+# -- the comparison of two runs ---------------------------------------------------------
+
+
+def _run(**outcomes: Outcome) -> FunctionRun:
+    return FunctionRun("softmax", fixtures=dict(outcomes))
+
+
+def test_same_behaviour_needs_both_runs_or_neither():
+    assert dg.same_behaviour("softmax", None, None)
+    assert not dg.same_behaviour("softmax", None, _run())
+    assert not dg.same_behaviour("softmax", _run(), None)
+
+
+def test_same_behaviour_compares_outcomes_edits_and_values(tmp_path):
+    seen = observe_here(faults.project_clean_room(), ("softmax",))
+    base = seen.runs["softmax"]
+    assert dg.same_behaviour("softmax", base, copy.deepcopy(base))
+    name = next(iter(base.fixtures))
+    for changed in (
+        Outcome("exception", message="boom", exc_type="ValueError"),
+        Outcome("value", value=base.fixtures[name].value, mutated=("x",)),
+        Outcome("value", value=base.fixtures[name].value + 1e-3),
+        Outcome("value", value=base.fixtures[name].value.astype("float32")),
+        Outcome("value", value=(base.fixtures[name].value,)),
+    ):
+        other = copy.deepcopy(base)
+        other.fixtures[name] = changed
+        assert not dg.same_behaviour("softmax", base, other), changed
+    other = copy.deepcopy(base)
+    del other.fixtures[name]
+    assert not dg.same_behaviour("softmax", base, other)
+    probe = next(iter(base.probes))
+    other = copy.deepcopy(base)
+    del other.probes[probe]
+    assert not dg.same_behaviour("softmax", base, other)
+    other = copy.deepcopy(base)
+    other.probes[probe] = Outcome("timeout", message="hung")
+    assert not dg.same_behaviour("softmax", base, other)
+    # Two runs that raise the same way behave alike, whatever the message says.
+    a, b = copy.deepcopy(base), copy.deepcopy(base)
+    a.fixtures[name] = Outcome("exception", message="one", exc_type="ValueError")
+    b.fixtures[name] = Outcome("exception", message="two", exc_type="TypeError")
+    assert dg.same_behaviour("softmax", a, b)
+
+
+def test_a_probe_is_compared_at_float32_precision_relative_to_the_reference(tmp_path):
+    seen = observe_here(faults.project_clean_room(), ("softmax",))
+    base = seen.runs["softmax"]
+    probe = next(n for n, o in base.probes.items() if o.kind == "value")
+    value = base.probes[probe].value
+    scale = max(1.0, float(abs(value).max()))
+    near, far = copy.deepcopy(base), copy.deepcopy(base)
+    near.probes[probe] = Outcome("value", value=value + 0.5e-4 * scale)
+    far.probes[probe] = Outcome("value", value=value + 2e-4 * scale)
+    assert dg.same_behaviour("softmax", base, near)
+    assert not dg.same_behaviour("softmax", base, far)
+
+
+def test_malformed_outputs_are_alike_only_with_the_same_types_and_shapes():
+    assert dg._shape_signature([1, (2.0,)]) == ("list", ("int", ("tuple", ("float",))))
+    import numpy as np
+
+    a = np.zeros((2, 3))
+    assert dg._shape_signature(a) == ("array", (2, 3), "float64")
+    assert dg._shape_signature(a) != dg._shape_signature(a.T)
+    assert dg._shape_signature(a) != dg._shape_signature(a.astype("float32"))
+
+
+def test_bad_inputs_are_alike_when_each_is_refused_the_same_way():
+    def run(**bad: Outcome) -> FunctionRun:
+        return FunctionRun("softmax", bad=dict(bad))
+
+    refused = Outcome("exception", message="x", exc_type="ValueError")
+    accepted = Outcome("value", value=1.0)
+    assert dg._same_bad_input(None, None)
+    assert not dg._same_bad_input(run(), None) and not dg._same_bad_input(None, run())
+    assert dg._same_bad_input(run(a=refused), run(a=refused))
+    assert not dg._same_bad_input(run(a=refused), run(a=accepted))
+    assert not dg._same_bad_input(run(a=refused), run(b=refused))
+    assert not dg._same_bad_input(run(a=refused, b=refused), run(a=refused))
+
+
+def test_matches_requires_the_same_failing_checks_and_side_symptoms(tmp_path):
+    fault = faults.get("mask-reversed")
+    fault_seen = observe_here(fault.materialize(tmp_path / "fault"))
+    learner_seen = observe_here(fault.materialize(tmp_path / "learner"))
+    results = evaluate(learner_seen)
+    assert dg.matches("causal_mask", learner_seen, results, fault_seen) == set()
+    # A clean room's run of the function does not match a fault's.
+    clean = observe_here(faults.project_clean_room())
+    assert dg.matches("causal_mask", clean, evaluate(clean), fault_seen) is None
+    # The same failing checks but other values: no match.
+    other = observe_here(faults.get("causal-top-left").materialize(tmp_path / "other"))
+    assert dg.matches("causal_mask", other, evaluate(other), fault_seen) is None
+
+
+def test_an_import_violation_matches_only_the_same_violation(tmp_path):
+    fault = faults.get("merge-heads-imports-torch")
+    fault_seen = observe_here(fault.materialize(tmp_path / "fault"))
+    assert fault_seen.status == "refused"
+    learner_seen = copy.deepcopy(fault_seen)
+    results = evaluate(learner_seen)
+    assert dg.matches("merge_heads", learner_seen, results, fault_seen) is not None
+    learner_seen.violations = [
+        Located(v.where, v.what.replace("torch", "socket"), v.function)
+        for v in learner_seen.violations
+    ]
+    assert dg.matches("merge_heads", learner_seen, evaluate(learner_seen), fault_seen) is None
+
+
+def test_a_signature_deviation_matches_only_the_same_deviation(tmp_path):
+    fault = faults.get("rms-eps-default")
+    fault_seen = observe_here(fault.materialize(tmp_path / "fault"))
+    learner_seen = observe_here(fault.materialize(tmp_path / "learner"))
+    assert any(d.function == "rms_norm" for d in fault_seen.deviations)
+    assert dg.matches("rms_norm", learner_seen, evaluate(learner_seen), fault_seen) is not None
+    learner_seen.deviations = [
+        contract.Deviation(d.function, d.message + " (another)") if d.function == "rms_norm" else d
+        for d in learner_seen.deviations
+    ]
+    assert dg.matches("rms_norm", learner_seen, evaluate(learner_seen), fault_seen) is None
+
+
+# -- the chain and its words ---------------------------------------------------------
+
+
+def test_dependencies_are_listed_nearest_first_each_once():
+    deps = dg.transitive_dependencies("transformer_block")
+    assert deps[:3] == ["rms_norm", "multi_head_attention", "swiglu_ffn"]
+    assert len(deps) == len(set(deps))
+    assert deps.index("softmax") > deps.index("scaled_dot_product_attention")
+    assert dg.transitive_dependencies("softmax") == []
+
+
+def test_the_chain_follows_the_first_broken_dependency_and_stops_at_a_cycle(monkeypatch):
+    broken = {"multi_head_attention", "scaled_dot_product_attention", "softmax", "rope"}
+    assert dg.failure_chain("transformer_block", broken) == (
+        "transformer_block",
+        "multi_head_attention",
+        "rope",
+    )
+    assert dg.failure_chain("softmax", broken) == ("softmax",)
+    monkeypatch.setattr(dg, "DEPENDS", {"a": ("b",), "b": ("a",)})
+    assert dg.failure_chain("a", {"a", "b"}) == ("a", "b")
+
+
+def test_a_fault_of_the_function_itself_is_described_without_the_inlined_note():
+    fault = faults.get("softmax-no-max")
+    assert str(dg.describe(fault, "softmax")) == (
+        f"softmax: matches fault `softmax-no-max`: {fault.description}; see {fault.course}"
+    )
+    assert str(dg.describe(fault, "scaled_dot_product_attention")).startswith(
+        "scaled_dot_product_attention: matches fault `softmax-no-max` (a fault of softmax, "
+        "inlined here): "
+    )
+
+
+# -- fault rooms are observed once per process ------------------------------------------
+
+
+def test_fault_rooms_are_materialized_once_and_observed_only_for_what_is_missing(
+    tmp_path, monkeypatch
+):
+    calls: list[tuple[str, tuple[str, ...]]] = []
+
+    def fake_observe(root, timeout_s, memory_mb, functions):
+        calls.append((root.parent.name, tuple(functions)))
+        seen = RoomObservation(root)
+        seen.runs = {f: FunctionRun(f) for f in functions}
+        return seen
+
+    monkeypatch.setattr(dg, "observe", fake_observe)
+    rooms = dg.FaultRooms()
+    fault = faults.get("softmax-no-max")
+    first = rooms.observe(fault, ("softmax",), 1.0, 512)
+    assert rooms.observe(fault, ("softmax",), 1.0, 512) is first
+    both = rooms.observe(fault, ("softmax", "rope"), 1.0, 512)
+    assert both is first and set(both.runs) == {"softmax", "rope"}
+    rooms.observe(fault, ("softmax",), 2.0, 512)  # another timeout: observed anew
+    assert calls == [
+        ("softmax-no-max", ("softmax",)),
+        ("softmax-no-max", ("rope",)),
+        ("softmax-no-max", ("softmax",)),
+    ]
+    path = rooms.path(fault)
+    assert path == rooms.path(fault) and path.name == "clean_room"
+    assert (
+        (path / "primitives.py")
+        .read_text("utf-8")
+        .endswith(textwrap.dedent(fault.source).strip() + "\n")
+    )
+
+
+def test_a_fault_room_that_does_not_load_is_not_observed_again(monkeypatch):
+    calls = []
+
+    def fake_observe(root, timeout_s, memory_mb, functions):
+        calls.append(functions)
+        return RoomObservation(root, status="unloadable")
+
+    monkeypatch.setattr(dg, "observe", fake_observe)
+    rooms = dg.FaultRooms()
+    fault = faults.get("softmax-no-max")
+    first = rooms.observe(fault, ("softmax",), 1.0, 512)
+    assert rooms.observe(fault, ("rope",), 1.0, 512) is first
+    assert len(calls) == 1
+
+
+def test_what_labctl_faults_observed_is_remembered(monkeypatch):
+    monkeypatch.setattr(dg, "observe", lambda *a, **k: pytest.fail("observed again"))
+    rooms = dg.FaultRooms()
+    fault = faults.get("softmax-no-max")
+    seen = RoomObservation(Path("x"))
+    seen.runs = {"softmax": FunctionRun("softmax")}
+    rooms.remember(fault, 1.0, 512, seen)
+    assert rooms.observe(fault, ("softmax",), 1.0, 512) is seen
