@@ -43,3 +43,29 @@ def observed(function: str, value_of=fx.reference_output, probes=True, **run_fie
     for name, value in run_fields.items():
         setattr(run, name, value)
     return RoomObservation(root=Path("room"), runs={function: run})
+
+
+def learner_room(directory: Path, module: str, source: str) -> Path:
+    """The project's clean room with a learner's own version of a function appended to
+    `module`.py (it shadows the project's), written under `directory`."""
+    from labctl import faults
+
+    return faults.Fault("learner", "-", module, "-", "-", source).materialize(
+        directory / "clean_room"
+    )
+
+
+# Hugging Face's rotate_half layout of RoPE, written without the odd-D check the contract
+# asks for: it matches fault rope-half-split, and also fails bad-input.
+HF_ROPE_WITHOUT_ODD_CHECK = """
+def rope(x, positions, theta=10000.0):
+    x = np.asarray(x)
+    half = x.shape[-1] // 2
+    freq = theta ** (-np.arange(half) * 2.0 / x.shape[-1])
+    angle = np.asarray(positions)[:, None] * freq[None, :]
+    a, b = x[..., :half], x[..., half : 2 * half]
+    return np.concatenate(
+        [a * np.cos(angle) - b * np.sin(angle), a * np.sin(angle) + b * np.cos(angle)],
+        axis=-1,
+    ).astype(x.dtype)
+"""

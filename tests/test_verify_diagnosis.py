@@ -19,6 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from checktools import HF_ROPE_WITHOUT_ODD_CHECK, learner_room
 
 from labctl import contract, faults
 from labctl.errors import CallError
@@ -92,11 +93,6 @@ class RoomsHere(dg.FaultRooms):
         return observe_here(root, tuple(functions))
 
 
-def learner(tmp_path: Path, module: str, source: str) -> Path:
-    """The project's clean room with a learner's own version of one function."""
-    return faults.Fault("learner", "x", module, "x", "x", source).materialize(tmp_path / "learner")
-
-
 def diagnose(tmp_path: Path, room: Path):
     seen = observe_here(room)
     results = evaluate(seen)
@@ -141,7 +137,7 @@ def test_each_fault_is_named_at_its_function_with_its_course_section(tmp_path, f
 
 def test_a_learners_bug_in_a_dependency_is_localised_down_the_chain(tmp_path):
     """A softmax at temperature 1/2: everything built on it fails, and is sent to it."""
-    room = learner(
+    room = learner_room(
         tmp_path,
         "primitives",
         """
@@ -181,7 +177,7 @@ def test_a_learners_bug_in_a_dependency_is_localised_down_the_chain(tmp_path):
 
 
 def test_an_unknown_bug_matches_nothing_and_names_its_failing_checks(tmp_path):
-    room = learner(
+    room = learner_room(
         tmp_path,
         "primitives",
         """
@@ -199,22 +195,7 @@ def test_an_unknown_bug_matches_nothing_and_names_its_failing_checks(tmp_path):
 
 def test_a_bug_with_an_extra_symptom_is_named_and_the_extra_said(tmp_path):
     """HF's rotate_half layout, written without the odd-D check the contract asks for."""
-    room = learner(
-        tmp_path,
-        "primitives",
-        """
-        def rope(x, positions, theta=10000.0):
-            x = np.asarray(x)
-            half = x.shape[-1] // 2
-            freq = theta ** (-np.arange(half) * 2.0 / x.shape[-1])
-            angle = np.asarray(positions)[:, None] * freq[None, :]
-            a, b = x[..., :half], x[..., half : 2 * half]
-            return np.concatenate(
-                [a * np.cos(angle) - b * np.sin(angle), a * np.sin(angle) + b * np.cos(angle)],
-                axis=-1,
-            ).astype(x.dtype)
-        """,
-    )
+    room = learner_room(tmp_path, "primitives", HF_ROPE_WITHOUT_ODD_CHECK)
     found, _, _, results = diagnose(tmp_path, room)
     (d,) = [d for d in found if d.function == "rope"]
     assert {r.name for r in results if r.function == "rope" and r.failed} == {"parity", "bad-input"}
@@ -225,7 +206,7 @@ def test_a_bug_with_an_extra_symptom_is_named_and_the_extra_said(tmp_path):
 def test_an_inlined_fault_of_a_dependency_is_named_as_such(tmp_path):
     """A learner's sdpa with a softmax of its own that forgets the max: the package's
     softmax passes, so the failure is sdpa's, and it behaves as softmax-no-max's sdpa."""
-    room = learner(
+    room = learner_room(
         tmp_path,
         "attention",
         """
@@ -249,7 +230,7 @@ def test_an_inlined_fault_of_a_dependency_is_named_as_such(tmp_path):
 
 
 def test_a_function_that_raises_not_implemented_is_said_so(tmp_path):
-    room = learner(
+    room = learner_room(
         tmp_path,
         "primitives",
         """

@@ -12,6 +12,7 @@ import collections
 import json
 
 import pytest
+from checktools import HF_ROPE_WITHOUT_ODD_CHECK, learner_room
 from typer.testing import CliRunner
 
 from labctl import contract, faults
@@ -148,22 +149,8 @@ def test_labctl_faults_human_output(built, monkeypatch):
     assert "loads: no catalogued fault, justified" in text
 
 
-def _learner_room(tmp_path, module: str, source: str):
-    """The project's clean room with a learner's own version of one function."""
-    import shutil
-    import textwrap
-
-    from labctl.faults import project_clean_room
-
-    dest = tmp_path / "clean_room"
-    shutil.copytree(project_clean_room(), dest, ignore=shutil.ignore_patterns("__pycache__"))
-    with (dest / f"{module}.py").open("a", encoding="utf-8") as handle:
-        handle.write("\n\n" + textwrap.dedent(source).strip() + "\n")
-    return dest
-
-
 def test_a_learners_own_code_with_a_catalogued_bug_is_diagnosed(tmp_path, matrix):
-    room = _learner_room(
+    room = learner_room(
         tmp_path,
         "primitives",
         """
@@ -183,22 +170,7 @@ def test_a_learners_own_code_with_a_catalogued_bug_is_diagnosed(tmp_path, matrix
 
 def test_a_matching_bug_with_an_extra_symptom_is_still_named(tmp_path, matrix):
     """HF's rotate_half layout, written without the odd-D check the contract asks for."""
-    room = _learner_room(
-        tmp_path,
-        "primitives",
-        """
-        def rope(x, positions, theta=10000.0):
-            x = np.asarray(x)
-            half = x.shape[-1] // 2
-            freq = theta ** (-np.arange(half) * 2.0 / x.shape[-1])
-            angle = np.asarray(positions)[:, None] * freq[None, :]
-            a, b = x[..., :half], x[..., half : 2 * half]
-            return np.concatenate(
-                [a * np.cos(angle) - b * np.sin(angle), a * np.sin(angle) + b * np.cos(angle)],
-                axis=-1,
-            ).astype(x.dtype)
-        """,
-    )
+    room = learner_room(tmp_path, "primitives", HF_ROPE_WITHOUT_ODD_CHECK)
     report = verify_clean_room(room, 2.0, out=None, measure=False)
     failed = {c.name for c in report.checks if c.function == "rope" and c.failed}
     assert failed == {"parity", "bad-input"}
@@ -208,7 +180,7 @@ def test_a_matching_bug_with_an_extra_symptom_is_still_named(tmp_path, matrix):
 
 
 def test_an_unknown_bug_is_said_to_match_nothing(tmp_path, matrix):
-    room = _learner_room(
+    room = learner_room(
         tmp_path,
         "primitives",
         """
