@@ -9,20 +9,23 @@ quickly. tests/test_evidence_submit.py drives the same code end to end on real l
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 from pathlib import Path
 
 import pytest
 
+import labctl
 from labctl import registry
 from labctl.contract import CONTRACT_ID, CONTRACT_V1_SHA256
-from labctl.errors import CleanRoomError
+from labctl.errors import CleanRoomError, StoreError
 from labctl.evidence import submit as sub
 from labctl.evidence.findings import Report
 from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.modules import MODULES
 from labctl.evidence.store import EvidenceStore
+from labctl.evidence.times import parse_time
 from labctl.lab import Lab, Metric
 from labctl.runner import LabResult, MetricResult
 
@@ -455,16 +458,68 @@ def test_an_accepted_file_is_kept_byte_for_byte_with_a_receipt(
     assert outcome.stored == folder / f"{stem}{kept_as}"
     assert outcome.stored.read_bytes() == b"the learner's bytes\n"
     receipt = json.loads((folder / f"{stem}.receipt.json").read_text("utf-8"))
-    assert receipt["submission"] == f"{stem}{kept_as}"
-    assert receipt["record_sha256"] == sub.digest(record)
-    assert (receipt["module"], receipt["seed"], receipt["isolation"]) == ("t-module", 5, "process")
-    assert receipt["clean_room"] == "room"
-    assert receipt["reproduced"] == [outcome.reproductions[0].to_json()]
+    accepted_at = receipt.pop("accepted_at")
+    assert parse_time(accepted_at) is not None
+    assert receipt == {
+        "schema": "labctl.submission-receipt.v1",
+        "submission": f"{stem}{kept_as}",
+        "record_sha256": sub.digest(record),
+        "file_sha256": hashlib.sha256(b"the learner's bytes\n").hexdigest(),
+        "module": "t-module",
+        "seed": 5,
+        "labctl_version": labctl.__version__,
+        "tolerances": registry.TOLERANCE_TABLE_VERSION,
+        "clean_room": "room",
+        "isolation": "process",
+        "params_default": None,
+        "reproduced": [outcome.reproductions[0].to_json()],
+        "warnings": [],
+    }
+    manifest = json.loads(store.manifest_path.read_text("utf-8"))
+    assert manifest["modules"]["t-module"] == {
+        "record": f"submissions/t-module/{stem}{kept_as}",
+        "verified_at": "2026-05-01T10:00:00Z",
+        "accepted_at": accepted_at,
+        "kind": "submission",
+        "passed": True,
+        "seed": 5,
+        "sha256": sub.digest(record),
+    }
     # Kept again: the file is there, so nothing is written and the earlier one is named.
     again = sub.Submission(Report(path=tmp_path / name, raw=b"other bytes"))
     sub._keep(again, store, record, None)
     assert again.stored is None and again.already == outcome.stored
     assert outcome.stored.read_bytes() == b"the learner's bytes\n"
+
+
+def test_a_file_stored_meanwhile_is_named_yaml_first(tmp_path, monkeypatch):
+    """Another submit stored the same record between the check and the write."""
+    monkeypatch.chdir(tmp_path)
+    record = _record()
+    stem = sub.digest(record)[: sub.DIGEST_CHARS]
+    folder = tmp_path / "evidence" / "submissions" / "t-module"
+    folder.mkdir(parents=True)
+    (folder / f"{stem}.json").write_bytes(b"{}")
+    outcome = sub.Submission(Report(path=tmp_path / "e.json", raw=b"{}"))
+    sub._keep(outcome, EvidenceStore(tmp_path / "evidence"), record, None)
+    assert outcome.already == folder / f"{stem}.json" and outcome.stored is None
+    (folder / f"{stem}.yaml").write_bytes(b"{}")
+    sub._keep(outcome, EvidenceStore(tmp_path / "evidence"), record, None)
+    assert outcome.already == folder / f"{stem}.yaml"
+    assert not (folder / f"{stem}.receipt.json").exists()
+
+
+def test_a_store_that_cannot_be_written_is_a_named_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "evidence" / "submissions").mkdir(parents=True)
+    (tmp_path / "evidence" / "submissions" / "t-module").write_text("a file, not a folder")
+    outcome = sub.Submission(Report(path=tmp_path / "e.yaml", raw=b"x"))
+    with pytest.raises(StoreError) as caught:
+        sub._keep(outcome, EvidenceStore(tmp_path / "evidence"), _record(), None)
+    stem = sub.digest(_record())[: sub.DIGEST_CHARS]
+    target = tmp_path / "evidence" / "submissions" / "t-module" / f"{stem}.yaml"
+    assert str(caught.value) == f"cannot write {target}: File exists"  # mkdir's, of the folder
+    assert outcome.stored is None
 
 
 def _labctl(info: dict) -> dict:
