@@ -316,6 +316,18 @@ EQUIVALENT.update(
     }
 )
 
+# evidence/submit.py
+_FINITE = (
+    "every number in a receipt is finite: a claim that is not is never re-measured, and a "
+    "measurement that is not is refused as 'measured no', so allow_nan never decides"
+)
+EQUIVALENT.update(
+    {
+        **{f"labctl.evidence.submit.x__keep__mutmut_{n}": _FINITE for n in (77, 81, 84)},
+        "labctl.evidence.submit.x__keep__mutmut_93": "codec names are case-insensitive",
+    }
+)
+
 # Functions that run only while their module is imported: a lab's metric declarations, built
 # into METRICS then. mutmut switches a mutant on in a process forked after that import, so no
 # test can observe one; the tolerance-table tests pin what they build (name, bound, reason).

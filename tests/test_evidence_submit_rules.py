@@ -445,8 +445,9 @@ def test_an_accepted_file_is_kept_byte_for_byte_with_a_receipt(
     tmp_path, monkeypatch, name, kept_as
 ):
     monkeypatch.chdir(tmp_path)
-    record = _record()
+    record = _record(labctl=_labctl({"params_default": False}))
     found = Report(path=tmp_path / name, raw=b"the learner's bytes\n")
+    found.warn("labctl.params_default", "用非默认参数")  # kept as UTF-8, not \u escapes
     outcome = sub.Submission(found, seed=5, isolation="process")
     outcome.reproductions = [
         sub.Reproduction("metrics[0]", "future_weight_max", "clean-room", 0.0, 0.0, True)
@@ -457,7 +458,10 @@ def test_an_accepted_file_is_kept_byte_for_byte_with_a_receipt(
     folder = tmp_path / "evidence" / "submissions" / "t-module"
     assert outcome.stored == folder / f"{stem}{kept_as}"
     assert outcome.stored.read_bytes() == b"the learner's bytes\n"
-    receipt = json.loads((folder / f"{stem}.receipt.json").read_text("utf-8"))
+    text = (folder / f"{stem}.receipt.json").read_text("utf-8")
+    assert text.startswith('{\n  "schema": ') and text.endswith("\n}\n")  # indented by 2
+    assert "用非默认参数" in text
+    receipt = json.loads(text)
     accepted_at = receipt.pop("accepted_at")
     assert parse_time(accepted_at) is not None
     assert receipt == {
@@ -471,9 +475,9 @@ def test_an_accepted_file_is_kept_byte_for_byte_with_a_receipt(
         "tolerances": registry.TOLERANCE_TABLE_VERSION,
         "clean_room": "room",
         "isolation": "process",
-        "params_default": None,
+        "params_default": False,
         "reproduced": [outcome.reproductions[0].to_json()],
-        "warnings": [],
+        "warnings": [{"field": "labctl.params_default", "reason": "用非默认参数"}],
     }
     manifest = json.loads(store.manifest_path.read_text("utf-8"))
     assert manifest["modules"]["t-module"] == {
