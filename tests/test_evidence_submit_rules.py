@@ -546,3 +546,102 @@ def test_another_labctl_s_defaults_are_named_one_by_one(monkeypatch):
         == ""
     )
     assert sub._older_defaults(_record()) == ""
+
+
+# -- submit: validate, re-measure, keep -----------------------------------------------------
+
+
+def _validated(tmp_path: Path, monkeypatch, record: EvidenceRecord, name: str = "e.yaml"):
+    """`submit` on a file whose validation gives `record` (a valid one)."""
+    path = tmp_path / name
+    path.write_bytes(b"the file\n")
+    data = record.dump()
+    data["module"] = MODULES[0].id  # a course module, as validation requires
+
+    def validate_file(given, now=None):
+        assert given == path
+        found = Report(path=path, raw=b"the file\n")
+        found.data = data
+        found.record = EvidenceRecord.model_validate(data)
+        return found
+
+    monkeypatch.setattr(sub, "validate_file", validate_file)
+    monkeypatch.chdir(tmp_path)
+    return path
+
+
+FAKE_CLAIM = [{"name": "fake_error", "expected": "<=1e-10", "actual": 10.0}]
+
+
+def test_a_valid_submission_is_re_measured_then_kept(tmp_path, monkeypatch):
+    runs = Runs(result(("fake_error", "clean-room", 10.0))).install(monkeypatch)
+    path = _validated(tmp_path, monkeypatch, _record(metrics=FAKE_CLAIM))
+    outcome = sub.submit(path, tmp_path / "evidence", isolation="process")
+    assert outcome.accepted and outcome.already is None
+    assert (outcome.seed, outcome.isolation) == (5, "process")
+    assert [(r.impl, r.measured, r.reproduced) for r in outcome.reproductions] == [
+        ("clean-room", 10.0, True)
+    ]
+    assert outcome.stored.parent == tmp_path / "evidence" / "submissions" / MODULES[0].id
+    assert outcome.stored.read_bytes() == b"the file\n"
+    assert runs.labs == [("fake", ("clean-room",), 5)]
+    # The same record again: already recorded, nothing re-measured or written.
+    again = sub.submit(path, tmp_path / "evidence", isolation="process")
+    assert again.already == outcome.stored and again.stored is None
+    assert again.reproductions == [] and len(runs.labs) == 1
+
+
+def test_a_claim_that_does_not_reproduce_keeps_nothing(tmp_path, monkeypatch):
+    Runs(result(("fake_error", "clean-room", 12.0))).install(monkeypatch)
+    path = _validated(tmp_path, monkeypatch, _record(metrics=FAKE_CLAIM))
+    outcome = sub.submit(path, tmp_path / "evidence", isolation="process")
+    assert not outcome.accepted and outcome.stored is None
+    assert [p.field for p in outcome.report.problems] == ["metrics[0].actual"]
+    assert not (tmp_path / "evidence" / "submissions").exists()
+
+
+def test_a_record_made_with_non_default_parameters_is_kept_with_a_warning(tmp_path, monkeypatch):
+    Runs(result(("fake_error", "clean-room", 10.0))).install(monkeypatch)
+    info = {"lab": "kv-cache", "params": {"repeats": 5}, "params_default": False}
+    record = _record(metrics=FAKE_CLAIM, labctl=_labctl(info))
+    outcome = sub.submit(
+        _validated(tmp_path, monkeypatch, record), tmp_path / "evidence", isolation="process"
+    )
+    assert outcome.accepted
+    assert [(w.field, w.reason) for w in outcome.report.warnings] == [
+        (
+            "labctl.params_default",
+            "made with non-default lab parameters; labctl re-measures with the labs' defaults",
+        )
+    ]
+
+
+def test_a_record_made_with_another_labctl_s_defaults_is_kept_with_a_warning(tmp_path, monkeypatch):
+    from labctl.labs.kv_cache import LAB as KV
+
+    Runs(result(("fake_error", "clean-room", 10.0))).install(monkeypatch)
+    monkeypatch.setattr(registry, "discover", lambda: [KV, LAB])
+    info = {"lab": "kv-cache", "params": {"repeats": 5}, "params_default": True}
+    record = _record(metrics=FAKE_CLAIM, labctl=_labctl(info))
+    outcome = sub.submit(
+        _validated(tmp_path, monkeypatch, record), tmp_path / "evidence", isolation="process"
+    )
+    assert outcome.accepted
+    assert [(w.field, w.reason) for w in outcome.report.warnings] == [
+        (
+            "labctl.params",
+            "made with another labctl's default parameters (repeats=5 (now 3)); labctl "
+            "re-measures with this version's defaults",
+        )
+    ]
+
+
+def test_a_file_that_is_not_a_mapping_stops_at_validation(tmp_path, monkeypatch):
+    runs = Runs(result()).install(monkeypatch)
+    found = Report(path=tmp_path / "e.yaml")
+    found.data = ["a", "list"]
+    found.refuse("(document)", "not a mapping")
+    monkeypatch.setattr(sub, "validate_file", lambda path, now=None: found)
+    outcome = sub.submit(tmp_path / "e.yaml", tmp_path / "evidence")
+    assert not outcome.accepted and outcome.seed is None and runs.modes == []
+    assert not (tmp_path / "evidence").exists()
