@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import math
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ import labctl
 from labctl import registry
 from labctl.contract import CONTRACT_ID, CONTRACT_V1_SHA256
 from labctl.errors import CleanRoomError, StoreError
+from labctl.evidence import modules
 from labctl.evidence import submit as sub
 from labctl.evidence.findings import Report
 from labctl.evidence.models import EvidenceRecord
@@ -71,6 +73,7 @@ class Runs:
     def __init__(self, measured: LabResult, broken: set[str] = frozenset()):
         self.measured, self.broken = measured, broken
         self.modes: list[str] = []
+        self.how: list[tuple] = []  # (clean_room, timeout_s, isolation) of each run
         self.labs: list[tuple[str, tuple[str, ...], int]] = []
 
     def install(self, monkeypatch) -> Runs:
@@ -81,6 +84,7 @@ class Runs:
     @contextlib.contextmanager
     def implementations(self, mode, clean_room, timeout_s, isolation):
         self.modes.append(mode)
+        self.how.append((clean_room, timeout_s, isolation))
         if mode in self.broken:
             raise CleanRoomError("the room does not import")
         yield {"reference": None, "clean-room": None} if mode == "both" else {mode: None}
@@ -90,9 +94,14 @@ class Runs:
         return self.measured
 
 
+ROOM = Path("their_room")
+
+
 def compare(found: Report, runs: Runs, monkeypatch) -> list[sub.Reproduction]:
     runs.install(monkeypatch)
-    return sub._compare(sub._claims(found), 5, None, 1.0, found)
+    done = sub._compare(sub._claims(found), 5, ROOM, 1.5, found, "process")
+    assert all(how == (ROOM, 1.5, "process") for how in runs.how)
+    return done
 
 
 # -- which claims are re-measured, and on which row ---------------------------------------
@@ -119,18 +128,18 @@ def test_a_claim_speaks_for_its_impl_else_the_clean_room_else_the_comparison():
 
 
 def test_an_unknown_metric_is_refused_by_name_and_replaces_its_warning():
-    found = report(row("fake_error", 0.0), row("nobody_measures_this", 1.0))
-    found.warn("metrics[1].name", "a warning about the name")
-    found.warn("metrics[0]", "kept")
-    assert [c.index for c in sub._claims(found)] == [0]
+    found = report(row("nobody_measures_this", 1.0), row("fake_error", 0.0))
+    found.warn("metrics[0].name", "a warning about the name")
+    found.warn("metrics[1]", "kept")
+    assert [c.index for c in sub._claims(found)] == [1]
     assert [(p.field, p.reason) for p in found.problems] == [
         (
-            "metrics[1].name",
+            "metrics[0].name",
             "'nobody_measures_this' is not in the v1 tolerance table: no lab measures it, so "
             "it is not reproducible",
         )
     ]
-    assert [w.field for w in found.warnings] == ["metrics[0]"]
+    assert [w.field for w in found.warnings] == ["metrics[1]"]
 
 
 def test_a_timing_claim_is_a_warning_and_never_re_measured():
@@ -168,13 +177,15 @@ def test_rows_that_are_not_claims_are_skipped():
     [
         ({"both"}, "both"),
         ({"both", "reference"}, "both"),
+        ({"both", "clean-room"}, "both"),
         ({"reference", "clean-room"}, "both"),
         ({"reference"}, "reference"),
         ({"clean-room"}, "clean-room"),
     ],
 )
 def test_a_lab_runs_on_just_the_implementations_its_claims_need(needed, mode):
-    assert sub._mode(needed) == mode
+    for _ in range(8):  # a set's order must not decide
+        assert sub._mode(set(needed)) == mode
 
 
 # -- the comparison -------------------------------------------------------------------
@@ -191,11 +202,11 @@ def test_each_claim_is_compared_with_its_own_row_within_the_metrics_spread(monke
     )
     done = compare(found, runs, monkeypatch)
     assert runs.modes == ["clean-room"] and runs.labs == [("fake", ("clean-room",), 5)]
-    assert [(r.field, r.impl, r.claimed, r.measured, r.reproduced) for r in done] == [
-        ("metrics[0]", "clean-room", 11.5, 10.0, True),
-        ("metrics[1]", "clean-room", 8.5, 10.0, True),
-        ("metrics[2]", "clean-room", 11.6, 10.0, False),
-        ("metrics[3]", "clean-room", 0.0, 10.0, False),
+    assert [(r.field, r.name, r.impl, r.claimed, r.measured, r.reproduced) for r in done] == [
+        ("metrics[0]", "fake_error", "clean-room", 11.5, 10.0, True),
+        ("metrics[1]", "fake_error", "clean-room", 8.5, 10.0, True),
+        ("metrics[2]", "fake_error", "clean-room", 11.6, 10.0, False),
+        ("metrics[3]", "fake_error", "clean-room", 0.0, 10.0, False),
     ]
     assert [(p.field, p.reason) for p in found.problems] == [
         (
@@ -250,14 +261,14 @@ def test_a_row_the_lab_did_not_measure_is_not_reproduced(monkeypatch):
     )
 
 
-def test_a_lab_that_failed_when_re_measured_refuses_its_claims(monkeypatch):
-    runs = Runs(result(("fake_error", "clean-room", 0.0), error="ValueError: boom"))
+@pytest.mark.parametrize("rows", [[("fake_error", "clean-room", 0.0)], []])
+def test_a_lab_that_failed_when_re_measured_refuses_its_claims(monkeypatch, rows):
+    runs = Runs(result(*rows, error="ValueError: boom"))
     found = report(row("fake_error", 0.0))
     (done,) = compare(found, runs, monkeypatch)
-    assert (done.reproduced, done.note) == (False, "fake failed when re-measured: ValueError: boom")
-    assert (
-        found.problems[0].reason == "not reproduced: fake failed when re-measured: ValueError: boom"
-    )
+    why = "fake failed when re-measured: ValueError: boom"
+    assert (done.reproduced, done.measured, done.note) == (False, None, why)
+    assert [p.reason for p in found.problems] == [f"not reproduced: {why}"]
 
 
 def test_a_room_that_does_not_load_refuses_its_rows_but_the_reference_is_still_measured(
@@ -289,7 +300,7 @@ def test_a_room_that_does_not_load_for_a_clean_room_run_refuses_only_its_rows(mo
 
 def test_no_claims_run_nothing(monkeypatch):
     runs = Runs(result()).install(monkeypatch)
-    assert sub._compare([], 5, None, 1.0, report()) == []
+    assert sub._compare([], 5, None, 1.0, report(), "process") == []
     assert runs.modes == []
 
 
@@ -318,20 +329,29 @@ def test_a_flagged_seed_is_not_used(monkeypatch):
 def test_seed_zero_is_a_seed(monkeypatch):
     runs = Runs(result(("fake_error", "clean-room", 0.0))).install(monkeypatch)
     found = report(row("fake_error", 0.0), seed=0)
-    seed, level, done = sub.remeasure(found, None, 1.0, isolation="process")
+    seed, level, done = sub.remeasure(found, ROOM, 2.5, isolation="process")
     assert (seed, level) == (0, "process")
-    assert runs.labs == [("fake", ("clean-room",), 0)]
+    assert runs.labs == [("fake", ("clean-room",), 0)] and runs.how == [(ROOM, 2.5, "process")]
     assert [r.reproduced for r in done] == [True]
 
 
-def test_a_submission_for_something_that_is_not_a_course_module_is_refused():
+def test_the_isolation_asked_for_is_resolved_before_anything_runs(monkeypatch):
+    runs = Runs(result(("fake_error", "clean-room", 0.0))).install(monkeypatch)
+    _, level, _ = sub.remeasure(report(row("fake_error", 0.0)), None, 1.0)
+    assert level in ("sandbox", "process") and runs.how == [(None, 1.0, level)]
+
+
+def test_a_submission_for_something_that_is_not_a_course_module_is_refused(monkeypatch):
+    two = (*MODULES, modules.Module(id="t-other", title="t", section="t", required=()))
+    monkeypatch.setattr(modules, "MODULES", two)
     found = report(module="causal-attention")
     found.warn("module", "a warning about the module")
     sub._submission_module(found)
     (problem,) = found.problems
     assert problem.field == "module"
-    assert problem.reason.startswith(
-        "'causal-attention' is not a course module; submissions are for: "
+    known = f"{MODULES[0].id}, t-other"
+    assert problem.reason == (
+        f"'causal-attention' is not a course module; submissions are for: {known}"
     )
     assert found.warnings == []
 
@@ -429,6 +449,17 @@ def test_the_digest_follows_the_content_not_the_layout():
     assert sub.digest(record) != sub.digest(_record(seed=6))
     reordered = EvidenceRecord.model_validate(dict(reversed(list(record.dump().items()))))
     assert sub.digest(reordered) == sub.digest(record)
+
+
+def test_the_digest_is_of_the_canonical_json_so_every_labctl_names_a_record_alike():
+    """The stored name is a content address: sorted keys, no spaces, UTF-8 text as is.
+    Another form would store a record twice under two names across labctl versions."""
+    record = _record(environment="python 3.11, 中文 locale")
+    canonical = json.dumps(
+        record.dump(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    ).encode("utf-8")
+    assert sub.digest(record) == hashlib.sha256(canonical).hexdigest()
+    assert list(record.dump()) != sorted(record.dump())  # sorting is not a no-op here
 
 
 @pytest.mark.parametrize(
@@ -538,6 +569,8 @@ def test_another_labctl_s_defaults_are_named_one_by_one(monkeypatch):
     info = {"lab": "kv-cache", "params": {"B": 2, "T": 16, "repeats": 5, "gone": 1}}
     record = _record(labctl=_labctl(info))
     assert sub._older_defaults(record) == "repeats=5 (now 3)"
+    info = {"lab": "kv-cache", "params": {"B": 4, "T": 16, "repeats": 5}}
+    assert sub._older_defaults(_record(labctl=_labctl(info))) == "B=4 (now 2), repeats=5 (now 3)"
     assert (
         sub._older_defaults(_record(labctl=_labctl({"lab": "kv-cache", "params": {"T": 16}}))) == ""
     )
@@ -559,7 +592,7 @@ def _validated(tmp_path: Path, monkeypatch, record: EvidenceRecord, name: str = 
     data["module"] = MODULES[0].id  # a course module, as validation requires
 
     def validate_file(given, now=None):
-        assert given == path
+        assert given == path and now == NOW
         found = Report(path=path, raw=b"the file\n")
         found.data = data
         found.record = EvidenceRecord.model_validate(data)
@@ -570,13 +603,14 @@ def _validated(tmp_path: Path, monkeypatch, record: EvidenceRecord, name: str = 
     return path
 
 
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
 FAKE_CLAIM = [{"name": "fake_error", "expected": "<=1e-10", "actual": 10.0}]
 
 
 def test_a_valid_submission_is_re_measured_then_kept(tmp_path, monkeypatch):
     runs = Runs(result(("fake_error", "clean-room", 10.0))).install(monkeypatch)
     path = _validated(tmp_path, monkeypatch, _record(metrics=FAKE_CLAIM))
-    outcome = sub.submit(path, tmp_path / "evidence", isolation="process")
+    outcome = sub.submit(path, tmp_path / "evidence", now=NOW, isolation="process")
     assert outcome.accepted and outcome.already is None
     assert (outcome.seed, outcome.isolation) == (5, "process")
     assert [(r.impl, r.measured, r.reproduced) for r in outcome.reproductions] == [
@@ -586,15 +620,45 @@ def test_a_valid_submission_is_re_measured_then_kept(tmp_path, monkeypatch):
     assert outcome.stored.read_bytes() == b"the file\n"
     assert runs.labs == [("fake", ("clean-room",), 5)]
     # The same record again: already recorded, nothing re-measured or written.
-    again = sub.submit(path, tmp_path / "evidence", isolation="process")
+    again = sub.submit(path, tmp_path / "evidence", now=NOW, isolation="process")
     assert again.already == outcome.stored and again.stored is None
     assert again.reproductions == [] and len(runs.labs) == 1
+
+
+def test_the_room_and_time_limit_given_are_the_ones_used_and_named(tmp_path, monkeypatch):
+    runs = Runs(result(("fake_error", "clean-room", 10.0))).install(monkeypatch)
+    path = _validated(tmp_path, monkeypatch, _record(metrics=FAKE_CLAIM))
+    (tmp_path / "mine").mkdir()
+    outcome = sub.submit(
+        path, tmp_path / "evidence", tmp_path / "mine", 7.0, now=NOW, isolation="process"
+    )
+    assert runs.how == [(tmp_path / "mine", 7.0, "process")]
+    receipt = outcome.stored.with_name(outcome.stored.stem + ".receipt.json")
+    assert json.loads(receipt.read_text("utf-8"))["clean_room"] == "mine"
+
+
+def test_a_refused_record_is_never_taken_for_one_kept_before(tmp_path, monkeypatch):
+    Runs(result(("fake_error", "clean-room", 10.0))).install(monkeypatch)
+    path = _validated(tmp_path, monkeypatch, _record(metrics=FAKE_CLAIM))
+    kept = sub.submit(path, tmp_path / "evidence", now=NOW, isolation="process").stored
+    validated = sub.validate_file
+
+    def refused(given, now=None):
+        found = validated(given, now)
+        found.refuse("commit", "not in the repository")
+        return found
+
+    monkeypatch.setattr(sub, "validate_file", refused)
+    outcome = sub.submit(path, tmp_path / "evidence", now=NOW, isolation="process")
+    assert outcome.already is None and outcome.stored is None and not outcome.accepted
+    assert [p.field for p in outcome.report.problems] == ["commit"]
+    assert kept.is_file()
 
 
 def test_a_claim_that_does_not_reproduce_keeps_nothing(tmp_path, monkeypatch):
     Runs(result(("fake_error", "clean-room", 12.0))).install(monkeypatch)
     path = _validated(tmp_path, monkeypatch, _record(metrics=FAKE_CLAIM))
-    outcome = sub.submit(path, tmp_path / "evidence", isolation="process")
+    outcome = sub.submit(path, tmp_path / "evidence", now=NOW, isolation="process")
     assert not outcome.accepted and outcome.stored is None
     assert [p.field for p in outcome.report.problems] == ["metrics[0].actual"]
     assert not (tmp_path / "evidence" / "submissions").exists()
@@ -605,7 +669,10 @@ def test_a_record_made_with_non_default_parameters_is_kept_with_a_warning(tmp_pa
     info = {"lab": "kv-cache", "params": {"repeats": 5}, "params_default": False}
     record = _record(metrics=FAKE_CLAIM, labctl=_labctl(info))
     outcome = sub.submit(
-        _validated(tmp_path, monkeypatch, record), tmp_path / "evidence", isolation="process"
+        _validated(tmp_path, monkeypatch, record),
+        tmp_path / "evidence",
+        now=NOW,
+        isolation="process",
     )
     assert outcome.accepted
     assert [(w.field, w.reason) for w in outcome.report.warnings] == [
@@ -624,7 +691,10 @@ def test_a_record_made_with_another_labctl_s_defaults_is_kept_with_a_warning(tmp
     info = {"lab": "kv-cache", "params": {"repeats": 5}, "params_default": True}
     record = _record(metrics=FAKE_CLAIM, labctl=_labctl(info))
     outcome = sub.submit(
-        _validated(tmp_path, monkeypatch, record), tmp_path / "evidence", isolation="process"
+        _validated(tmp_path, monkeypatch, record),
+        tmp_path / "evidence",
+        now=NOW,
+        isolation="process",
     )
     assert outcome.accepted
     assert [(w.field, w.reason) for w in outcome.report.warnings] == [

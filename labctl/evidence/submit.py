@@ -147,9 +147,12 @@ def _claims(report: Report) -> list[_Claim]:
 
 
 def _mode(needed: set[str]) -> str:
+    """What a lab runs on: both implementations when a claim compares them or speaks for
+    each, else the one its claims speak for."""
     if "both" in needed or set(IMPLS) <= needed:
         return "both"
-    return next(iter(needed))
+    (only,) = needed
+    return only
 
 
 def _measure(
@@ -157,7 +160,7 @@ def _measure(
     seed: int,
     clean_room: Path | None,
     timeout_s: float,
-    isolation: str = "auto",
+    isolation: str,
 ) -> tuple[dict[tuple[str, str], LabResult], dict[str, str]]:
     """Each lab run once, on just the implementations its claims need: {(lab, row): result},
     and {row: why it could not be measured}."""
@@ -194,7 +197,7 @@ def _compare(
     clean_room: Path | None,
     timeout_s: float,
     report: Report,
-    isolation: str = "auto",
+    isolation: str,
 ) -> list[Reproduction]:
     if not claims:
         return []
@@ -312,7 +315,7 @@ def submit(
 def _older_defaults(record: EvidenceRecord) -> str:
     """The recorded defaults that are not this labctl's (a lab's defaults changed since)."""
     info = record.labctl
-    if info is None or info.params is None or info.lab is None:
+    if info is None or info.params is None:
         return ""
     lab = next((lab for lab in registry.discover() if lab.id == info.lab), None)
     if lab is None:
