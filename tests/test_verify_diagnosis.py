@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import itertools
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -23,9 +24,11 @@ from checktools import HF_ROPE_WITHOUT_ODD_CHECK, learner_room
 
 from labctl import contract, faults
 from labctl.errors import CallError
+from labctl.i18n import Msg
 from labctl.isolation import guard, replies
 from labctl.isolation.loader import observe_signatures
 from labctl.verify import diagnosis as dg
+from labctl.verify.check_base import FAIL, CheckResult
 from labctl.verify.checks import evaluate
 from labctl.verify.observe import FunctionRun, Located, Outcome, RoomObservation, run_function
 
@@ -85,10 +88,12 @@ class RoomsHere(dg.FaultRooms):
         super().__init__()
         self.where = where
         self.asked: list[str] = []
+        self.limits: set[tuple[float, int]] = set()  # (timeout_s, memory_mb) asked for
 
     def observe(self, fault, functions, timeout_s, memory_mb):
         assert fault.name != "sinusoidal-hang", "the hanging room needs a worker to time out"
         self.asked.append(fault.name)
+        self.limits.add((timeout_s, memory_mb))
         root = fault.materialize(self.where / f"{fault.name}-{next(_names)}")
         return observe_here(root, tuple(functions))
 
@@ -128,7 +133,15 @@ def test_each_fault_is_named_at_its_function_with_its_course_section(tmp_path, f
     )
     assert d.message.startswith(f"{fault.function}: matches fault `{fault.name}`: ")
     assert d.message.split("; see ")[1].startswith(fault.course)
-    assert d.to_json()["fault"] == fault.name
+    assert d.to_json() == {
+        "function": fault.function,
+        "kind": "fault",
+        "message": d.message,
+        "fault": fault.name,
+        "fault_function": fault.function,
+        "course": fault.course,
+    }
+    assert isinstance(d.shown, Msg) and str(d.shown) == d.message  # translated where shown
     # Every other failing function is explained by this one, never named after a fault.
     assert all(
         o.kind == "dependency" and o.chain[-1] == fault.function for o in found if o is not d
@@ -459,6 +472,7 @@ def test_fault_rooms_are_materialized_once_and_observed_only_for_what_is_missing
     calls: list[tuple[str, tuple[str, ...]]] = []
 
     def fake_observe(root, timeout_s, memory_mb, functions):
+        assert (timeout_s, memory_mb) in ((1.0, 512), (2.0, 512))
         calls.append((root.parent.name, tuple(functions)))
         seen = RoomObservation(root)
         seen.runs = {f: FunctionRun(f) for f in functions}
@@ -509,3 +523,51 @@ def test_what_labctl_faults_observed_is_remembered(monkeypatch):
     seen.runs = {"softmax": FunctionRun("softmax")}
     rooms.remember(fault, 1.0, 512, seen)
     assert rooms.observe(fault, ("softmax",), 1.0, 512) is seen
+
+
+def test_fault_rooms_are_observed_within_the_diagnosis_time_limit(tmp_path):
+    room = faults.get("mask-reversed").materialize(tmp_path / "room")
+    seen = observe_here(room)
+    for given, used in ((1.0, 1.0), (30.0, dg.DIAGNOSIS_TIMEOUT_S)):
+        rooms = RoomsHere(tmp_path / f"faults-{given}")
+        dg.diagnose(seen, evaluate(seen), given, 256, rooms=rooms)
+        assert rooms.limits == {(used, 256)}
+
+
+def test_a_dependency_that_fails_only_a_side_check_explains_nothing(tmp_path):
+    """rope accepts an odd D (bad-input) and multi-head attention fails parity: rope's
+    failure is not one that would break what is built on it, so mha is not sent to rope."""
+    seen = observe_here(faults.project_clean_room())
+    results = [
+        CheckResult("rope", "bad-input", FAIL, "accepts an odd D"),
+        CheckResult("multi_head_attention", "parity", FAIL, "differs"),
+    ]
+    found = dg.diagnose(seen, results, 1.0, 512, rooms=RoomsHere(tmp_path))
+    kinds = {d.function: d.kind for d in found}
+    assert kinds == {"rope": "unmatched", "multi_head_attention": "unmatched"}
+
+
+def test_a_group_of_fault_rooms_is_observed_ahead_in_parallel_only_when_there_are_several(
+    tmp_path,
+):
+    group = [faults.get("softmax-no-max"), faults.get("softmax-blocked-nan")]
+    rooms = RoomsHere(tmp_path)
+    dg._prefetch(rooms, group[:1], "softmax", 1.5, 128)
+    assert rooms.asked == []
+    dg._prefetch(rooms, group, "softmax", 1.5, 128)
+    assert sorted(rooms.asked) == sorted(f.name for f in group)
+    assert rooms.limits == {(1.5, 128)}
+
+
+def test_the_fault_rooms_folder_is_named_for_labctl_and_removed_at_exit(monkeypatch):
+    registered = []
+    monkeypatch.setattr(dg.atexit, "register", lambda *args: registered.append(args))
+    rooms = dg.FaultRooms()
+    path = rooms.path(faults.get("softmax-no-max"))
+    top = path.parents[1]
+    assert top.name.startswith("labctl-faults-")
+    assert registered == [(shutil.rmtree, top, True)]
+    rooms.path(faults.get("mask-reversed"))
+    assert len(registered) == 1  # one folder for every fault room
+    registered[0][0](*registered[0][1:])
+    assert not top.exists()
