@@ -317,9 +317,11 @@ EQUIVALENT.update(
         **{f"labctl.evidence.submit.x__keep__mutmut_{n}": _FINITE for n in (77, 81, 84)},
         "labctl.evidence.submit.x__keep__mutmut_93": "codec names are case-insensitive",
         "labctl.evidence.submit.x__keep__mutmut_76": "ensure_ascii=None is falsy, as False",
-        "labctl.evidence.submit.x__compare__mutmut_36": "row is read only after the lookup "
+        "labctl.evidence.submit.x_digest__mutmut_5": "ensure_ascii=None is falsy, as False",
+        "labctl.evidence.submit.x_digest__mutmut_17": "codec names are case-insensitive",
+        "labctl.evidence.submit.x__compare__mutmut_34": "row is read only after the lookup "
         "set it: a claim whose lab gave no result has a reason already (its room broke)",
-        "labctl.evidence.submit.x__measure__mutmut_24": "a 'both' row stored from a "
+        "labctl.evidence.submit.x__measure__mutmut_22": "a 'both' row stored from a "
         "one-implementation run is never read: a 'both' claim runs its lab on both, or its "
         "room broke and the claim is refused for that first",
     }

@@ -655,6 +655,14 @@ def test_a_refused_record_is_never_taken_for_one_kept_before(tmp_path, monkeypat
     assert kept.is_file()
 
 
+def test_without_an_isolation_asked_for_the_best_that_works_is_used(tmp_path, monkeypatch):
+    runs = Runs(result(("fake_error", "clean-room", 10.0))).install(monkeypatch)
+    path = _validated(tmp_path, monkeypatch, _record(metrics=FAKE_CLAIM))
+    outcome = sub.submit(path, tmp_path / "evidence", now=NOW)
+    assert outcome.accepted and outcome.isolation in ("sandbox", "process")
+    assert runs.how == [(None, sub.DEFAULT_TIMEOUT_S, outcome.isolation)]
+
+
 def test_a_claim_that_does_not_reproduce_keeps_nothing(tmp_path, monkeypatch):
     Runs(result(("fake_error", "clean-room", 12.0))).install(monkeypatch)
     path = _validated(tmp_path, monkeypatch, _record(metrics=FAKE_CLAIM))
