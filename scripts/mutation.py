@@ -291,6 +291,7 @@ _DECOY = (
 _LAST_ROW = "only the last position's output is read: it sees every key, masked causally or not"
 _EMPTY_SLICE = "t = T - 1 and t = T perturb an empty slice: the extra turns change nothing"
 _ANY_PERTURBATION = "replacing the future, or subtracting the noise, perturbs it all the same"
+_FIGURES_FIRST = "output.figures is empty until the figures are added: += and = agree"
 _SAME_LENGTH = "zip(strict=...): the three outputs of each implementation always pair up"
 EQUIVALENT.update(
     {
@@ -302,6 +303,7 @@ EQUIVALENT.update(
         **{
             f"labctl.labs.causal_attention.x_run__mutmut_{n}": _SAME_LENGTH for n in (137, 140, 141)
         },
+        "labctl.labs.causal_attention.x_run__mutmut_152": _FIGURES_FIRST,
         **{f"labctl.labs.kv_cache.x__per_token__mutmut_{n}": _DECOY for n in (21, 28, 29, 30)},
         **{f"labctl.labs.kv_cache.x__per_token__mutmut_{n}": _LAST_ROW for n in (70, 82)},
     }
