@@ -329,6 +329,19 @@ EQUIVALENT.update(
     }
 )
 
+# verify/diagnosis.py
+EQUIVALENT.update(
+    {
+        "labctl.verify.diagnosis.xǁFaultRoomsǁobserve__mutmut_3": "one lock for every fault "
+        "room instead of one each only serializes the observations: the same results",
+        **{
+            f"labctl.verify.diagnosis.x__prefetch__mutmut_{n}": "the pool's size changes how "
+            "many rooms are observed at once, not what is observed"
+            for n in (3, 4)
+        },
+    }
+)
+
 # Functions that run only while their module is imported: a lab's metric declarations, built
 # into METRICS then. mutmut switches a mutant on in a process forked after that import, so no
 # test can observe one; the tolerance-table tests pin what they build (name, bound, reason).

@@ -260,13 +260,14 @@ def test_a_function_that_raises_not_implemented_is_said_so(tmp_path):
 def test_a_function_the_package_does_not_expose_is_said_so(tmp_path):
     room = faults.project_clean_room()
     seen = observe_here(room)
-    seen.runs["relu_ffn"] = FunctionRun(
-        "relu_ffn", fixtures={"f": Outcome("missing", message="no relu_ffn")}
-    )
+    for name in ("relu_ffn", "swiglu_ffn"):
+        seen.runs[name] = FunctionRun(name, fixtures={"f": Outcome("missing", message="none")})
     results = evaluate(seen)
     found = dg.diagnose(seen, results, 1.0, 512, rooms=RoomsHere(tmp_path))
-    (d,) = [d for d in found if d.function == "relu_ffn"]
-    assert (d.kind, d.message) == ("missing", "relu_ffn: the package does not expose it")
+    assert [(d.function, d.kind, d.message) for d in found if d.kind == "missing"] == [
+        ("relu_ffn", "missing", "relu_ffn: the package does not expose it"),
+        ("swiglu_ffn", "missing", "swiglu_ffn: the package does not expose it"),
+    ]
 
 
 def test_a_room_that_does_not_load_is_one_line_naming_where(tmp_path):
@@ -303,7 +304,9 @@ def test_several_matching_faults_are_named_best_first(tmp_path, monkeypatch):
     found, _, _, _ = diagnose(tmp_path, original.materialize(tmp_path / "room"))
     (d,) = [d for d in found if d.function == "causal_mask"]
     assert d.fault == "mask-reversed"
-    assert d.message.endswith(" (also matches `mask-reversed-twin`)")
+    assert (
+        d.message == f"{dg.describe(original, 'causal_mask')} (also matches `mask-reversed-twin`)"
+    )
 
 
 # -- the comparison of two runs ---------------------------------------------------------
@@ -571,3 +574,53 @@ def test_the_fault_rooms_folder_is_named_for_labctl_and_removed_at_exit(monkeypa
     assert len(registered) == 1  # one folder for every fault room
     registered[0][0](*registered[0][1:])
     assert not top.exists()
+
+
+def test_diagnoses_are_root_causes_first_each_group_in_contract_order(tmp_path):
+    """softmax at temperature 1/2 and relu_ffn without b2 (unknown bugs), padding_mask not
+    written yet: the three roots in contract order, then everything built on softmax."""
+    room = learner_room(
+        tmp_path,
+        "primitives",
+        """
+        def softmax(x, axis=-1):
+            x = np.asarray(x)
+            e = np.exp(2.0 * (x - np.max(x, axis=axis, keepdims=True)))
+            return (e / np.sum(e, axis=axis, keepdims=True)).astype(_float_dtype(x), copy=False)
+
+        def padding_mask(lengths, t):
+            raise NotImplementedError
+
+        def relu_ffn(x, w1, b1, w2, b2):
+            return np.maximum(x @ w1 + b1, 0.0) @ w2
+        """,
+    )
+    found, _, _, _ = diagnose(tmp_path, room)
+    assert [(d.function, d.kind) for d in found] == [
+        ("softmax", "unmatched"),
+        ("padding_mask", "not-implemented"),
+        ("relu_ffn", "unmatched"),
+        ("scaled_dot_product_attention", "dependency"),
+        ("multi_head_attention", "dependency"),
+        ("attention_decode", "dependency"),
+        ("transformer_block", "dependency"),
+        ("decoder_forward", "dependency"),
+    ]
+    assert found[0].message == (
+        "softmax: fails finite, parity, rows-sum; no catalogued fault matches it"
+    )
+
+
+def test_a_matching_bug_with_two_extra_symptoms_names_both(tmp_path):
+    """The Hugging Face layout again, with a parameter the contract does not have: a
+    signature deviation as well as the missing odd-D check."""
+    source = HF_ROPE_WITHOUT_ODD_CHECK.replace(
+        "theta=10000.0)", "theta=10000.0, interleaved=False)"
+    )
+    found, _, _, _ = diagnose(tmp_path, learner_room(tmp_path, "primitives", source))
+    (d,) = [d for d in found if d.function == "rope"]
+    fault = faults.get("rope-half-split")
+    assert d.message == (
+        f"rope: matches fault `rope-half-split`: {fault.description}; see {fault.course} "
+        "(it also fails bad-input, contract)"
+    )
