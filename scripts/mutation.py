@@ -332,6 +332,16 @@ EQUIVALENT.update(
 # verify/diagnosis.py
 EQUIVALENT.update(
     {
+        **{
+            f"labctl.verify.diagnosis.x__same_value__mutmut_{n}": "zip(strict=...): "
+            "structure_problem has already matched the lengths"
+            for n in (22, 26, 30)
+        },
+        "labctl.verify.diagnosis.x__same_value__mutmut_36": "every probe's reference is "
+        "floating point (the probes are the float32 cases): the dtype test is always true",
+        "labctl.verify.diagnosis.x_same_behaviour__mutmut_22": "probe=None is falsy, as False",
+        "labctl.verify.diagnosis.x_diagnose__mutmut_265": "-1 or -2: either sorts the package "
+        "before every contract function (>= 0)",
         "labctl.verify.diagnosis.xǁFaultRoomsǁobserve__mutmut_3": "one lock for every fault "
         "room instead of one each only serializes the observations: the same results",
         **{

@@ -19,6 +19,7 @@ import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from checktools import HF_ROPE_WITHOUT_ODD_CHECK, learner_room
 
@@ -28,6 +29,7 @@ from labctl.i18n import Msg
 from labctl.isolation import guard, replies
 from labctl.isolation.loader import observe_signatures
 from labctl.verify import diagnosis as dg
+from labctl.verify import fixtures as fx
 from labctl.verify.check_base import FAIL, CheckResult
 from labctl.verify.checks import evaluate
 from labctl.verify.observe import FunctionRun, Located, Outcome, RoomObservation, run_function
@@ -292,20 +294,24 @@ def test_several_matching_faults_are_named_best_first(tmp_path, monkeypatch):
     """A copy of a fault under another name matches as well: the first is named, the copy
     is listed after it."""
     original = faults.get("mask-reversed")
-    twin = faults.Fault(
-        "mask-reversed-twin",
-        original.function,
-        original.module,
-        original.description,
-        original.course,
-        original.source,
+    twins = tuple(
+        faults.Fault(
+            f"mask-reversed-{n}",
+            original.function,
+            original.module,
+            original.description,
+            original.course,
+            original.source,
+        )
+        for n in ("twin", "copy")
     )
-    monkeypatch.setattr(dg.catalogue, "CATALOGUE", (*faults.CATALOGUE, twin))
+    monkeypatch.setattr(dg.catalogue, "CATALOGUE", (*faults.CATALOGUE, *twins))
     found, _, _, _ = diagnose(tmp_path, original.materialize(tmp_path / "room"))
     (d,) = [d for d in found if d.function == "causal_mask"]
     assert d.fault == "mask-reversed"
     assert (
-        d.message == f"{dg.describe(original, 'causal_mask')} (also matches `mask-reversed-twin`)"
+        d.message
+        == f"{dg.describe(original, 'causal_mask')} (also matches `mask-reversed-twin`, `mask-reversed-copy`)"
     )
 
 
@@ -347,6 +353,10 @@ def test_same_behaviour_compares_outcomes_edits_and_values(tmp_path):
     other = copy.deepcopy(base)
     other.probes[probe] = Outcome("timeout", message="hung")
     assert not dg.same_behaviour("softmax", base, other)
+    # A fixture is compared at the parity tolerance, not a probe's float32 one.
+    close = copy.deepcopy(base)
+    close.fixtures[name] = Outcome("value", value=base.fixtures[name].value * (1 + 1e-6))
+    assert not dg.same_behaviour("softmax", base, close)
     # Two runs that raise the same way behave alike, whatever the message says.
     a, b = copy.deepcopy(base), copy.deepcopy(base)
     a.fixtures[name] = Outcome("exception", message="one", exc_type="ValueError")
@@ -624,3 +634,36 @@ def test_a_matching_bug_with_two_extra_symptoms_names_both(tmp_path):
         f"rope: matches fault `rope-half-split`: {fault.description}; see {fault.course} "
         "(it also fails bad-input, contract)"
     )
+
+
+def test_a_probe_s_float32_tolerance_grows_with_the_reference_s_scale():
+    function = "scaled_dot_product_attention"
+    probe = next(p for p in fx.probes(function) if p.name == "gqa-tq<tk-float32")
+    out, weights = reference = fx.reference_output(probe)
+    scale = float(np.max(np.abs(out)))
+    assert 1.0 < scale < 2.0  # between the floor of 1 and twice it: both ends matter
+    tolerance = dg.FLOAT32_DIAGNOSIS_RELATIVE * scale
+    inside, beyond = 0.9 * tolerance, (tolerance + dg.FLOAT32_DIAGNOSIS_RELATIVE * 2.0) / 2
+    assert dg._same_value(function, probe, reference, (out + inside, weights), probe=True)
+    assert not dg._same_value(function, probe, reference, (out + beyond, weights), probe=True)
+
+
+def test_malformed_outputs_of_the_same_form_behave_alike():
+    fixture = fx.fixtures("softmax")[0]
+    assert dg._same_value("softmax", fixture, [1.0], [2.0], probe=False)
+    assert not dg._same_value("softmax", fixture, [1.0], (1.0,), probe=False)
+    assert not dg._same_value("softmax", fixture, [1.0], fx.reference_output(fixture), False)
+
+
+def test_a_clean_room_that_does_not_load_is_diagnosed_before_its_functions(tmp_path):
+    seen = RoomObservation(tmp_path, status="unloadable", message="does not load: ImportError")
+    results = [
+        CheckResult("causal_mask", "runs", FAIL, "not loaded"),
+        CheckResult("softmax", "runs", FAIL, "not loaded"),
+    ]
+    found = dg.diagnose(seen, results, 1.0, 512, rooms=RoomsHere(tmp_path / "faults"))
+    assert [(d.function, d.kind) for d in found] == [
+        ("(package)", "load"),
+        ("softmax", "unmatched"),
+        ("causal_mask", "unmatched"),
+    ]
