@@ -237,19 +237,7 @@ def run(ctx: LabContext) -> LabOutput:
         output.add(
             "residual_block_formula_max_error", name, float(np.max(np.abs(block - outs["formula"])))
         )
-    output.figures.append(
-        TableFigure(
-            title=N_(
-                "largest |block(x) - ablated(x)| for each ablation (the template metric is the "
-                "smallest)"
-            ),
-            columns=(N_("ablation"), *deltas_shown),
-            rows=tuple(
-                (key, *(deltas_shown[name][key] for name in deltas_shown))
-                for key in next(iter(deltas_shown.values()))
-            ),
-        )
-    )
+    grads = None
     if "reference" in ctx.impls:
         grads = _gradients(p, ctx.seed)
         output.add(
@@ -262,40 +250,61 @@ def run(ctx: LabContext) -> LabOutput:
         )
         post_over_pre = grads[("post-norm", DEEPEST)][1] / grads[("pre-norm", DEEPEST)][1]
         output.add(f"grad_last_layer_post_over_pre[depth={DEEPEST}]", "reference", post_over_pre)
-        output.figures.append(
-            TableFigure(
-                title=N_(
-                    "at initialisation (reference, autograd): ||dL/dx_0|| / ||dL/dx_L|| and the "
-                    "last block's weight gradient ||dL/dW_L||"
-                ),
-                columns=(
-                    N_("depth"),
-                    N_("ratio pre-norm"),
-                    N_("ratio no residual"),
-                    N_("ratio post-norm"),
-                    N_("dW_L pre-norm"),
-                    N_("dW_L post-norm"),
-                    N_("dW_L post/pre"),
-                ),
-                rows=tuple(
-                    (
-                        str(depth),
-                        grads[("pre-norm", depth)][0],
-                        grads[("no residual", depth)][0],
-                        grads[("post-norm", depth)][0],
-                        grads[("pre-norm", depth)][1],
-                        grads[("post-norm", depth)][1],
-                        grads[("post-norm", depth)][1] / grads[("pre-norm", depth)][1],
-                    )
-                    for depth in DEPTHS
-                ),
-            )
-        )
-        output.figures.extend(_notes(grads))
+    output.figures += _figures(deltas_shown, grads)
     return output
 
 
-def _notes(grads) -> list[Note]:
+def _figures(deltas_shown: dict[str, dict[str, float]], grads) -> list:
+    """The ablations' deltas per implementation; with the reference's gradients (`grads`,
+    None without the reference), their table by depth and the notes."""
+    figures: list = [
+        TableFigure(
+            title=N_(
+                "largest |block(x) - ablated(x)| for each ablation (the template metric is the "
+                "smallest)"
+            ),
+            columns=(N_("ablation"), *deltas_shown),
+            rows=tuple(
+                (key, *(deltas_shown[name][key] for name in deltas_shown))
+                for key in next(iter(deltas_shown.values()))
+            ),
+        )
+    ]
+    if grads is None:
+        return figures
+    figures.append(
+        TableFigure(
+            title=N_(
+                "at initialisation (reference, autograd): ||dL/dx_0|| / ||dL/dx_L|| and the "
+                "last block's weight gradient ||dL/dW_L||"
+            ),
+            columns=(
+                N_("depth"),
+                N_("ratio pre-norm"),
+                N_("ratio no residual"),
+                N_("ratio post-norm"),
+                N_("dW_L pre-norm"),
+                N_("dW_L post-norm"),
+                N_("dW_L post/pre"),
+            ),
+            rows=tuple(
+                (
+                    str(depth),
+                    grads[("pre-norm", depth)][0],
+                    grads[("no residual", depth)][0],
+                    grads[("post-norm", depth)][0],
+                    grads[("pre-norm", depth)][1],
+                    grads[("post-norm", depth)][1],
+                    grads[("post-norm", depth)][1] / grads[("pre-norm", depth)][1],
+                )
+                for depth in DEPTHS
+            ),
+        )
+    )
+    return figures + _figure_notes(grads)
+
+
+def _figure_notes(grads) -> list[Note]:
     pre, none, post = (
         grads[(kind, DEEPEST)][0] for kind in ("pre-norm", "no residual", "post-norm")
     )
