@@ -306,6 +306,35 @@ EQUIVALENT.update(
     }
 )
 
+# Labs gqa, residual_ablation, positions, norms_ffn, multi_head, mask_ablation.
+_FLOAT_CONDITION = "np.where reads the float triangle's 1.0/0.0 as True/False, as the bool one"
+_LAST_AXIS = "axis=+1 of a 2-D (T, T) array is its last axis, axis=-1"
+_ELEMENTS = (
+    "the cache is counted in elements (k_all.size), not in its dtype's bytes: float32 only "
+    "keeps the zero weights sent to the worker small"
+)
+_EITHER_BRANCH = (
+    "which branch runs changes nothing: the torch < 2.5 fallback is enable_gqa's documented "
+    "equivalent (both are tested)"
+)
+_KV_NONE = "contract v1: n_kv_heads=None is H, so None and H ask for the same MHA"
+_FIGURES_EMPTY = "output.figures is empty until this line: = and += give the same list"
+EQUIVALENT.update(
+    {
+        **{f"labctl.labs.gqa.x__per_head_mha__mutmut_{n}": _FLOAT_CONDITION for n in (10, 12)},
+        **{f"labctl.labs.gqa.x__per_head_mha__mutmut_{n}": _LAST_AXIS for n in (46, 55)},
+        **{f"labctl.labs.gqa.x__torch_gqa__mutmut_{n}": _EITHER_BRANCH for n in (18, 19, 20)},
+        "labctl.labs.gqa.x__llama_cache_bytes__mutmut_7": "bytes per token from a prompt of "
+        "any length: the cache grows by the same size per token",
+        **{
+            f"labctl.labs.gqa.x__llama_cache_bytes__mutmut_{n}": _ELEMENTS
+            for n in (10, 12, 16, 18, 20, 22, 25, 27)
+        },
+        **{f"labctl.labs.gqa.x_run__mutmut_{n}": _KV_NONE for n in (41, 47, 48)},
+        "labctl.labs.gqa.x_run__mutmut_174": _FIGURES_EMPTY,
+    }
+)
+
 # Functions that run only while their module is imported: a lab's metric declarations, built
 # into METRICS then. mutmut switches a mutant on in a process forked after that import, so no
 # test can observe one; the tolerance-table tests pin what they build (name, bound, reason).
