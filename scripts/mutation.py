@@ -332,6 +332,14 @@ EQUIVALENT.update(
         },
         **{f"labctl.labs.gqa.x_run__mutmut_{n}": _KV_NONE for n in (41, 47, 48)},
         "labctl.labs.gqa.x_run__mutmut_174": _FIGURES_EMPTY,
+        "labctl.labs.residual_ablation.x__gradients__mutmut_3": "another stream independent of "
+        "the lab's default_rng(seed) draws the same distribution: the 1 only keeps it apart",
+        **{
+            f"labctl.labs.residual_ablation.x__gradients__mutmut_{n}": "the final norm's gain is "
+            "ones, never trained: None (no gain) or float32 ones scale by exactly 1"
+            for n in (17, 19, 21, 47)
+        },
+        "labctl.labs.residual_ablation.x_run__mutmut_141": _FIGURES_EMPTY,
     }
 )
 
