@@ -340,6 +340,13 @@ EQUIVALENT.update(
             for n in (17, 19, 21, 47)
         },
         "labctl.labs.residual_ablation.x_run__mutmut_141": _FIGURES_EMPTY,
+        **{
+            f"labctl.labs.positions.x__measure__mutmut_{n}": "causal=None is falsy: attention "
+            "without the mask, as causal=False"
+            for n in (7, 16, 37, 47, 64, 75)
+        },
+        "labctl.labs.positions.x__pe_dots__mutmut_7": "range(0, n) is range(n)",
+        "labctl.labs.positions.x__pe_dots__mutmut_11": "the extra Δ = max_delta + 1 is never read",
     }
 )
 
