@@ -347,6 +347,25 @@ EQUIVALENT.update(
         },
         "labctl.labs.positions.x__pe_dots__mutmut_7": "range(0, n) is range(n)",
         "labctl.labs.positions.x__pe_dots__mutmut_11": "the extra Δ = max_delta + 1 is never read",
+        **{
+            f"labctl.labs.positions.x_{f}__mutmut_{n}": "np.asarray of integer positions is "
+            "promoted to float64 by the product with a float"
+            for f in ("half_split_rope", "interleaved_rope")
+            for n in (7, 9)
+        },
+        **{
+            f"labctl.labs.positions.x_{f}__mutmut_16": "np.arange(D / 2) is [0., 1., ...], the "
+            "same values as np.arange(D // 2) for an even D"
+            for f in ("half_split_rope", "interleaved_rope")
+        },
+        "labctl.labs.positions.x_pe_dot__mutmut_12": "np.arange(d / 2) is [0., 1., ...], the "
+        "same values as np.arange(d // 2) for an even d",
+        **{
+            f"labctl.labs.positions.x__measure__mutmut_{n}": "axis=+1 of the 2-D (T, D) rows is "
+            "their last axis"
+            for n in (183, 189)
+        },
+        "labctl.labs.positions.x_run__mutmut_62": _FIGURES_EMPTY,
     }
 )
 

@@ -146,3 +146,19 @@ def test_every_rope_check_uses_the_labs_base():
     for impl in ("reference", "clean-room"):
         assert got[("rope_nonconsecutive_max_error", impl)].actual <= 1e-12
         assert got[("rope_shift_invariance_error", impl)].actual <= 1e-10
+
+
+def test_the_written_out_ropes_rotate_the_last_axis_of_any_shape():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 4))  # (B, T, D), T != D
+    positions = np.array([0, 5, 9])
+    for rope in (half_split_rope, interleaved_rope):
+        np.testing.assert_array_equal(rope(x, positions, 100.0)[1], rope(x[1], positions, 100.0))
+
+
+@pytest.mark.parametrize("params", [{"D": 3}, {"C": 63, "H": 3}, {"C": 64, "H": 3}])
+def test_odd_widths_and_heads_that_do_not_divide_are_refused(params):
+    with implementations("reference", None) as impls:
+        result = run_lab(LAB, 5, impls, Params(**params))
+    assert result.error is not None and "must be even and a multiple of H" in result.error
+    assert result.metrics == []
