@@ -291,7 +291,7 @@ _DECOY = (
 _LAST_ROW = "only the last position's output is read: it sees every key, masked causally or not"
 _EMPTY_SLICE = "t = T - 1 and t = T perturb an empty slice: the extra turns change nothing"
 _ANY_PERTURBATION = "replacing the future, or subtracting the noise, perturbs it all the same"
-_FIGURES_FIRST = "output.figures is empty until the figures are added: += and = agree"
+_FIGURES_EMPTY = "output.figures is empty until this line: = and += give the same list"
 _SAME_LENGTH = "zip(strict=...): the three outputs of each implementation always pair up"
 EQUIVALENT.update(
     {
@@ -303,7 +303,7 @@ EQUIVALENT.update(
         **{
             f"labctl.labs.causal_attention.x_run__mutmut_{n}": _SAME_LENGTH for n in (137, 140, 141)
         },
-        "labctl.labs.causal_attention.x_run__mutmut_152": _FIGURES_FIRST,
+        "labctl.labs.causal_attention.x_run__mutmut_152": _FIGURES_EMPTY,
         **{f"labctl.labs.kv_cache.x__per_token__mutmut_{n}": _DECOY for n in (21, 28, 29, 30)},
         **{f"labctl.labs.kv_cache.x__per_token__mutmut_{n}": _LAST_ROW for n in (70, 82)},
     }
@@ -349,6 +349,68 @@ EQUIVALENT.update(
             "many rooms are observed at once, not what is observed"
             for n in (3, 4)
         },
+    }
+)
+
+# Labs gqa, residual_ablation, positions, norms_ffn, multi_head, mask_ablation.
+_FLOAT_CONDITION = "np.where reads the float triangle's 1.0/0.0 as True/False, as the bool one"
+_LAST_AXIS = "axis=+1 of a 2-D (T, T) array is its last axis, axis=-1"
+_ELEMENTS = (
+    "the cache is counted in elements (k_all.size), not in its dtype's bytes: float32 only "
+    "keeps the zero weights sent to the worker small"
+)
+_EITHER_BRANCH = (
+    "which branch runs changes nothing: the torch < 2.5 fallback is enable_gqa's documented "
+    "equivalent (both are tested)"
+)
+_KV_NONE = "contract v1: n_kv_heads=None is H, so None and H ask for the same MHA"
+EQUIVALENT.update(
+    {
+        **{f"labctl.labs.gqa.x__per_head_mha__mutmut_{n}": _FLOAT_CONDITION for n in (10, 12)},
+        **{f"labctl.labs.gqa.x__per_head_mha__mutmut_{n}": _LAST_AXIS for n in (46, 55)},
+        **{f"labctl.labs.gqa.x__torch_gqa__mutmut_{n}": _EITHER_BRANCH for n in (18, 19, 20)},
+        "labctl.labs.gqa.x__llama_cache_bytes__mutmut_7": "bytes per token from a prompt of "
+        "any length: the cache grows by the same size per token",
+        **{
+            f"labctl.labs.gqa.x__llama_cache_bytes__mutmut_{n}": _ELEMENTS
+            for n in (10, 12, 16, 18, 20, 22, 25, 27)
+        },
+        **{f"labctl.labs.gqa.x_run__mutmut_{n}": _KV_NONE for n in (41, 47, 48)},
+        "labctl.labs.gqa.x_run__mutmut_174": _FIGURES_EMPTY,
+        "labctl.labs.residual_ablation.x__gradients__mutmut_3": "another stream independent of "
+        "the lab's default_rng(seed) draws the same distribution: the 1 only keeps it apart",
+        **{
+            f"labctl.labs.residual_ablation.x__gradients__mutmut_{n}": "the final norm's gain is "
+            "ones, never trained: None (no gain) or float32 ones scale by exactly 1"
+            for n in (17, 19, 21, 47)
+        },
+        "labctl.labs.residual_ablation.x_run__mutmut_141": _FIGURES_EMPTY,
+        **{
+            f"labctl.labs.positions.x__measure__mutmut_{n}": "causal=None is falsy: attention "
+            "without the mask, as causal=False"
+            for n in (7, 16, 37, 47, 64, 75)
+        },
+        "labctl.labs.positions.x__pe_dots__mutmut_7": "range(0, n) is range(n)",
+        "labctl.labs.positions.x__pe_dots__mutmut_11": "the extra Δ = max_delta + 1 is never read",
+        **{
+            f"labctl.labs.positions.x_{f}__mutmut_{n}": "np.asarray of integer positions is "
+            "promoted to float64 by the product with a float"
+            for f in ("half_split_rope", "interleaved_rope")
+            for n in (7, 9)
+        },
+        **{
+            f"labctl.labs.positions.x_{f}__mutmut_16": "np.arange(D / 2) is [0., 1., ...], the "
+            "same values as np.arange(D // 2) for an even D"
+            for f in ("half_split_rope", "interleaved_rope")
+        },
+        "labctl.labs.positions.x_pe_dot__mutmut_12": "np.arange(d / 2) is [0., 1., ...], the "
+        "same values as np.arange(d // 2) for an even d",
+        **{
+            f"labctl.labs.positions.x__measure__mutmut_{n}": "axis=+1 of the 2-D (T, D) rows is "
+            "their last axis"
+            for n in (183, 189)
+        },
+        "labctl.labs.positions.x_run__mutmut_62": _FIGURES_EMPTY,
     }
 )
 

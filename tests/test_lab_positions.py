@@ -10,9 +10,18 @@ import sys
 
 import numpy as np
 import pytest
-from labtools import cli_run_json, failing, faulty_room, rows, run, values, wave2_fault
+from labtools import ROOM, cli_run_json, failing, faulty_room, rows, run, values, wave2_fault
 
-from labctl.labs.positions import CHAPTER_DOTS, LAB, half_split_rope, interleaved_rope, pe_dot
+from labctl import faults
+from labctl.labs.positions import (
+    CHAPTER_DOTS,
+    LAB,
+    Params,
+    half_split_rope,
+    interleaved_rope,
+    pe_dot,
+)
+from labctl.runner import implementations, run_lab
 
 BOTH = ("positions_reference_max_error", "both")
 
@@ -100,3 +109,56 @@ def test_cli_run_json(tmp_path, monkeypatch):
     assert any("15.313649" in note["text"] for note in lab["notes"])
     (table,) = lab["tables"]
     assert table["rows"][1][2] == "15.313649"
+
+
+# Not in the catalogue: the table's formula written without p, so every row is the same
+# nonzero vector (the sin/cos of one fixed angle per pair): positions add a constant only.
+SINUSOIDAL_ONE_ROW = faults.Fault(
+    name="sinusoidal-one-row",
+    function="sinusoidal_positions",
+    module="primitives",
+    description="every position gets the same nonzero vector",
+    course="手撕 §1.2.2",
+    source="""
+    _correct_positions = sinusoidal_positions
+
+    def sinusoidal_positions(seq_len, d_model):
+        row = _correct_positions(2, d_model)[1]
+        return np.broadcast_to(row, (seq_len, d_model)).copy()
+    """,
+)
+
+
+def test_a_table_of_one_repeated_row_leaves_attention_order_blind(tmp_path):
+    # x + c for a constant c is still a plain input: permuting it permutes the output exactly.
+    result = run(LAB, faulty_room(tmp_path, SINUSOIDAL_ONE_ROW), impl="clean-room")
+    row = rows(result)[("positions_perm_change_sinusoidal", "clean-room")]
+    assert not row.passed and row.actual <= 1e-12  # float64 rounding only
+
+
+def test_every_rope_check_uses_the_labs_base():
+    # theta = 100 is far from the contract's default 10000: a rope call that drops it
+    # rotates q and k by other angles than the written-out RoPE and than each other.
+    with implementations("both", ROOM) as impls:
+        result = run_lab(LAB, 5, impls, Params(rope_theta=100.0))
+    assert result.error is None and result.passed, result.failures()
+    got = rows(result)
+    for impl in ("reference", "clean-room"):
+        assert got[("rope_nonconsecutive_max_error", impl)].actual <= 1e-12
+        assert got[("rope_shift_invariance_error", impl)].actual <= 1e-10
+
+
+def test_the_written_out_ropes_rotate_the_last_axis_of_any_shape():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 4))  # (B, T, D), T != D
+    positions = np.array([0, 5, 9])
+    for rope in (half_split_rope, interleaved_rope):
+        np.testing.assert_array_equal(rope(x, positions, 100.0)[1], rope(x[1], positions, 100.0))
+
+
+@pytest.mark.parametrize("params", [{"D": 3}, {"C": 63, "H": 3}, {"C": 64, "H": 3}])
+def test_odd_widths_and_heads_that_do_not_divide_are_refused(params):
+    with implementations("reference", None) as impls:
+        result = run_lab(LAB, 5, impls, Params(**params))
+    assert result.error is not None and "must be even and a multiple of H" in result.error
+    assert result.metrics == []

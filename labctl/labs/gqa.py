@@ -154,88 +154,6 @@ def _llama_cache_bytes(impl) -> tuple[int, tuple[int, ...]]:
     return per_token_fp16 * LLAMA_TOKENS * LLAMA_LAYERS, tuple(k_all.shape)
 
 
-def _attention_params(C: int, H: int, Hkv: int) -> int:
-    """From the contract's shapes: wq (C, H*D), wk and wv (C, Hkv*D), wo (H*D, C)."""
-    D = C // H
-    return C * H * D + 2 * C * Hkv * D + H * D * C
-
-
-def _course_table(measured_llama: int | None) -> tuple[TableFigure, list[Note]]:
-    """The course's own examples: its expression, the value, an independent count, its print."""
-    L, T, Hkv, D, b = LLAMA_LAYERS, LLAMA_TOKENS, LLAMA_KV_HEADS, LLAMA_HEAD_DIM, FP16_BYTES
-    llama = 2 * T * Hkv * D * b * L  # the course's expression, evaluated
-    llama_mha = 2 * T * LLAMA_QUERY_HEADS * D * b * L  # the same with one KV head per query head
-
-    def params(C: int, H: int, hkv: int) -> int:  # Q and O, plus 手撕 §5.5.2's 2 x Hkv x d_k x C
-        return 2 * C * C + 2 * hkv * (C // H) * C
-
-    def exact(value: int, prints: int | None) -> str:
-        return "" if prints is None else ("yes" if value == prints else "NO")
-
-    measured = "" if measured_llama is None else f"{measured_llama:,} B"
-    rows = [
-        ("手撕 §5.3 MHA params, C=512, H=8", "4×C²", f"{4 * 512**2:,}",
-         f"{_attention_params(512, 8, 8):,}", "1,048,576", exact(4 * 512**2, 1_048_576)),
-        ("手撕 §13.4 MHA params, C=2048, H=16", "4×C²", f"{4 * 2048**2:,}",
-         f"{_attention_params(2048, 16, 16):,}", "16,777,216", exact(4 * 2048**2, 16_777_216)),
-        ("GQA params, C=2048, H=16, Hkv=4", "2×C² + 2×Hkv×D×C", f"{params(2048, 16, 4):,}",
-         f"{_attention_params(2048, 16, 4):,}", "—", ""),
-        ("MQA params, C=2048, H=16, Hkv=1", "2×C² + 2×Hkv×D×C", f"{params(2048, 16, 1):,}",
-         f"{_attention_params(2048, 16, 1):,}", "—", ""),
-        ("KV B/token/layer, C=2048, H=16, fp16: MHA/GQA 4/MQA", "2×Hkv×D×2",
-         " / ".join(f"{2 * h * 128 * 2:,}" for h in (16, 4, 1)), "", "—", ""),
-        ("逐部件讲透 §6.6 query heads per KV head, 32 Q / 8 KV", "H / Hkv", "4", "", "4", exact(32 // 8, 4)),
-        ("手撕 §5.5.2 KV cache shrink, MQA, H=32", "H / 1", "32x", "", "32 倍", exact(32 // 1, 32)),
-        ("手撕 §5.5.2 KV cache shrink, GQA, H=32, Hkv=8", "H / Hkv", "4x", "", "4 倍", exact(32 // 8, 4)),
-        ("手撕 §7.4 Llama-2-70B KV cache, 4096 tokens", "2×4096×8×128×2 B×80",
-         f"{llama:,} B ({llama / 1e9:.2f} GB)", measured, COURSE_LLAMA_PRINTS, _agrees(llama)),
-        ("same with 64 KV heads (MHA, no GQA)", "2×4096×64×128×2 B×80",
-         f"{llama_mha:,} B ({llama_mha / 1e9:.2f} GB)", "", COURSE_LLAMA_PRINTS, _agrees(llama_mha)),
-    ]  # fmt: skip
-    table = TableFigure(
-        title=N_(
-            "the course's numbers, recomputed (check: summed from the contract's weight "
-            "shapes, or measured from attention_decode's cache)"
-        ),
-        columns=(
-            N_("course example"),
-            N_("formula"),
-            N_("computed"),
-            N_("check"),
-            N_("course prints"),
-            N_("agrees"),
-        ),
-        rows=tuple(rows),
-    )
-    notes = []
-    if _agrees(llama) != "yes":
-        notes.append(
-            Note(
-                Msg(
-                    "Transformer 手撕与注意力机制 §7.4 prints {COURSE_LLAMA_PRINTS} for Llama-2-70B, but its own expression 2 x "
-                    "4096 x 8 x 128 x 2 B x 80 is {llama:,} B = {llama_g:.2f} GB ({llama_gib:.2f} GiB), "
-                    "{factor}x less. The printed number is what 64 KV heads give ({llama_mha:,} B = "
-                    "{llama_mha_g:.2f} GB): one KV head per query head, i.e. the cache without GQA. With "
-                    "GQA's 8 KV heads the cache is 8x smaller, which is the point of §05.5.",
-                    COURSE_LLAMA_PRINTS=COURSE_LLAMA_PRINTS,
-                    llama=llama,
-                    llama_g=llama / 1000000000.0,
-                    llama_gib=llama / 2**30,
-                    factor=llama_mha // llama,
-                    llama_mha=llama_mha,
-                    llama_mha_g=llama_mha / 1000000000.0,
-                ),
-                flag=True,
-            )
-        )
-    return table, notes
-
-
-def _agrees(value_bytes: int) -> str:
-    """Does a byte count agree with the course's '~10.7 GB' at the precision printed?"""
-    return "yes" if abs(value_bytes / 1e9 - COURSE_LLAMA_GB) < 0.05 else "NO"
-
-
 def run(ctx: LabContext) -> LabOutput:
     p: Params = ctx.params
     x, (wq, wk, wv, wo), (q, k, v) = _inputs(p, ctx.seed)
@@ -269,8 +187,14 @@ def run(ctx: LabContext) -> LabOutput:
             "gqa_kv_bytes_llama2_70b_error", name, abs(measured - formula), f"cache shape {shape}"
         )
         llama_measured = measured if llama_measured is None else llama_measured
+    output.figures += _figures(p, distances, llama_measured)
+    return output
+
+
+def _figures(p: Params, distances: dict[str, dict[int, float]], llama_measured: int | None) -> list:
+    """The distances from MHA, the KV cache against T, the course's numbers and the notes."""
     D = p.C // p.H
-    output.figures.append(
+    figures: list = [
         TableFigure(
             title=Msg(
                 "MHA, GQA and MQA on one input (H = {H}, D = {D}); GQA and MQA by "
@@ -296,10 +220,10 @@ def run(ctx: LabContext) -> LabOutput:
                 for label, hkv in (("MHA", p.H), ("GQA", p.Hkv), ("MQA", 1))
             ),
         )
-    )
+    ]
     lengths = (256, 512, 1024, 2048, 4096)
     variants = (("MHA", p.H), ("GQA", p.Hkv), ("MQA", 1))
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=Msg(
                 "KV cache of one layer against T (B = 1, float64, H = {H}, D = {D}), in KiB",
@@ -310,10 +234,8 @@ def run(ctx: LabContext) -> LabOutput:
             rows=tuple((T, *(T * 2 * hkv * D * 8 / 1024 for _, hkv in variants)) for T in lengths),
         )
     )
-    table, notes = _course_table(llama_measured)
-    output.figures.append(table)
-    output.figures.extend(notes)
-    output.figures.append(
+    figures += _figure_course(llama_measured)
+    figures.append(
         Note(
             N_(
                 "Distance from MHA is ||out - out_MHA|| / ||out_MHA||. These weights are random, so "
@@ -324,7 +246,7 @@ def run(ctx: LabContext) -> LabOutput:
             )
         )
     )
-    output.figures.append(
+    figures.append(
         Note(
             N_(
                 "Transformer 手撕与注意力机制 §05.5 writes the expansion as K.repeat(n_groups, axis=0): NumPy's repeat, which "
@@ -333,7 +255,89 @@ def run(ctx: LabContext) -> LabOutput:
             )
         )
     )
-    return output
+    return figures
+
+
+def _figure_attention_params(C: int, H: int, Hkv: int) -> int:
+    """From the contract's shapes: wq (C, H*D), wk and wv (C, Hkv*D), wo (H*D, C)."""
+    D = C // H
+    return C * H * D + 2 * C * Hkv * D + H * D * C
+
+
+def _figure_course(measured_llama: int | None) -> list:
+    """The course's own examples: its expression, the value, an independent count, its print."""
+    L, T, Hkv, D, b = LLAMA_LAYERS, LLAMA_TOKENS, LLAMA_KV_HEADS, LLAMA_HEAD_DIM, FP16_BYTES
+    llama = 2 * T * Hkv * D * b * L  # the course's expression, evaluated
+    llama_mha = 2 * T * LLAMA_QUERY_HEADS * D * b * L  # the same with one KV head per query head
+
+    def params(C: int, H: int, hkv: int) -> int:  # Q and O, plus 手撕 §5.5.2's 2 x Hkv x d_k x C
+        return 2 * C * C + 2 * hkv * (C // H) * C
+
+    def exact(value: int, prints: int | None) -> str:
+        return "" if prints is None else ("yes" if value == prints else "NO")
+
+    measured = "" if measured_llama is None else f"{measured_llama:,} B"
+    rows = [
+        ("手撕 §5.3 MHA params, C=512, H=8", "4×C²", f"{4 * 512**2:,}",
+         f"{_figure_attention_params(512, 8, 8):,}", "1,048,576", exact(4 * 512**2, 1_048_576)),
+        ("手撕 §13.4 MHA params, C=2048, H=16", "4×C²", f"{4 * 2048**2:,}",
+         f"{_figure_attention_params(2048, 16, 16):,}", "16,777,216", exact(4 * 2048**2, 16_777_216)),
+        ("GQA params, C=2048, H=16, Hkv=4", "2×C² + 2×Hkv×D×C", f"{params(2048, 16, 4):,}",
+         f"{_figure_attention_params(2048, 16, 4):,}", "—", ""),
+        ("MQA params, C=2048, H=16, Hkv=1", "2×C² + 2×Hkv×D×C", f"{params(2048, 16, 1):,}",
+         f"{_figure_attention_params(2048, 16, 1):,}", "—", ""),
+        ("KV B/token/layer, C=2048, H=16, fp16: MHA/GQA 4/MQA", "2×Hkv×D×2",
+         " / ".join(f"{2 * h * 128 * 2:,}" for h in (16, 4, 1)), "", "—", ""),
+        ("逐部件讲透 §6.6 query heads per KV head, 32 Q / 8 KV", "H / Hkv", "4", "", "4", exact(32 // 8, 4)),
+        ("手撕 §5.5.2 KV cache shrink, MQA, H=32", "H / 1", "32x", "", "32 倍", exact(32 // 1, 32)),
+        ("手撕 §5.5.2 KV cache shrink, GQA, H=32, Hkv=8", "H / Hkv", "4x", "", "4 倍", exact(32 // 8, 4)),
+        ("手撕 §7.4 Llama-2-70B KV cache, 4096 tokens", "2×4096×8×128×2 B×80",
+         f"{llama:,} B ({llama / 1e9:.2f} GB)", measured, COURSE_LLAMA_PRINTS, _figure_agrees(llama)),
+        ("same with 64 KV heads (MHA, no GQA)", "2×4096×64×128×2 B×80",
+         f"{llama_mha:,} B ({llama_mha / 1e9:.2f} GB)", "", COURSE_LLAMA_PRINTS, _figure_agrees(llama_mha)),
+    ]  # fmt: skip
+    table = TableFigure(
+        title=N_(
+            "the course's numbers, recomputed (check: summed from the contract's weight "
+            "shapes, or measured from attention_decode's cache)"
+        ),
+        columns=(
+            N_("course example"),
+            N_("formula"),
+            N_("computed"),
+            N_("check"),
+            N_("course prints"),
+            N_("agrees"),
+        ),
+        rows=tuple(rows),
+    )
+    notes = []
+    if _figure_agrees(llama) != "yes":
+        notes.append(
+            Note(
+                Msg(
+                    "Transformer 手撕与注意力机制 §7.4 prints {COURSE_LLAMA_PRINTS} for Llama-2-70B, but its own expression 2 x "
+                    "4096 x 8 x 128 x 2 B x 80 is {llama:,} B = {llama_g:.2f} GB ({llama_gib:.2f} GiB), "
+                    "{factor}x less. The printed number is what 64 KV heads give ({llama_mha:,} B = "
+                    "{llama_mha_g:.2f} GB): one KV head per query head, i.e. the cache without GQA. With "
+                    "GQA's 8 KV heads the cache is 8x smaller, which is the point of §05.5.",
+                    COURSE_LLAMA_PRINTS=COURSE_LLAMA_PRINTS,
+                    llama=llama,
+                    llama_g=llama / 1000000000.0,
+                    llama_gib=llama / 2**30,
+                    factor=llama_mha // llama,
+                    llama_mha=llama_mha,
+                    llama_mha_g=llama_mha / 1000000000.0,
+                ),
+                flag=True,
+            )
+        )
+    return [table, *notes]
+
+
+def _figure_agrees(value_bytes: int) -> str:
+    """Does a byte count agree with the course's '~10.7 GB' at the precision printed?"""
+    return "yes" if abs(value_bytes / 1e9 - COURSE_LLAMA_GB) < 0.05 else "NO"
 
 
 LAB = Lab(

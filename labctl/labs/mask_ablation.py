@@ -312,20 +312,6 @@ def _language_models(ctx: LabContext, rng: np.random.Generator):
     return masked, unmasked, masks
 
 
-def _loss_curves(curves: list[tuple[str, list]], steps: int) -> TableFigure:
-    """The training loss of each run, averaged over windows of steps so the table stays short."""
-    window = max(1, steps // 12)
-    ends = range(window, steps + 1, window)
-    return TableFigure(
-        title=Msg("training loss by step, mean over each window of {n} steps (nats)", n=window),
-        columns=(N_("step"), *(label for label, _ in curves)),
-        rows=tuple(
-            (end, *(float(np.mean(losses[end - window : end])) for _, losses in curves))
-            for end in ends
-        ),
-    )
-
-
 # ---- the lab ------------------------------------------------------------------------------
 
 
@@ -455,7 +441,7 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
             ),
         )
     )
-    figures.append(_loss_curves(curves, p.steps))
+    figures.append(_figure_loss_curves(curves, p.steps))
     figures.append(
         Note(
             N_(
@@ -516,6 +502,20 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
             )
         )
     return figures
+
+
+def _figure_loss_curves(curves: list[tuple[str, list]], steps: int) -> TableFigure:
+    """The training loss of each run, averaged over windows of steps so the table stays short."""
+    window = max(1, steps // 12)
+    ends = range(window, steps + 1, window)
+    return TableFigure(
+        title=Msg("training loss by step, mean over each window of {n} steps (nats)", n=window),
+        columns=(N_("step"), *(label for label, _ in curves)),
+        rows=tuple(
+            (end, *(float(np.mean(losses[end - window : end])) for _, losses in curves))
+            for end in ends
+        ),
+    )
 
 
 LAB = Lab(

@@ -190,13 +190,20 @@ def run(ctx: LabContext) -> LabOutput:
         got, kept[name], chains[name], sources[name] = _measure(impl, p, x, weights, noise)
         for metric, (value, note) in got.items():
             output.add(metric, name, value, note)
-    names = list(kept)
     if ctx.both:
         ref, room = kept["reference"], kept["clean-room"]
         gaps = [np.max(np.abs(ref[k] - room[k])) if k in room else np.inf for k in ref]
         output.add("mh_reference_max_error", "both", float(max(gaps)))
+    output.figures += _figures(p, chains, sources)
+    return output
+
+
+def _figures(p: Params, chains: dict[str, list], sources: dict[str, np.ndarray | None]) -> list:
+    """The shape chain per implementation, where split_heads put each position, the
+    chapter's parameter counts and the note on them."""
+    names = list(chains)
     first = chains[names[0]]
-    output.figures.append(
+    figures: list = [
         TableFigure(
             title=Msg(
                 "the shape chain of 第8章 阶段三 at B = {B}, T = {T}, C = {C}, H = {H} (D = {D})",
@@ -208,12 +215,12 @@ def run(ctx: LabContext) -> LabOutput:
                 for i, (step, want, _) in enumerate(first)
             ),
         )
-    )  # fmt: skip
+    ]  # fmt: skip
     for name in names:
         source = sources[name]
         if source is None:
             continue
-        output.figures.append(
+        figures.append(
             TableFigure(
                 title=Msg(
                     "{impl}: the position whose features split_heads put in each (head, "
@@ -222,12 +229,12 @@ def run(ctx: LabContext) -> LabOutput:
                 ),
                 columns=(N_("head"), *(f"t={t}" for t in range(p.T))),
                 rows=tuple(
-                    (f"h={h}", *(_positions(source[h, t]) for t in range(p.T)))
+                    (f"h={h}", *(_figure_positions(source[h, t]) for t in range(p.T)))
                     for h in range(p.H)
                 ),
             )
         )  # fmt: skip
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=N_("parameters of one multi-head attention layer, no bias: W_Q, W_K, W_V, W_O "
                      "each d_model x d_model"),
@@ -238,7 +245,7 @@ def run(ctx: LabContext) -> LabOutput:
             ),
         )
     )  # fmt: skip
-    output.figures.append(
+    figures.append(
         Note(
             N_(
                 "The count does not depend on h: splitting into heads regroups the same C x C "
@@ -247,10 +254,11 @@ def run(ctx: LabContext) -> LabOutput:
             )
         )
     )
-    return output
+    return figures
 
 
-def _positions(features: np.ndarray) -> str:
+def _figure_positions(features: np.ndarray) -> str:
+    """The positions whose features fill one (head, position) slot, as '3' or '1,5'."""
     found = sorted({int(v) for v in np.asarray(features).ravel()})
     return ",".join(str(v) for v in found)
 

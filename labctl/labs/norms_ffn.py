@@ -166,24 +166,6 @@ def ffn_counts(D: int, hidden_relu: int, hidden_swiglu: float) -> dict[str, floa
     }
 
 
-def _size_rows() -> tuple[tuple, ...]:
-    rows = []
-    for D, hidden in (
-        (512, 1365),
-        (512, 8 / 3 * 512),
-        (LLAMA_D, 8 / 3 * LLAMA_D),
-        (LLAMA_D, LLAMA_HIDDEN),
-    ):
-        n = ffn_counts(D, 4 * D, hidden)
-        block = n["attention"] + n["swiglu"] + n["norms"]
-        rows.append((
-            str(D), f"{hidden:.2f}" if hidden % 1 else str(int(hidden)), f"{n['relu']:,.0f}",
-            f"{n['swiglu']:,.1f}" if n["swiglu"] % 1 else f"{n['swiglu']:,.0f}",
-            n["swiglu"] / n["relu"] - 1.0, n["swiglu"] / block,
-        ))  # fmt: skip
-    return tuple(rows)
-
-
 def run(ctx: LabContext) -> LabOutput:
     p: Params = ctx.params
     rng = np.random.default_rng(ctx.seed)
@@ -195,19 +177,25 @@ def run(ctx: LabContext) -> LabOutput:
         got, kept[name] = _measure(impl, p, x, ffn)
         for metric, value in got.items():
             output.add(metric, name, value)
-    names = list(kept)
     if ctx.both:
         ref, room = kept["reference"], kept["clean-room"]
         output.add(
             "norms_ffn_reference_max_error", "both",
             max(float(np.max(np.abs(ref[k] - room[k]))) for k in ref),
         )  # fmt: skip
+    output.figures += _figures(p, kept)
+    return output
+
+
+def _figures(p: Params, kept: dict[str, dict[str, np.ndarray]]) -> list:
+    """The worked vector step by step, the FFN sizes, Llama's hidden width and the shift note."""
+    names = list(kept)
     steps = worked_steps()
 
     def vec(a: np.ndarray) -> str:
         return "[" + ", ".join(f"{v:.6f}" for v in a) + "]"
 
-    output.figures.append(
+    figures: list = [
         TableFigure(
             title=N_("Transformer 手撕与注意力机制 §6.3: x = [1.0, -2.0, 3.0, 0.5], γ = 1, β = 0, step by step "
                      "(the chapter prints the code, not its output)"),
@@ -223,18 +211,18 @@ def run(ctx: LabContext) -> LabOutput:
                  *(vec(kept[n]["rms_v"]) for n in names)),
             ),
         )
-    )  # fmt: skip
-    output.figures.append(
+    ]  # fmt: skip
+    figures.append(
         TableFigure(
             title=N_("FFN parameters without biases: ReLU with 4·D hidden vs SwiGLU, and the "
                      "SwiGLU FFN's share of a block (4·D² attention + FFN + two norms)"),
             columns=("D", N_("SwiGLU hidden"), N_("ReLU 2·D·4D"), N_("SwiGLU 3·D·hidden"),
                      N_("SwiGLU over ReLU - 1"), N_("FFN share of the block")),
-            rows=_size_rows(),
+            rows=_figure_size_rows(),
         )
     )  # fmt: skip
     excess = 3 * LLAMA_D * LLAMA_HIDDEN - 2 * LLAMA_D * 4 * LLAMA_D
-    output.figures.append(
+    figures.append(
         Note(
             Msg(
                 "8/3·D is not an integer unless 3 divides D: at D = {D} exact parity needs "
@@ -248,7 +236,7 @@ def run(ctx: LabContext) -> LabOutput:
     )  # fmt: skip
     for name in names:
         moved = float(np.max(np.abs(kept[name]["rms_shift"] - kept[name]["rms"])))
-        output.figures.append(
+        figures.append(
             Note(
                 Msg(
                     "{impl}: adding {c} to every input moves RMSNorm's output by up to {moved:.3f} "
@@ -257,7 +245,26 @@ def run(ctx: LabContext) -> LabOutput:
                 )
             )
         )  # fmt: skip
-    return output
+    return figures
+
+
+def _figure_size_rows() -> tuple[tuple, ...]:
+    """The FFN size table's rows: the course's widths and Llama's."""
+    rows = []
+    for D, hidden in (
+        (512, 1365),
+        (512, 8 / 3 * 512),
+        (LLAMA_D, 8 / 3 * LLAMA_D),
+        (LLAMA_D, LLAMA_HIDDEN),
+    ):
+        n = ffn_counts(D, 4 * D, hidden)
+        block = n["attention"] + n["swiglu"] + n["norms"]
+        rows.append((
+            str(D), f"{hidden:.2f}" if hidden % 1 else str(int(hidden)), f"{n['relu']:,.0f}",
+            f"{n['swiglu']:,.1f}" if n["swiglu"] % 1 else f"{n['swiglu']:,.0f}",
+            n["swiglu"] / n["relu"] - 1.0, n["swiglu"] / block,
+        ))  # fmt: skip
+    return tuple(rows)
 
 
 LAB = Lab(

@@ -164,6 +164,14 @@ def _inputs(p: Params, seed: int):
     return x, weights, perm, q, k, w
 
 
+def _pe_dots(table: np.ndarray, max_delta: int) -> dict[int, np.ndarray]:
+    """PE(s)·PE(s+Δ) of the chapter's table for every start s, by Δ = 0..max_delta."""
+    return {
+        delta: np.array([table[s] @ table[s + delta] for s in range(CHAPTER_T - delta)])
+        for delta in range(0, max_delta + 1)
+    }
+
+
 def _measure(impl, p: Params, inputs) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     x, weights, perm, q, k, w = inputs
     H, theta = p.H, p.rope_theta
@@ -180,10 +188,7 @@ def _measure(impl, p: Params, inputs) -> tuple[dict[str, float], dict[str, np.nd
     got["positions_perm_change_rope"] = float(np.max(np.abs(rope_perm - rope_out[:, perm])))
 
     table = impl.sinusoidal_positions(CHAPTER_T, CHAPTER_D)  # (16, 32), the chapter's table
-    dots = {
-        delta: np.array([table[s] @ table[s + delta] for s in range(CHAPTER_T - delta)])
-        for delta in range(0, p.max_delta + 1)
-    }
+    dots = _pe_dots(table, p.max_delta)
     got["pe_dot_chapter_max_error"] = max(
         abs(float(dots[delta][s]) - pe_dot(delta)) for delta in (1, 5) for s in STARTS
     )
@@ -208,11 +213,7 @@ def _measure(impl, p: Params, inputs) -> tuple[dict[str, float], dict[str, np.nd
     got["rope_permutation_max_error"] = float(
         np.max(np.abs(mapped - impl.rope(projected, positions, theta)[:, P]))
     )
-    kept = {
-        "plain": plain, "sin": sin_out, "rope": rope_out, "table": table, "rq": rq, "sq": sq,
-        "dots": np.array([dots[d][0] for d in range(p.max_delta + 1)]),
-        "spread": np.array([np.ptp(dots[d]) for d in range(p.max_delta + 1)]),
-    }  # fmt: skip
+    kept = {"plain": plain, "sin": sin_out, "rope": rope_out, "table": table, "rq": rq, "sq": sq}
     return got, kept
 
 
@@ -237,8 +238,16 @@ def run(ctx: LabContext) -> LabOutput:
                 for key in ("plain", "sin", "rope", "table", "rq", "sq")
             ),
         )
-    names = list(kept)
-    output.figures.append(
+    output.figures += _figures(p, {n: k["table"] for n, k in kept.items()})
+    return output
+
+
+def _figures(p: Params, tables: dict[str, np.ndarray]) -> list:
+    """PE·PE by Δ against the chapter, each implementation's table as a heatmap, the
+    chapter's printed dot products checked, and the RoPE layouts' note."""
+    names = list(tables)
+    dots = {n: _pe_dots(tables[n], p.max_delta) for n in names}
+    figures: list = [
         TableFigure(
             title=Msg(
                 "PE(0)·PE(Δ) at d = {d} (the spread over starts p is the largest difference "
@@ -256,18 +265,17 @@ def run(ctx: LabContext) -> LabOutput:
                     str(delta),
                     pe_dot(delta),
                     f"{CHAPTER_DOTS[delta]:.6f}" if delta in CHAPTER_DOTS else "",
-                    *(float(kept[n]["dots"][delta]) for n in names),
-                    *(float(kept[n]["spread"][delta]) for n in names),
+                    *(float(dots[n][delta][0]) for n in names),
+                    *(float(np.ptp(dots[n][delta])) for n in names),
                 )
                 for delta in range(p.max_delta + 1)
             ),
         )
-    )  # fmt: skip
+    ]  # fmt: skip
     for name in names:
-        table = kept[name]["table"]
-        shown = table[:HEATMAP_T]
+        shown = tables[name][:HEATMAP_T]
         cosine = shown @ shown.T / (CHAPTER_D / 2)  # (10, 10): PE(p)·PE(q) / |PE|^2
-        output.figures.append(
+        figures.append(
             HeatmapFigure(
                 title=Msg(
                     "PE(p)·PE(q) / (d/2) at d = {d} ({impl}): constant along each diagonal",
@@ -282,9 +290,9 @@ def run(ctx: LabContext) -> LabOutput:
         )  # fmt: skip
     for delta, printed in CHAPTER_DOTS.items():
         for name in names:
-            value = float(kept[name]["dots"][delta])
+            value = float(dots[name][delta][0])
             agrees = abs(value - printed) <= 5e-7
-            output.figures.append(
+            figures.append(
                 Note(
                     Msg(
                         "第8章 阶段五 prints {printed:.6f} for Δ = {delta}; the {impl} gives "
@@ -295,7 +303,7 @@ def run(ctx: LabContext) -> LabOutput:
                     flag=not agrees,
                 )
             )  # fmt: skip
-    output.figures.append(
+    figures.append(
         Note(
             N_(
                 "Half-split RoPE (Llama/HuggingFace) pairs column i with i + D/2; the contract pairs "
@@ -304,7 +312,7 @@ def run(ctx: LabContext) -> LabOutput:
             )
         )
     )
-    return output
+    return figures
 
 
 LAB = Lab(

@@ -160,12 +160,31 @@ def _ablations(impl, x, params, p: Params) -> dict[str, np.ndarray]:
     }
 
 
+def _block_t(kind: str, x, q, p: Params):
+    """One block of a stack in torch: the reference's pre-norm block, the same with both
+    residual adds removed, or post-norm (Vaswani 2017)."""
+    from labctl.reference.primitives import rms_norm_t, swiglu_ffn_t
+    from labctl.reference.transformer_block import block_t, mha_t
+
+    def attention(z):
+        return mha_t(z, q["wq"], q["wk"], q["wv"], q["wo"], p.H, p.H, True, None, None)
+
+    def ffn(z):
+        return swiglu_ffn_t(z, q["w_gate"], q["w_up"], q["w_down"])
+
+    if kind == "pre-norm":  # the reference's own block: h = x + A(N(x)); h + F(N(h))
+        return block_t(x, q, p.H, p.H, p.eps, None, None)
+    if kind == "no residual":
+        return ffn(rms_norm_t(attention(rms_norm_t(x, q["norm1"], p.eps)), q["norm2"], p.eps))
+    h = rms_norm_t(x + attention(x), q["norm1"], p.eps)
+    return rms_norm_t(h + ffn(h), q["norm2"], p.eps)
+
+
 def _gradients(p: Params, seed: int) -> dict[tuple[str, int], tuple[float, float]]:
     """(first/top gradient ratio, last block's weight-gradient norm) per (variant, depth)."""
     import torch
 
-    from labctl.reference.primitives import rms_norm_t, swiglu_ffn_t
-    from labctl.reference.transformer_block import block_t, mha_t
+    from labctl.reference.primitives import rms_norm_t
 
     rng = np.random.default_rng([seed, 1])
     x0 = torch.from_numpy(rng.standard_normal((p.B, p.T, p.C)))  # (B, T, C)
@@ -174,22 +193,6 @@ def _gradients(p: Params, seed: int) -> dict[tuple[str, int], tuple[float, float
         {k: torch.from_numpy(v) for k, v in _block_params(rng, p).items()} for _ in range(DEEPEST)
     ]
     final_gain = torch.ones(p.C, dtype=torch.float64)
-
-    def attention(x, q):
-        return mha_t(x, q["wq"], q["wk"], q["wv"], q["wo"], p.H, p.H, True, None, None)
-
-    def ffn(x, q):
-        return swiglu_ffn_t(x, q["w_gate"], q["w_up"], q["w_down"])
-
-    def block(kind: str, x, q):
-        if kind == "pre-norm":  # the reference's own block: h = x + A(N(x)); h + F(N(h))
-            return block_t(x, q, p.H, p.H, p.eps, None, None)
-        if kind == "no residual":
-            return ffn(
-                rms_norm_t(attention(rms_norm_t(x, q["norm1"], p.eps), q), q["norm2"], p.eps), q
-            )
-        h = rms_norm_t(x + attention(x, q), q["norm1"], p.eps)  # post-norm, Vaswani 2017
-        return rms_norm_t(h + ffn(h, q), q["norm2"], p.eps)
 
     found = {}
     for kind in ("pre-norm", "no residual", "post-norm"):
@@ -201,7 +204,7 @@ def _gradients(p: Params, seed: int) -> dict[tuple[str, int], tuple[float, float
             x = x0.clone().requires_grad_(True)
             top = x
             for q in layers:
-                top = block(kind, top, q)
+                top = _block_t(kind, top, q, p)
             top.retain_grad()
             normed = rms_norm_t(top, final_gain, p.eps)  # a final norm, as decoder_forward
             (normed * readout).sum().backward()
@@ -237,19 +240,7 @@ def run(ctx: LabContext) -> LabOutput:
         output.add(
             "residual_block_formula_max_error", name, float(np.max(np.abs(block - outs["formula"])))
         )
-    output.figures.append(
-        TableFigure(
-            title=N_(
-                "largest |block(x) - ablated(x)| for each ablation (the template metric is the "
-                "smallest)"
-            ),
-            columns=(N_("ablation"), *deltas_shown),
-            rows=tuple(
-                (key, *(deltas_shown[name][key] for name in deltas_shown))
-                for key in next(iter(deltas_shown.values()))
-            ),
-        )
-    )
+    grads = None
     if "reference" in ctx.impls:
         grads = _gradients(p, ctx.seed)
         output.add(
@@ -262,40 +253,61 @@ def run(ctx: LabContext) -> LabOutput:
         )
         post_over_pre = grads[("post-norm", DEEPEST)][1] / grads[("pre-norm", DEEPEST)][1]
         output.add(f"grad_last_layer_post_over_pre[depth={DEEPEST}]", "reference", post_over_pre)
-        output.figures.append(
-            TableFigure(
-                title=N_(
-                    "at initialisation (reference, autograd): ||dL/dx_0|| / ||dL/dx_L|| and the "
-                    "last block's weight gradient ||dL/dW_L||"
-                ),
-                columns=(
-                    N_("depth"),
-                    N_("ratio pre-norm"),
-                    N_("ratio no residual"),
-                    N_("ratio post-norm"),
-                    N_("dW_L pre-norm"),
-                    N_("dW_L post-norm"),
-                    N_("dW_L post/pre"),
-                ),
-                rows=tuple(
-                    (
-                        str(depth),
-                        grads[("pre-norm", depth)][0],
-                        grads[("no residual", depth)][0],
-                        grads[("post-norm", depth)][0],
-                        grads[("pre-norm", depth)][1],
-                        grads[("post-norm", depth)][1],
-                        grads[("post-norm", depth)][1] / grads[("pre-norm", depth)][1],
-                    )
-                    for depth in DEPTHS
-                ),
-            )
-        )
-        output.figures.extend(_notes(grads))
+    output.figures += _figures(deltas_shown, grads)
     return output
 
 
-def _notes(grads) -> list[Note]:
+def _figures(deltas_shown: dict[str, dict[str, float]], grads) -> list:
+    """The ablations' deltas per implementation; with the reference's gradients (`grads`,
+    None without the reference), their table by depth and the notes."""
+    figures: list = [
+        TableFigure(
+            title=N_(
+                "largest |block(x) - ablated(x)| for each ablation (the template metric is the "
+                "smallest)"
+            ),
+            columns=(N_("ablation"), *deltas_shown),
+            rows=tuple(
+                (key, *(deltas_shown[name][key] for name in deltas_shown))
+                for key in next(iter(deltas_shown.values()))
+            ),
+        )
+    ]
+    if grads is None:
+        return figures
+    figures.append(
+        TableFigure(
+            title=N_(
+                "at initialisation (reference, autograd): ||dL/dx_0|| / ||dL/dx_L|| and the "
+                "last block's weight gradient ||dL/dW_L||"
+            ),
+            columns=(
+                N_("depth"),
+                N_("ratio pre-norm"),
+                N_("ratio no residual"),
+                N_("ratio post-norm"),
+                N_("dW_L pre-norm"),
+                N_("dW_L post-norm"),
+                N_("dW_L post/pre"),
+            ),
+            rows=tuple(
+                (
+                    str(depth),
+                    grads[("pre-norm", depth)][0],
+                    grads[("no residual", depth)][0],
+                    grads[("post-norm", depth)][0],
+                    grads[("pre-norm", depth)][1],
+                    grads[("post-norm", depth)][1],
+                    grads[("post-norm", depth)][1] / grads[("pre-norm", depth)][1],
+                )
+                for depth in DEPTHS
+            ),
+        )
+    )
+    return figures + _figure_notes(grads)
+
+
+def _figure_notes(grads) -> list[Note]:
     pre, none, post = (
         grads[(kind, DEEPEST)][0] for kind in ("pre-norm", "no residual", "post-norm")
     )
