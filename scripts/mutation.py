@@ -306,6 +306,28 @@ EQUIVALENT.update(
     }
 )
 
+# sliding_window, decoder, attention_inspect, worked_examples, tiled_attention, scale_ablation
+_FIGURES_EMPTY = "output.figures is empty until this line: += and = give the same list"
+_ANY_BUMP = (
+    "any change to position 0 perturbs it: set, subtracted or doubled, the same outputs move"
+)
+_EXACT_ZERO = (
+    "outputs the perturbation cannot reach differ by exactly 0, moved ones by O(1): none is 1e-12"
+)
+_SHORT_IS_WINDOW = (
+    "the short cache holds exactly the W keys the window allows: a window masks nothing there"
+)
+EQUIVALENT.update(
+    {
+        **{f"labctl.labs.sliding_window.x__moved__mutmut_{n}": _ANY_BUMP for n in (2, 3, 5)},
+        "labctl.labs.sliding_window.x__moved__mutmut_40": _EXACT_ZERO,
+        **{f"labctl.labs.sliding_window.x__decode__mutmut_{n}": _SHORT_IS_WINDOW for n in (38, 45)},
+        "labctl.labs.sliding_window.x_run__mutmut_37": "any Tq < Tk tests the bottom-right "
+        "alignment: 4 or 5 queries of 10",
+        "labctl.labs.sliding_window.x_run__mutmut_97": _FIGURES_EMPTY,
+    }
+)
+
 # Functions that run only while their module is imported: a lab's metric declarations, built
 # into METRICS then. mutmut switches a mutant on in a process forked after that import, so no
 # test can observe one; the tolerance-table tests pin what they build (name, bound, reason).
