@@ -306,7 +306,8 @@ EQUIVALENT.update(
     }
 )
 
-# sliding_window, decoder, attention_inspect, worked_examples, tiled_attention, scale_ablation
+# Labs sliding_window, decoder, attention_inspect, worked_examples (and its rows),
+# tiled_attention, scale_ablation: the survivors no input tells apart.
 _FIGURES_EMPTY = "output.figures is empty until this line: += and = give the same list"
 _ANY_BUMP = (
     "any change to position 0 perturbs it: set, subtracted or doubled, the same outputs move"

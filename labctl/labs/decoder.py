@@ -132,6 +132,14 @@ def parameter_counts(model: dict) -> list[tuple[str, int]]:
     return list(parts.items())
 
 
+def replace_from(rng, ids: np.ndarray, start: int, V: int) -> np.ndarray:
+    """`ids` (B, T) with every token from position `start` on replaced by a different one."""
+    future = ids.copy()
+    shift = 1 + rng.integers(0, V - 1, size=ids[:, start:].shape)  # 1 .. V - 1: never 0 mod V
+    future[:, start:] = (ids[:, start:] + shift) % V
+    return future
+
+
 def _forward(impl, ids, model, p: Params):
     """The chapter's model: causal, no window (generation below adds the window)."""
     return impl.decoder_forward(ids, model, p.H, p.Hkv, p.eps, "rope", p.rope_theta, None)
@@ -188,8 +196,7 @@ def run(ctx: LabContext) -> LabOutput:
     rng = np.random.default_rng(ctx.seed)
     model = make_model(rng, p)
     batch = rng.integers(0, p.V, size=(2, 8))  # (B, T)
-    future = batch.copy()
-    future[:, 4:] = (batch[:, 4:] + 1 + rng.integers(0, p.V - 1, size=(2, 4))) % p.V
+    future = replace_from(rng, batch, 4, p.V)
     prompt = rng.integers(0, p.V, size=(1, p.T))  # (1, T)
     output = LabOutput()
     logits, runs = {}, {}
