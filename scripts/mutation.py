@@ -318,6 +318,13 @@ _EXACT_ZERO = (
 _SHORT_IS_WINDOW = (
     "the short cache holds exactly the W keys the window allows: a window masks nothing there"
 )
+_N_TOKENS = "zip(strict=...): both paths (and both implementations) generate N tokens each"
+_DECODER_ZIPS = (111, 114, 117, 126, 129, 132, 207, 210, 211)
+_LOW_DEFAULT = "rng.integers(n) is rng.integers(0, n): the same draws"
+_FROM_ONE = (
+    "ids drawn from 1 .. V - 1 instead of 0 .. V - 1: still random tokens; no row reads which "
+    "ids were drawn, and nothing in the model treats id 0 apart"
+)
 EQUIVALENT.update(
     {
         **{f"labctl.labs.sliding_window.x__moved__mutmut_{n}": _ANY_BUMP for n in (2, 3, 5)},
@@ -326,6 +333,15 @@ EQUIVALENT.update(
         "labctl.labs.sliding_window.x_run__mutmut_37": "any Tq < Tk tests the bottom-right "
         "alignment: 4 or 5 queries of 10",
         "labctl.labs.sliding_window.x_run__mutmut_97": _FIGURES_EMPTY,
+        "labctl.labs.decoder.x_run__mutmut_212": _FIGURES_EMPTY,
+        **{f"labctl.labs.decoder.x_run__mutmut_{n}": _N_TOKENS for n in _DECODER_ZIPS},
+        **{f"labctl.labs.decoder.x_run__mutmut_{n}": _LOW_DEFAULT for n in (21, 41)},
+        "labctl.labs.decoder.x_replace_from__mutmut_8": _LOW_DEFAULT,
+        **{f"labctl.labs.decoder.x_run__mutmut_{n}": _FROM_ONE for n in (24, 44)},
+        "labctl.labs.decoder.x_replace_from__mutmut_16": "a shift of -(1 .. V - 1) is never "
+        "0 mod V either: every later token is still replaced, by a random other one",
+        "labctl.labs.decoder.x__forward__mutmut_15": "window=None is decoder_forward's default",
+        "labctl.labs.decoder.x_run__mutmut_7": "C % H is 0 by then: C / H is C // H exactly",
     }
 )
 

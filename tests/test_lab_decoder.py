@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from labtools import ROOM, cli_run_json, faulty_room, rows, run, values
 
-from labctl import reference
+from labctl import faults, reference
 from labctl.faults.inference import DECODE_WINDOW_IGNORED
 from labctl.i18n import catalog
-from labctl.lab import Implementation
+from labctl.lab import Implementation, Note
 from labctl.labs.decoder import (
     LAB,
     Params,
@@ -25,10 +25,24 @@ from labctl.runner import implementations, run_lab
 PARITY, FUTURE = "decoder_logits_vs_reference", "future_invariance_max_change"
 TOKENS, LOGITS = "greedy_tokens_mismatch", "greedy_logits_max_error"
 
+# Not in the catalogue: the blocks' causal mask lets query i see key i + 1 as well.
+ONE_AHEAD = faults.Fault(
+    name="causal-one-key-ahead",
+    function="causal_mask",
+    module="transformer_block",
+    description="the causal mask of the blocks lets each query see the next key",
+    course="手撕 §04",
+    source="""
+    def causal_mask(t_q, t_k=None):
+        t_k = t_q if t_k is None else t_k
+        return np.triu(np.ones((t_q, t_k), dtype=bool), k=t_k - t_q + 2)
+    """,
+)
 
-def run_with(params: Params, impl: str = "reference"):
+
+def run_with(params: Params, impl: str = "reference", room=ROOM):
     """The lab at seed 5 with `params` (the reference alone unless told)."""
-    with implementations(impl, ROOM) as impls:
+    with implementations(impl, room) as impls:
         return run_lab(LAB, 5, impls, params)
 
 
@@ -119,6 +133,16 @@ def test_the_cached_path_uses_the_lab_s_epsilon_and_rope_base():
     result = run_with(Params(eps=1e-2, rope_theta=100.0))
     assert result.passed, result.failures()
     assert rows(result)[(LOGITS, "reference")].actual <= 1e-13
+    (tied,) = [f for f in result.figures if isinstance(f, Note) and "Tied" in str(f.text)]
+    assert "reference (2, 8, 64)" in str(tied.text)  # the parity batch: B = 2, T = 8, V
+
+
+def test_a_mask_one_key_ahead_fails_future_invariance_through_one_block(tmp_path):
+    """One block: only query 3 sees key 4, so the row catches it only if key 4 is replaced."""
+    room = faulty_room(tmp_path, ONE_AHEAD)
+    result = run_with(Params(L=1), impl="clean-room", room=room)
+    got = rows(result)
+    assert got[(FUTURE, "clean-room")].actual > 1e-6 and not got[(FUTURE, "clean-room")].passed
 
 
 def test_the_parity_forward_uses_the_lab_s_rope_base():
