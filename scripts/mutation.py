@@ -325,6 +325,11 @@ _FROM_ONE = (
     "ids drawn from 1 .. V - 1 instead of 0 .. V - 1: still random tokens; no row reads which "
     "ids were drawn, and nothing in the model treats id 0 apart"
 )
+_ANY_HEADS = "the padded batch's head count and width are arbitrary: masks and weights alike"
+_READ_ONE = (
+    "only out[0, 0, 0, 0] is read: an extra query head, query or value channel changes nothing"
+)
+_AT_BOUND = "< or <= at a slack of 1e-12: no entropy or row sum lands exactly on bound + 1e-12"
 EQUIVALENT.update(
     {
         **{f"labctl.labs.sliding_window.x__moved__mutmut_{n}": _ANY_BUMP for n in (2, 3, 5)},
@@ -342,6 +347,16 @@ EQUIVALENT.update(
         "0 mod V either: every later token is still replaced, by a random other one",
         "labctl.labs.decoder.x__forward__mutmut_15": "window=None is decoder_forward's default",
         "labctl.labs.decoder.x_run__mutmut_7": "C % H is 0 by then: C / H is C // H exactly",
+        "labctl.labs.attention_inspect.x_run__mutmut_147": _FIGURES_EMPTY,
+        "labctl.labs.attention_inspect.x__model__mutmut_2": "run refuses C % H != 0 first: "
+        "np.repeat by C / H repeats C // H times",
+        **{f"labctl.labs.attention_inspect.x__padding__mutmut_{n}": _ANY_HEADS for n in (2, 5)},
+        "labctl.labs.attention_inspect.x__padding__mutmut_50": "a blocked row is blocked in "
+        "every head: the mask broadcast over 1 or 2 heads gives the same rows",
+        "labctl.labs.attention_inspect.x__padding__mutmut_84": "swapaxes(-1, 2) on a 4-D mask "
+        "is swapaxes(-1, -2)",
+        **{f"labctl.labs.attention_inspect.x__dilution__mutmut_{n}": _READ_ONE for n in (5, 6, 26)},
+        **{f"labctl.labs.attention_inspect.x_run__mutmut_{n}": _AT_BOUND for n in (52, 55, 61)},
     }
 )
 
