@@ -348,6 +348,7 @@ EQUIVALENT.update(
         "labctl.labs.decoder.x__forward__mutmut_15": "window=None is decoder_forward's default",
         "labctl.labs.decoder.x_run__mutmut_7": "C % H is 0 by then: C / H is C // H exactly",
         "labctl.labs.attention_inspect.x_run__mutmut_147": _FIGURES_EMPTY,
+        "labctl.labs.worked_examples.x_run__mutmut_84": _FIGURES_EMPTY,
         "labctl.labs.attention_inspect.x__model__mutmut_2": "run refuses C % H != 0 first: "
         "np.repeat by C / H repeats C // H times",
         **{f"labctl.labs.attention_inspect.x__padding__mutmut_{n}": _ANY_HEADS for n in (2, 5)},
