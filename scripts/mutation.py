@@ -330,6 +330,15 @@ _READ_ONE = (
     "only out[0, 0, 0, 0] is read: an extra query head, query or value channel changes nothing"
 )
 _AT_BOUND = "< or <= at a slack of 1e-12: no entropy or row sum lands exactly on bound + 1e-12"
+_ONLINE_INPUT = (
+    "the online-softmax row's input (other scores with the max last, block 1 or 2, two heads "
+    "or queries, causal for one query, scale 1 = 1/sqrt(1)): a right tiled_attention gives 0 "
+    "on each, one that skips the rescale fails each"
+)
+_PE_DOTS = (
+    "PE(p)·PE(p + delta) depends on delta only, and a table's first 16 rows not on its length: "
+    "other positions or a 17-row table give the same dots"
+)
 EQUIVALENT.update(
     {
         **{f"labctl.labs.sliding_window.x__moved__mutmut_{n}": _ANY_BUMP for n in (2, 3, 5)},
@@ -349,6 +358,35 @@ EQUIVALENT.update(
         "labctl.labs.decoder.x_run__mutmut_7": "C % H is 0 by then: C / H is C // H exactly",
         "labctl.labs.attention_inspect.x_run__mutmut_147": _FIGURES_EMPTY,
         "labctl.labs.worked_examples.x_run__mutmut_84": _FIGURES_EMPTY,
+        **{
+            f"labctl.labs.worked_examples_rows.x__online_vs_standard__mutmut_{n}": _ONLINE_INPUT
+            for n in (4, 5, 6, 10, 11, 30, 31, 36, 37, 40, 41)
+        },
+        **{
+            f"labctl.labs.worked_examples_rows.x__pe_dots__mutmut_{n}": _PE_DOTS
+            for n in (6, 10, 11)
+        },
+        **{
+            f"labctl.labs.worked_examples_rows.x__queries_per_kv_head__mutmut_{n}": "head numbers "
+            "0 .. 7 are exact as int or float64, and the count of head 0 is read whatever "
+            "bincount's minlength"
+            for n in (11, 13, 31, 33)
+        },
+        **{
+            f"labctl.labs.worked_examples_rows.x__reach__mutmut_{n}": "T = L·W + 2 or + 3, int "
+            "or float counts, the last row or the one before: each reaches the same L(W - 1) + 1 "
+            "positions, clear of position 0"
+            for n in (4, 6, 21)
+        },
+        "labctl.labs.worked_examples_rows.x__attention3__mutmut_7": "a fourth row of zeros "
+        "that no row reads",
+        "labctl.labs.worked_examples_rows.x__softmax__mutmut_3": "softmax is shift-invariant; "
+        "the examples' scores (at most 4) do not overflow e^(2 max)",
+        **{
+            f"labctl.labs.worked_examples_rows.xǁRowǁ{method}__mutmut_{n}": "the values are "
+            "float64 already, and integer claims compare the same"
+            for method, n in (("recompute", 13), ("recompute", 15), ("verdict", 3), ("verdict", 5))
+        },
         "labctl.labs.attention_inspect.x__model__mutmut_2": "run refuses C % H != 0 first: "
         "np.repeat by C / H repeats C // H times",
         **{f"labctl.labs.attention_inspect.x__padding__mutmut_{n}": _ANY_HEADS for n in (2, 5)},

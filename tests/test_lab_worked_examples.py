@@ -5,6 +5,7 @@ Faulty clean rooms are written into tmp_path; evidence goes under tmp_path too.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -150,3 +151,15 @@ def test_a_value_of_the_wrong_shape_is_an_infinite_error_and_a_verdict_apart():
     assert got[("worked_arithmetic_max_error", "reference")].actual <= 1e-12
     assert got[("worked_impl_max_difference", "both")].actual == math.inf
     assert got[("worked_verdicts_differing", "both")].actual == 2
+
+
+def test_a_row_shows_each_recomputed_value_to_its_format():
+    (row,) = [row for row in ROWS if row.what == "softmax([2, 1, 0])"]
+    assert row.show(row.recompute(None)) == "0.6652, 0.2447, 0.0900"  # {:.4f}, comma-separated
+
+
+def test_a_value_half_a_unit_off_agrees_and_one_and_a_half_units_off_does_not():
+    """Judged at ± tol, the float error of the difference forgiven (0.615 - 0.61 > 0.005)."""
+    row = dataclasses.replace(ROWS[0], claimed=(0.61,), tol=0.005, approximation=False)
+    assert row.verdict(np.array([0.615])) == "agrees"
+    assert row.verdict(np.array([0.6175])) == "disagrees"
