@@ -414,6 +414,98 @@ EQUIVALENT.update(
     }
 )
 
+# Labs sliding_window, decoder, attention_inspect, worked_examples (and its rows),
+# tiled_attention, scale_ablation: the survivors no input tells apart.
+_ANY_BUMP = (
+    "any change to position 0 perturbs it: set, subtracted or doubled, the same outputs move"
+)
+_EXACT_ZERO = (
+    "outputs the perturbation cannot reach differ by exactly 0, moved ones by O(1): none is 1e-12"
+)
+_SHORT_IS_WINDOW = (
+    "the short cache holds exactly the W keys the window allows: a window masks nothing there"
+)
+_N_TOKENS = "zip(strict=...): both paths (and both implementations) generate N tokens each"
+_DECODER_ZIPS = (111, 114, 117, 126, 129, 132, 207, 210, 211)
+_LOW_DEFAULT = "rng.integers(n) is rng.integers(0, n): the same draws"
+_FROM_ONE = (
+    "ids drawn from 1 .. V - 1 instead of 0 .. V - 1: still random tokens; no row reads which "
+    "ids were drawn, and nothing in the model treats id 0 apart"
+)
+_ANY_HEADS = "the padded batch's head count and width are arbitrary: masks and weights alike"
+_READ_ONE = (
+    "only out[0, 0, 0, 0] is read: an extra query head, query or value channel changes nothing"
+)
+_AT_BOUND = "< or <= at a slack of 1e-12: no entropy or row sum lands exactly on bound + 1e-12"
+_ONLINE_INPUT = (
+    "the online-softmax row's input (other scores with the max last, block 1 or 2, two heads "
+    "or queries, causal for one query, scale 1 = 1/sqrt(1)): a right tiled_attention gives 0 "
+    "on each, one that skips the rescale fails each"
+)
+_PE_DOTS = (
+    "PE(p)·PE(p + delta) depends on delta only, and a table's first 16 rows not on its length: "
+    "other positions or a 17-row table give the same dots"
+)
+EQUIVALENT.update(
+    {
+        **{f"labctl.labs.sliding_window.x__moved__mutmut_{n}": _ANY_BUMP for n in (2, 3, 5)},
+        "labctl.labs.sliding_window.x__moved__mutmut_40": _EXACT_ZERO,
+        **{f"labctl.labs.sliding_window.x__decode__mutmut_{n}": _SHORT_IS_WINDOW for n in (38, 45)},
+        "labctl.labs.sliding_window.x_run__mutmut_37": "any Tq < Tk tests the bottom-right "
+        "alignment: 4 or 5 queries of 10",
+        "labctl.labs.sliding_window.x_run__mutmut_97": _FIGURES_EMPTY,
+        "labctl.labs.decoder.x_run__mutmut_212": _FIGURES_EMPTY,
+        **{f"labctl.labs.decoder.x_run__mutmut_{n}": _N_TOKENS for n in _DECODER_ZIPS},
+        **{f"labctl.labs.decoder.x_run__mutmut_{n}": _LOW_DEFAULT for n in (21, 41)},
+        "labctl.labs.decoder.x_replace_from__mutmut_8": _LOW_DEFAULT,
+        **{f"labctl.labs.decoder.x_run__mutmut_{n}": _FROM_ONE for n in (24, 44)},
+        "labctl.labs.decoder.x_replace_from__mutmut_16": "a shift of -(1 .. V - 1) is never "
+        "0 mod V either: every later token is still replaced, by a random other one",
+        "labctl.labs.decoder.x__forward__mutmut_15": "window=None is decoder_forward's default",
+        "labctl.labs.decoder.x_run__mutmut_7": "C % H is 0 by then: C / H is C // H exactly",
+        "labctl.labs.attention_inspect.x_run__mutmut_147": _FIGURES_EMPTY,
+        "labctl.labs.worked_examples.x_run__mutmut_84": _FIGURES_EMPTY,
+        **{
+            f"labctl.labs.worked_examples_rows.x__online_vs_standard__mutmut_{n}": _ONLINE_INPUT
+            for n in (4, 5, 6, 10, 11, 30, 31, 36, 37, 40, 41)
+        },
+        **{
+            f"labctl.labs.worked_examples_rows.x__pe_dots__mutmut_{n}": _PE_DOTS
+            for n in (6, 10, 11)
+        },
+        **{
+            f"labctl.labs.worked_examples_rows.x__queries_per_kv_head__mutmut_{n}": "head numbers "
+            "0 .. 7 are exact as int or float64, and the count of head 0 is read whatever "
+            "bincount's minlength"
+            for n in (11, 13, 31, 33)
+        },
+        **{
+            f"labctl.labs.worked_examples_rows.x__reach__mutmut_{n}": "T = L·W + 2 or + 3, int "
+            "or float counts, the last row or the one before: each reaches the same L(W - 1) + 1 "
+            "positions, clear of position 0"
+            for n in (4, 6, 21)
+        },
+        "labctl.labs.worked_examples_rows.x__attention3__mutmut_7": "a fourth row of zeros "
+        "that no row reads",
+        "labctl.labs.worked_examples_rows.x__softmax__mutmut_3": "softmax is shift-invariant; "
+        "the examples' scores (at most 4) do not overflow e^(2 max)",
+        **{
+            f"labctl.labs.worked_examples_rows.xǁRowǁ{method}__mutmut_{n}": "the values are "
+            "float64 already, and integer claims compare the same"
+            for method, n in (("recompute", 13), ("recompute", 15), ("verdict", 3), ("verdict", 5))
+        },
+        "labctl.labs.attention_inspect.x__model__mutmut_2": "run refuses C % H != 0 first: "
+        "np.repeat by C / H repeats C // H times",
+        **{f"labctl.labs.attention_inspect.x__padding__mutmut_{n}": _ANY_HEADS for n in (2, 5)},
+        "labctl.labs.attention_inspect.x__padding__mutmut_50": "a blocked row is blocked in "
+        "every head: the mask broadcast over 1 or 2 heads gives the same rows",
+        "labctl.labs.attention_inspect.x__padding__mutmut_84": "swapaxes(-1, 2) on a 4-D mask "
+        "is swapaxes(-1, -2)",
+        **{f"labctl.labs.attention_inspect.x__dilution__mutmut_{n}": _READ_ONE for n in (5, 6, 26)},
+        **{f"labctl.labs.attention_inspect.x_run__mutmut_{n}": _AT_BOUND for n in (52, 55, 61)},
+    }
+)
+
 # Functions that run only while their module is imported: a lab's metric declarations, built
 # into METRICS then. mutmut switches a mutant on in a process forked after that import, so no
 # test can observe one; the tolerance-table tests pin what they build (name, bound, reason).

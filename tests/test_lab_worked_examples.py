@@ -5,18 +5,22 @@ Faulty clean rooms are written into tmp_path; evidence goes under tmp_path too.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from labtools import ROOM, cli_run_json, failing, faulty_room, run, values, wave2_fault
+from labtools import ROOM, cli_run_json, failing, faulty_room, rows, run, values, wave2_fault
 from typer.testing import CliRunner
 
+from labctl import reference
 from labctl.cli.main import app
+from labctl.lab import Implementation
 from labctl.labs.worked_examples import LAB
 from labctl.labs.worked_examples_rows import ROWS
+from labctl.runner import run_lab
 
 # The rows the chapters get wrong, by what they compute, with the true value checked by hand
 # below (and the one approximation the chapter states as such).
@@ -121,3 +125,41 @@ def test_terminal_shows_the_disagreements_first(tmp_path, monkeypatch):
     text = result.output
     assert text.index("where the chapters' printed numbers are wrong") < text.index("every printed")
     assert text.index("~10.7 GB") < text.index("dot_product([1, 2, 3], [4, 5, 6])")
+
+
+class LongMask:
+    """The reference, with a causal mask one row too long from T = 4 on: (T + 1, T)."""
+
+    def __getattr__(self, fn: str):
+        return getattr(reference, fn)
+
+    def causal_mask(self, t_q, t_k=None):
+        mask = reference.causal_mask(t_q, t_k)
+        return mask if t_q < 4 else np.vstack([mask, mask[-1:]])
+
+
+def test_a_value_of_the_wrong_shape_is_an_infinite_error_and_a_verdict_apart():
+    """The two rows counting visible keys (T = 4, 5) get T + 1 counts from the long mask."""
+    impls = {
+        "reference": Implementation("reference", reference),
+        "clean-room": Implementation("clean-room", LongMask()),
+    }
+    result = run_lab(LAB, 5, impls)
+    assert result.error is None
+    got = rows(result)
+    assert got[("worked_arithmetic_max_error", "clean-room")].actual == math.inf
+    assert got[("worked_arithmetic_max_error", "reference")].actual <= 1e-12
+    assert got[("worked_impl_max_difference", "both")].actual == math.inf
+    assert got[("worked_verdicts_differing", "both")].actual == 2
+
+
+def test_a_row_shows_each_recomputed_value_to_its_format():
+    (row,) = [row for row in ROWS if row.what == "softmax([2, 1, 0])"]
+    assert row.show(row.recompute(None)) == "0.6652, 0.2447, 0.0900"  # {:.4f}, comma-separated
+
+
+def test_a_value_half_a_unit_off_agrees_and_one_and_a_half_units_off_does_not():
+    """Judged at ± tol, the float error of the difference forgiven (0.615 - 0.61 > 0.005)."""
+    row = dataclasses.replace(ROWS[0], claimed=(0.61,), tol=0.005, approximation=False)
+    assert row.verdict(np.array([0.615])) == "agrees"
+    assert row.verdict(np.array([0.6175])) == "disagrees"

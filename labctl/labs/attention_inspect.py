@@ -205,7 +205,7 @@ def run(ctx: LabContext) -> LabOutput:
     output = LabOutput()
     T = len(p.tokens)
     limit = np.log(np.arange(1, T + 1))  # (T,): log of the keys query i sees
-    entropies, dilution, padding = {}, {}, {}
+    entropies, dilution, padding, maps = {}, {}, {}, {}
     for name, impl in ctx.impls.items():
         layers = _weights(impl, embed, blocks, p)
         entropies[name] = np.stack([entropy(w) for w in layers])  # (L, H, T)
@@ -216,17 +216,7 @@ def run(ctx: LabContext) -> LabOutput:
             | (np.abs(sums - 1) > 1e-12)
         )
         output.add("entropy_bound_violations", name, int(bad.sum()))
-        for layer, weights in enumerate(layers):
-            for head in range(p.H):
-                output.figures.append(
-                    HeatmapFigure(
-                        title=Msg("layer {l}, head {h}: attention weights (query scale {s:g})",
-                                  l=layer + 1, h=head + 1, s=p.head_scales[head]),
-                        name=f"attention-layer{layer + 1}-head{head + 1}",
-                        matrix=tuple(tuple(float(v) for v in row) for row in weights[head]),
-                        impl=name, row_ticks=p.tokens, col_ticks=p.tokens,
-                    )
-                )  # fmt: skip
+        maps[name] = layers
         rng.bit_generator.state = pad_rng_state  # the same padded batch for every implementation
         padding[name] = _padding(impl, rng, p)
         output.add("padded_key_weight_max", name, padding[name][0])
@@ -241,12 +231,30 @@ def run(ctx: LabContext) -> LabOutput:
             name,
             max(abs(dilution[name][t] - closed[t]) for t in DILUTION_T),
         )
-    names = tuple(ctx.impls)
     if ctx.both:
         diff = float(np.max(np.abs(entropies["reference"] - entropies["clean-room"])))
         output.add("entropy_vs_reference", "both", diff)
+    output.figures += _figures(p, maps, entropies, padding, dilution, limit)
+    return output
+
+
+def _figures(p: Params, maps, entropies, padding, dilution, limit) -> list:
+    """Every head's heatmap, the mean entropy per head, the padding and dilution tables."""
+    names = tuple(maps)
+    figures: list = [
+        HeatmapFigure(
+            title=Msg("layer {l}, head {h}: attention weights (query scale {s:g})",
+                      l=layer + 1, h=head + 1, s=p.head_scales[head]),
+            name=f"attention-layer{layer + 1}-head{head + 1}",
+            matrix=tuple(tuple(float(v) for v in row) for row in weights[head]),
+            impl=name, row_ticks=p.tokens, col_ticks=p.tokens,
+        )
+        for name, layers in maps.items()
+        for layer, weights in enumerate(layers)
+        for head in range(p.H)
+    ]  # fmt: skip
     ceiling = float(limit.mean())
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=Msg("mean attention entropy per head (nats); a uniform causal head would have "
                       "{ceiling:.3f}: 'sharp' below 60% of it", ceiling=ceiling),
@@ -261,7 +269,7 @@ def run(ctx: LabContext) -> LabOutput:
             ),
         )
     )  # fmt: skip
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=N_("padding (§4.3): a batch of lengths 8, 5, 0, with causal | padding and "
                      "with padding alone"),
@@ -270,7 +278,7 @@ def run(ctx: LabContext) -> LabOutput:
             rows=tuple((n, *padding[n]) for n in names),
         )
     )  # fmt: skip
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=N_("dilution (§11.2): weight of one key favoured by a margin log 11 among "
                      "T keys"),
@@ -283,7 +291,7 @@ def run(ctx: LabContext) -> LabOutput:
             ),
         )
     )  # fmt: skip
-    output.figures.append(
+    figures.append(
         Note(
             N_(
                 "Entropy reads a heatmap in one number: near 0 the row looks at one key "
@@ -294,7 +302,7 @@ def run(ctx: LabContext) -> LabOutput:
             )
         )
     )
-    return output
+    return figures
 
 
 LAB = Lab(

@@ -132,6 +132,14 @@ def parameter_counts(model: dict) -> list[tuple[str, int]]:
     return list(parts.items())
 
 
+def replace_from(rng, ids: np.ndarray, start: int, V: int) -> np.ndarray:
+    """`ids` (B, T) with every token from position `start` on replaced by a different one."""
+    future = ids.copy()
+    shift = 1 + rng.integers(0, V - 1, size=ids[:, start:].shape)  # 1 .. V - 1: never 0 mod V
+    future[:, start:] = (ids[:, start:] + shift) % V
+    return future
+
+
 def _forward(impl, ids, model, p: Params):
     """The chapter's model: causal, no window (generation below adds the window)."""
     return impl.decoder_forward(ids, model, p.H, p.Hkv, p.eps, "rope", p.rope_theta, None)
@@ -188,8 +196,7 @@ def run(ctx: LabContext) -> LabOutput:
     rng = np.random.default_rng(ctx.seed)
     model = make_model(rng, p)
     batch = rng.integers(0, p.V, size=(2, 8))  # (B, T)
-    future = batch.copy()
-    future[:, 4:] = (batch[:, 4:] + 1 + rng.integers(0, p.V - 1, size=(2, 4))) % p.V
+    future = replace_from(rng, batch, 4, p.V)
     prompt = rng.integers(0, p.V, size=(1, p.T))  # (1, T)
     output = LabOutput()
     logits, runs = {}, {}
@@ -213,7 +220,6 @@ def run(ctx: LabContext) -> LabOutput:
         output.add("greedy_logits_max_error", name, error)
         output.add("greedy_ms_per_token[recompute]", name, full[2] / p.N * 1e3)
         output.add("greedy_ms_per_token[cached]", name, cached[2] / p.N * 1e3)
-    names = tuple(ctx.impls)
     if ctx.both:
         diff = float(np.max(np.abs(logits["reference"] - logits["clean-room"])))
         output.add("decoder_logits_vs_reference", "both", diff)
@@ -223,9 +229,17 @@ def run(ctx: LabContext) -> LabOutput:
             "both",
             sum(a != b for a, b in zip(reference_tokens, room_tokens, strict=True)),
         )
+    output.figures += _figures(p, model, logits, runs)
+    return output
+
+
+def _figures(p: Params, model: dict, logits, runs) -> list:
+    """The parameters by part, the logits' shape, and the tokens and times of both paths."""
+    names = tuple(runs)
+    figures: list = []
     counts = parameter_counts(model)
     total = sum(n for _, n in counts)
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=Msg("parameters of the mini decoder by part (V = {V}, C = {C}, H = {H}, "
                       "Hkv = {Hkv}, F = {F}, L = {L})", V=p.V, C=p.C, H=p.H, Hkv=p.Hkv, F=p.F,
@@ -234,7 +248,7 @@ def run(ctx: LabContext) -> LabOutput:
             rows=(*((part, n, n / total) for part, n in counts), (N_("total"), total, 1.0)),
         )
     )  # fmt: skip
-    output.figures.append(
+    figures.append(
         Note(
             Msg("Tied weights: logits = rms_norm(x) @ embedᵀ, so the output head costs no "
                 "parameters; an untied head would add V x C = {untied:,} ({share:.0%} more). "
@@ -243,7 +257,7 @@ def run(ctx: LabContext) -> LabOutput:
                 shape=" / ".join(f"{n} {tuple(logits[n].shape)}" for n in names))
         )
     )  # fmt: skip
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=Msg("greedy generation of {N} tokens from a prompt of {T} (window {W}, GQA, "
                       "RoPE): recompute vs cache", N=p.N, T=p.T, W=p.window),
@@ -256,7 +270,7 @@ def run(ctx: LabContext) -> LabOutput:
             ),
         )
     )  # fmt: skip
-    output.figures.append(
+    figures.append(
         Note(
             N_(
                 "The cached path sends only the new token through the blocks: attention_decode "
@@ -267,7 +281,7 @@ def run(ctx: LabContext) -> LabOutput:
             )
         )
     )
-    return output
+    return figures
 
 
 LAB = Lab(

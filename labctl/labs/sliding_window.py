@@ -135,31 +135,38 @@ def run(ctx: LabContext) -> LabOutput:
     x = rng.standard_normal((1, p.T, p.C))  # (B, T, C)
     blocks = [_block(rng, p) for _ in range(p.L)]
     output = LabOutput()
-    moved, sizes = {}, {}
+    moved, sizes, seen = {}, {}, {}
     for name, impl in ctx.impls.items():
         mismatches = sum(
             int(np.sum(np.asarray(impl.sliding_window_mask(t_q, p.W, t_k)) != band(t_q, t_k, p.W)))
             for t_q, t_k in ((p.shown, p.shown), (4, p.shown))
         )
         output.add("band_mask_mismatches", name, mismatches)
-        seen = ~np.asarray(impl.sliding_window_mask(p.shown, p.W))
-        ticks = tuple(str(i) for i in range(p.shown))
-        output.figures.append(
-            HeatmapFigure(
-                title=Msg("the band: query i sees keys i - {W} + 1 .. i (1 = sees)", W=p.W),
-                name="sliding-window-band",
-                matrix=tuple(tuple(float(v) for v in row) for row in seen),
-                impl=name,
-                row_ticks=ticks,
-                col_ticks=ticks,
-            )
-        )
+        seen[name] = ~np.asarray(impl.sliding_window_mask(p.shown, p.W))  # (shown, shown)
         moved[name] = _moved(impl, x, blocks, p)
         output.add("receptive_field_error", name, abs(moved[name][-1] - (p.L * (p.W - 1) + 1)))
         error, sizes[name] = _decode(impl, x, blocks[0], p)
         output.add("window_cache_max_error", name, error)
-    names = tuple(ctx.impls)
-    output.figures.append(
+    output.figures += _figures(p, seen, moved, sizes)
+    return output
+
+
+def _figures(p: Params, seen, moved, sizes) -> list:
+    """The band each implementation returned, the receptive field per depth, the cache sizes."""
+    ticks = tuple(str(i) for i in range(p.shown))
+    figures: list = [
+        HeatmapFigure(
+            title=Msg("the band: query i sees keys i - {W} + 1 .. i (1 = sees)", W=p.W),
+            name="sliding-window-band",
+            matrix=tuple(tuple(float(v) for v in row) for row in band_seen),
+            impl=name,
+            row_ticks=ticks,
+            col_ticks=ticks,
+        )
+        for name, band_seen in seen.items()
+    ]
+    names = tuple(seen)
+    figures.append(
         TableFigure(
             title=Msg("receptive field through stacked layers, window W = {W}: outputs that "
                       "move when input position 0 is perturbed", W=p.W),
@@ -172,7 +179,7 @@ def run(ctx: LabContext) -> LabOutput:
             ),
         )
     )  # fmt: skip
-    output.figures.append(
+    figures.append(
         Note(
             Msg("L x W is the approximation: each layer adds W - 1 positions, not W, because "
                 "the window counts the current token. The exact field is L(W - 1) + 1, which "
@@ -181,7 +188,7 @@ def run(ctx: LabContext) -> LabOutput:
         )
     )  # fmt: skip
     shown_sizes = [row for row in sizes[names[0]] if row[0] in (p.W, 2 * p.W, p.T // 2, p.T)]
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=Msg("KV cache of one layer after T tokens (B = 1, Hkv = {Hkv}, D = {D}, "
                       "float64), as attention_decode returned it", Hkv=p.Hkv, D=p.C // p.H),
@@ -194,7 +201,7 @@ def run(ctx: LabContext) -> LabOutput:
             ),
         )
     )  # fmt: skip
-    output.figures.append(
+    figures.append(
         Note(
             N_(
                 "With the window the cache stops growing at W tokens: O(W) bytes per layer, "
@@ -205,7 +212,7 @@ def run(ctx: LabContext) -> LabOutput:
             )
         )
     )
-    return output
+    return figures
 
 
 LAB = Lab(

@@ -164,7 +164,6 @@ def run(ctx: LabContext) -> LabOutput:
         raise ValueError(f"memory_lengths must include {MEMORY_T}")
     scores = np.array(CHAPTER_SCORES)
     one_shot = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
-    steps = online_softmax_steps(scores)
     output = LabOutput()
     prefixes, accuracy, memory, tiles = {}, {}, {}, {}
     for name, impl in ctx.impls.items():
@@ -187,8 +186,16 @@ def run(ctx: LabContext) -> LabOutput:
         defined = skipped_tiles(np.arange(Tk)[None, :] > (Tk - Tq) + np.arange(Tq)[:, None], p.tile)
         tiles[name] = {(Tq, Tk): counted, (64, 64): skipped_tiles(impl.causal_mask(64), p.tile)}
         output.add("causal_tiles_skipped_error", name, abs(counted - defined))
-    names = tuple(ctx.impls)
-    output.figures.append(
+    output.figures += _figures(p, scores, one_shot, prefixes, accuracy, memory, tiles)
+    return output
+
+
+def _figures(p: Params, scores, one_shot, prefixes, accuracy, memory, tiles) -> list:
+    """The chapter's recurrence step by step, exactness, memory, T² growth, skipped tiles."""
+    names = tuple(prefixes)
+    steps = online_softmax_steps(scores)
+    figures: list = []
+    figures.append(
         TableFigure(
             title=N_("online softmax on the chapter's scores, step by step (m and d from the "
                      "recurrence; the weights read off tiled_attention over the keys so far)"),
@@ -204,7 +211,7 @@ def run(ctx: LabContext) -> LabOutput:
             ),
         )
     )  # fmt: skip
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=N_("tiled vs full attention: is it exact? (the chapter: 'bit-exact or near "
                      "bit-exact')"),
@@ -219,7 +226,7 @@ def run(ctx: LabContext) -> LabOutput:
     for n in names:
         error64, identical64 = accuracy[n, "float64"]
         error32, identical32 = accuracy[n, "float32"]
-        output.figures.append(
+        figures.append(
             Note(
                 Msg(
                     "{impl}: tiling is exact in arithmetic, not in floating point: {same64:.0%} "
@@ -231,7 +238,7 @@ def run(ctx: LabContext) -> LabOutput:
                 )
             )
         )  # fmt: skip
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=Msg(
                 "peak memory measured where the code runs, float32, D = 16, block {b} "
@@ -247,7 +254,7 @@ def run(ctx: LabContext) -> LabOutput:
             ),
         )
     )  # fmt: skip
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=N_("the chapter's T² growth, computed: one (T, T) score matrix per head"),
             columns=("T", N_("elements T²"), N_("bytes, fp16"), N_("bytes, float32"),
@@ -258,7 +265,7 @@ def run(ctx: LabContext) -> LabOutput:
             ),
         )
     )  # fmt: skip
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=Msg("causal tiling: (query tile, key tile) pairs of {t} x {t} that the causal "
                       "mask blocks entirely, so a tiled kernel can skip them", t=p.tile),
@@ -272,7 +279,7 @@ def run(ctx: LabContext) -> LabOutput:
             ),
         )
     )  # fmt: skip
-    output.figures.append(
+    figures.append(
         Note(
             N_(
                 "With Tq = Tk = n tiles a side, n(n - 1)/2 of the n² tile pairs lie above the "
@@ -282,7 +289,7 @@ def run(ctx: LabContext) -> LabOutput:
             )
         )
     )
-    return output
+    return figures
 
 
 LAB = Lab(

@@ -61,18 +61,6 @@ METRICS = (
 )  # fmt: skip
 
 
-def _cell(row: Row, verdict: str, values: dict[str, np.ndarray]) -> tuple:
-    return (
-        f"{row.section.chapter.title} {row.section.number}",
-        row.what,
-        row.printed,
-        row.rounding,
-        N_("contract") if row.contract is not None else N_("arithmetic"),
-        *(row.show(values[name]) for name in values),
-        verdict,
-    )
-
-
 def run(ctx: LabContext) -> LabOutput:
     output = LabOutput()
     names = list(ctx.impls)
@@ -102,14 +90,20 @@ def run(ctx: LabContext) -> LabOutput:
     if ctx.both:
         output.add("worked_impl_max_difference", "both", apart)
         output.add("worked_verdicts_differing", "both", differing)
+    output.figures += _figures(judged, names)
+    return output
 
-    shown = "reference" if "reference" in ctx.impls else names[0]
+
+def _figures(judged, names: list[str]) -> list:
+    """The count of verdicts, the verdicts by chapter, the wrong rows, then every row."""
+    figures: list = []
+    shown = "reference" if "reference" in names else names[0]
     judged.sort(key=lambda item: ORDER[item[1][shown]])
     wrong = [
         (row, values[shown]) for row, verdicts, values in judged if verdicts[shown] != "agrees"
     ]
     counts = {v: sum(verdicts[shown] == v for _, verdicts, _ in judged) for v in ORDER}
-    output.figures.append(
+    figures.append(
         Note(
             Msg(
                 "{n} printed examples recomputed: {agrees} agree with the chapter, {disagrees} "
@@ -121,7 +115,7 @@ def run(ctx: LabContext) -> LabOutput:
             flag=counts["disagrees"] > 0,
         )
     )  # fmt: skip
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=Msg("verdicts by chapter (of the {impl})", impl=shown),
             columns=(N_("chapter"), N_("agree"), N_("disagree"), N_("approximate")),
@@ -138,7 +132,7 @@ def run(ctx: LabContext) -> LabOutput:
             ),
         )
     )  # fmt: skip
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=N_("where the chapters' printed numbers are wrong or approximate"),
             columns=(N_("section"), N_("computed"), N_("printed"), N_("true value"), N_("why")),
@@ -154,7 +148,7 @@ def run(ctx: LabContext) -> LabOutput:
             ),
         )
     )
-    output.figures.append(
+    figures.append(
         TableFigure(
             title=N_("every printed example, recomputed (disagreements first)"),
             columns=(
@@ -162,13 +156,26 @@ def run(ctx: LabContext) -> LabOutput:
                 N_("verdict"),
             ),
             rows=tuple(
-                _cell(row, " / ".join(sorted(set(verdicts.values()))), values)
+                _figure_row(row, " / ".join(sorted(set(verdicts.values()))), values)
                 for row, verdicts, values in judged
             ),
         )
     )  # fmt: skip
-    output.figures.extend(Note(text) for text in UNCHECKED)
-    return output
+    figures.extend(Note(text) for text in UNCHECKED)
+    return figures
+
+
+def _figure_row(row: Row, verdict: str, values: dict[str, np.ndarray]) -> tuple:
+    """One row of the table of every example: where, what, printed, how, values, verdict."""
+    return (
+        f"{row.section.chapter.title} {row.section.number}",
+        row.what,
+        row.printed,
+        row.rounding,
+        N_("contract") if row.contract is not None else N_("arithmetic"),
+        *(row.show(values[name]) for name in values),
+        verdict,
+    )
 
 
 LAB = Lab(
