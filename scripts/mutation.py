@@ -340,6 +340,11 @@ EQUIVALENT.update(
         "labctl.verify.diagnosis.x__same_value__mutmut_36": "every probe's reference is "
         "floating point (the probes are the float32 cases): the dtype test is always true",
         "labctl.verify.diagnosis.x_same_behaviour__mutmut_22": "probe=None is falsy, as False",
+        **{
+            f"labctl.verify.diagnosis.x_matches__mutmut_{n}": "evaluating every function "
+            "instead of one: only that function's results are read"
+            for n in (12, 14)
+        },
         "labctl.verify.diagnosis.x_diagnose__mutmut_265": "-1 or -2: either sorts the package "
         "before every contract function (>= 0)",
         "labctl.verify.diagnosis.xǁFaultRoomsǁobserve__mutmut_3": "one lock for every fault "
