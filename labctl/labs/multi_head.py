@@ -114,21 +114,35 @@ def _future_leak(impl, x, weights, noise, H: int) -> float:
     return worst
 
 
+# The chapter's steps, as the shape table labels them (one shape each, in `_chain`).
+STEPS = (
+    "x",
+    "Q = x @ W_Q",
+    "view (B, T, H, D)",
+    "split_heads: transpose(1, 2)",
+    "scores / weights",
+    "weights @ V",
+    "merge_heads",
+    "@ W_O",
+)
+
+
 def _chain(impl, p: Params, x, weights) -> tuple[list[tuple[str, tuple, tuple | None]], dict]:
     """The chapter's steps with this implementation's functions; stops at the first wrong shape."""
     B, T, C, H = p.B, p.T, p.C, p.H
     D = C // H
     wq, wk, wv, wo = weights
-    expected = [
-        ("x", (B, T, C)),
-        ("Q = x @ W_Q", (B, T, C)),
-        ("view (B, T, H, D)", (B, T, H, D)),
-        ("split_heads: transpose(1, 2)", (B, H, T, D)),
-        ("scores / weights", (B, H, T, T)),
-        ("weights @ V", (B, H, T, D)),
-        ("merge_heads", (B, T, C)),
-        ("@ W_O", (B, T, C)),
+    shapes = [
+        (B, T, C),
+        (B, T, C),
+        (B, T, H, D),
+        (B, H, T, D),
+        (B, H, T, T),
+        (B, H, T, D),
+        (B, T, C),
+        (B, T, C),
     ]
+    expected = list(zip(STEPS, shapes, strict=True))
     have: list[tuple | None] = [x.shape, (x @ wq).shape, (x @ wq).reshape(B, T, H, D).shape]
     kept: dict[str, np.ndarray] = {}
     q = impl.split_heads(x @ wq, H)  # (B, H, T, D)
