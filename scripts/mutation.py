@@ -416,6 +416,11 @@ EQUIVALENT.update(
             for n in (183, 189)
         },
         "labctl.labs.positions.x_run__mutmut_62": _FIGURES_EMPTY,
+        **{
+            f"labctl.labs.multi_head.x__chain__mutmut_{n}": "zip(strict=...): eight steps, "
+            "eight shapes, and `have` is padded to the steps' length"
+            for n in (10, 13, 14, 68, 71, 72)
+        },
     }
 )
 
