@@ -672,46 +672,40 @@ def test_a_claim_that_does_not_reproduce_keeps_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "evidence" / "submissions").exists()
 
 
-def test_a_record_made_with_non_default_parameters_is_kept_with_a_warning(tmp_path, monkeypatch):
-    Runs(result(("fake_error", "clean-room", 10.0))).install(monkeypatch)
-    info = {"lab": "kv-cache", "params": {"repeats": 5}, "params_default": False}
-    record = _record(metrics=FAKE_CLAIM, labctl=_labctl(info))
-    outcome = sub.submit(
-        _validated(tmp_path, monkeypatch, record),
-        tmp_path / "evidence",
-        now=NOW,
-        isolation="process",
-    )
-    assert outcome.accepted
-    assert [(w.field, w.reason) for w in outcome.report.warnings] == [
+@pytest.mark.parametrize(
+    ("params_default", "warning"),
+    [
         (
-            "labctl.params_default",
-            "made with non-default lab parameters; labctl re-measures with the labs' defaults",
-        )
-    ]
-
-
-def test_a_record_made_with_another_labctl_s_defaults_is_kept_with_a_warning(tmp_path, monkeypatch):
+            False,
+            (
+                "labctl.params_default",
+                "made with non-default lab parameters; labctl re-measures with the labs' defaults",
+            ),
+        ),
+        (
+            True,
+            (
+                "labctl.params",
+                "made with another labctl's default parameters (repeats=5 (now 3)); labctl "
+                "re-measures with this version's defaults",
+            ),
+        ),
+    ],
+    ids=["non-default", "another-labctl-s-defaults"],
+)
+def test_a_record_made_with_other_parameters_is_kept_with_a_warning(
+    tmp_path, monkeypatch, params_default, warning
+):
     from labctl.labs.kv_cache import LAB as KV
 
     Runs(result(("fake_error", "clean-room", 10.0))).install(monkeypatch)
     monkeypatch.setattr(registry, "discover", lambda: [KV, LAB])
-    info = {"lab": "kv-cache", "params": {"repeats": 5}, "params_default": True}
+    info = {"lab": "kv-cache", "params": {"repeats": 5}, "params_default": params_default}
     record = _record(metrics=FAKE_CLAIM, labctl=_labctl(info))
-    outcome = sub.submit(
-        _validated(tmp_path, monkeypatch, record),
-        tmp_path / "evidence",
-        now=NOW,
-        isolation="process",
-    )
+    path = _validated(tmp_path, monkeypatch, record)
+    outcome = sub.submit(path, tmp_path / "evidence", now=NOW, isolation="process")
     assert outcome.accepted
-    assert [(w.field, w.reason) for w in outcome.report.warnings] == [
-        (
-            "labctl.params",
-            "made with another labctl's default parameters (repeats=5 (now 3)); labctl "
-            "re-measures with this version's defaults",
-        )
-    ]
+    assert [(w.field, w.reason) for w in outcome.report.warnings] == [warning]
 
 
 def test_a_file_that_is_not_a_mapping_stops_at_validation(tmp_path, monkeypatch):
