@@ -32,7 +32,14 @@ from labctl.verify import diagnosis as dg
 from labctl.verify import fixtures as fx
 from labctl.verify.check_base import FAIL, CheckResult
 from labctl.verify.checks import evaluate
-from labctl.verify.observe import FunctionRun, Located, Outcome, RoomObservation, run_function
+from labctl.verify.observe import (
+    FunctionRun,
+    Located,
+    Outcome,
+    RoomObservation,
+    function_at,
+    run_function,
+)
 
 _names = itertools.count()
 # The faulty rooms overflow and divide by zero on purpose.
@@ -74,7 +81,7 @@ def observe_here(root: Path, functions: tuple[str, ...] | None = None) -> RoomOb
     found = [v for v in guard.scan(root) if not v.what.startswith("syntax error")]
     if found:
         seen.status = "refused"
-        seen.violations = [Located(v.where, v.what, "merge_heads") for v in found]
+        seen.violations = [Located(v.where, v.what, function_at(root, v.where)) for v in found]
         return seen
     name = f"_diagnosed_room_{next(_names)}"
     spec = importlib.util.spec_from_file_location(
