@@ -513,6 +513,9 @@ EQUIVALENT.update(
         "is swapaxes(-1, -2)",
         **{f"labctl.labs.attention_inspect.x__dilution__mutmut_{n}": _READ_ONE for n in (5, 6, 26)},
         **{f"labctl.labs.attention_inspect.x_run__mutmut_{n}": _AT_BOUND for n in (52, 55, 61)},
+        "labctl.labs.tiled_attention.x_run__mutmut_112": _FIGURES_EMPTY,
+        "labctl.labs.tiled_attention.x_online_softmax_steps__mutmut_3": "the first step's "
+        "rescale is exp(-inf - s) = 0: whatever the running sum starts at, it is then 0",
     }
 )
 

@@ -7,14 +7,25 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from labtools import ROOM, faulty_room, rows, run, values
 
+from labctl import reference
 from labctl.faults.inference import TILED_MATERIALIZED
 from labctl.isolation.sandbox import CleanRoom
-from labctl.labs.tiled_attention import LAB, online_softmax_steps, skipped_tiles
+from labctl.lab import Implementation
+from labctl.labs.tiled_attention import (
+    LAB,
+    Params,
+    _accuracy,
+    online_softmax_steps,
+    skipped_tiles,
+)
+from labctl.reference.memory import peak_bytes
+from labctl.runner import run_lab
 
 SOFTMAX = "online_softmax_chapter_max_error"
 F64, F32 = "tiled_vs_naive_max_error[float64]", "tiled_vs_naive_max_error[float32]"
@@ -97,3 +108,139 @@ def test_the_new_lab_modules_import_without_torch():
     code = "; ".join(f"import labctl.labs.{m}" for m in modules)
     code += "; import sys; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class Recorded:
+    """The torch reference in this process, noting every call the lab makes.
+
+    `invoke` answers as a clean room's worker does, so calls made for memory are noted
+    with the `want_value` they asked for.
+    """
+
+    def __init__(self):
+        self.calls: list[tuple[str, tuple, dict]] = []
+
+    def __getattr__(self, fn):
+        def call(*args, **kwargs):
+            self.calls.append((fn, args, kwargs))
+            return getattr(reference, fn)(*args, **kwargs)
+
+        return call
+
+    def invoke(self, fn, *args, trace_memory, echo_args, want_value, **kwargs):
+        assert trace_memory is True and echo_args is False
+        self.calls.append((fn, args, {**kwargs, "want_value": want_value}))
+        value, peak = peak_bytes(getattr(reference, fn), *args, **kwargs)
+        return SimpleNamespace(value=value if want_value else None, peak_bytes=peak)
+
+    def made(self, fn: str) -> list[tuple[tuple, dict]]:
+        return [(args, kwargs) for name, args, kwargs in self.calls if name == fn]
+
+
+# The memory rows' shortest legal setting: only T = 4096.
+SMALL = Params(memory_lengths=(4096,))
+
+
+def recorded_run(p: Params = SMALL):
+    target = Recorded()
+    result = run_lab(LAB, 5, {"clean-room": Implementation("clean-room", target)}, p)
+    return result, target
+
+
+def test_the_chapter_example_is_tiled_one_key_at_a_time_unmasked_at_scale_1():
+    result, target = recorded_run()
+    assert result.error is None and result.passed, result.failures()
+    chapter = [(a, kw) for a, kw in target.made("tiled_attention") if a[0].shape == (1, 1, 1, 1)]
+    assert len(chapter) == 4  # one call for each prefix of [2, 1, 0.5, 3]
+    for n, (args, kwargs) in enumerate(chapter, start=1):
+        q, k, v, block, causal, scale = args
+        assert kwargs == {}
+        assert k.shape == (1, 1, n, 1) and v.shape == (1, 1, n, n)  # V = I: out is the weights
+        assert block == 1 and causal is False and scale == 1.0
+
+
+def test_exactness_is_measured_in_each_dtype_causal_and_not_for_every_block():
+    p = SMALL
+    _, target = recorded_run()
+    seen = set()
+    for args, kwargs in target.made("tiled_attention"):
+        if "want_value" in kwargs or args[0].shape == (1, 1, 1, 1):
+            continue  # the memory rows, the chapter's example
+        q, k, v, block, causal = args
+        assert kwargs == {} and q.dtype == k.dtype == v.dtype
+        assert q.shape == (1, p.H, q.shape[2], p.D) and k.shape == v.shape == (1, p.Hkv, p.Tk, p.D)
+        seen.add((q.dtype.name, q.shape[2], causal, block))
+    dtypes, lengths, masks = ("float64", "float32"), (p.Tq, p.Tk), (True, False)
+    assert seen == {
+        (d, t, c, b) for d in dtypes for t in lengths for c in masks for b in (1, 7, 8, 64)
+    }
+    masked = {
+        a[3] is not None for a, _ in target.made("scaled_dot_product_attention") if len(a) > 3
+    }
+    assert masked == {True, False}
+
+
+def test_the_memory_rows_leave_values_in_the_worker_at_float32_and_d_16():
+    _, target = recorded_run()
+    sent = [(name, args, kwargs) for name, args, kwargs in target.calls if "want_value" in kwargs]
+    assert [name for name, _, _ in sent] == ["scaled_dot_product_attention", "tiled_attention"]
+    for name, args, kwargs in sent:
+        assert kwargs == {"want_value": False}
+        q, k, v, *rest = args
+        assert q.shape == k.shape == v.shape == (1, 1, 4096, 16)  # (B, H, T, D)
+        assert q.dtype == k.dtype == v.dtype == np.float32
+        if name == "tiled_attention":
+            block, causal = rest
+            assert block == 64 and causal is False
+        else:
+            assert rest == []
+
+
+def test_the_identical_fraction_counts_equal_outputs_over_all_outputs():
+    """A tiled function off in one output of each call: 16 calls of 4096 and 2560 outputs."""
+
+    class OneOff:
+        def __getattr__(self, fn):
+            return getattr(reference, fn)
+
+        def tiled_attention(self, q, k, v, block, causal):
+            out = reference.scaled_dot_product_attention(
+                q, k, v, reference.causal_mask(q.shape[2], k.shape[2]) if causal else None
+            )[0].copy()
+            out[0, 0, 0, 0] += 0.5
+            return out
+
+    p = Params()
+    worst, identical = _accuracy(OneOff(), np.random.default_rng(0), p, np.float64)
+    total = 8 * p.H * p.D * (p.Tq + p.Tk)  # 8 calls at each query length
+    assert worst == pytest.approx(0.5, abs=1e-12)
+    assert identical == (total - 16) / total
+
+
+@pytest.mark.parametrize(
+    ("changed", "wrong"),
+    [({"H": 3, "Hkv": 2}, "H % Hkv"), ({"Tq": 41, "Tk": 40}, "Tq <= Tk"),
+     ({"memory_lengths": (512,)}, "memory_lengths must include 4096")],
+)  # fmt: skip
+def test_parameters_the_lab_cannot_run_are_refused_by_name(changed, wrong):
+    result, _ = recorded_run(SMALL.model_copy(update=changed))
+    assert result.error is not None and wrong in result.error
+
+
+def test_a_query_as_long_as_the_keys_is_a_legal_setting():
+    result, _ = recorded_run(SMALL.model_copy(update={"Tq": 40, "Tk": 40}))
+    assert result.error is None and result.passed, result.failures()
+
+
+def test_the_tile_count_is_exact_for_any_tile_size():
+    """Tiles of 1 count blocked entries: sum over i < 48 of (47 - i), by the definition."""
+    result, _ = recorded_run(SMALL.model_copy(update={"tile": 1}))
+    assert rows(result)[(TILES, "clean-room")].actual == 0
+    blocked = np.arange(64)[None, :] > 16 + np.arange(48)[:, None]
+    assert skipped_tiles(blocked, 1) == sum(47 - i for i in range(48)) == 1128
+
+
+def test_the_tile_table_shows_each_implementation_s_own_counts():
+    result, _ = recorded_run()
+    (table,) = [f for f in result.figures if getattr(f, "columns", ())[:3] == ("Tq", "Tk", "tiles")]
+    assert [row[:4] for row in table.rows] == [("48", "64", "48", "15"), ("64", "64", "64", "28")]

@@ -26,7 +26,7 @@ from checktools import HF_ROPE_WITHOUT_ODD_CHECK, learner_room
 from labctl import contract, faults
 from labctl.errors import CallError
 from labctl.i18n import Msg
-from labctl.isolation import guard, replies
+from labctl.isolation import guard, loader, replies
 from labctl.isolation.loader import observe_signatures
 from labctl.verify import diagnosis as dg
 from labctl.verify import fixtures as fx
@@ -49,8 +49,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 class InProcessRoom:
     """`CleanRoom.invoke`'s answers for a package imported here: labctl's own rooms only."""
 
-    def __init__(self, package):
+    def __init__(self, package, root: Path):
         self.package = package
+        self.root = root
         self.violations: list[str] = []
 
     def invoke(self, name: str, *args, **kwargs):
@@ -61,7 +62,8 @@ class InProcessRoom:
         try:
             value = fn(*args, **kwargs)
         except Exception as exc:  # the worker reports every exception the same way
-            raise CallError(name, "exception", str(exc), None, type(exc).__name__) from None
+            place = loader.where(self.root, exc.__traceback__)
+            raise CallError(name, "exception", str(exc), place, type(exc).__name__) from None
         changed = replies.mutated(*sent, [list(args), kwargs])
         return SimpleNamespace(value=value, mutated=changed, elapsed_s=0.0)
 
@@ -93,7 +95,7 @@ def observe_here(root: Path, functions: tuple[str, ...] | None = None) -> RoomOb
     seen.deviations = contract.check_signatures(
         observe_signatures(package, contract.function_names())
     )
-    room = InProcessRoom(package)
+    room = InProcessRoom(package, root)
     for function in functions or contract.function_names():
         seen.runs[function] = run_function(room, function, set())
     return seen
@@ -268,6 +270,48 @@ def test_a_function_that_raises_not_implemented_is_said_so(tmp_path):
     (d,) = [d for d in found if d.function == "relu_ffn"]
     assert (d.kind, d.message) == ("not-implemented", "relu_ffn: not implemented yet")
     assert rooms.asked == []
+
+
+def test_a_function_built_on_a_stub_is_sent_to_the_stub(tmp_path):
+    """softmax left as a stub: what calls it raises NotImplementedError too, from softmax."""
+    room = learner_room(
+        tmp_path,
+        "primitives",
+        """
+        def softmax(x, axis=-1):
+            raise NotImplementedError
+        """,
+    )
+    found, rooms, seen, _ = diagnose(tmp_path, room)
+    assert seen.runs["scaled_dot_product_attention"].not_implemented
+    by_function = {d.function: d for d in found}
+    assert by_function["softmax"].kind == "not-implemented"
+    d = by_function["scaled_dot_product_attention"]
+    assert (d.kind, d.chain) == ("dependency", ("scaled_dot_product_attention", "softmax"))
+    assert d.message == (
+        "scaled_dot_product_attention fails only because it calls a stub: softmax "
+        "(not implemented yet); fix softmax first"
+    )
+    assert found[0].function == "softmax"  # the root cause before what it explains
+    assert rooms.asked == []
+
+
+def test_a_stub_of_one_s_own_helper_is_the_function_not_implemented(tmp_path):
+    """A stub that raises from a helper of its own (no contract function) is still a stub."""
+    room = learner_room(
+        tmp_path,
+        "primitives",
+        """
+        def _todo():
+            raise NotImplementedError
+
+        def relu_ffn(x, w1, b1, w2, b2):
+            return _todo()
+        """,
+    )
+    found, _, _, _ = diagnose(tmp_path, room)
+    (d,) = [d for d in found if d.function == "relu_ffn"]
+    assert (d.kind, d.chain) == ("not-implemented", ())
 
 
 def test_a_function_the_package_does_not_expose_is_said_so(tmp_path):

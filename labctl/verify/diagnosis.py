@@ -39,7 +39,14 @@ from labctl.verify import fixtures as fx
 from labctl.verify.checks import CheckResult, evaluate, failing_functions
 from labctl.verify.compare import compare, elements, parity_tolerance, structure_problem
 from labctl.verify.functions import DEPENDS
-from labctl.verify.observe import FunctionRun, Outcome, RoomObservation, observe
+from labctl.verify.observe import (
+    PACKAGE,
+    FunctionRun,
+    Outcome,
+    RoomObservation,
+    function_at,
+    observe,
+)
 
 DIAGNOSIS_TIMEOUT_S = 2.0
 FLOAT32_DIAGNOSIS_RELATIVE = 1e-4
@@ -294,6 +301,35 @@ def _prefetch(
         list(pool.map(lambda f: rooms.observe(f, (function,), timeout_s, memory_mb), group))
 
 
+def _not_implemented(seen: RoomObservation, run: FunctionRun) -> Diagnosis:
+    """A stub, or a function whose every call reaches another function's stub."""
+    order = contract.function_names()
+    raised_in = {
+        function_at(seen.root, o.where)
+        for o in [*run.fixtures.values(), *run.probes.values()]
+        if o.where
+    }
+    stubs = sorted(raised_in - {run.function, PACKAGE}, key=order.index)
+    if not stubs:
+        return Diagnosis(
+            run.function,
+            "not-implemented",
+            Msg("{function}: not implemented yet", function=run.function),
+        )
+    return Diagnosis(
+        run.function,
+        "dependency",
+        Msg(
+            "{function} fails only because it calls a stub: {stubs} (not implemented yet); "
+            "fix {first} first",
+            function=run.function,
+            stubs=", ".join(stubs),
+            first=stubs[0],
+        ),
+        chain=(run.function, *stubs),
+    )
+
+
 def diagnose(
     seen: RoomObservation,
     results: list[CheckResult],
@@ -321,13 +357,7 @@ def diagnose(
     for function in failing:
         run = seen.runs.get(function)
         if run is not None and run.not_implemented:
-            found.append(
-                Diagnosis(
-                    function,
-                    "not-implemented",
-                    Msg("{function}: not implemented yet", function=function),
-                )
-            )
+            found.append(_not_implemented(seen, run))
             continue
         if run is not None and any(o.kind == "missing" for o in run.fixtures.values()):
             found.append(
