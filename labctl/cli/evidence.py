@@ -40,9 +40,9 @@ def _line(text: str) -> None:
 
 def _problems(report) -> None:
     for problem in report.problems:
-        _line(str(problem))
+        _line(problem.shown_line())
     for warning in report.warnings:
-        _line(_(Msg("warning: {warning}", warning=str(warning))))
+        _line(_(Msg("warning: {warning}", warning=warning.shown_line())))
 
 
 def _count(problems) -> Msg:

@@ -9,6 +9,7 @@ import math
 
 from labctl import registry
 from labctl.evidence.findings import Report, claim_impl, is_number
+from labctl.i18n import N_, Msg
 from labctl.lab import Metric, parse_expected, satisfies, tolerance_key
 
 
@@ -40,7 +41,11 @@ def check_metrics(data: dict, report: Report) -> None:
         if metric is None:
             report.warn(
                 f"{here}.name",
-                f"{name!r} is not in the v1 tolerance table; no lab measures it, so it cannot be re-measured",
+                Msg(
+                    "{name!r} is not in the v1 tolerance table; no lab measures it, "
+                    "so it cannot be re-measured",
+                    name=name,
+                ),
             )
             key = (name, impl if isinstance(impl, str) else "")
         else:
@@ -50,7 +55,12 @@ def check_metrics(data: dict, report: Report) -> None:
         if key in seen:
             shown = f"{name!r}" + (f" ({key[1]})" if key[1] else "")
             report.refuse(
-                f"{here}.name", f"{shown} is claimed twice (first at metrics[{seen[key]}])"
+                f"{here}.name",
+                Msg(
+                    "{claim} is claimed twice (first at metrics[{first}])",
+                    claim=shown,
+                    first=seen[key],
+                ),
             )
         else:
             seen[key] = index
@@ -60,7 +70,12 @@ def check_metrics(data: dict, report: Report) -> None:
         for required in module.required:
             if required not in names:
                 report.refuse(
-                    "metrics", f"required metric {required!r} missing (module {module.id})"
+                    "metrics",
+                    Msg(
+                        "required metric {metric!r} missing (module {module})",
+                        metric=required,
+                        module=module.id,
+                    ),
                 )
 
 
@@ -72,12 +87,20 @@ def _metric_against_table(
     if isinstance(impl, str) and not report.flagged(f"{here}.impl") and impl not in metric.impls:
         report.refuse(
             f"{here}.impl",
-            f"{metric.name} is measured on {', '.join(metric.impls)}, not {impl}",
+            Msg(
+                "{metric} is measured on {impls}, not {impl}",
+                metric=metric.name,
+                impls=", ".join(metric.impls),
+                impl=impl,
+            ),
         )
     elif impl == "reference" and "clean-room" in metric.impls and not other_rows:
         report.warn(
             f"{here}.impl",
-            f"{metric.name} is claimed on the reference only: it says nothing about a clean room",
+            Msg(
+                "{metric} is claimed on the reference only: it says nothing about a clean room",
+                metric=metric.name,
+            ),
         )
     expected = row.get("expected")
     if (
@@ -87,16 +110,32 @@ def _metric_against_table(
     ):
         report.refuse(
             f"{here}.expected",
-            f"{expected!r} is not the v1 tolerance of {metric.name} ({metric.expected!r})",
+            Msg(
+                "{expected!r} is not the v1 tolerance of {metric} ({table!r})",
+                expected=expected,
+                metric=metric.name,
+                table=metric.expected,
+            ),
         )
     timing = row.get("timing")
     if isinstance(timing, bool) and timing != metric.timing:
         report.refuse(
-            f"{here}.timing", f"{metric.name} is {'' if metric.timing else 'not '}a timing metric"
+            f"{here}.timing",
+            Msg("{metric} is a timing metric", metric=metric.name)
+            if metric.timing
+            else Msg("{metric} is not a timing metric", metric=metric.name),
         )
     unit = row.get("unit")
     if isinstance(unit, str) and unit != metric.unit:
-        report.refuse(f"{here}.unit", f"{metric.name} is measured in {metric.unit!r}, not {unit!r}")
+        report.refuse(
+            f"{here}.unit",
+            Msg(
+                "{metric} is measured in {unit!r}, not {given!r}",
+                metric=metric.name,
+                unit=metric.unit,
+                given=unit,
+            ),
+        )
 
 
 def _actual(row: dict, here: str, metric: Metric | None, report: Report) -> None:
@@ -104,7 +143,7 @@ def _actual(row: dict, here: str, metric: Metric | None, report: Report) -> None
     if not is_number(actual) or report.flagged(f"{here}.actual"):
         return
     if not math.isfinite(actual):
-        report.refuse(f"{here}.actual", "must be a finite number")
+        report.refuse(f"{here}.actual", N_("must be a finite number"))
         return
     expected = metric.expected if metric else row.get("expected")
     try:
@@ -116,13 +155,32 @@ def _actual(row: dict, here: str, metric: Metric | None, report: Report) -> None
         if metric is not None and metric.timing:
             report.warn(
                 f"{here}.actual",
-                f"{actual!r} does not satisfy {expected} (timing: informative only)",
+                Msg(
+                    "{actual!r} does not satisfy {expected} (timing: informative only)",
+                    actual=actual,
+                    expected=expected,
+                ),
             )
         else:
-            report.refuse(f"{here}.actual", f"{actual!r} does not satisfy {expected}")
+            report.refuse(
+                f"{here}.actual",
+                Msg("{actual!r} does not satisfy {expected}", actual=actual, expected=expected),
+            )
     claimed = row.get("passed")
     if isinstance(claimed, bool) and claimed != passed and not (metric and metric.timing):
         report.refuse(
             f"{here}.passed",
-            f"says {claimed}, but {actual!r} {'satisfies' if passed else 'does not satisfy'} {expected}",
+            Msg(
+                "says {claimed}, but {actual!r} satisfies {expected}",
+                claimed=claimed,
+                actual=actual,
+                expected=expected,
+            )
+            if passed
+            else Msg(
+                "says {claimed}, but {actual!r} does not satisfy {expected}",
+                claimed=claimed,
+                actual=actual,
+                expected=expected,
+            ),
         )

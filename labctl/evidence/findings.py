@@ -13,6 +13,7 @@ from labctl import registry
 from labctl.evidence import modules
 from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.parse import Problem
+from labctl.i18n import Msg
 from labctl.lab import Metric
 
 _CLAIM_FIELD = re.compile(r"^metrics\[(\d+)\]")
@@ -41,11 +42,11 @@ class Report:
     def valid(self) -> bool:
         return not self.problems
 
-    def refuse(self, name: str, reason: str) -> None:
+    def refuse(self, name: str, reason: str | Msg) -> None:
         self.problems.append(Problem(name, reason, *self._claim(name)))
         self._flagged.update(ancestors(name))
 
-    def warn(self, name: str, reason: str) -> None:
+    def warn(self, name: str, reason: str | Msg) -> None:
         self.warnings.append(Problem(name, reason, *self._claim(name)))
 
     def _claim(self, name: str) -> tuple[str | None, str | None]:

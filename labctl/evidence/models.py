@@ -19,6 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from labctl.i18n import N_
 from labctl.lab import parse_expected
 
 SCHEMA_ID = "learn-llm.evidence.v1"
@@ -44,7 +45,7 @@ class Environment(Strict):
     @classmethod
     def _sanitized(cls, value: str) -> str:
         if _UNSANITIZED.search(value):
-            raise ValueError("must not hold a path, user or host name")
+            raise ValueError(N_("must not hold a path, user or host name"))
         return value
 
 
@@ -67,7 +68,7 @@ class MetricRecord(Strict):
     @classmethod
     def _finite(cls, value: float) -> float:
         if not math.isfinite(value):
-            raise ValueError("must be a finite number")
+            raise ValueError(N_("must be a finite number"))
         return value
 
 
@@ -79,7 +80,7 @@ class Artifact(Strict):
     @classmethod
     def _hex(cls, value: str | None) -> str | None:
         if value is not None and not _SHA256.match(value):
-            raise ValueError("must be 64 lowercase hex digits")
+            raise ValueError(N_("must be 64 lowercase hex digits"))
         return value
 
 
@@ -139,7 +140,7 @@ class EvidenceRecord(Strict):
     @classmethod
     def _commit(cls, value: str) -> str:
         if not _COMMIT.match(value):
-            raise ValueError("must be a git commit sha (7 to 64 hex digits) or 'unknown'")
+            raise ValueError(N_("must be a git commit sha (7 to 64 hex digits) or 'unknown'"))
         return value
 
     @field_validator("verified_at", mode="before")
@@ -154,14 +155,14 @@ class EvidenceRecord(Strict):
             try:
                 datetime.fromisoformat(value.replace("Z", "+00:00"))
             except ValueError:
-                raise ValueError("must be an ISO 8601 date-time") from None
+                raise ValueError(N_("must be an ISO 8601 date-time")) from None
         return value
 
     @field_validator("environment")
     @classmethod
     def _environment_text(cls, value: Environment | str) -> Environment | str:
         if isinstance(value, str) and _UNSANITIZED.search(value):
-            raise ValueError("must not hold a path, user or host name")
+            raise ValueError(N_("must not hold a path, user or host name"))
         return value
 
     def dump(self) -> dict:

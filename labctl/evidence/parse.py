@@ -12,6 +12,7 @@ A file that cannot be read as a document gives one `Problem` on the field
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
@@ -25,6 +26,7 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 
 from labctl.errors import UsageError
+from labctl.i18n import N_, Msg, _
 
 MAX_BYTES = 1 << 20  # 1 MiB: a filled template is about 3 KiB
 MAX_DEPTH = 32  # a record nests four levels deep
@@ -56,27 +58,41 @@ class Problem:
     `metric` and `impl` name the claim a `metrics[i]...` problem is about, so a grader reads
     `metrics[0] (future_weight_max, clean-room): actual 0.5 does not satisfy <=1e-12`. Every
     text is stored escaped: a submission's field names and values reach a grader's terminal.
+
+    The reason is given as a `Msg` (or a text marked with `N_`): `reason` keeps it in English,
+    for `--json`, receipts and `str()`; `shown` keeps the message, which `shown_line` renders
+    in the chosen language for the terminal.
     """
 
     field: str
     reason: str
     metric: str | None = None
     impl: str | None = None
+    shown: str | Msg = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "shown", self.reason)
+        object.__setattr__(self, "reason", str(self.reason))
         for name in ("field", "reason", "metric", "impl"):
             value = getattr(self, name)
             if isinstance(value, str):
                 object.__setattr__(self, name, escaped(value))
 
     def __str__(self) -> str:
+        return self.line(self.reason)
+
+    def shown_line(self) -> str:
+        """`field: reason` with the reason in the chosen language (escaped, as `reason` is)."""
+        return self.line(escaped(_(self.shown)))
+
+    def line(self, reason: str) -> str:
         if self.metric is None:
-            return f"{self.field}: {self.reason}"
+            return f"{self.field}: {reason}"
         claim = ", ".join(x for x in (self.metric, self.impl) if x)
         head, dot, rest = self.field.partition("].")
         if not dot:
-            return f"{self.field} ({claim}): {self.reason}"
-        return f"{head}] ({claim}): {rest} {self.reason}"
+            return f"{self.field} ({claim}): {reason}"
+        return f"{head}] ({claim}): {rest} {reason}"
 
     def to_json(self) -> dict:
         named = {k: v for k, v in (("metric", self.metric), ("impl", self.impl)) if v is not None}
@@ -178,15 +194,20 @@ def _file_kind(mode: int) -> str:
 def decode(raw: bytes) -> tuple[str | None, Problem | None]:
     """Text from `raw`, or the one problem that makes it not a text document."""
     if b"\x00" in raw:
-        return None, Problem("file", "binary data (NUL bytes), not a YAML or JSON text")
+        return None, Problem("file", N_("binary data (NUL bytes), not a YAML or JSON text"))
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         return None, Problem(
-            "file", f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+            "file",
+            Msg(
+                "not UTF-8 text (byte 0x{byte:02x} at offset {offset})",
+                byte=raw[exc.start],
+                offset=exc.start,
+            ),
         )
     if not text.strip():
-        return None, Problem("file", "empty")
+        return None, Problem("file", N_("empty"))
     return text, None
 
 
@@ -198,28 +219,48 @@ def parse_text(text: str) -> tuple[Any, Problem | None]:
         data = loader.get_single_data()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         parts = [p for p in (exc.context, exc.problem) if p]
         what = ", ".join(parts) or "malformed"
-        return None, Problem("file", f"malformed YAML/JSON at {where}{one_line(what)}")
+        if mark:
+            where = Msg(
+                "malformed YAML/JSON at line {line}, column {column}: {what}",
+                line=mark.line + 1,
+                column=mark.column + 1,
+                what=one_line(what),
+            )
+        else:
+            where = Msg("malformed YAML/JSON at {what}", what=one_line(what))
+        return None, Problem("file", where)
     except yaml.reader.ReaderError as exc:  # a control character: a position, no mark
         line = text.count("\n", 0, exc.position) + 1
         column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
         return None, Problem(
             "file",
-            f"malformed YAML/JSON at line {line}, column {column}: "
-            f"character U+{exc.character:04X} is not allowed",
+            Msg(
+                "malformed YAML/JSON at line {line}, column {column}: "
+                "character U+{character:04X} is not allowed",
+                line=line,
+                column=column,
+                character=exc.character,
+            ),
         )
     except yaml.YAMLError as exc:
-        return None, Problem("file", f"malformed YAML/JSON: {one_line(exc)}")
+        return None, Problem("file", Msg("malformed YAML/JSON: {error}", error=one_line(exc)))
     except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:
         # e.g. an integer of more digits than Python converts
-        return None, Problem("file", f"not readable: {type(exc).__name__}: {one_line(exc)[:200]}")
+        return None, Problem(
+            "file",
+            Msg(
+                "not readable: {kind}: {error}",
+                kind=type(exc).__name__,
+                error=one_line(exc)[:200],
+            ),
+        )
     finally:
         if loader is not None:
             loader.dispose()
     if data is None:
-        return None, Problem("file", "no document (empty, or only comments)")
+        return None, Problem("file", N_("no document (empty, or only comments)"))
     return data, None
 
 
@@ -236,7 +277,9 @@ class Loaded:
 def load(path: Path, limit: int = MAX_BYTES) -> Loaded:
     raw = read_bytes(path, limit)
     if raw is None:
-        return Loaded(path, b"", None, Problem("file", f"larger than the {limit} byte limit"))
+        return Loaded(
+            path, b"", None, Problem("file", Msg("larger than the {limit} byte limit", limit=limit))
+        )
     text, problem = decode(raw)
     if problem:
         return Loaded(path, raw, None, problem)

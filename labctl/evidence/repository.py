@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING
 
 from labctl.evidence.environment import commit_exists, git
+from labctl.i18n import N_, Msg, declared
 
 if TYPE_CHECKING:
     from labctl.evidence.findings import Report
@@ -31,46 +32,53 @@ def check_commit(data: dict, root: Path, report: Report) -> None:
     if data.get("commit_dirty") is True:
         report.warn(
             "commit_dirty",
-            "the working tree had uncommitted changes when this was recorded; "
-            "the commit alone may not reproduce it",
+            N_(
+                "the working tree had uncommitted changes when this was recorded; "
+                "the commit alone may not reproduce it"
+            ),
         )
     if not isinstance(commit, str) or report.flagged("commit"):
         return
     if commit == "unknown":
-        report.refuse("commit", "unknown; name the commit the results were measured on")
+        report.refuse("commit", N_("unknown; name the commit the results were measured on"))
     elif _HEX_COMMIT.match(commit):
         if not _is_repository(root):
             report.refuse(
-                "commit", f"cannot be checked: {root.name or root} is not a git repository"
+                "commit",
+                Msg(
+                    "cannot be checked: {root} is not a git repository", root=str(root.name or root)
+                ),
             )
         elif not commit_exists(commit, root):
-            report.refuse("commit", f"{commit} is not a commit of this repository")
+            report.refuse(
+                "commit", Msg("{commit} is not a commit of this repository", commit=commit)
+            )
 
 
 def check_artifact_path(text: str, root: Path) -> tuple[Path | None, str | None]:
     """The file `text` names inside `root`, or why it is not acceptable."""
     if "\x00" in text:
-        return None, "path holds a NUL character"
+        return None, N_("path holds a NUL character")
     if (
         PurePosixPath(text).is_absolute()
         or PureWindowsPath(text).is_absolute()
         or PureWindowsPath(text).drive
     ):
-        return None, "absolute path; give a path relative to the repository"
+        return None, N_("absolute path; give a path relative to the repository")
     if text.startswith("~"):
-        return None, "path starts with ~; give a path relative to the repository"
+        return None, N_("path starts with ~; give a path relative to the repository")
     if ".." in re.split(r"[\\/]", text):
-        return None, "path has a '..' component; it must stay inside the repository"
+        return None, N_("path has a '..' component; it must stay inside the repository")
     try:
         resolved = (root / text).resolve()
     except (OSError, RuntimeError):
-        return None, "path cannot be resolved (a symlink loop?)"
+        return None, N_("path cannot be resolved (a symlink loop?)")
     if not resolved.is_relative_to(root):
-        return None, "path escapes the repository (a symlink leads out)"
+        return None, N_("path escapes the repository (a symlink leads out)")
     if not resolved.exists():
-        return None, "no such file in the repository"
+        return None, N_("no such file in the repository")
     if not resolved.is_file():
-        return None, "not a regular file"
+        return None, N_("not a regular file")
     return resolved, None
 
 
@@ -87,7 +95,7 @@ def check_artifacts(data: dict, root: Path, report: Report) -> None:
     if not isinstance(items, list):
         return
     if not items:
-        report.warn("artifacts", "none listed")
+        report.warn("artifacts", N_("none listed"))
     for index, item in enumerate(items):
         here = f"artifacts[{index}]"
         if isinstance(item, str):
@@ -100,13 +108,21 @@ def check_artifacts(data: dict, root: Path, report: Report) -> None:
             continue
         resolved, reason = check_artifact_path(text, root)
         if reason:
-            report.refuse(where, f"{text!r}: {reason}")
+            report.refuse(where, Msg("{path!r}: {reason}", path=text, reason=declared(reason)))
             continue
         if isinstance(sha, str) and not report.flagged(f"{here}.sha256"):
             try:
                 actual = file_sha256(resolved)
             except OSError as exc:
-                report.refuse(where, f"{text!r}: cannot be read ({exc.strerror or exc})")
+                report.refuse(
+                    where,
+                    Msg("{path!r}: cannot be read ({error})", path=text, error=exc.strerror or exc),
+                )
                 continue
             if actual != sha:
-                report.refuse(f"{here}.sha256", f"{text!r} has sha256 {actual}, not {sha}")
+                report.refuse(
+                    f"{here}.sha256",
+                    Msg(
+                        "{path!r} has sha256 {actual}, not {sha}", path=text, actual=actual, sha=sha
+                    ),
+                )

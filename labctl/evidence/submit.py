@@ -37,6 +37,7 @@ from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.records import shown_path
 from labctl.evidence.store import EvidenceStore, write_new
 from labctl.evidence.validate import validate_file
+from labctl.i18n import N_, Msg
 from labctl.isolation.levels import resolve_isolation
 from labctl.isolation.sandbox import DEFAULT_TIMEOUT_S
 from labctl.lab import IMPLS, Lab, Metric
@@ -106,7 +107,14 @@ def _submission_module(report: Report) -> None:
         return
     report.warnings = [w for w in report.warnings if w.field != "module"]
     known = ", ".join(m.id for m in modules.MODULES)
-    report.refuse("module", f"{module_id!r} is not a course module; submissions are for: {known}")
+    report.refuse(
+        "module",
+        Msg(
+            "{module!r} is not a course module; submissions are for: {known}",
+            module=module_id,
+            known=known,
+        ),
+    )
 
 
 def _claims(report: Report) -> list[_Claim]:
@@ -127,8 +135,11 @@ def _claims(report: Report) -> list[_Claim]:
             report.warnings = [w for w in report.warnings if w.field != f"{here}.name"]
             report.refuse(
                 f"{here}.name",
-                f"{name!r} is not in the v1 tolerance table: no lab measures it, so it is not "
-                "reproducible",
+                Msg(
+                    "{name!r} is not in the v1 tolerance table: no lab measures it, so it is not "
+                    "reproducible",
+                    name=name,
+                ),
             )
             continue
         if not is_number(actual) or not math.isfinite(actual):
@@ -139,7 +150,11 @@ def _claims(report: Report) -> list[_Claim]:
         impl = claim_impl(metric, row.get("impl"))
         if metric.timing:
             report.warn(
-                here, f"{name} is a timing metric: not re-measured, timings do not reproduce"
+                here,
+                Msg(
+                    "{name} is a timing metric: not re-measured, timings do not reproduce",
+                    name=name,
+                ),
             )
             continue
         claims.append(_Claim(index, lab, metric, impl, float(actual)))
@@ -170,7 +185,7 @@ def _measure(
         if needed:
             by_mode.setdefault(_mode(needed), []).append(lab)
     results: dict[tuple[str, str], LabResult] = {}
-    broken: dict[str, str] = {}
+    broken: dict[str, Msg] = {}
 
     def run(mode: str, labs: list[Lab]) -> None:
         with implementations(mode, clean_room, timeout_s, isolation) as impls:
@@ -185,7 +200,9 @@ def _measure(
             run(mode, labs)
         except CleanRoomError as exc:
             for row in ("clean-room", "both"):
-                broken[row] = f"the clean room could not be loaded: {exc}"
+                broken[row] = Msg(
+                    "the clean room could not be loaded: {error}", error=_message(exc)
+                )
             if mode == "both":
                 run("reference", labs)
     return results, broken
@@ -210,7 +227,9 @@ def _compare(
         result = results.get((claim.lab.id, claim.impl))
         why = broken.get(claim.impl)
         if why is None and result is not None and result.error:
-            why = f"{claim.lab.id} failed when re-measured: {result.error}"
+            why = Msg(
+                "{lab} failed when re-measured: {error}", lab=claim.lab.id, error=result.error
+            )
         row = None
         if result is not None and why is None:
             row = next(
@@ -218,12 +237,16 @@ def _compare(
                 None,
             )
             if row is None or not math.isfinite(row.actual):
-                why = (
-                    f"{claim.lab.id} measured no {claim.metric.name} ({claim.impl}) on seed {seed}"
+                why = Msg(
+                    "{lab} measured no {metric} ({impl}) on seed {seed}",
+                    lab=claim.lab.id,
+                    metric=claim.metric.name,
+                    impl=claim.impl,
+                    seed=seed,
                 )
         if why is not None:
-            item.reproduced, item.note = False, why
-            report.refuse(f"{here}.actual", f"not reproduced: {why}")
+            item.reproduced, item.note = False, str(why)
+            report.refuse(f"{here}.actual", Msg("not reproduced: {why}", why=why))
             continue
         item.measured = row.actual
         item.reproduced = claim.metric.reproduces(claim.claimed, row.actual)
@@ -231,10 +254,24 @@ def _compare(
             spread = f"{claim.metric.reproduce_abs:g} + {claim.metric.reproduce_rel:g}·|measured|"
             report.refuse(
                 f"{here}.actual",
-                f"not reproduced: claimed {claim.claimed!r}, labctl measured {row.actual!r} "
-                f"({claim.impl}, seed {seed}); a re-measurement may differ by at most {spread}",
+                Msg(
+                    "not reproduced: claimed {claimed!r}, labctl measured {measured!r} "
+                    "({impl}, seed {seed}); a re-measurement may differ by at most {spread}",
+                    claimed=claim.claimed,
+                    measured=row.actual,
+                    impl=claim.impl,
+                    seed=seed,
+                    spread=spread,
+                ),
             )
     return done
+
+
+def _message(error: Exception) -> str | Msg:
+    """An error's message as given (a Msg or English text, translated where it is shown):
+    `str(error)` would already be in the chosen language, and receipts keep English."""
+    given = error.args[0] if len(error.args) == 1 else None
+    return given if isinstance(given, (str, Msg)) else str(error)
 
 
 def _room_shown(outcome: Submission, room: Path | None) -> str | None:
@@ -288,13 +325,16 @@ def submit(
     if record is not None and record.labctl is not None and record.labctl.params_default is False:
         report.warn(
             "labctl.params_default",
-            "made with non-default lab parameters; labctl re-measures with the labs' defaults",
+            N_("made with non-default lab parameters; labctl re-measures with the labs' defaults"),
         )
     elif record is not None and (older := _older_defaults(record)):
         report.warn(
             "labctl.params",
-            f"made with another labctl's default parameters ({older}); labctl re-measures "
-            "with this version's defaults",
+            Msg(
+                "made with another labctl's default parameters ({older}); labctl re-measures "
+                "with this version's defaults",
+                older=older,
+            ),
         )
     store = EvidenceStore(root)
     folder = store.root / "submissions"

@@ -39,6 +39,7 @@ from labctl.evidence.models import SCHEMA_ID, EvidenceRecord
 from labctl.evidence.parse import load, one_line
 from labctl.evidence.repository import check_artifacts, check_commit
 from labctl.evidence.times import parse_time
+from labctl.i18n import N_, Msg, declared
 
 # `<learner-commit-sha>`, `<recorded-value>`, `<...>`; not `<=1e-12` nor `a < b > c`.
 PLACEHOLDER = re.compile(r"<[^<>\s=][^<>\n]*>")
@@ -52,15 +53,15 @@ def _kind(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
-        return "a boolean"
+        return N_("a boolean")
     return {
-        str: "a string",
-        int: "an integer",
-        float: "a number",
-        list: "a list",
-        dict: "a mapping",
-        bytes: "binary data",
-        set: "a set",
+        str: N_("a string"),
+        int: N_("an integer"),
+        float: N_("a number"),
+        list: N_("a list"),
+        dict: N_("a mapping"),
+        bytes: N_("binary data"),
+        set: N_("a set"),
     }.get(type(value), type(value).__name__)
 
 
@@ -82,16 +83,26 @@ def _placeholders(value: Any, loc: tuple, report: Report) -> None:
         found = PLACEHOLDER.search(value)
         if found:
             shown = found.group(0) if len(found.group(0)) <= 60 else found.group(0)[:57] + "...>"
-            report.refuse(field_path(loc), f"placeholder {shown} left")
+            report.refuse(field_path(loc), Msg("placeholder {placeholder} left", placeholder=shown))
     elif isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                report.refuse(field_path(loc), f"field name {key!r} is {_kind(key)}, not text")
+                report.refuse(
+                    field_path(loc),
+                    Msg(
+                        "field name {key!r} is {kind}, not text",
+                        key=key,
+                        kind=declared(_kind(key)),
+                    ),
+                )
                 continue
             found = PLACEHOLDER.search(key)
             if found:
                 report.refuse(
-                    field_path((*loc, key)), f"placeholder {found.group(0)} left in a field name"
+                    field_path((*loc, key)),
+                    Msg(
+                        "placeholder {placeholder} left in a field name", placeholder=found.group(0)
+                    ),
                 )
             _placeholders(item, (*loc, key), report)
     elif isinstance(value, list):
@@ -119,7 +130,10 @@ def _schema(data: dict, report: Report) -> None:
         report.refuse(name, _reason(error, loc))
     for loc in sorted(neither, key=str):
         value = _at(data, loc)
-        report.refuse(field_path(loc), f"must be a mapping or a string, not {_kind(value)}")
+        report.refuse(
+            field_path(loc),
+            Msg("must be a mapping or a string, not {kind}", kind=declared(_kind(value))),
+        )
 
 
 def _strip_union(data: dict, loc: tuple, neither: set[tuple]) -> tuple | None:
@@ -138,19 +152,25 @@ def _strip_union(data: dict, loc: tuple, neither: set[tuple]) -> tuple | None:
     return loc[:depth] + loc[depth + 1 :]
 
 
-def _reason(error: dict, loc: tuple) -> str:
+def _reason(error: dict, loc: tuple) -> str | Msg:
+    """Why pydantic refused a field. Its own message is a value, not translated; a labctl
+    validator's message (`models.py`, marked there) is translated where it is shown."""
     kind, message, given = error["type"], error["msg"], error.get("input")
     if kind == "extra_forbidden":
-        return f"unknown field; {SCHEMA_ID} has no field {loc[-1]!r}"
+        return Msg("unknown field; {schema} has no field {name!r}", schema=SCHEMA_ID, name=loc[-1])
     if kind == "missing":
-        return f"missing; {SCHEMA_ID} requires it"
+        return Msg("missing; {schema} requires it", schema=SCHEMA_ID)
     if loc == ("schema",) and kind == "literal_error":
-        shown = given if isinstance(given, str) else _kind(given)
-        return f"unknown schema version {shown!r}; labctl reads {SCHEMA_ID} only"
+        shown = given if isinstance(given, str) else declared(_kind(given))
+        return Msg(
+            "unknown schema version {version!r}; labctl reads {schema} only",
+            version=shown,
+            schema=SCHEMA_ID,
+        )
     if kind == "value_error":
         return one_line(message.removeprefix("Value error, "))
     if kind.endswith("_type") or kind in ("literal_error", "int_from_float"):
-        return one_line(f"{message} (got {_kind(given)})")
+        return Msg("{message} (got {kind})", message=one_line(message), kind=declared(_kind(given)))
     return one_line(message)
 
 
@@ -164,12 +184,19 @@ def _module(data: dict, report: Report) -> None:
     if module_id in {lab.id for lab in registry.discover()}:
         report.warn(
             "module",
-            f"{module_id!r} is a lab: this is a run record; a submission is for a course module "
-            f"({', '.join(m.id for m in modules.MODULES)})",
+            Msg(
+                "{module!r} is a lab: this is a run record; a submission is for a course module "
+                "({known})",
+                module=module_id,
+                known=", ".join(m.id for m in modules.MODULES),
+            ),
         )
         return
     known = ", ".join(m.id for m in modules.MODULES)
-    report.refuse("module", f"unknown module {module_id!r}; known modules: {known}")
+    report.refuse(
+        "module",
+        Msg("unknown module {module!r}; known modules: {known}", module=module_id, known=known),
+    )
 
 
 def _verified_at(data: dict, now: datetime, report: Report) -> None:
@@ -177,16 +204,19 @@ def _verified_at(data: dict, now: datetime, report: Report) -> None:
         return
     moment = parse_time(data["verified_at"])
     if moment is None:
-        report.refuse("verified_at", "must be an ISO 8601 date-time")
+        report.refuse("verified_at", N_("must be an ISO 8601 date-time"))
     elif moment > now:
         shown = now.isoformat(timespec="seconds").replace("+00:00", "Z")
-        report.refuse("verified_at", f"{data['verified_at']} is in the future (now {shown})")
+        report.refuse(
+            "verified_at",
+            Msg("{moment} is in the future (now {now})", moment=data["verified_at"], now=shown),
+        )
 
 
 def _seed(data: dict, report: Report) -> None:
     seed = data.get("seed")
     if isinstance(seed, int) and not isinstance(seed, bool) and seed < 0:
-        report.refuse("seed", f"{seed} is negative; seeds are non-negative integers")
+        report.refuse("seed", Msg("{seed} is negative; seeds are non-negative integers", seed=seed))
 
 
 def _labctl(data: dict, report: Report) -> None:
@@ -195,12 +225,18 @@ def _labctl(data: dict, report: Report) -> None:
         return
     if isinstance(info.get("contract_id"), str) and info["contract_id"] != contract.CONTRACT_ID:
         report.refuse(
-            "labctl.contract_id", f"{info['contract_id']!r} is not {contract.CONTRACT_ID}"
+            "labctl.contract_id",
+            Msg(
+                "{given!r} is not {contract}",
+                given=info["contract_id"],
+                contract=contract.CONTRACT_ID,
+            ),
         )
     sha = info.get("contract_sha256")
     if isinstance(sha, str) and sha != contract.CONTRACT_V1_SHA256:
         report.refuse(
-            "labctl.contract_sha256", f"not the digest of {contract.CONTRACT_ID} as labctl pins it"
+            "labctl.contract_sha256",
+            Msg("not the digest of {contract} as labctl pins it", contract=contract.CONTRACT_ID),
         )
 
 
@@ -211,7 +247,9 @@ def _known_failures(data: dict, report: Report) -> None:
     # The template's answer may be "none" (<sanitized-failure-or-none>).
     listed = [f for f in failures if not (isinstance(f, str) and f.strip().lower() in NONE)]
     if listed:
-        report.warn("known_failures", f"the record lists {len(listed)} known failure(s)")
+        report.warn(
+            "known_failures", Msg("the record lists {count} known failure(s)", count=len(listed))
+        )
 
 
 def validate_data(
@@ -220,7 +258,9 @@ def validate_data(
     """Run every check on parsed `data`, adding to `report`."""
     report.data = data
     if not isinstance(data, dict):
-        report.refuse("(document)", f"must be a mapping of fields, not {_kind(data)}")
+        report.refuse(
+            "(document)", Msg("must be a mapping of fields, not {kind}", kind=declared(_kind(data)))
+        )
         return report
     root = (root or project_root()).resolve()
     now = now or datetime.now(timezone.utc)
@@ -243,6 +283,6 @@ def validate_file(path: Path, root: Path | None = None, now: datetime | None = N
     loaded = load(Path(path))
     report = Report(path=Path(path), raw=loaded.raw)
     if loaded.problem:
-        report.refuse(loaded.problem.field, loaded.problem.reason)
+        report.refuse(loaded.problem.field, loaded.problem.shown)
         return report
     return validate_data(loaded.data, report, root, now)
