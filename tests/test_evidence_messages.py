@@ -1,0 +1,234 @@
+"""`labctl evidence validate` and `submit` tell the learner why, in the chosen language: each
+reason and warning on the terminal is translated (`--lang zh` / LABCTL_LANG=zh), while field
+paths, metric names and the learner's own values stay as written; `--json` keeps the English
+reasons whatever the language."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from labctl.cli.main import app
+from labctl.evidence import modules
+
+MODULE = modules.Module(
+    id="t-messages", title="test module", section="tests", required=("future_weight_max",)
+)
+GIT = ["git", "-c", "user.name=labctl-test", "-c", "user.email=t@example.invalid"]
+GIT += ["-c", "commit.gpgsign=false"]
+# Nothing of this machine's locale leaks into the choice of language.
+CLEAN = {"LABCTL_LANG": "", "LC_ALL": "", "LC_MESSAGES": "", "LANG": "", "COLUMNS": "300"}
+HAN = range(0x4E00, 0xA000)
+
+
+def git(*args: str, cwd: Path) -> str:
+    done = subprocess.run([*GIT, *args], cwd=cwd, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch) -> Path:
+    """A learner's git repository with one commit, as the working directory."""
+    root = tmp_path / "learner"
+    root.mkdir()
+    (root / "README.md").write_text("x\n")
+    git("init", "-q", cwd=root)
+    git("add", "README.md", cwd=root)
+    git("commit", "-q", "-m", "init", cwd=root)
+    monkeypatch.chdir(root)
+    monkeypatch.setattr(modules, "MODULES", (*modules.MODULES, MODULE))
+    return root
+
+
+def record(root: Path, **fields) -> dict:
+    data = {
+        "schema": "learn-llm.evidence.v1",
+        "module": MODULE.id,
+        "commit": git("rev-parse", "HEAD", cwd=root),
+        "verified_at": "2026-05-01T10:00:00Z",
+        "environment": "python 3.11, numpy 2, torch 2, linux, cpu",
+        "seed": 5,
+        "commands": ["labctl run causal-attention"],
+        "metrics": [{"name": "future_weight_max", "expected": "==0", "actual": 0.0}],
+        "artifacts": ["README.md"],
+        "cost": {"gross_usd": 0, "credit_usd": 0},
+        "licenses": [],
+        "known_failures": [],
+    }
+    for key, value in fields.items():
+        if value is None:
+            del data[key]
+        else:
+            data[key] = value
+    return data
+
+
+def written(root: Path, data: dict) -> Path:
+    path = root / "evidence.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False), "utf-8")
+    return path
+
+
+def invoke(*args: str, lang: str | None = None, env_lang: str = ""):
+    prefix = ["--lang", lang] if lang else []
+    result = CliRunner().invoke(app, [*prefix, *args], env={**CLEAN, "LABCTL_LANG": env_lang})
+    assert "Traceback" not in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
+def has_han(text: str) -> bool:
+    return any(ord(char) in HAN for char in text)
+
+
+# (fields changed in a good record, the English line, the Chinese line)
+CASES = {
+    "missing": (
+        {"environment": None},
+        "environment: missing; learn-llm.evidence.v1 requires it",
+        "environment: 缺失；learn-llm.evidence.v1 要求必须有它",
+    ),
+    "negative seed": (
+        {"seed": -1},
+        "seed: -1 is negative; seeds are non-negative integers",
+        "seed: -1 是负数；种子是非负整数",
+    ),
+    "unknown field": (
+        {"colour": "blue"},
+        "colour: unknown field; learn-llm.evidence.v1 has no field 'colour'",
+        "colour: 未知字段；learn-llm.evidence.v1 没有字段 'colour'",
+    ),
+    "placeholder": (
+        {"commit": "<learner-commit-sha>"},
+        "commit: placeholder <learner-commit-sha> left",
+        "commit: 还留着占位符 <learner-commit-sha>",
+    ),
+    "outside tolerance": (
+        {"metrics": [{"name": "future_weight_max", "expected": "==0", "actual": 0.5}]},
+        "metrics[0] (future_weight_max, clean-room): actual 0.5 does not satisfy ==0",
+        "metrics[0] (future_weight_max, clean-room): actual 0.5 不满足 ==0",
+    ),
+    "passed contradicts": (
+        {
+            "metrics": [
+                {"name": "future_weight_max", "expected": "==0", "actual": 0.0, "passed": False}
+            ]
+        },
+        "metrics[0] (future_weight_max, clean-room): passed says False, but 0.0 satisfies ==0",
+        "metrics[0] (future_weight_max, clean-room): passed 写的是 False，但 0.0 满足 ==0",
+    ),
+    # a labctl validator's message that reaches the learner through pydantic
+    "validator": (
+        {"commit": "xyz"},
+        "commit: must be a git commit sha (7 to 64 hex digits) or 'unknown'",
+        "commit: 必须是 git 提交 sha（7 到 64 个十六进制数字）或 'unknown'",
+    ),
+    # pydantic's own message is a value: it stays English, the kind around it is translated
+    "pydantic type": (
+        {"seed": "five"},
+        "seed: Input should be a valid integer (got a string)",
+        "seed: Input should be a valid integer（实际是字符串）",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_validate_shows_each_reason_in_chinese(repo, case):
+    fields, english, chinese = CASES[case]
+    path = written(repo, record(repo, **fields))
+    zh = invoke("evidence", "validate", str(path), lang="zh")
+    assert zh.exit_code == 1, zh.output
+    assert chinese in zh.stdout.splitlines(), zh.stdout
+    assert english not in zh.stdout
+    assert "无效: evidence.yaml: 1 个问题" in zh.stdout
+    by_env = invoke("evidence", "validate", str(path), env_lang="zh")
+    assert by_env.stdout == zh.stdout
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_validate_in_english_is_unchanged(repo, case):
+    fields, english, chinese = CASES[case]
+    path = written(repo, record(repo, **fields))
+    en = invoke("evidence", "validate", str(path))
+    assert en.exit_code == 1
+    assert en.stdout.splitlines() == [english, "invalid: evidence.yaml: 1 problem"]
+    assert not has_han(en.stdout)
+
+
+def test_a_warning_is_shown_in_chinese(repo):
+    path = written(repo, record(repo, known_failures=["the loss spikes at step 3"]))
+    zh = invoke("evidence", "validate", str(path), lang="zh")
+    assert zh.exit_code == 0, zh.output
+    assert "警告：known_failures: 记录列出了 1 个已知失败" in zh.stdout.splitlines(), zh.stdout
+    en = invoke("evidence", "validate", str(path))
+    assert "warning: known_failures: the record lists 1 known failure(s)" in en.stdout
+
+
+def test_every_problem_at_once_in_chinese_and_json_stays_english(repo):
+    fields = {k: v for case in ("missing", "negative seed", "unknown field") for k, v in
+              CASES[case][0].items()}  # fmt: skip
+    path = written(repo, record(repo, **fields, known_failures=["a crash"]))
+    zh = invoke("evidence", "validate", str(path), lang="zh")
+    assert "无效: evidence.yaml: 3 个问题" in zh.stdout
+    for case in ("missing", "negative seed", "unknown field"):
+        assert CASES[case][2] in zh.stdout and CASES[case][1] not in zh.stdout
+    en_json = invoke("evidence", "validate", str(path), "--json")
+    zh_json = invoke("evidence", "validate", str(path), "--json", lang="zh")
+    assert zh_json.stdout == en_json.stdout
+    doc = json.loads(zh_json.stdout)
+    reasons = [p["reason"] for p in doc["problems"] + doc["warnings"]]
+    assert "-1 is negative; seeds are non-negative integers" in reasons
+    assert "the record lists 1 known failure(s)" in reasons
+    assert not has_han(zh_json.stdout)
+
+
+def test_a_learner_value_is_shown_escaped_in_chinese(repo):
+    path = written(repo, record(repo, commands=["labctl run <lab\x1b[2J>"]))
+    zh = invoke("evidence", "validate", str(path), lang="zh")
+    assert "commands[0]: 还留着占位符 <lab\\x1b[2J>" in zh.stdout.splitlines(), zh.stdout
+    assert "\x1b" not in zh.stdout
+
+
+def test_submit_refusals_in_chinese_english_and_json(repo, tmp_path):
+    metrics = [
+        {"name": "future_weight_max", "expected": "==0", "actual": 0.5},
+        {"name": "made_up_metric", "expected": "==0", "actual": 0.0},
+    ]
+    path = written(repo, record(repo, metrics=metrics))
+    store = str(tmp_path / "store")
+    english = (
+        "metrics[1] (made_up_metric): name 'made_up_metric' is not in the v1 tolerance table: "
+        "no lab measures it, so it is not reproducible"
+    )
+    chinese = (
+        "metrics[1] (made_up_metric): name 'made_up_metric' 不在 v1 容差表中："
+        "没有实验测量它，因此无法复现"
+    )
+    zh = invoke("evidence", "submit", str(path), "--root", store, lang="zh")
+    assert zh.exit_code == 1, zh.output
+    lines = zh.stdout.splitlines()
+    assert chinese in lines, zh.stdout
+    assert CASES["outside tolerance"][2] in lines
+    assert english not in zh.stdout
+    assert "已拒绝: evidence.yaml: 2 个问题" in zh.stdout
+    en = invoke("evidence", "submit", str(path), "--root", store)
+    assert en.stdout.splitlines() == [
+        CASES["outside tolerance"][1],
+        english,
+        "refused: evidence.yaml: 2 problems; nothing written",
+    ]
+    en_json = invoke("evidence", "submit", str(path), "--root", store, "--json")
+    zh_json = invoke("evidence", "submit", str(path), "--root", store, "--json", lang="zh")
+    assert zh_json.stdout == en_json.stdout
+    reasons = [p["reason"] for p in json.loads(zh_json.stdout)["problems"]]
+    assert reasons == [
+        "0.5 does not satisfy ==0",
+        "'made_up_metric' is not in the v1 tolerance table: no lab measures it, so it is not "
+        "reproducible",
+    ]
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.yaml"))
