@@ -222,15 +222,15 @@ def parse_text(text: str) -> tuple[Any, Problem | None]:
         parts = [p for p in (exc.context, exc.problem) if p]
         what = ", ".join(parts) or "malformed"
         if mark:
-            where = Msg(
+            reason = Msg(
                 "malformed YAML/JSON at line {line}, column {column}: {what}",
                 line=mark.line + 1,
                 column=mark.column + 1,
                 what=one_line(what),
             )
         else:
-            where = Msg("malformed YAML/JSON at {what}", what=one_line(what))
-        return None, Problem("file", where)
+            reason = Msg("malformed YAML/JSON at {what}", what=one_line(what))
+        return None, Problem("file", reason)
     except yaml.reader.ReaderError as exc:  # a control character: a position, no mark
         line = text.count("\n", 0, exc.position) + 1
         column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
