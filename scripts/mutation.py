@@ -132,6 +132,7 @@ TARGETS: dict[str, Target] = {
     # (test_evidence_submit.py, test_verify_faults.py) run labs or a worker per fault room in
     # every forked test process, 20-40 s for each surviving mutant. Their rate is a lower bound.
     "submit": Target("labctl/evidence/submit.py", ("tests/test_evidence_submit_rules.py",)),
+    "receipt": Target("labctl/evidence/receipt.py", ("tests/test_evidence_submit_rules.py",)),
     "fixtures": Target(
         "labctl/verify/fixtures.py",
         (
@@ -309,18 +310,18 @@ EQUIVALENT.update(
     }
 )
 
-# evidence/submit.py
+# evidence/submit.py, evidence/receipt.py
 _FINITE = (
     "every number in a receipt is finite: a claim that is not is never re-measured, and a "
     "measurement that is not is refused as 'measured no', so allow_nan never decides"
 )
 EQUIVALENT.update(
     {
-        **{f"labctl.evidence.submit.x__keep__mutmut_{n}": _FINITE for n in (77, 81, 84)},
-        "labctl.evidence.submit.x__keep__mutmut_93": "codec names are case-insensitive",
-        "labctl.evidence.submit.x__keep__mutmut_76": "ensure_ascii=None is falsy, as False",
-        "labctl.evidence.submit.x_digest__mutmut_5": "ensure_ascii=None is falsy, as False",
-        "labctl.evidence.submit.x_digest__mutmut_17": "codec names are case-insensitive",
+        **{f"labctl.evidence.receipt.x_keep__mutmut_{n}": _FINITE for n in (77, 81, 84)},
+        "labctl.evidence.receipt.x_keep__mutmut_93": "codec names are case-insensitive",
+        "labctl.evidence.receipt.x_keep__mutmut_76": "ensure_ascii=None is falsy, as False",
+        "labctl.evidence.receipt.x_digest__mutmut_5": "ensure_ascii=None is falsy, as False",
+        "labctl.evidence.receipt.x_digest__mutmut_17": "codec names are case-insensitive",
         "labctl.evidence.submit.x__compare__mutmut_34": "row is read only after the lookup "
         "set it: a claim whose lab gave no result has a reason already (its room broke)",
         "labctl.evidence.submit.x__measure__mutmut_22": "a 'both' row stored from a "

@@ -22,6 +22,7 @@ from labctl import registry
 from labctl.contract import CONTRACT_ID, CONTRACT_V1_SHA256
 from labctl.errors import CleanRoomError, StoreError
 from labctl.evidence import modules
+from labctl.evidence import receipt as rc
 from labctl.evidence import submit as sub
 from labctl.evidence.findings import Report
 from labctl.evidence.models import EvidenceRecord
@@ -97,7 +98,7 @@ class Runs:
 ROOM = Path("their_room")
 
 
-def compare(found: Report, runs: Runs, monkeypatch) -> list[sub.Reproduction]:
+def compare(found: Report, runs: Runs, monkeypatch) -> list[rc.Reproduction]:
     runs.install(monkeypatch)
     done = sub._compare(sub._claims(found), 5, ROOM, 1.5, found, "process")
     assert all(how == (ROOM, 1.5, "process") for how in runs.how)
@@ -376,31 +377,31 @@ def test_a_module_refused_already_is_not_refused_twice():
 def test_the_room_is_named_in_the_receipt_only_when_a_claim_ran_on_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mine").mkdir()
-    outcome = sub.Submission(report())
-    assert sub._room_shown(outcome, tmp_path / "mine") is None
-    outcome.reproductions = [sub.Reproduction("metrics[0]", "fake_ref", "reference", 0.0)]
-    assert sub._room_shown(outcome, tmp_path / "mine") is None
+    outcome = rc.Submission(report())
+    assert rc._room_shown(outcome, tmp_path / "mine") is None
+    outcome.reproductions = [rc.Reproduction("metrics[0]", "fake_ref", "reference", 0.0)]
+    assert rc._room_shown(outcome, tmp_path / "mine") is None
     for impl in ("clean-room", "both"):
         outcome.reproductions = [
-            sub.Reproduction("metrics[0]", "fake_ref", "reference", 0.0),
-            sub.Reproduction("metrics[1]", "fake_error", impl, 0.0),
+            rc.Reproduction("metrics[0]", "fake_ref", "reference", 0.0),
+            rc.Reproduction("metrics[1]", "fake_error", impl, 0.0),
         ]
-        assert sub._room_shown(outcome, tmp_path / "mine") == "mine"
-    assert sub._room_shown(outcome, None) == "clean_room"  # the project's own, by its name
+        assert rc._room_shown(outcome, tmp_path / "mine") == "mine"
+    assert rc._room_shown(outcome, None) == "clean_room"  # the project's own, by its name
 
 
 def test_a_stored_submission_is_found_as_yaml_then_json(tmp_path):
-    assert sub._stored(tmp_path, "abc") is None
+    assert rc.stored(tmp_path, "abc") is None
     (tmp_path / "abc.json").write_text("{}")
-    assert sub._stored(tmp_path, "abc") == tmp_path / "abc.json"
+    assert rc.stored(tmp_path, "abc") == tmp_path / "abc.json"
     (tmp_path / "abc.yaml").write_text("{}")
-    assert sub._stored(tmp_path, "abc") == tmp_path / "abc.yaml"
+    assert rc.stored(tmp_path, "abc") == tmp_path / "abc.yaml"
     (tmp_path / "abd.yaml").mkdir()
-    assert sub._stored(tmp_path, "abd") is None
+    assert rc.stored(tmp_path, "abd") is None
 
 
 def test_a_reproduction_reads_back_as_json_with_its_note_only_when_there_is_one():
-    plain = sub.Reproduction("metrics[0]", "fake_error", "clean-room", 0.5, 0.25, True)
+    plain = rc.Reproduction("metrics[0]", "fake_error", "clean-room", 0.5, 0.25, True)
     assert plain.to_json() == {
         "field": "metrics[0]",
         "name": "fake_error",
@@ -409,7 +410,7 @@ def test_a_reproduction_reads_back_as_json_with_its_note_only_when_there_is_one(
         "measured": 0.25,
         "reproduced": True,
     }
-    noted = sub.Reproduction("metrics[1]", "fake_gap", "both", 0.0, None, False, "why")
+    noted = rc.Reproduction("metrics[1]", "fake_gap", "both", 0.0, None, False, "why")
     assert noted.to_json() == {
         "field": "metrics[1]",
         "name": "fake_gap",
@@ -444,11 +445,11 @@ def _record(**fields) -> EvidenceRecord:
 
 def test_the_digest_follows_the_content_not_the_layout():
     record = _record()
-    assert sub.digest(record) == sub.digest(_record())
-    assert len(sub.digest(record)) == 64
-    assert sub.digest(record) != sub.digest(_record(seed=6))
+    assert rc.digest(record) == rc.digest(_record())
+    assert len(rc.digest(record)) == 64
+    assert rc.digest(record) != rc.digest(_record(seed=6))
     reordered = EvidenceRecord.model_validate(dict(reversed(list(record.dump().items()))))
-    assert sub.digest(reordered) == sub.digest(record)
+    assert rc.digest(reordered) == rc.digest(record)
 
 
 def test_the_digest_is_of_the_canonical_json_so_every_labctl_names_a_record_alike():
@@ -458,7 +459,7 @@ def test_the_digest_is_of_the_canonical_json_so_every_labctl_names_a_record_alik
     canonical = json.dumps(
         record.dump(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
     ).encode("utf-8")
-    assert sub.digest(record) == hashlib.sha256(canonical).hexdigest()
+    assert rc.digest(record) == hashlib.sha256(canonical).hexdigest()
     assert list(record.dump()) != sorted(record.dump())  # sorting is not a no-op here
 
 
@@ -479,13 +480,13 @@ def test_an_accepted_file_is_kept_byte_for_byte_with_a_receipt(
     record = _record(labctl=_labctl({"params_default": False}))
     found = Report(path=tmp_path / name, raw=b"the learner's bytes\n")
     found.warn("labctl.params_default", "用非默认参数")  # kept as UTF-8, not \u escapes
-    outcome = sub.Submission(found, seed=5, isolation="process")
+    outcome = rc.Submission(found, seed=5, isolation="process")
     outcome.reproductions = [
-        sub.Reproduction("metrics[0]", "future_weight_max", "clean-room", 0.0, 0.0, True)
+        rc.Reproduction("metrics[0]", "future_weight_max", "clean-room", 0.0, 0.0, True)
     ]
     store = EvidenceStore(tmp_path / "evidence")
-    sub._keep(outcome, store, record, tmp_path / "room")
-    stem = sub.digest(record)[: sub.DIGEST_CHARS]
+    rc.keep(outcome, store, record, tmp_path / "room")
+    stem = rc.digest(record)[: rc.DIGEST_CHARS]
     folder = tmp_path / "evidence" / "submissions" / "t-module"
     assert outcome.stored == folder / f"{stem}{kept_as}"
     assert outcome.stored.read_bytes() == b"the learner's bytes\n"
@@ -498,7 +499,7 @@ def test_an_accepted_file_is_kept_byte_for_byte_with_a_receipt(
     assert receipt == {
         "schema": "labctl.submission-receipt.v1",
         "submission": f"{stem}{kept_as}",
-        "record_sha256": sub.digest(record),
+        "record_sha256": rc.digest(record),
         "file_sha256": hashlib.sha256(b"the learner's bytes\n").hexdigest(),
         "module": "t-module",
         "seed": 5,
@@ -518,11 +519,11 @@ def test_an_accepted_file_is_kept_byte_for_byte_with_a_receipt(
         "kind": "submission",
         "passed": True,
         "seed": 5,
-        "sha256": sub.digest(record),
+        "sha256": rc.digest(record),
     }
     # Kept again: the file is there, so nothing is written and the earlier one is named.
-    again = sub.Submission(Report(path=tmp_path / name, raw=b"other bytes"))
-    sub._keep(again, store, record, None)
+    again = rc.Submission(Report(path=tmp_path / name, raw=b"other bytes"))
+    rc.keep(again, store, record, None)
     assert again.stored is None and again.already == outcome.stored
     assert outcome.stored.read_bytes() == b"the learner's bytes\n"
 
@@ -531,15 +532,15 @@ def test_a_file_stored_meanwhile_is_named_yaml_first(tmp_path, monkeypatch):
     """Another submit stored the same record between the check and the write."""
     monkeypatch.chdir(tmp_path)
     record = _record()
-    stem = sub.digest(record)[: sub.DIGEST_CHARS]
+    stem = rc.digest(record)[: rc.DIGEST_CHARS]
     folder = tmp_path / "evidence" / "submissions" / "t-module"
     folder.mkdir(parents=True)
     (folder / f"{stem}.json").write_bytes(b"{}")
-    outcome = sub.Submission(Report(path=tmp_path / "e.json", raw=b"{}"))
-    sub._keep(outcome, EvidenceStore(tmp_path / "evidence"), record, None)
+    outcome = rc.Submission(Report(path=tmp_path / "e.json", raw=b"{}"))
+    rc.keep(outcome, EvidenceStore(tmp_path / "evidence"), record, None)
     assert outcome.already == folder / f"{stem}.json" and outcome.stored is None
     (folder / f"{stem}.yaml").write_bytes(b"{}")
-    sub._keep(outcome, EvidenceStore(tmp_path / "evidence"), record, None)
+    rc.keep(outcome, EvidenceStore(tmp_path / "evidence"), record, None)
     assert outcome.already == folder / f"{stem}.yaml"
     assert not (folder / f"{stem}.receipt.json").exists()
 
@@ -548,10 +549,10 @@ def test_a_store_that_cannot_be_written_is_a_named_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "evidence" / "submissions").mkdir(parents=True)
     (tmp_path / "evidence" / "submissions" / "t-module").write_text("a file, not a folder")
-    outcome = sub.Submission(Report(path=tmp_path / "e.yaml", raw=b"x"))
+    outcome = rc.Submission(Report(path=tmp_path / "e.yaml", raw=b"x"))
     with pytest.raises(StoreError) as caught:
-        sub._keep(outcome, EvidenceStore(tmp_path / "evidence"), _record(), None)
-    stem = sub.digest(_record())[: sub.DIGEST_CHARS]
+        rc.keep(outcome, EvidenceStore(tmp_path / "evidence"), _record(), None)
+    stem = rc.digest(_record())[: rc.DIGEST_CHARS]
     target = tmp_path / "evidence" / "submissions" / "t-module" / f"{stem}.yaml"
     assert str(caught.value) == f"cannot write {target}: File exists"  # mkdir's, of the folder
     assert outcome.stored is None

@@ -10,80 +10,33 @@ run` uses) and a comparison metric on both. Timing metrics are never
 re-measured: a timing does not reproduce. A metric outside the v1 tolerance
 table cannot be re-measured, so it is refused as not reproducible.
 
-An accepted submission is stored, byte for byte, as
-`<root>/submissions/<module>/<digest>.yaml|.json` beside a receipt
-(`<digest>.receipt.json`: what was re-measured and how it came out); the digest
-is of the record's content, so the same submission twice is "already
-recorded" and nothing is written again. The manifest then points the module at
-it, under the store's lock. A refused submission writes nothing.
+An accepted submission is kept with its receipt (`labctl.evidence.receipt`);
+its name is the digest of the record's content, so the same submission twice
+is "already recorded" and nothing is written again. A refused submission
+writes nothing.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-import labctl
 from labctl import registry
-from labctl.errors import CleanRoomError, StoreError
+from labctl.errors import CleanRoomError
 from labctl.evidence import modules
-from labctl.evidence.environment import now_iso
 from labctl.evidence.findings import Report, claim_impl, course_module, is_number
 from labctl.evidence.models import EvidenceRecord
-from labctl.evidence.records import shown_path
-from labctl.evidence.store import EvidenceStore, write_new
+from labctl.evidence.receipt import DIGEST_CHARS, Reproduction, Submission, digest, keep, stored
+from labctl.evidence.store import EvidenceStore
 from labctl.evidence.validate import validate_file
 from labctl.i18n import N_, Msg
 from labctl.isolation.levels import resolve_isolation
 from labctl.isolation.sandbox import DEFAULT_TIMEOUT_S
 from labctl.lab import IMPLS, Lab, Metric
 from labctl.params import record_values
-from labctl.runner import LabResult, default_clean_room, implementations, run_lab
-
-RECEIPT_SCHEMA = "labctl.submission-receipt.v1"
-DIGEST_CHARS = 24
-
-
-@dataclass
-class Reproduction:
-    """One claim against labctl's own measurement; `reproduced` is None when not re-measured."""
-
-    field: str
-    name: str
-    impl: str
-    claimed: float
-    measured: float | None = None
-    reproduced: bool | None = None
-    note: str = ""
-
-    def to_json(self) -> dict:
-        return {
-            "field": self.field,
-            "name": self.name,
-            "impl": self.impl,
-            "claimed": self.claimed,
-            "measured": self.measured,
-            "reproduced": self.reproduced,
-            **({"note": self.note} if self.note else {}),
-        }
-
-
-@dataclass
-class Submission:
-    report: Report
-    reproductions: list[Reproduction] = field(default_factory=list)
-    stored: Path | None = None
-    already: Path | None = None
-    seed: int | None = None
-    isolation: str | None = None  # how the clean room ran when claims were re-measured
-
-    @property
-    def accepted(self) -> bool:
-        return self.report.valid
+from labctl.runner import LabResult, implementations, run_lab
 
 
 @dataclass
@@ -93,12 +46,6 @@ class _Claim:
     metric: Metric
     impl: str
     claimed: float
-
-
-def digest(record: EvidenceRecord) -> str:
-    """The content digest of a record: the same fields and values give the same digest."""
-    text = json.dumps(record.dump(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _submission_module(report: Report) -> None:
@@ -274,20 +221,6 @@ def _message(error: Exception) -> str | Msg:
     return given if isinstance(given, (str, Msg)) else str(error)
 
 
-def _room_shown(outcome: Submission, room: Path | None) -> str | None:
-    if not any(r.impl != "reference" for r in outcome.reproductions):
-        return None
-    return shown_path(room or default_clean_room())
-
-
-def _stored(folder: Path, name: str) -> Path | None:
-    for suffix in (".yaml", ".json"):
-        path = folder / f"{name}{suffix}"
-        if path.is_file():
-            return path
-    return None
-
-
 def remeasure(
     report: Report, clean_room: Path | None, timeout_s: float, isolation: str = "auto"
 ) -> tuple[int | None, str | None, list[Reproduction]]:
@@ -340,7 +273,7 @@ def submit(
     folder = store.root / "submissions"
     if report.valid and record is not None:
         name = digest(record)[:DIGEST_CHARS]
-        outcome.already = _stored(folder / record.module, name)
+        outcome.already = stored(folder / record.module, name)
         if outcome.already is not None:
             return outcome
     outcome.seed, outcome.isolation, outcome.reproductions = remeasure(
@@ -348,7 +281,7 @@ def submit(
     )
     if not report.valid or record is None:
         return outcome
-    _keep(outcome, store, record, clean_room)
+    keep(outcome, store, record, clean_room)
     return outcome
 
 
@@ -365,53 +298,4 @@ def _older_defaults(record: EvidenceRecord) -> str:
         f"{name}={value} (now {today[name]})"
         for name, value in info.params.items()
         if name in today and today[name] != value
-    )
-
-
-def _keep(outcome: Submission, store: EvidenceStore, record: EvidenceRecord, room: Path | None):
-    report = outcome.report
-    full = digest(record)
-    name = full[:DIGEST_CHARS]
-    folder = store.root / "submissions" / record.module
-    suffix = ".json" if report.path.suffix.lower() == ".json" else ".yaml"
-    target = folder / f"{name}{suffix}"
-    store.read_manifest()  # an unreadable manifest refuses before anything is written
-    try:
-        write_new(target, report.raw)
-    except StoreError:
-        outcome.already = _stored(folder, name) or target
-        return
-    except OSError as exc:
-        raise StoreError(f"cannot write {target}: {exc.strerror or exc}") from None
-    accepted_at = now_iso()
-    receipt = {
-        "schema": RECEIPT_SCHEMA,
-        "submission": target.name,
-        "record_sha256": full,
-        "file_sha256": hashlib.sha256(report.raw).hexdigest(),
-        "module": record.module,
-        "seed": record.seed,
-        "accepted_at": accepted_at,
-        "labctl_version": labctl.__version__,
-        "tolerances": registry.TOLERANCE_TABLE_VERSION,
-        "clean_room": _room_shown(outcome, room),
-        "isolation": outcome.isolation,
-        "params_default": record.labctl.params_default if record.labctl else None,
-        "reproduced": [r.to_json() for r in outcome.reproductions],
-        "warnings": [w.to_json() for w in report.warnings],
-    }
-    text = json.dumps(receipt, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-    write_new(folder / f"{name}.receipt.json", text.encode("utf-8"))
-    outcome.stored = target
-    store.point_manifest(
-        record.module,
-        {
-            "record": store.relative(target),
-            "verified_at": record.verified_at,
-            "accepted_at": accepted_at,
-            "kind": "submission",
-            "passed": True,
-            "seed": record.seed,
-            "sha256": full,
-        },
     )
