@@ -296,6 +296,41 @@ def test_a_function_built_on_a_stub_is_sent_to_the_stub(tmp_path):
     assert rooms.asked == []
 
 
+def test_every_stub_a_function_reaches_is_named_in_contract_order(tmp_path):
+    """Its fixtures reach layer_norm's stub, its probes softmax's, one call raises in its own
+    body and one says nowhere: the stubs are softmax then layer_norm, as the contract lists them."""
+    root = tmp_path / "room"
+    root.mkdir()
+    (root / "primitives.py").write_text(
+        "def layer_norm(x, w, b, eps=1e-5):\n    raise NotImplementedError\n\n\n"
+        "def softmax(x, axis=-1):\n    raise NotImplementedError\n\n\n"
+        "def transformer_block(x, params):\n    raise NotImplementedError\n"
+    )
+    stub = {
+        line: Outcome(
+            "not-implemented", exc_type="NotImplementedError", where=f"room/primitives.py:{line}"
+        )
+        for line in (2, 6, 10)
+    }
+    run = FunctionRun(
+        "transformer_block",
+        fixtures={"a": stub[2], "b": stub[10], "c": Outcome("not-implemented")},
+        probes={"p": stub[6]},
+    )
+    d = dg._not_implemented(RoomObservation(root, runs={run.function: run}), run)
+    assert (d.function, d.kind) == ("transformer_block", "dependency")
+    assert d.chain == ("transformer_block", "softmax", "layer_norm")
+    assert d.message == (
+        "transformer_block fails only because it calls a stub: softmax, layer_norm "
+        "(not implemented yet); fix softmax first"
+    )
+    run.probes = {}
+    assert dg._not_implemented(RoomObservation(root), run).chain == (
+        "transformer_block",
+        "layer_norm",
+    )
+
+
 def test_a_stub_of_one_s_own_helper_is_the_function_not_implemented(tmp_path):
     """A stub that raises from a helper of its own (no contract function) is still a stub."""
     room = learner_room(
