@@ -174,7 +174,11 @@ def read_bytes(path: Path, limit: int = MAX_BYTES) -> bytes | None:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise UsageError(
-                Msg("{path}: is {kind}, not a regular file", path=str(path), kind=_file_kind(mode))
+                Msg(
+                    "{path}: is {kind}, not a regular file",
+                    path=str(path),
+                    kind=declared(_file_kind(mode)),
+                )
             )
         try:
             data = handle.read(limit + 1)
@@ -185,7 +189,7 @@ def read_bytes(path: Path, limit: int = MAX_BYTES) -> bytes | None:
     return None if len(data) > limit else data
 
 
-def _file_kind(mode: int) -> Msg:
+def _file_kind(mode: int) -> str:
     for test, kind in (
         (stat.S_ISFIFO, N_("a FIFO")),
         (stat.S_ISCHR, N_("a character device")),
@@ -193,8 +197,8 @@ def _file_kind(mode: int) -> Msg:
         (stat.S_ISSOCK, N_("a socket")),
     ):
         if test(mode):
-            return declared(kind)
-    return declared(N_("a special file"))
+            return kind
+    return N_("a special file")
 
 
 def decode(raw: bytes) -> tuple[str | None, Problem | None]:
