@@ -29,6 +29,16 @@ class LabctlError(Exception):
             return _(self.args[0])
         return super().__str__()
 
+    @property
+    def message(self) -> str | Msg:
+        """The message as given: English text or a Msg, to nest in another Msg untranslated."""
+        given = self.args[0] if len(self.args) == 1 else None
+        return given if isinstance(given, (str, Msg)) else super().__str__()
+
+    def english(self) -> str:
+        """The message in English whatever the language of the invocation (for --json)."""
+        return str(self.message)
+
 
 class UsageError(LabctlError):
     """The command line asks for something that does not exist (unknown lab, missing file)."""

@@ -82,7 +82,7 @@ def template(
 
     made = build(module, EvidenceStore(root) if fill else None)
     for warning in made.warnings:
-        err.print(_(Msg("warning: {warning}", warning=str(warning))), markup=False, soft_wrap=True)
+        err.print(_(Msg("warning: {warning}", warning=warning)), markup=False, soft_wrap=True)
     if json_:
         print_json(made.data)
     else:

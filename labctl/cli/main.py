@@ -42,12 +42,15 @@ def _debug() -> bool:
 class _HandledGroup(TyperGroup):
     json_mode = False
 
-    def _fail(self, kind: str, message: str, code: int) -> typer.Exit:
-        """Report an error on stderr (and stdout as JSON with --json); the Exit to raise."""
+    def _fail(self, kind: str, message: str, code: int, english: str | None = None) -> typer.Exit:
+        """Report an error on stderr (and stdout as JSON with --json); the Exit to raise.
+
+        `message` is shown in the chosen language; the JSON document keeps `english`."""
         typer.echo(f"error: {message}" if kind != "internal" else message, err=True)
         if self.json_mode:
+            shown = message if english is None else english
             print_json(
-                {"passed": False, "error": {"kind": kind, "message": message, "exit_code": code}}
+                {"passed": False, "error": {"kind": kind, "message": shown, "exit_code": code}}
             )
         return typer.Exit(code)
 
@@ -60,7 +63,7 @@ class _HandledGroup(TyperGroup):
             if _debug():
                 traceback.print_exc(file=sys.stderr)
             kind = "usage" if isinstance(exc, UsageError) else "refused"
-            raise self._fail(kind, str(exc), exc.exit_code) from None
+            raise self._fail(kind, str(exc), exc.exit_code, exc.english()) from None
         except KeyboardInterrupt:
             raise self._fail("interrupted", "interrupted", EXIT_INTERRUPTED) from None
         except (typer.Exit, typer.Abort, typer.TyperException):

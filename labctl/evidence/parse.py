@@ -26,7 +26,7 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 
 from labctl.errors import UsageError
-from labctl.i18n import N_, Msg, _
+from labctl.i18n import N_, Msg, _, declared
 
 MAX_BYTES = 1 << 20  # 1 MiB: a filled template is about 3 KiB
 MAX_DEPTH = 32  # a record nests four levels deep
@@ -160,35 +160,45 @@ EvidenceLoader.add_implicit_resolver(
 def read_bytes(path: Path, limit: int = MAX_BYTES) -> bytes | None:
     """The file's bytes, or None when it is larger than `limit` (never reads more than that)."""
     if not path.exists() and not path.is_symlink():
-        raise UsageError(f"{path}: no such file")
+        raise UsageError(Msg("{path}: no such file", path=str(path)))
     if path.is_dir():
-        raise UsageError(f"{path}: is a directory, not an evidence file")
+        raise UsageError(Msg("{path}: is a directory, not an evidence file", path=str(path)))
     try:
         # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        raise UsageError(
+            Msg("{path}: cannot read ({error})", path=str(path), error=exc.strerror or str(exc))
+        ) from None
     with os.fdopen(fd, "rb") as handle:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise UsageError(f"{path}: is {_file_kind(mode)}, not a regular file")
+            raise UsageError(
+                Msg(
+                    "{path}: is {kind}, not a regular file",
+                    path=str(path),
+                    kind=declared(_file_kind(mode)),
+                )
+            )
         try:
             data = handle.read(limit + 1)
         except OSError as exc:
-            raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+            raise UsageError(
+                Msg("{path}: cannot read ({error})", path=str(path), error=exc.strerror or str(exc))
+            ) from None
     return None if len(data) > limit else data
 
 
 def _file_kind(mode: int) -> str:
     for test, kind in (
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISFIFO, N_("a FIFO")),
+        (stat.S_ISCHR, N_("a character device")),
+        (stat.S_ISBLK, N_("a block device")),
+        (stat.S_ISSOCK, N_("a socket")),
     ):
         if test(mode):
             return kind
-    return "a special file"
+    return N_("a special file")
 
 
 def decode(raw: bytes) -> tuple[str | None, Problem | None]:

@@ -23,6 +23,7 @@ from labctl.evidence.findings import Report
 from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.records import shown_path
 from labctl.evidence.store import EvidenceStore, write_new
+from labctl.i18n import Msg
 from labctl.runner import default_clean_room
 
 RECEIPT_SCHEMA = "labctl.submission-receipt.v1"
@@ -105,7 +106,9 @@ def keep(
         outcome.already = stored(folder, name) or target
         return
     except OSError as exc:
-        raise StoreError(f"cannot write {target}: {exc.strerror or exc}") from None
+        raise StoreError(
+            Msg("cannot write {path}: {error}", path=str(target), error=exc.strerror or str(exc))
+        ) from None
     accepted_at = now_iso()
     receipt = {
         "schema": RECEIPT_SCHEMA,

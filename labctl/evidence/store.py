@@ -32,6 +32,7 @@ from labctl.errors import StoreError
 from labctl.evidence.environment import project_root
 from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.times import not_older
+from labctl.i18n import Msg
 
 MANIFEST_NAME = "module-manifest-v1.json"
 MANIFEST_SCHEMA = "labctl.module-manifest.v1"
@@ -59,7 +60,9 @@ def write_new(path: Path, data: bytes) -> None:
         try:
             os.link(tmp, path)
         except FileExistsError:
-            raise StoreError(f"{path} already exists; evidence is never overwritten") from None
+            raise StoreError(
+                Msg("{path} already exists; evidence is never overwritten", path=str(path))
+            ) from None
 
 
 def replace_atomically(path: Path, data: bytes) -> None:
@@ -126,9 +129,21 @@ class EvidenceStore:
         try:
             data = json.loads(self.manifest_path.read_text("utf-8"))
         except (OSError, ValueError) as exc:
-            raise StoreError(f"{self.manifest_path}: unreadable manifest ({exc})") from None
+            raise StoreError(
+                Msg(
+                    "{path}: unreadable manifest ({error})",
+                    path=str(self.manifest_path),
+                    error=str(exc),
+                )
+            ) from None
         if data.get("schema") != MANIFEST_SCHEMA or not isinstance(data.get("modules"), dict):
-            raise StoreError(f"{self.manifest_path}: not a {MANIFEST_SCHEMA} manifest")
+            raise StoreError(
+                Msg(
+                    "{path}: not a {schema} manifest",
+                    path=str(self.manifest_path),
+                    schema=MANIFEST_SCHEMA,
+                )
+            )
         return data
 
     def point_manifest(self, module: str, entry: dict) -> None:

@@ -32,6 +32,7 @@ from labctl.evidence.models import SCHEMA_ID, EvidenceRecord
 from labctl.evidence.parse import load
 from labctl.evidence.store import EvidenceStore, yaml_text
 from labctl.evidence.times import parse_time
+from labctl.i18n import Msg
 from labctl.lab import Lab
 
 DEFAULT_SEED = 5
@@ -59,7 +60,7 @@ class Template:
     data: dict
     filled: bool = False
     sources: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str | Msg] = field(default_factory=list)
 
     def yaml_text(self) -> str:
         if self.filled:
@@ -85,7 +86,13 @@ def module_or_usage(module_id: str) -> modules.Module:
     module = course_module(module_id)
     if module is None:
         known = ", ".join(m.id for m in modules.MODULES)
-        raise UsageError(f"unknown module {module_id!r}; known modules: {known}")
+        raise UsageError(
+            Msg(
+                "unknown module {module}; known modules: {known}",
+                module=repr(module_id),
+                known=known,
+            )
+        )
     return module
 
 
@@ -127,7 +134,10 @@ def blank(module: modules.Module) -> Template:
         "licenses": [dict(LICENSE_PLACEHOLDER)],
         "known_failures": [PLACEHOLDERS["failure"]],
     }
-    warnings = [f"no lab measures {name} yet: its tolerance is left blank" for name in missing]
+    warnings: list[str | Msg] = [
+        Msg("no lab measures {metric} yet: its tolerance is left blank", metric=name)
+        for name in missing
+    ]
     return Template(module, data, warnings=warnings)
 
 
@@ -159,7 +169,7 @@ def runs_store(store: EvidenceStore) -> EvidenceStore:
     return EvidenceStore(runs) if runs.is_dir() else store
 
 
-def _newest(store: EvidenceStore, lab: Lab, warnings: list[str]) -> _Found | None:
+def _newest(store: EvidenceStore, lab: Lab, warnings: list[str | Msg]) -> _Found | None:
     runs = runs_store(store)
     entry = runs.read_manifest()["modules"].get(lab.id)
     if not isinstance(entry, dict):
@@ -171,7 +181,13 @@ def _newest(store: EvidenceStore, lab: Lab, warnings: list[str]) -> _Found | Non
     path = runs.root / entry["record"]
     record = _read_record(path, runs.root)
     if record is None:
-        warnings.append(f"the manifest points {lab.id} at {entry['record']}, which is not a record")
+        warnings.append(
+            Msg(
+                "the manifest points {lab} at {record}, which is not a record",
+                lab=lab.id,
+                record=entry["record"],
+            )
+        )
         return None
     return _Found(record, path)
 

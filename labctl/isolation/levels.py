@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from labctl.errors import UsageError
-from labctl.i18n import N_, _
+from labctl.i18n import N_, Msg, _
 from labctl.isolation.bwrap import INSTALL_HINT, sandbox_status
 
 ISOLATION_LEVELS = ("auto", "sandbox", "process")
@@ -23,7 +23,9 @@ def resolve_isolation(requested: str) -> str:
     if status.works:
         return "sandbox"
     if requested == "sandbox":
-        raise UsageError(f"--isolation sandbox: no working sandbox: {status.reason}")
+        raise UsageError(
+            Msg("--isolation sandbox: no working sandbox: {reason}", reason=status.reason)
+        )
     return "process"
 
 

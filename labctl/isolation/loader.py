@@ -23,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 
 from labctl.errors import CleanRoomError, UsageError
+from labctl.i18n import Msg
 
 PACKAGE_PREFIX = "_labctl_clean_room_"
 _counter = itertools.count()
@@ -54,15 +55,25 @@ def where(path: Path, tb) -> str | None:
     return found
 
 
+def syntax_error(file: str, line: int | None, error: str) -> Msg:
+    """A syntax error's message; a worker sends its values, not its text, to be shown translated."""
+    return Msg("syntax error in {file}:{line}: {error}", file=file, line=line, error=error)
+
+
+SYNTAX_ERROR = syntax_error("", 0, "")
+
+
 def resolve_package_dir(path: str | Path) -> Path:
     """Check that `path` is a directory holding `__init__.py`; return it resolved."""
     resolved = Path(path).resolve()
     if not resolved.exists():
-        raise UsageError(f"clean room {path}: no such directory")
+        raise UsageError(Msg("clean room {path}: no such directory", path=str(path)))
     if not resolved.is_dir():
-        raise UsageError(f"clean room {path}: not a directory")
+        raise UsageError(Msg("clean room {path}: not a directory", path=str(path)))
     if not (resolved / "__init__.py").is_file():
-        raise CleanRoomError(f"clean room {path}: not a package (no __init__.py)")
+        raise CleanRoomError(
+            Msg("clean room {path}: not a package (no __init__.py)", path=str(path))
+        )
     return resolved
 
 
@@ -92,7 +103,7 @@ def load_package(path: str | Path, keep_alias: bool = False) -> ModuleType:
         sys.modules.pop(name, None)
         file = Path(exc.filename or "")
         shown = f"{root.name}/{file.relative_to(root)}" if file.is_relative_to(root) else file.name
-        raise CleanRoomError(f"syntax error in {shown}:{exc.lineno}: {exc.msg}") from None
+        raise CleanRoomError(syntax_error(shown, exc.lineno, exc.msg)) from None
     except BaseException as exc:
         sys.modules.pop(name, None)
         if isinstance(exc, KeyboardInterrupt):

@@ -29,9 +29,10 @@ from typing import Any
 
 from labctl import contract
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError
+from labctl.i18n import Msg
 from labctl.isolation import bwrap, limits, replies, wire
 from labctl.isolation.levels import resolve_isolation
-from labctl.isolation.loader import resolve_package_dir
+from labctl.isolation.loader import resolve_package_dir, syntax_error
 from labctl.isolation.orphans import LIVE, SPAWN, sweep_orphans
 
 DEFAULT_TIMEOUT_S = 20.0
@@ -223,7 +224,10 @@ class CleanRoom:
                     f"clean room {self.path.name} breaks the import policy: "
                     + "; ".join(error["violations"])
                 )
-            raise CleanRoomError(error["message"] + self._printed_note())
+            shown = _load_message(error)
+            if self._printed_note():
+                shown = Msg("{error}; it printed: {printed}", error=shown, printed=self.printed)
+            raise CleanRoomError(shown)
         self.signatures = reply["signatures"]
         self.privileges = reply["privileges"]
 
@@ -382,3 +386,14 @@ def _crash_reason(code: int | None, exc: Exception) -> str:
     if code is not None:
         return f"the clean-room process exited with code {code}"
     return f"the clean-room process stopped answering: {exc}"
+
+
+def _load_message(error: dict) -> str | Msg:
+    """A load error as the worker sent it; a syntax error's values (typed, never a template
+    from the worker) become the message shown translated."""
+    values = error.get("syntax")
+    if isinstance(values, dict) and set(values) == {"file", "line", "error"}:
+        file, line, text = values["file"], values["line"], values["error"]
+        if isinstance(file, str) and isinstance(line, int | None) and isinstance(text, str):
+            return syntax_error(file, line, text)
+    return error["message"]

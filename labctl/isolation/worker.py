@@ -19,6 +19,7 @@ import tracemalloc
 from pathlib import Path
 
 from labctl.errors import LabctlError
+from labctl.i18n import Msg
 from labctl.isolation import guard, limits, loader, wire
 
 _MESSAGE_LIMIT = 500
@@ -53,10 +54,11 @@ class Worker:
         except LabctlError as exc:
             violations = self._new_violations()
             kind = "import-policy" if violations else "load"
-            return {
-                "ok": False,
-                "error": {"kind": kind, "message": str(exc), "violations": violations},
-            }
+            error = {"kind": kind, "message": str(exc), "violations": violations}
+            given = exc.message
+            if isinstance(given, Msg) and given.template == loader.SYNTAX_ERROR.template:
+                error["syntax"] = given.args
+            return {"ok": False, "error": error}
         signatures = loader.observe_signatures(self.module, tuple(request.get("names", ())))
         return {
             "ok": True,

@@ -344,10 +344,12 @@ def observe(
         return seen
     except CleanRoomError as exc:
         seen.status = "unloadable"
-        seen.message = Msg("does not load: {error}", error=str(exc))
-        match = _SYNTAX.search(str(exc))
+        seen.message = Msg("does not load: {error}", error=exc.message)
+        match = _SYNTAX.search(exc.english())
         where = match["where"] if match else ""
-        seen.load_error = Located(where, str(exc), function_at(root, where) if where else PACKAGE)
+        seen.load_error = Located(
+            where, exc.english(), function_at(root, where) if where else PACKAGE
+        )
         return seen
     except CallError as exc:
         seen.status = "unloadable"

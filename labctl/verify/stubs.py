@@ -17,6 +17,7 @@ from pathlib import Path
 
 from labctl import contract
 from labctl.errors import LabctlError, UsageError
+from labctl.i18n import Msg
 
 SHAPE_LETTERS = (
     "B batch, T sequence, Tq/Tk query/key lengths, C model width, H query heads, "
@@ -99,7 +100,12 @@ def init_clean_room(dest: str | Path) -> list[Path]:
     """
     dest = Path(dest)
     if dest.exists() and not dest.is_dir():
-        raise LabctlError(f"{dest} exists and is not a directory; clean-room init writes a new one")
+        raise LabctlError(
+            Msg(
+                "{dest} exists and is not a directory; clean-room init writes a new one",
+                dest=str(dest),
+            )
+        )
     if dest.is_dir() and any(dest.iterdir()):
         raise LabctlError(
             f"{dest} is not empty; clean-room init writes only into a new or empty directory "

@@ -254,7 +254,7 @@ def verify_clean_room(
         seen = RoomObservation(
             Path(path).resolve(),
             status="unloadable",
-            message=Msg("does not load: {error}", error=str(exc)),
+            message=Msg("does not load: {error}", error=exc.message),
             isolation=level,
         )
         return _finish(seen, Path(path), timeout_s, memory_mb, out, [], start, diagnose_failures)
@@ -330,11 +330,23 @@ def check_out_dir(out: Path) -> None:
     """Refuse, before anything runs, an `--out` that is a file or cannot be written."""
     existing = next((p for p in (out, *out.parents) if p.exists()), None)
     if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: not a directory (nothing was written)")
+        raise UsageError(Msg("--out {out}: not a directory (nothing was written)", out=str(out)))
     if existing is not None and existing != out and not existing.is_dir():
-        raise UsageError(f"--out {out}: {existing} is not a directory (nothing was written)")
+        raise UsageError(
+            Msg(
+                "--out {out}: {existing} is not a directory (nothing was written)",
+                out=str(out),
+                existing=str(existing),
+            )
+        )
     if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out}: {existing} is not writable (nothing was written)")
+        raise UsageError(
+            Msg(
+                "--out {out}: {existing} is not writable (nothing was written)",
+                out=str(out),
+                existing=str(existing),
+            )
+        )
 
 
 def write_evidence(report: VerifyReport, out: Path) -> None:

@@ -1,0 +1,233 @@
+"""The errors a learner meets first are shown in the chosen language (`--lang zh`): a clean
+room that is missing, a file, not a package or does not parse; `--out` that cannot be written;
+`clean-room init` onto a file; an evidence file that is missing, a folder or a FIFO; an unknown
+module; a broken manifest. Paths and option names stay as written, the exit code does not change
+with the language, and `--json` error documents are the same English document in both."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from labctl.cli.main import app
+from labctl.errors import StoreError
+from labctl.evidence import modules
+from labctl.evidence.store import MANIFEST_NAME, write_new
+from labctl.i18n import set_language
+from labctl.isolation import bwrap, levels
+
+# Nothing of this machine's locale leaks into the choice of language.
+CLEAN = {"LABCTL_LANG": "", "LC_ALL": "", "LC_MESSAGES": "", "LANG": "", "COLUMNS": "300"}
+VERIFY = ["verify", "clean-room", "--no-metrics", "--isolation", "process", "--timeout", "20"]
+# What differs between two runs of one verify: when it ran, how long, where it wrote.
+RUN_FIELDS = ("wall_time_s", "verified_at", "records")
+MANIFEST = {"schema": "labctl.module-manifest.v1", "modules": {}}
+
+
+def invoke(*args: str, lang: str = "en"):
+    result = CliRunner().invoke(app, ["--lang", lang, *args], env=CLEAN)
+    assert "Traceback" not in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
+@pytest.fixture
+def place(tmp_path, monkeypatch) -> Path:
+    """A working directory holding a file, a folder without __init__.py, a room that does not
+    parse, a FIFO and two evidence roots with broken manifests."""
+    (tmp_path / "afile").write_text("x\n")
+    (tmp_path / "nopkg").mkdir()
+    (tmp_path / "room").mkdir()
+    (tmp_path / "room" / "__init__.py").write_text("def softmax(:\n")
+    os.mkfifo(tmp_path / "pipe.yaml")
+    (tmp_path / "garbled").mkdir()
+    (tmp_path / "garbled" / MANIFEST_NAME).write_text("{not json")
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / MANIFEST_NAME).write_text(json.dumps({"schema": "x", "modules": {}}))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+# (arguments, exit code, the English line, the Chinese line); every command here has --json.
+CASES = {
+    "room missing": (
+        [*VERIFY, "--path", "missing"],
+        2,
+        "error: clean room missing: no such directory",
+        "error: clean room missing：没有这个目录",
+    ),
+    "room is a file": (
+        [*VERIFY, "--path", "afile"],
+        2,
+        "error: clean room afile: not a directory",
+        "error: clean room afile：不是目录",
+    ),
+    "out is a file": (
+        [*VERIFY, "--out", "afile"],
+        2,
+        "error: --out afile: not a directory (nothing was written)",
+        "error: --out afile：不是目录（什么也没有写入）",
+    ),
+    "out under a file": (
+        [*VERIFY, "--out", "afile/verify"],
+        2,
+        "error: --out afile/verify: afile is not a directory (nothing was written)",
+        "error: --out afile/verify：afile 不是目录（什么也没有写入）",
+    ),
+    "init onto a file": (
+        ["clean-room", "init", "afile"],
+        1,
+        "error: afile exists and is not a directory; clean-room init writes a new one",
+        "error: afile 已存在且不是目录；clean-room init 只新建一个目录来写入",
+    ),
+    "evidence missing": (
+        ["evidence", "validate", "missing.yaml"],
+        2,
+        "error: missing.yaml: no such file",
+        "error: missing.yaml：没有这个文件",
+    ),
+    "evidence is a folder": (
+        ["evidence", "validate", "nopkg"],
+        2,
+        "error: nopkg: is a directory, not an evidence file",
+        "error: nopkg：是一个目录，不是证据文件",
+    ),
+    "evidence is a FIFO": (
+        ["evidence", "validate", "pipe.yaml"],
+        2,
+        "error: pipe.yaml: is a FIFO, not a regular file",
+        "error: pipe.yaml：是命名管道（FIFO），不是普通文件",
+    ),
+    "unknown module": (
+        ["evidence", "template", "--module", "nope"],
+        2,
+        "error: unknown module 'nope'; known modules: ",
+        "error: 未知模块 'nope'；已知模块：",
+    ),
+    "garbled manifest": (
+        ["evidence", "template", "--fill", "--root", "garbled"],
+        1,
+        f"error: garbled/{MANIFEST_NAME}: unreadable manifest (",
+        f"error: garbled/{MANIFEST_NAME}：manifest 无法读取（",
+    ),
+    "foreign manifest": (
+        ["evidence", "template", "--fill", "--root", "foreign"],
+        1,
+        f"error: foreign/{MANIFEST_NAME}: not a labctl.module-manifest.v1 manifest",
+        f"error: foreign/{MANIFEST_NAME}：不是 labctl.module-manifest.v1 的 manifest",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_error_in_both_languages(place, case):
+    args, code, english, chinese = CASES[case]
+    en, zh = invoke(*args), invoke(*args, lang="zh")
+    assert (en.exit_code, zh.exit_code) == (code, code), (en.output, zh.output)
+    assert english in en.output and chinese not in en.output, en.output
+    assert chinese in zh.output, zh.output
+    en_json = json.loads(invoke(*args, "--json").stdout)
+    zh_json = json.loads(invoke(*args, "--json", lang="zh").stdout)
+    assert zh_json == en_json
+    assert en_json["error"]["message"].startswith(english.removeprefix("error: "))
+    assert en_json["error"]["exit_code"] == code
+
+
+@pytest.mark.parametrize(
+    ("room", "english", "chinese"),
+    [
+        (
+            "room",
+            "does not load: syntax error in room/__init__.py:1: invalid syntax",
+            "无法加载：room/__init__.py:1 有语法错误：invalid syntax",
+        ),
+        (
+            "nopkg",
+            "does not load: clean room nopkg: not a package (no __init__.py)",
+            "无法加载：clean room nopkg：不是一个包（没有 __init__.py）",
+        ),
+    ],
+)
+def test_room_that_does_not_load(place, room, english, chinese):
+    """A syntax error is found in the clean room's own process and shown translated in labctl's;
+    the verdict document (and the place of the error) stays English."""
+    args = [*VERIFY, "--path", room, "--out", str(place / "out")]
+    en, zh = invoke(*args), invoke(*args, lang="zh")
+    assert (en.exit_code, zh.exit_code) == (1, 1), (en.output, zh.output)
+    assert english in en.output and chinese in zh.output, zh.output
+    en_json = json.loads(invoke(*args, "--json").stdout)
+    zh_json = json.loads(invoke(*args, "--json", lang="zh").stdout)
+    for document in (en_json, zh_json):
+        for name in RUN_FIELDS:
+            document.pop(name)
+    assert zh_json == en_json
+    assert en_json["message"] == english
+
+
+def test_out_not_writable(place, monkeypatch):
+    """(root writes anywhere, so the folder is made unwritable where labctl asks.)"""
+    (place / "locked").mkdir()
+    access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode, **kw: Path(p).name != "locked" and access(p, mode, **kw)
+    )
+    args = [*VERIFY, "--out", "locked/verify"]
+    en, zh = invoke(*args), invoke(*args, lang="zh")
+    assert (en.exit_code, zh.exit_code) == (2, 2)
+    assert "error: --out locked/verify: locked is not writable (nothing was written)" in en.output
+    assert "error: --out locked/verify：locked 不可写（什么也没有写入）" in zh.output
+    assert json.loads(invoke(*args, "--json", lang="zh").stdout) == json.loads(
+        invoke(*args, "--json").stdout
+    )
+
+
+def test_no_working_sandbox(place, monkeypatch):
+    monkeypatch.setattr(levels, "sandbox_status", lambda: bwrap.SandboxStatus(False, "no bwrap"))
+    args = ["verify", "clean-room", "--no-metrics", "--isolation", "sandbox", "--path", "room"]
+    en, zh = invoke(*args), invoke(*args, lang="zh")
+    assert (en.exit_code, zh.exit_code) == (2, 2)
+    assert "error: --isolation sandbox: no working sandbox: no bwrap" in en.output
+    assert "error: --isolation sandbox：没有可用的沙箱：no bwrap" in zh.output
+    assert json.loads(invoke(*args, "--json", lang="zh").stdout) == json.loads(
+        invoke(*args, "--json").stdout
+    )
+
+
+def test_template_warnings(place, monkeypatch):
+    """`evidence template` warns, translated, of a metric no lab measures and of a manifest
+    entry that is not a record; the metric and the paths stay as written."""
+    module = modules.Module(
+        id="t-errors", title="test module", section="tests", required=("nobody_measures_this",)
+    )
+    monkeypatch.setattr(modules, "MODULES", (*modules.MODULES, module))
+    (place / "store").mkdir()
+    manifest = {**MANIFEST, "modules": {"causal-attention": {"record": "gone.json"}}}
+    (place / "store" / MANIFEST_NAME).write_text(json.dumps(manifest))
+    default = modules.MODULES[0].id
+    en = invoke("evidence", "template", "--module", module.id)
+    zh = invoke("evidence", "template", "--module", module.id, lang="zh")
+    assert (en.exit_code, zh.exit_code) == (0, 0)
+    assert "no lab measures nobody_measures_this yet: its tolerance is left blank" in en.output
+    assert "警告：还没有实验测量 nobody_measures_this：它的容差留空" in zh.output
+    fill = ["evidence", "template", "--module", default, "--fill", "--root", "store"]
+    en, zh = invoke(*fill), invoke(*fill, lang="zh")
+    assert "the manifest points causal-attention at gone.json, which is not a record" in en.output
+    assert "警告：manifest 把 causal-attention 指向 gone.json，但它不是一条记录" in zh.output
+
+
+def test_store_refuses_in_chinese(tmp_path):
+    """The store's refusal to overwrite, read where no command reaches it (submit catches it)."""
+    target = tmp_path / "kept.json"
+    write_new(target, b"{}")
+    previous = set_language("zh")
+    try:
+        with pytest.raises(StoreError) as caught:
+            write_new(target, b"{}")
+        assert str(caught.value) == f"{target} 已存在；证据从不覆盖"
+        assert caught.value.english() == f"{target} already exists; evidence is never overwritten"
+    finally:
+        set_language(previous)
