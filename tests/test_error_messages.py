@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -169,12 +170,17 @@ def test_room_that_does_not_load(place, room, english, chinese):
 
 
 def test_out_not_writable(place, monkeypatch):
-    """(root writes anywhere, so the folder is made unwritable where labctl asks.)"""
+    """(root writes anywhere, so the filesystem refuses a file in the folder where labctl
+    tries one: os.access would say yes to root even on a read-only filesystem.)"""
     (place / "locked").mkdir()
-    access = os.access
-    monkeypatch.setattr(
-        os, "access", lambda p, mode, **kw: Path(p).name != "locked" and access(p, mode, **kw)
-    )
+    real = tempfile.TemporaryFile
+
+    def refusing(*args, dir=None, **kwargs):
+        if dir is not None and Path(dir).name == "locked":
+            raise PermissionError(13, "Permission denied")
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", refusing)
     args = [*VERIFY, "--out", "locked/verify"]
     en, zh = invoke(*args), invoke(*args, lang="zh")
     assert (en.exit_code, zh.exit_code) == (2, 2)
