@@ -16,7 +16,6 @@ from typer.testing import CliRunner
 from labctl.cli.main import app
 from labctl.errors import CleanRoomError
 from labctl.evidence import modules
-from labctl.evidence import submit as sub
 from labctl.i18n import Msg, _, set_language
 
 MODULE = modules.Module(
@@ -238,14 +237,15 @@ def test_submit_refusals_in_chinese_english_and_json(repo, tmp_path):
 
 
 def test_a_clean_room_error_in_a_refusal_stays_english_for_receipts_and_json():
-    """`str(error)` is already in the chosen language; the note keeps the English message."""
+    """`str(error)` is already in the chosen language; `error.message` (what submit puts in a
+    refusal's note) keeps the message, English until it is shown."""
     error = CleanRoomError(Msg("not implemented yet: {functions}", functions="softmax"))
     previous = set_language("zh")
     try:
-        message = sub._message(error)
+        message = error.message
         assert str(message) == "not implemented yet: softmax"
         assert _(message) == "尚未实现：softmax"
         assert str(error) == "尚未实现：softmax"
     finally:
         set_language(previous)
-    assert sub._message(CleanRoomError("room", 2)) == "('room', 2)"
+    assert CleanRoomError("room", 2).message == "('room', 2)"

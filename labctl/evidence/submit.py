@@ -147,9 +147,8 @@ def _measure(
             run(mode, labs)
         except CleanRoomError as exc:
             for row in ("clean-room", "both"):
-                broken[row] = Msg(
-                    "the clean room could not be loaded: {error}", error=_message(exc)
-                )
+                # exc.message, not str(exc): a receipt's note stays English in every language
+                broken[row] = Msg("the clean room could not be loaded: {error}", error=exc.message)
             if mode == "both":
                 run("reference", labs)
     return results, broken
@@ -212,13 +211,6 @@ def _compare(
                 ),
             )
     return done
-
-
-def _message(error: Exception) -> str | Msg:
-    """An error's message as given (a Msg or English text, translated where it is shown):
-    `str(error)` would already be in the chosen language, and receipts keep English."""
-    given = error.args[0] if len(error.args) == 1 else None
-    return given if isinstance(given, (str, Msg)) else str(error)
 
 
 def remeasure(
