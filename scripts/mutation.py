@@ -515,6 +515,40 @@ EQUIVALENT.update(
         **{f"labctl.labs.attention_inspect.x__dilution__mutmut_{n}": _READ_ONE for n in (5, 6, 26)},
         **{f"labctl.labs.attention_inspect.x_run__mutmut_{n}": _AT_BOUND for n in (52, 55, 61)},
         "labctl.labs.tiled_attention.x_run__mutmut_112": _FIGURES_EMPTY,
+        "labctl.labs.mask_ablation.x_run__mutmut_154": _FIGURES_EMPTY,
+        **{f"labctl.labs.mask_ablation.x__lm_data__mutmut_{n}": _LOW_DEFAULT for n in (91, 101)},
+        "labctl.labs.mask_ablation.x__lm_data__mutmut_104": _FROM_ONE,
+        **{
+            f"labctl.labs.mask_ablation.x{name}__mutmut_{n}": "zip(strict=...): the lists "
+            "always have the same length (one entry per mask, per parameter)"
+            for name, n in (
+                ("_run", 87),
+                ("_run", 90),
+                ("_run", 97),
+                ("ǁ_Adamǁstep", 8),
+                ("ǁ_Adamǁstep", 12),
+                ("ǁ_Adamǁstep", 13),
+            )
+        },
+        "labctl.labs.mask_ablation.x__lm_logits__mutmut_61": "transpose(+2, -1) of a 4-D "
+        "tensor is transpose(-2, -1)",
+        "labctl.labs.mask_ablation.x__lm_logits__mutmut_66": "the parameters refuse a width "
+        "the heads do not divide: sqrt(C / H) is sqrt(C // H)",
+        "labctl.labs.mask_ablation.x__lm_logits__mutmut_75": 'float("-INF") is float("-inf")',
+        **{
+            f"labctl.labs.mask_ablation.x__train_lm__mutmut_{n}": "torch.tensor of a float64 "
+            "array is float64 without being told"
+            for n in (3, 6)
+        },
+        **{
+            f"labctl.labs.mask_ablation.x__train_lm__mutmut_{n}": "np.array of a bool mask is "
+            "bool without being told (_language_models refuses any other first)"
+            for n in (15, 17)
+        },
+        "labctl.labs.mask_ablation.x__train_lm__mutmut_10": "with no mask, np.array(None, "
+        "bool) is a 0-d False: masked_fill blocks nothing, as with None",
+        "labctl.labs.mask_ablation.x__probe__mutmut_44": "t = T - 1 and T perturb empty "
+        "slices: the output does not move, and the maximum is unchanged",
         "labctl.labs.tiled_attention.x_online_softmax_steps__mutmut_3": "the first step's "
         "rescale is exp(-inf - s) = 0: whatever the running sum starts at, it is then 0",
     }

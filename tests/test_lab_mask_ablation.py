@@ -19,9 +19,12 @@ import pytest
 import torch
 from labtools import cli_run_json, faulty_room, rows, run, values
 
-from labctl import faults
+from labctl import faults, reference
+from labctl.lab import Implementation
 from labctl.labs import mask_ablation as lab_module
-from labctl.labs.mask_ablation import LAB
+from labctl.labs.mask_ablation import LAB, Params
+from labctl.reference.transformer_block import BLOCK_KEYS
+from labctl.runner import run_lab
 
 SEED = 5
 TEMPLATE = "no_mask_future_prefix_influence"
@@ -187,3 +190,141 @@ def test_cli_run_json(tmp_path, monkeypatch):
     assert by_key[(TEMPLATE, "clean-room")]["actual"] > 1e-5
     assert by_key[(MASKED, "clean-room")]["actual"] == 0.0
     assert any(path.suffix == ".csv" for path in (out / "mask-ablation").iterdir())  # heatmap
+
+
+# ---- the lab's parts, in this process -------------------------------------------------------
+
+
+class MaskAt:
+    """The torch reference, with `causal_mask(T)` replaced for the LM's context T only."""
+
+    def __init__(self, T: int, mask):
+        self.T, self.mask = T, mask
+
+    def __getattr__(self, fn):
+        return getattr(reference, fn)
+
+    def causal_mask(self, t_q, t_k=None):
+        return self.mask if t_q == self.T else reference.causal_mask(t_q, t_k)
+
+
+def run_here(target, p: Params | None = None, name: str = "clean-room"):
+    return run_lab(LAB, SEED, {name: Implementation(name, target)}, p)
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [np.triu(np.ones((8, 8), dtype=int), k=1), np.triu(np.ones((8, 9), dtype=bool), k=1)],
+    ids=["int", "8x9"],
+)
+def test_a_causal_mask_the_lm_cannot_use_is_refused_by_name(mask):
+    """Probes at T = 6 use the right mask; the LM's context of 8 gets this one."""
+    result = run_here(MaskAt(8, mask), Params(T=6))
+    assert result.error is not None
+    assert f"causal_mask(8) returned {mask.dtype} {mask.shape}, expected bool (8, 8)" in (
+        result.error
+    )
+
+
+def test_a_clean_room_alone_trains_no_unmasked_lm():
+    """The unmasked LM is the reference's experiment: a clean room's run leaves it out."""
+    result = run_here(reference, Params(steps=20, tail=5, heldout=16))
+    assert result.error is None, result.error
+    assert {m.impl for m in result.metrics} == {"clean-room"}
+    assert "unmasked_train_loss_over_lnV" not in {m.name for m in result.metrics}
+
+
+def test_the_loss_rows_read_the_training_and_held_out_losses_they_name(monkeypatch):
+    """Made-up losses in: masked (train 1.5, held 2.5), unmasked (train 0.25, held 0.75)."""
+    curve = [3.0] * 12
+
+    def trained(ctx, rng):
+        masks = {name: reference.causal_mask(8) for name in ctx.impls}
+        return {name: (1.5, 2.5, curve) for name in ctx.impls}, (0.25, 0.75, curve), masks
+
+    monkeypatch.setattr(lab_module, "_language_models", trained)
+    result = run_here(reference, Params(steps=12, tail=4), name="reference")
+    got = rows(result)
+    ln_v = math.log(16)
+    assert got[(HELDOUT, "reference")].actual == 2.5 / ln_v
+    assert got[("unmasked_train_loss_over_lnV", "reference")].actual == 0.25 / ln_v
+    assert got[("mask_leak_loss_gap", "reference")].actual == 2.5 - 0.25
+    (curves,) = [f for f in result.figures if getattr(f, "columns", ("",))[0] == "step"]
+    assert curves.columns[1:] == ("causal_mask", "no mask")  # the masked LM, and the one without
+
+
+def test_the_training_loss_is_the_mean_of_the_last_tail_steps():
+    p = Params(steps=12, tail=4, heldout=8)
+    init, batches, heldout = lab_module._lm_data(np.random.default_rng(0), p)
+    train, held, losses = lab_module._train_lm(init, batches, heldout, None, p)
+    assert len(losses) == 12 and math.isfinite(held)
+    assert train == float(np.mean(losses[-4:]))
+    assert train != float(np.mean(losses[4:]))
+
+
+def test_the_tiny_lm_is_the_contract_s_block_then_a_final_norm_and_the_tied_head():
+    """Against the reference's transformer_block and rms_norm (eps 1e-6), with norm weights
+    drawn from [0.5, 1.5] so a norm that divides by its weight shows; float64, 1e-12."""
+    p = Params()
+    rng = np.random.default_rng(0)
+    init, batches, _ = lab_module._lm_data(rng, p)
+    for name in ("norm1", "norm2", "final_norm"):
+        init[name] = rng.uniform(0.5, 1.5, p.width)
+    ids = batches[0][:, :-1]  # (B, T)
+    P = {name: torch.tensor(value) for name, value in init.items()}
+    blocked = torch.from_numpy(reference.causal_mask(p.context))
+    got = lab_module._lm_logits(P, torch.from_numpy(ids), blocked, p.heads).numpy()
+    x = init["embed"][ids] + init["pos"][: p.context]  # (B, T, C)
+    block = {name: init[name] for name in BLOCK_KEYS}
+    y = reference.transformer_block(x, block, p.heads)
+    want = reference.rms_norm(y, init["final_norm"], eps=1e-6) @ init["embed"].T  # (B, T, V)
+    assert got.shape == (p.batch, p.context, p.vocab)
+    assert np.max(np.abs(got - want)) <= 1e-12
+
+
+def test_adam_written_out_is_torch_s_adam():
+    """Five steps on two float64 tensors with made-up gradients: the same updates, 1e-12."""
+    rng = np.random.default_rng(0)
+    ours = [torch.tensor(rng.standard_normal(s), requires_grad=True) for s in ((3, 4), (5,))]
+    theirs = [q.detach().clone().requires_grad_(True) for q in ours]
+    adam = lab_module._Adam(ours, lr=0.01)
+    torch_adam = torch.optim.Adam(theirs, lr=0.01, betas=(0.9, 0.999), eps=1e-8)
+    for _ in range(5):
+        grads = [torch.tensor(rng.standard_normal(q.shape)) * 1e-3 for q in ours]
+        for q, g in zip(ours, grads, strict=True):
+            q.grad = g.clone()
+        for q, g in zip(theirs, grads, strict=True):
+            q.grad = g.clone()
+        adam.step()
+        torch_adam.step()
+        for a, b in zip(ours, theirs, strict=True):
+            assert torch.max(torch.abs(a - b)).item() <= 1e-12
+
+
+def test_the_prefix_probe_is_the_largest_move_of_any_prefix_when_the_rest_moves():
+    """Its value by definition: max over t of |out[:t+1]| moved by noise on keys and values
+    after t; and a mask that lets only position T-2 see T-1 is caught at t = T-2 alone."""
+    rng = np.random.default_rng(1)
+    q, k, v, noise_k, noise_v = (rng.standard_normal((1, 2, 5, 4)) for _ in range(5))
+    leaky = np.triu(np.ones((5, 5), dtype=bool), k=1)
+    leaky[3, 4] = False
+    for mask in (None, leaky):
+        out, _ = reference.scaled_dot_product_attention(q, k, v, mask)
+        want = 0.0
+        for t in range(4):
+            later = np.zeros((1, 1, 5, 1), dtype=bool)
+            later[:, :, t + 1 :] = True
+            moved, _ = reference.scaled_dot_product_attention(
+                q, np.where(later, k + noise_k, k), np.where(later, v + noise_v, v), mask
+            )
+            want = max(want, float(np.max(np.abs(moved[:, :, : t + 1] - out[:, :, : t + 1]))))
+        got = lab_module._probe(reference, q, k, v, noise_k, noise_v, mask)[2]
+        assert got == pytest.approx(want, abs=1e-15)
+        assert got > 1e-3
+
+
+def test_the_noise_is_scaled_by_the_perturbation_parameter():
+    """No mask: the prefix moves in proportion to the noise; at 1e-6 it moves by ~1e-6."""
+    small = rows(run_here(reference, Params(perturbation=1e-6, steps=5, tail=1, heldout=4)))
+    moved = small[(TEMPLATE, "clean-room")].actual
+    assert 0 < moved < 1e-4
