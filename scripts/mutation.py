@@ -317,9 +317,9 @@ _FINITE = (
 )
 EQUIVALENT.update(
     {
-        **{f"labctl.evidence.receipt.x_keep__mutmut_{n}": _FINITE for n in (77, 81, 84)},
-        "labctl.evidence.receipt.x_keep__mutmut_93": "codec names are case-insensitive",
-        "labctl.evidence.receipt.x_keep__mutmut_76": "ensure_ascii=None is falsy, as False",
+        **{f"labctl.evidence.receipt.x_keep__mutmut_{n}": _FINITE for n in (87, 91, 94)},
+        "labctl.evidence.receipt.x_keep__mutmut_103": "codec names are case-insensitive",
+        "labctl.evidence.receipt.x_keep__mutmut_86": "ensure_ascii=None is falsy, as False",
         "labctl.evidence.receipt.x_digest__mutmut_5": "ensure_ascii=None is falsy, as False",
         "labctl.evidence.receipt.x_digest__mutmut_17": "codec names are case-insensitive",
         "labctl.evidence.submit.x__compare__mutmut_42": "row is read only after the lookup "

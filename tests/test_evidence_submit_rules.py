@@ -555,6 +555,16 @@ def test_a_store_that_cannot_be_written_is_a_named_error(tmp_path, monkeypatch):
     stem = rc.digest(_record())[: rc.DIGEST_CHARS]
     target = tmp_path / "evidence" / "submissions" / "t-module" / f"{stem}.yaml"
     assert str(caught.value) == f"cannot write {target}: File exists"  # mkdir's, of the folder
+
+
+def test_a_write_error_without_an_errno_text_is_named_by_its_message(tmp_path, monkeypatch):
+    def refused(path, data):
+        raise OSError("the disk said no")
+
+    monkeypatch.setattr(rc, "write_new", refused)
+    outcome = rc.Submission(Report(path=tmp_path / "e.yaml", raw=b"x"))
+    with pytest.raises(StoreError, match=r": the disk said no$"):
+        rc.keep(outcome, EvidenceStore(tmp_path / "evidence"), _record(), None)
     assert outcome.stored is None
 
 
