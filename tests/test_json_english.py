@@ -167,3 +167,26 @@ def test_a_failing_clean_room_is_english_in_json_and_records(place):
     shown = invoke(*args, "--out", str(place / "shown"), lang="zh")
     assert shown.exit_code == 1
     assert "clean room 失败：causal_mask: raised RuntimeError: not written yet" in shown.stdout
+
+
+def test_report_problems_are_english_in_json(place):
+    runs = place / "runs"
+    made = invoke(*RUN, "--out", str(runs), lang="en")
+    assert made.exit_code == 0, made.output
+    (csv_file,) = runs.glob("causal-attention/*-attention-b0-h0-reference.csv")
+    csv_file.write_text(csv_file.read_text().replace("0.", "9.", 1))
+    args = ["report", "--root", str(runs), "--out", "r.html"]
+    documents = {}
+    for lang in ("en", "zh"):
+        result = invoke(*args, "--json", lang=lang)
+        assert result.exit_code == 0, result.output
+        documents[lang] = json.loads(result.stdout)
+    assert documents["zh"] == documents["en"]
+    (lab,) = documents["en"]["labs"]
+    (problem,) = lab["problems"]
+    assert problem == f"artifact {csv_file.name} changed since the run (sha256 differs)"
+    shown = invoke(*args, lang="zh")
+    assert (
+        f"causal-attention: 产物 {csv_file.name} 在运行之后被改动过（sha256 不一致）"
+        in shown.stderr
+    )
