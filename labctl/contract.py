@@ -16,7 +16,7 @@ from importlib import resources
 from typing import Any
 
 from labctl.errors import ContractError
-from labctl.i18n import Msg
+from labctl.i18n import Msg, joined
 
 CONTRACT_ID = "transformer-block-v1"
 CONTRACT_VERSION = 1
@@ -232,13 +232,3 @@ def _compare_params(fn: Function, params: list[dict]) -> list[Deviation]:
                 )
             )
     return out
-
-
-def joined(messages: list[str | Msg]) -> str | Msg:
-    """Messages joined with "; " as one Msg, each translated when it is shown."""
-    if not messages:
-        return ""
-    result = messages[-1]
-    for message in reversed(messages[:-1]):
-        result = Msg("{first}; {rest}", first=message, rest=result)
-    return result

@@ -89,3 +89,10 @@ class EvidenceError(LabctlError):
 
 class StoreError(LabctlError):
     """The evidence store refused a write (it would overwrite, or escape its directory)."""
+
+
+def message_of(exc: BaseException) -> str | Msg:
+    """What an exception says, untranslated: a LabctlError's message as given, else its text.
+
+    For nesting one error in another message that is shown translated and kept in English."""
+    return exc.message if isinstance(exc, LabctlError) else str(exc)

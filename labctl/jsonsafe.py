@@ -6,9 +6,14 @@ import json
 import math
 from typing import Any
 
+from labctl.i18n import Msg
+
 
 def finite(value: Any) -> Any:
-    """`value` with every non-finite float replaced by None, recursively."""
+    """`value` with every non-finite float replaced by None, recursively; a message in English
+    (a document is read by scripts: one language whatever the terminal shows)."""
+    if isinstance(value, Msg):
+        return str(value)
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):

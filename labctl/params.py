@@ -17,7 +17,7 @@ import annotated_types
 from pydantic import ValidationError
 
 from labctl.errors import UsageError
-from labctl.i18n import _
+from labctl.i18n import Msg, _, joined
 from labctl.lab import Lab, LabParams
 
 
@@ -32,17 +32,19 @@ def parse_setting(text: str) -> Setting:
     key, sep, value = text.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise UsageError(
-            _("--set wants NAME=VALUE or LAB.NAME=VALUE, got {text!r}").format(text=text)
-        )
+        raise UsageError(Msg("--set wants NAME=VALUE or LAB.NAME=VALUE, got {text!r}", text=text))
     lab, dot, name = key.rpartition(".")
     return Setting(lab if dot else None, name, value.strip())
 
 
 def describe(params: type[LabParams], name: str) -> str:
     """`T: integer, 1 ≤ T ≤ 512 (default 8)`: what a learner may give a parameter."""
+    return _(description(params, name))
+
+
+def description(params: type[LabParams], name: str) -> Msg:
+    """`describe`'s text as a Msg, to nest in an error (kept in English for --json)."""
     field = params.model_fields[name]
-    kind = _kind(field.annotation)
     bounds = []
     for item in field.metadata:
         for attr, sign in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<")):
@@ -50,20 +52,25 @@ def describe(params: type[LabParams], name: str) -> str:
                 bounds.append(f"{name} {sign} {getattr(item, attr)}")
     default = field.default
     shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-    text = f"{name}: {kind}" + (f", {', '.join(bounds)}" if bounds else "")
-    return text + " " + _("(default {default})").format(default=shown)
+    return Msg(
+        "{name}: {kind}{bounds} {default}",
+        name=name,
+        kind=_kind(field.annotation),
+        bounds=f", {', '.join(bounds)}" if bounds else "",
+        default=Msg("(default {default})", default=shown),
+    )
 
 
-def _kind(annotation: object) -> str:
+def _kind(annotation: object) -> Msg:
     if annotation is bool:
-        return _("true or false")
+        return Msg("true or false")
     if annotation is int:
-        return _("integer")
+        return Msg("integer")
     if annotation is float:
-        return _("number")
+        return Msg("number")
     if typing.get_origin(annotation) is tuple:
-        return _("comma-separated integers")
-    return _("text")
+        return Msg("comma-separated integers")
+    return Msg("text")
 
 
 def _convert(params: type[LabParams], setting: Setting) -> object:
@@ -85,15 +92,18 @@ def _convert(params: type[LabParams], setting: Setting) -> object:
             return tuple(int(part) for part in text.split(","))
     except ValueError:
         raise UsageError(
-            _("--set {name}={value}: not a valid value; allowed: {allowed}").format(
-                name=setting.name, value=text, allowed=describe(params, setting.name)
+            Msg(
+                "--set {name}={value}: not a valid value; allowed: {allowed}",
+                name=setting.name,
+                value=text,
+                allowed=description(params, setting.name),
             )
         ) from None
     return text
 
 
-def _allowed(lab: Lab) -> str:
-    return "; ".join(describe(lab.params, name) for name in lab.params.model_fields)
+def _allowed(lab: Lab) -> str | Msg:
+    return joined([description(lab.params, name) for name in lab.params.model_fields])
 
 
 def resolve_params(labs: list[Lab], texts: list[str]) -> dict[str, LabParams]:
@@ -105,7 +115,8 @@ def resolve_params(labs: list[Lab], texts: list[str]) -> dict[str, LabParams]:
         if setting.lab is not None:
             if setting.lab not in by_id:
                 raise UsageError(
-                    _("--set {key}: lab {lab!r} is not being run (running: {labs})").format(
+                    Msg(
+                        "--set {key}: lab {lab!r} is not being run (running: {labs})",
                         key=f"{setting.lab}.{setting.name}",
                         lab=setting.lab,
                         labs=", ".join(by_id),
@@ -116,10 +127,12 @@ def resolve_params(labs: list[Lab], texts: list[str]) -> dict[str, LabParams]:
             targets = [lab for lab in labs if setting.name in lab.params.model_fields]
         if not targets or any(setting.name not in lab.params.model_fields for lab in targets):
             lab = targets[0] if targets else (labs[0] if len(labs) == 1 else None)
-            allowed = _allowed(lab) if lab else _("no lab being run has it")
+            allowed = _allowed(lab) if lab else Msg("no lab being run has it")
             raise UsageError(
-                _("--set: unknown parameter {name!r}; allowed: {allowed}").format(
-                    name=setting.name, allowed=allowed
+                Msg(
+                    "--set: unknown parameter {name!r}; allowed: {allowed}",
+                    name=setting.name,
+                    allowed=allowed,
                 )
             )
         for lab in targets:
@@ -131,16 +144,25 @@ def _validated(lab: Lab, values: dict[str, object]) -> LabParams:
     try:
         return lab.params(**values)
     except ValidationError as exc:
-        problems = []
+        problems: list[str | Msg] = []
         for error in exc.errors():
             name = ".".join(str(part) for part in error["loc"])
-            detail = error["msg"]
+            # pydantic's words and a lab validator's are English values, not messages
+            detail: str | Msg = error["msg"]
             if name in lab.params.model_fields:
-                detail += "; " + _("allowed: {allowed}").format(allowed=describe(lab.params, name))
-            problems.append(f"{lab.id}.{name}: {detail}" if name else f"{lab.id}: {detail}")
-        raise UsageError(
-            _("--set refused: {problems}").format(problems=" | ".join(problems))
-        ) from None
+                allowed = Msg("allowed: {allowed}", allowed=description(lab.params, name))
+                detail = Msg("{first}; {rest}", first=detail, rest=allowed)
+            where = f"{lab.id}.{name}" if name else lab.id
+            problems.append(Msg("{where}: {detail}", where=where, detail=detail))
+        raise UsageError(Msg("--set refused: {problems}", problems=_piped(problems))) from None
+
+
+def _piped(problems: list[str | Msg]) -> str | Msg:
+    """Problems joined with " | " as one Msg, each translated when it is shown."""
+    result = problems[-1]
+    for problem in reversed(problems[:-1]):
+        result = Msg("{first} | {rest}", first=problem, rest=result)
+    return result
 
 
 def record_values(params: LabParams) -> dict[str, int | float | str | bool]:

@@ -20,10 +20,10 @@ from importlib import util
 from pathlib import Path
 
 from labctl import registry
-from labctl.errors import CallError, LabctlError, UsageError
+from labctl.errors import CallError, LabctlError, UsageError, message_of
 from labctl.evidence.records import shown_path
 from labctl.evidence.store import EvidenceStore
-from labctl.i18n import Msg, _
+from labctl.i18n import Msg
 from labctl.isolation.sandbox import DEFAULT_TIMEOUT_S, CleanRoom
 from labctl.lab import (
     IMPLS,
@@ -79,10 +79,20 @@ class LabResult:
     lab: Lab
     metrics: list[MetricResult] = field(default_factory=list)
     figures: list[TableFigure | HeatmapFigure | Note] = field(default_factory=list)
-    error: str | None = None
+    error: str | None = None  # English, for --json and the evidence records
     wall_time_s: float = 0.0
     records: list[Path] = field(default_factory=list)
     params: LabParams | None = None
+    # What the terminal shows, translated there with `_()`: the Msg (or text) `error` renders.
+    shown_error: str | Msg | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.shown_error = self.error
+
+    def fail(self, message: str | Msg) -> None:
+        """The lab failed: `message` is shown translated; `error` keeps it in English."""
+        self.shown_error = message
+        self.error = str(message)
 
     @property
     def passed(self) -> bool:
@@ -174,8 +184,10 @@ def implementations(
     """The implementations `impl` asks for; the clean room lives in a worker until the block ends."""
     if impl not in IMPL_CHOICES:
         raise UsageError(
-            _("--impl must be one of {choices}, got {impl!r}").format(
-                choices=", ".join(IMPL_CHOICES), impl=impl
+            Msg(
+                "--impl must be one of {choices}, got {impl!r}",
+                choices=", ".join(IMPL_CHOICES),
+                impl=impl,
             )
         )
     chosen: dict[str, Implementation] = {}
@@ -262,15 +274,15 @@ def run_lab(
         result.metrics = judge(lab, output, rows)
         result.figures = output.figures
     except CallError as exc:
-        result.error = _("clean room failed: {error}").format(error=exc)
+        result.fail(Msg("clean room failed: {error}", error=exc.message))
         if "reference" in impls and len(impls) > 1:
             _keep_reference(result, lab, seed, impls, rows)
     except LabctlError as exc:
-        result.error = str(exc)
+        result.fail(exc.message)
     except Exception as exc:
         if os.environ.get("LABCTL_DEBUG") == "1":
             raise
-        result.error = f"lab crashed: {type(exc).__name__}: {exc}"
+        result.fail(f"lab crashed: {type(exc).__name__}: {exc}")
     result.wall_time_s = time.perf_counter() - start
     return result
 
@@ -284,7 +296,13 @@ def _keep_reference(
         only = {"reference": impls["reference"]}
         output = lab.run(LabContext(params=result.params, seed=seed, impls=only))
     except Exception as exc:  # the failure shown is the clean room's; this one only adds to it
-        result.error += "; " + _("the reference alone failed too: {error}").format(error=exc)
+        result.fail(
+            Msg(
+                "{first}; {rest}",
+                first=result.shown_error,
+                rest=Msg("the reference alone failed too: {error}", error=message_of(exc)),
+            )
+        )
         return
     result.metrics = judge(lab, output, rows)
     result.figures = output.figures
@@ -294,20 +312,22 @@ def check_options(seed: int, impl: str, timeout_s: float, out: Path) -> None:
     """Refuse bad options before any lab runs or anything is written."""
     if not 0 <= seed <= MAX_SEED:
         raise UsageError(
-            _("--seed must be an integer from 0 to {top}, got {seed}").format(
-                top=MAX_SEED, seed=seed
-            )
+            Msg("--seed must be an integer from 0 to {top}, got {seed}", top=MAX_SEED, seed=seed)
         )
     if impl not in IMPL_CHOICES:
         raise UsageError(
-            _("--impl must be one of {choices}, got {impl!r}").format(
-                choices=", ".join(IMPL_CHOICES), impl=impl
+            Msg(
+                "--impl must be one of {choices}, got {impl!r}",
+                choices=", ".join(IMPL_CHOICES),
+                impl=impl,
             )
         )
     if not (math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
         raise UsageError(
-            _("--timeout must be a number of seconds above 0 and at most {top:g}, got {t}").format(
-                top=MAX_TIMEOUT_S, t=timeout_s
+            Msg(
+                "--timeout must be a number of seconds above 0 and at most {top:g}, got {t}",
+                top=MAX_TIMEOUT_S,
+                t=timeout_s,
             )
         )
     check_out_dir(out)
@@ -318,13 +338,13 @@ def check_out_dir(out: Path) -> None:
     probe = out
     while not probe.exists():
         if probe.is_symlink():
-            raise UsageError(_("--out {path}: a dangling symbolic link").format(path=out))
+            raise UsageError(Msg("--out {path}: a dangling symbolic link", path=str(out)))
         if probe.parent == probe:
             break
         probe = probe.parent
     if not probe.is_dir():
         raise UsageError(
-            _("--out {path}: {where} is not a directory").format(path=out, where=probe)
+            Msg("--out {path}: {where} is not a directory", path=str(out), where=str(probe))
         )
     try:
         # os.access says yes to root everywhere; a nameless file (O_TMPFILE) asks the filesystem
@@ -332,7 +352,7 @@ def check_out_dir(out: Path) -> None:
             pass
     except OSError:
         raise UsageError(
-            _("--out {path}: {where} is not writable").format(path=out, where=probe)
+            Msg("--out {path}: {where} is not writable", path=str(out), where=str(probe))
         ) from None
 
 

@@ -117,7 +117,7 @@ def _render_lab(result) -> None:
             + "[/bold yellow]"
         )
     if result.error:
-        out.print(f"{verdict(False)}  {escape(result.error)}")
+        out.print(f"{verdict(False)}  {escape(_(result.shown_error))}")
     rows_shown = []
     by_name: dict[str, dict] = {}
     for m in result.metrics:

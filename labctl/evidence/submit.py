@@ -174,7 +174,7 @@ def _compare(
         why = broken.get(claim.impl)
         if why is None and result is not None and result.error:
             why = Msg(
-                "{lab} failed when re-measured: {error}", lab=claim.lab.id, error=result.error
+                "{lab} failed when re-measured: {error}", lab=claim.lab.id, error=result.shown_error
             )
         row = None
         if result is not None and why is None:

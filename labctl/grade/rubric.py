@@ -31,7 +31,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from labctl.errors import LabctlError, UsageError
 from labctl.evidence.models import Strict
-from labctl.i18n import Msg, _
+from labctl.i18n import Msg, joined
 
 RUBRIC_SCHEMA = "labctl.rubric.v1"
 KINDS = ("function", "check", "package", "metric", "submission")
@@ -75,21 +75,19 @@ class Item(Strict):
                     id=repr(self.id),
                     known=", ".join(known[self.kind]),
                 )
-                raise ValueError(_(needs))
+                raise ValueError(needs)
         elif self.target is not None:
-            raise ValueError(_(Msg("a {kind} item takes no target", kind=self.kind)))
+            raise ValueError(Msg("a {kind} item takes no target", kind=self.kind))
         if self.checks is not None:
             if self.kind != "function":
-                raise ValueError(_("only a function item lists checks"))
+                raise ValueError(Msg("only a function item lists checks"))
             unknown = [c for c in self.checks if c not in CHECK_NAMES]
             if unknown:
                 raise ValueError(
-                    _(
-                        Msg(
-                            "unknown checks {unknown}; known: {known}",
-                            unknown=str(unknown),
-                            known=", ".join(CHECK_NAMES),
-                        )
+                    Msg(
+                        "unknown checks {unknown}; known: {known}",
+                        unknown=str(unknown),
+                        known=", ".join(CHECK_NAMES),
                     )
                 )
         return self
@@ -105,7 +103,7 @@ class Rubric(Strict):
         seen: set[str] = set()
         for item in self.items:
             if item.id in seen:
-                raise ValueError(_(Msg("item id {id} appears twice", id=repr(item.id))))
+                raise ValueError(Msg("item id {id} appears twice", id=repr(item.id)))
             seen.add(item.id)
         return self
 
@@ -139,6 +137,14 @@ class Rubric(Strict):
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+class _RepeatedKey(yaml.constructor.ConstructorError):
+    """YAML's error for a repeated key, with labctl's message kept to show it translated."""
+
+    def __init__(self, message: Msg, mark) -> None:
+        super().__init__(None, None, str(message), mark)
+        self.message = message
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """Refuses a mapping that repeats a key (YAML would keep the last one silently)."""
 
@@ -146,29 +152,42 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
         for key in keys:
             if keys.count(key) > 1:
-                raise yaml.constructor.ConstructorError(
-                    None, None, _(Msg("key {key} appears twice", key=repr(key))), node.start_mark
-                )
+                raise _RepeatedKey(Msg("key {key} appears twice", key=repr(key)), node.start_mark)
         return super().construct_mapping(node, deep=deep)
 
 
-def parse_rubric(text: str, where: str = "rubric") -> Rubric:
+def parse_rubric(text: str, where: str | Msg = "rubric") -> Rubric:
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader that refuses repeated keys
     except yaml.YAMLError as exc:
-        raise RubricError(
-            Msg("{where} is not valid YAML: {why}", where=where, why=str(exc))
-        ) from None
+        why = str(exc)
+        if isinstance(exc, _RepeatedKey):  # str(exc) with its problem as a message
+            why = Msg("{text}{more}", text=exc.message, more=f"\n{exc.problem_mark}")
+        raise RubricError(Msg("{where} is not valid YAML: {why}", where=where, why=why)) from None
     try:
         return Rubric.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or _('(document)')}: {e['msg']}"
-            for e in exc.errors()
+        problems = joined(
+            [
+                Msg(
+                    "{where}: {detail}",
+                    where=".".join(str(p) for p in e["loc"]) or Msg("(document)"),
+                    detail=_problem(e),
+                )
+                for e in exc.errors()
+            ]
         )
         raise RubricError(
             Msg("{where} is not a valid rubric: {problems}", where=where, problems=problems)
         ) from None
+
+
+def _problem(error: dict) -> str | Msg:
+    """pydantic's words for an error (English values), or a labctl validator's message."""
+    raised = error.get("ctx", {}).get("error")
+    if isinstance(raised, ValueError) and raised.args and isinstance(raised.args[0], Msg):
+        return raised.args[0]
+    return error["msg"]
 
 
 def default_rubric_text() -> str:
@@ -178,7 +197,7 @@ def default_rubric_text() -> str:
 def load_rubric(path: Path | None = None) -> Rubric:
     """The rubric at `path`, or the default one that ships with labctl."""
     if path is None:
-        return parse_rubric(default_rubric_text(), _("the default rubric"))
+        return parse_rubric(default_rubric_text(), Msg("the default rubric"))
     if not path.is_file():
         raise UsageError(Msg("rubric {path} is not a file", path=str(path)))
     try:

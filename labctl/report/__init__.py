@@ -13,7 +13,7 @@ from pathlib import Path
 from labctl.errors import UsageError
 from labctl.evidence.environment import now_iso
 from labctl.evidence.store import replace_atomically
-from labctl.i18n import _
+from labctl.i18n import Msg
 
 DEFAULT_NAME = "report.html"
 
@@ -21,11 +21,11 @@ DEFAULT_NAME = "report.html"
 def check_out_file(out: Path) -> None:
     """`out` can be written as a file: not a directory, in a directory that exists."""
     if out.is_dir():
-        raise UsageError(_("--out {path}: is a directory; name a file").format(path=out))
+        raise UsageError(Msg("--out {path}: is a directory; name a file", path=str(out)))
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(
-            _("--out {path}: {where} is not a directory").format(path=out, where=parent)
+            Msg("--out {path}: {where} is not a directory", path=str(out), where=str(parent))
         )
 
 
@@ -42,7 +42,7 @@ def build_report(root: Path, out: Path | None = None) -> tuple[Path, dict]:
         import matplotlib  # noqa: F401
     except ImportError:
         raise UsageError(
-            _("labctl report draws with matplotlib: pip install 'labctl[report]'")
+            Msg("labctl report draws with matplotlib: pip install 'labctl[report]'")
         ) from None
     text = html.document(evidence, plots, now_iso)
     replace_atomically(target, text.encode("utf-8"))

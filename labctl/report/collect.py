@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from labctl.errors import UsageError
 from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.times import parse_time
-from labctl.i18n import _
+from labctl.i18n import Msg, _
 from labctl.lab import parse_expected
 
 FIGURES_SUFFIX = "-figures.jsonl"
@@ -51,7 +51,8 @@ class LabRun:
     record: EvidenceRecord
     path: Path
     figures: list[Figure] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    # shown translated (`_()`), kept in English in --json
+    problems: list[str | Msg] = field(default_factory=list)
 
     @property
     def passed(self) -> bool | None:
@@ -112,11 +113,11 @@ def _figures(run: LabRun) -> None:
     def read(name: str) -> str | None:
         path = folder / name
         if name not in kept or not path.is_file():
-            run.problems.append(_("artifact {name} is missing").format(name=name))
+            run.problems.append(Msg("artifact {name} is missing", name=name))
             return None
         if kept[name] and _sha256(path) != kept[name]:
             run.problems.append(
-                _("artifact {name} changed since the run (sha256 differs)").format(name=name)
+                Msg("artifact {name} changed since the run (sha256 differs)", name=name)
             )
             return None
         return path.read_text("utf-8")
@@ -131,7 +132,7 @@ def _figures(run: LabRun) -> None:
         try:
             data = json.loads(line)
         except ValueError:
-            run.problems.append(_("artifact {name} is not JSON Lines").format(name=listing))
+            run.problems.append(Msg("artifact {name} is not JSON Lines", name=listing))
             return
         figure = _figure(data, read)
         if figure is not None:
@@ -202,7 +203,7 @@ def newest_runs(runs_folder: Path) -> list[LabRun]:
 def collect(root: Path) -> Evidence:
     """The evidence under `root` (an evidence root, or a runs folder)."""
     if not root.is_dir():
-        raise UsageError(_("--root {root}: no such directory").format(root=root))
+        raise UsageError(Msg("--root {root}: no such directory", root=str(root)))
     runs_folder = root / "runs" if (root / "runs").is_dir() else root
     history_path = root / "verify" / "history.jsonl"
     history = []
@@ -217,6 +218,6 @@ def collect(root: Path) -> Evidence:
     runs = newest_runs(runs_folder)
     if not runs and not history:
         raise UsageError(
-            _("no evidence under {root}: run `labctl run all` first").format(root=root)
+            Msg("no evidence under {root}: run `labctl run all` first", root=str(root))
         )
     return Evidence(root, runs, history)

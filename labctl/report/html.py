@@ -233,7 +233,7 @@ def _lab(run: LabRun, plots) -> str:
             + "</ul>"
         )
     for problem in run.problems:
-        parts.append(f'<p class="fail">{_e(problem)}</p>')
+        parts.append(f'<p class="fail">{_e(_(problem))}</p>')
     parts.append(_metrics(run))
     parts.append(_figures(run, plots))
     parts.append("</section>")

@@ -194,7 +194,9 @@ def template_metrics(
         rows = {m.impl: m for m in result.metrics if m.name == name}
         row = rows.get("clean-room") or rows.get("both")
         if row is None or not math.isfinite(row.actual):
-            why = result.error or (row.note if row else Msg("the lab reported no clean-room row"))
+            why = result.shown_error or (
+                row.note if row else Msg("the lab reported no clean-room row")
+            )
             measured.append(
                 TemplateMetric(
                     name,
