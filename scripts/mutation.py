@@ -516,6 +516,31 @@ EQUIVALENT.update(
         **{f"labctl.labs.attention_inspect.x_run__mutmut_{n}": _AT_BOUND for n in (52, 55, 61)},
         "labctl.labs.tiled_attention.x_run__mutmut_112": _FIGURES_EMPTY,
         "labctl.labs.mask_ablation.x_run__mutmut_154": _FIGURES_EMPTY,
+        "labctl.labs.scale_ablation.x_run__mutmut_169": _FIGURES_EMPTY,
+        **{
+            f"labctl.labs.scale_ablation.x_run__mutmut_{n}": "zip(strict=...): both sides read "
+            "the same four arrays for each d_k"
+            for n in (150, 153, 158)
+        },
+        **{
+            f"labctl.labs.scale_ablation.x{name}__mutmut_{n}": "v is never read, only the "
+            "weights: a wider v changes nothing the lab measures"
+            for name, n in (("_run", 22), ("__pair_inputs", 42))
+        },
+        "labctl.labs.scale_ablation.x__sharpness__mutmut_7": "numpy takes a negative size "
+        "in reshape as the unknown one: reshape(-2, n) is reshape(-1, n)",
+        "labctl.labs.scale_ablation.x__sharpness__mutmut_20": "the stand-in log is multiplied "
+        "by p = 0: log 1 or log 2, the entropy term is 0",
+        **{
+            f"labctl.labs.scale_ablation.x__sharpness__mutmut_{n}": "axis +1 of a 2-D array "
+            "is axis -1"
+            for n in (28, 54, 69)
+        },
+        **{
+            f"labctl.labs.scale_ablation.x__sharpness__mutmut_{n}": "p_i p_j is symmetric: "
+            "summing it over i or over j is the same"
+            for n in (43, 44)
+        },
         **{f"labctl.labs.mask_ablation.x__lm_data__mutmut_{n}": _LOW_DEFAULT for n in (91, 101)},
         "labctl.labs.mask_ablation.x__lm_data__mutmut_104": _FROM_ONE,
         **{

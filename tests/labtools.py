@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 from typer.testing import CliRunner
 
-from labctl import faults
+from labctl import faults, reference
 from labctl.cli.main import app
 from labctl.lab import Lab
+from labctl.reference.memory import peak_bytes
 from labctl.runner import LabResult, implementations, run_lab
 
 ROOM = faults.project_clean_room()
@@ -86,3 +88,30 @@ def wave2_fault(name: str) -> faults.Fault:
         return labs_wave2.get(name)
     except KeyError:
         return faults.get(name)
+
+
+class Recorded:
+    """The torch reference in this process, noting every call the lab makes.
+
+    `invoke` answers as a clean room's worker does, so calls made for memory are noted
+    with the `want_value` they asked for.
+    """
+
+    def __init__(self):
+        self.calls: list[tuple[str, tuple, dict]] = []
+
+    def __getattr__(self, fn):
+        def call(*args, **kwargs):
+            self.calls.append((fn, args, kwargs))
+            return getattr(reference, fn)(*args, **kwargs)
+
+        return call
+
+    def invoke(self, fn, *args, trace_memory, echo_args, want_value, **kwargs):
+        assert trace_memory is True and echo_args is False
+        self.calls.append((fn, args, {**kwargs, "want_value": want_value}))
+        value, peak = peak_bytes(getattr(reference, fn), *args, **kwargs)
+        return SimpleNamespace(value=value if want_value else None, peak_bytes=peak)
+
+    def made(self, fn: str) -> list[tuple[tuple, dict]]:
+        return [(args, kwargs) for name, args, kwargs in self.calls if name == fn]

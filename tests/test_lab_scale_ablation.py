@@ -15,11 +15,13 @@ import sys
 
 import numpy as np
 import pytest
-from labtools import cli_run_json, faulty_room, rows, run, values
+from labtools import Recorded, cli_run_json, faulty_room, rows, run, values
 
-from labctl import faults
+from labctl import faults, reference
+from labctl.lab import Implementation
 from labctl.labs import scale_ablation as lab_module
 from labctl.labs.scale_ablation import D_KS, LAB, LARGEST
+from labctl.runner import run_lab
 
 SEED = 5
 KEY = "scale_ablation_max_weight_delta"
@@ -201,3 +203,70 @@ def test_cli_run_json(tmp_path, monkeypatch):
     by_key = {(m["name"], m["impl"]): m for m in lab["metrics"]}
     assert by_key[(KEY, "clean-room")]["passed"] is True
     assert math.isclose(by_key[(KEY, "clean-room")]["actual"], by_key[(KEY, "reference")]["actual"])
+
+
+def test_sharpness_of_rows_whose_answers_are_known():
+    """A one-hot row (max 1, entropy 0, zeros in it), a uniform row over 4 (max 1/4,
+    entropy ln 4) and a half-half row (1/2, ln 2): the means over the three rows."""
+    p = np.array([[1.0, 0.0, 0.0, 0.0], [0.25] * 4, [0.5, 0.5, 0.0, 0.0]])
+    top, entropy, _ = lab_module._sharpness(p[None, None])  # (B, H, rows, keys) as the lab's
+    assert top == pytest.approx((1 + 0.25 + 0.5) / 3, abs=1e-15)
+    assert entropy == pytest.approx((0 + math.log(4) + math.log(2)) / 3, abs=1e-15)
+
+
+def test_the_sampling_error_from_the_moments_of_a_product_of_normals():
+    """d = 1: s = qk, E[s⁴] = E[q⁴] E[k⁴] = 9, so Var(s²) = 9 - 1 = 8. d = 2: E[s⁴] =
+    2 · 9 + 6 · 1 · 1 = 24 (the cross terms of (a + b)⁴), E[s²]² = 4, so Var(s²) = 20."""
+    assert lab_module._sampling_sd(1, 1) == pytest.approx(math.sqrt(8), rel=1e-15)
+    assert lab_module._sampling_sd(2, 5) == pytest.approx(math.sqrt(20 / 5), rel=1e-15)
+
+
+SMALL = lab_module.Params(pairs=1005, pairs_per_block=10, keys=8, rows=64)
+
+
+def test_each_d_k_sends_one_head_blocks_of_pairs_and_of_rows():
+    target = Recorded()
+    result = run_lab(LAB, 5, {"clean-room": Implementation("clean-room", target)}, SMALL)
+    assert result.error is None  # 1000 pairs are too few for the rows' bounds: not judged here
+    calls = [args for args, _ in target.made("scaled_dot_product_attention")]
+    assert len(calls) == 4 * len(D_KS)  # pairs and rows, each with and without the scale
+    for n, d in enumerate(D_KS):
+        pairs, pairs_raw, rows_, rows_raw = calls[4 * n : 4 * n + 4]
+        for args in (pairs, pairs_raw):
+            assert args[0].shape == (100, 1, 10, d)  # (G, 1, M, d)
+            assert args[1].shape == (100, 1, 11, d)  # (G, 1, M + 1, d): a zero key first
+        for args in (rows_, rows_raw):
+            assert args[0].shape == args[1].shape == (64 // 8, 1, 8, d)  # (R / T, 1, T, d)
+        assert [c[3:] for c in (pairs, rows_)] == [(), ()]  # the default scale
+        assert [c[3:] for c in (pairs_raw, rows_raw)] == [(None, 1.0), (None, 1.0)]
+
+
+def test_the_tables_name_the_pairs_used_and_the_keys():
+    """1005 pairs in blocks of 10: 1000 are used, and the tables say so."""
+    result = run_lab(LAB, 5, {"reference": Implementation("reference", reference)}, SMALL)
+    titles = [f.title for f in result.figures if hasattr(f, "title")]
+    assert titles[0].args == {"n": 1000} and titles[1].args == {"keys": 8}
+
+
+class OffAt:
+    """The reference, with the weights of d_k = `d` moved by 1e-3 (outputs untouched)."""
+
+    def __init__(self, d: int):
+        self.d = d
+
+    def __getattr__(self, fn):
+        return getattr(reference, fn)
+
+    def scaled_dot_product_attention(self, q, k, v, mask=None, scale=None):
+        out, weights = reference.scaled_dot_product_attention(q, k, v, mask, scale)
+        return out, weights + (1e-3 if q.shape[-1] == self.d else 0.0)
+
+
+@pytest.mark.parametrize("d", [D_KS[0], LARGEST])
+def test_the_weights_error_compares_the_weights_of_every_d_k(d):
+    impls = {
+        "reference": Implementation("reference", reference),
+        "clean-room": Implementation("clean-room", OffAt(d)),
+    }
+    got = rows(run_lab(LAB, 5, impls, SMALL))
+    assert got[("scale_ablation_weights_max_error", "both")].actual == pytest.approx(1e-3)

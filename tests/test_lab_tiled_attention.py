@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from labtools import ROOM, faulty_room, rows, run, values
+from labtools import ROOM, Recorded, faulty_room, rows, run, values
 
 from labctl import reference
 from labctl.faults.inference import TILED_MATERIALIZED
@@ -24,7 +23,6 @@ from labctl.labs.tiled_attention import (
     online_softmax_steps,
     skipped_tiles,
 )
-from labctl.reference.memory import peak_bytes
 from labctl.runner import run_lab
 
 SOFTMAX = "online_softmax_chapter_max_error"
@@ -108,33 +106,6 @@ def test_the_new_lab_modules_import_without_torch():
     code = "; ".join(f"import labctl.labs.{m}" for m in modules)
     code += "; import sys; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
-
-
-class Recorded:
-    """The torch reference in this process, noting every call the lab makes.
-
-    `invoke` answers as a clean room's worker does, so calls made for memory are noted
-    with the `want_value` they asked for.
-    """
-
-    def __init__(self):
-        self.calls: list[tuple[str, tuple, dict]] = []
-
-    def __getattr__(self, fn):
-        def call(*args, **kwargs):
-            self.calls.append((fn, args, kwargs))
-            return getattr(reference, fn)(*args, **kwargs)
-
-        return call
-
-    def invoke(self, fn, *args, trace_memory, echo_args, want_value, **kwargs):
-        assert trace_memory is True and echo_args is False
-        self.calls.append((fn, args, {**kwargs, "want_value": want_value}))
-        value, peak = peak_bytes(getattr(reference, fn), *args, **kwargs)
-        return SimpleNamespace(value=value if want_value else None, peak_bytes=peak)
-
-    def made(self, fn: str) -> list[tuple[tuple, dict]]:
-        return [(args, kwargs) for name, args, kwargs in self.calls if name == fn]
 
 
 # The memory rows' shortest legal setting: only T = 4096.
