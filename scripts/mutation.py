@@ -667,17 +667,25 @@ def _survivors(where: Path, target: Target) -> list[str]:
     found = []
     for line in _mutmut(where, "results").stdout.splitlines():
         key, _, status = line.strip().rpartition(": ")
-        if key and status not in KILLED and status != "skipped" and not _shown(key, target):
+        # an equivalent listed since the last run is not re-run
+        kept = status not in KILLED | {"skipped"} and not excluded(key)
+        if key and kept and not _shown(key, target):
             found.append(key)
     return found
 
 
-def run_one(name: str, target: Target, timeout: float, again: bool = False) -> dict:
+def run_one(
+    name: str, target: Target, timeout: float, again: bool = False, report: bool = False
+) -> dict:
     """Mutate `target` in a fresh scratch copy, or (`again`) re-test only the survivors of
-    the last run there against the current tests: the loop after adding a test."""
+    the last run there against the current tests: the loop after adding a test. `report`
+    runs nothing: the last run's figures, read with the equivalents as they are now."""
     where = SCRATCH / name
     names: list[str] = []
-    if again and (where / "mutants").is_dir():
+    if report:
+        if not (where / "mutants").is_dir():
+            raise SystemExit(f"{name}: no last run in {where} to report on")
+    elif again and (where / "mutants").is_dir():
         names = _survivors(where, target)
         shutil.rmtree(where / "tests")
         shutil.copytree(
@@ -693,12 +701,15 @@ def run_one(name: str, target: Target, timeout: float, again: bool = False) -> d
         where = _scratch(name, target)
         names = target.patterns()
     start = time.monotonic()
-    try:
-        done = _mutmut(where, "run", "--max-children", "1", *names, timeout=timeout)
-        failed = done.returncode != 0 and "mutations/second" not in done.stdout
-        note = (done.stderr or done.stdout).strip().splitlines()[-1:] if failed else []
-    except subprocess.TimeoutExpired:
-        note = [f"stopped after {timeout:.0f} s: figures cover the mutants tested so far"]
+    note: list[str] = []
+    # mutmut given no names mutates everything: with nothing to re-test, run nothing.
+    if names or not (report or again):
+        try:
+            done = _mutmut(where, "run", "--max-children", "1", *names, timeout=timeout)
+            failed = done.returncode != 0 and "mutations/second" not in done.stdout
+            note = (done.stderr or done.stdout).strip().splitlines()[-1:] if failed else []
+        except subprocess.TimeoutExpired:
+            note = [f"stopped after {timeout:.0f} s: figures cover the mutants tested so far"]
     statuses: dict[str, str] = {}
     for line in _mutmut(where, "results", "--all", "true").stdout.splitlines():
         key, _, status = line.strip().rpartition(": ")
@@ -743,6 +754,11 @@ def main(argv: list[str] | None = None) -> int:
         help="re-test the last run's survivors (and the mutants it did not reach) against "
         "the tests as they are now",
     )
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="run nothing: the last run's figures, with the equivalents as listed now",
+    )
     args = parser.parse_args(argv)
     if args.list:
         for name, target in TARGETS.items():
@@ -756,8 +772,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown module(s) {unknown}; see --list")
     results = []
     for name in args.names or list(TARGETS):
-        print(f"mutating {TARGETS[name].module} ...", file=sys.stderr, flush=True)
-        results.append(run_one(name, TARGETS[name], args.timeout, args.again))
+        doing = "the last run of" if args.report else "mutating"
+        print(f"{doing} {TARGETS[name].module} ...", file=sys.stderr, flush=True)
+        results.append(run_one(name, TARGETS[name], args.timeout, args.again, args.report))
         if not args.json:
             _print(results[-1])
     if args.json:
