@@ -36,17 +36,20 @@ _CLI = "from labctl.cli.main import main; main()"
 def fingerprint(root: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
     """{relative path: (size, mtime_ns)} of every file under `root`, but `skip`ped folders."""
     found = {}
-    for path in root.rglob("*"):
-        parts = path.relative_to(root).parts
-        if any(p in skip for p in parts) or not path.is_file():
-            continue
-        stat = path.stat()
-        found[str(path.relative_to(root))] = (stat.st_size, stat.st_mtime_ns)
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in skip]  # not descended into at all
+        for name in files:
+            path = Path(folder, name)
+            if path.is_file() and name not in skip:
+                stat = path.stat()
+                found[str(path.relative_to(root))] = (stat.st_size, stat.st_mtime_ns)
     return found
 
 
 def repo_fingerprint() -> dict[str, tuple[int, int]]:
-    return fingerprint(REPO, (".venv", ".git", "__pycache__", ".ruff_cache", ".pytest_cache"))
+    # .mutation/ is scripts/mutation.py's scratch copy: a mutation run may be writing there.
+    skipped = (".venv", ".git", "__pycache__", ".ruff_cache", ".pytest_cache", ".mutation")
+    return fingerprint(REPO, skipped)
 
 
 def processes_with(needles: list[str]) -> list[str]:
