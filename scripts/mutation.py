@@ -199,7 +199,7 @@ EQUIVALENT: dict[str, str] = {
         "that is itself a collection is unhashable and refused both ways)"
         for n in (1, 5, 7, 8, 25, 27)
     },
-    "labctl.evidence.parse.x_decode__mutmut_15": "codec names are case-insensitive",
+    "labctl.evidence.parse.x_decode__mutmut_16": "codec names are case-insensitive",
     **{
         f"labctl.evidence.validate.x__schema__mutmut_{n}": "by_alias=None or left out is the "
         "model's default, by alias"

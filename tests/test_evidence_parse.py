@@ -314,8 +314,9 @@ def test_special_files_are_usage_errors_named_by_kind(tmp_path):
         load(dangling)
     with pytest.raises(UsageError, match=r"nope.yaml: no such file$"):
         load(tmp_path / "nope.yaml")
-    with pytest.raises(UsageError, match=r": is a directory, not an evidence file$"):
+    with pytest.raises(UsageError) as refused:
         load(tmp_path)
+    assert str(refused.value) == f"{tmp_path}: is a directory, not an evidence file"
 
 
 def test_file_kinds_are_named():
@@ -432,3 +433,60 @@ def test_errors_no_document_raises_today_are_still_one_line(monkeypatch, raised,
 
     monkeypatch.setattr(parse.EvidenceLoader, "get_single_data", fail)
     assert parse_text("a: 1\n") == (None, parse.Problem("file", reason))
+
+
+@pytest.mark.parametrize("where", ["open", "read"])
+def test_an_os_error_without_errno_text_is_named_by_its_message(tmp_path, monkeypatch, where):
+    path = write(tmp_path, b"a: 1\n")
+    failure = OSError("the disk said no")
+    if where == "open":
+
+        def refused_open(*args):
+            raise failure
+
+        monkeypatch.setattr(parse.os, "open", refused_open)
+    else:
+        real = parse.os.fdopen
+        monkeypatch.setattr(
+            parse.os, "fdopen", lambda fd, mode: _Handle(real(fd, mode), [], failure)
+        )
+    with pytest.raises(UsageError) as refused:
+        parse.read_bytes(path)
+    assert str(refused.value) == f"{path}: cannot read (the disk said no)"
+
+
+@pytest.mark.parametrize(
+    ("raised", "reason"),
+    [
+        (yaml.MarkedYAMLError(problem="a problem with no place"), "a problem with no place"),
+        (yaml.MarkedYAMLError(), "malformed"),
+    ],
+)
+def test_a_yaml_error_with_no_place_or_text_is_still_one_named_problem(monkeypatch, raised, reason):
+    """PyYAML's own errors all carry a mark; a constructor's need not."""
+
+    def refusing(self):
+        raise raised
+
+    monkeypatch.setattr(parse.EvidenceLoader, "get_single_data", refusing)
+    data, problem = parse_text("a: 1\n")
+    assert data is None
+    assert str(problem) == f"file: malformed YAML/JSON: {reason}"
+
+
+def test_a_problem_keeps_its_reason_in_english_and_shows_it_translated():
+    from labctl.i18n import Msg, set_language
+
+    problem = parse.Problem(
+        "seed", Msg("{seed} is negative; seeds are non-negative integers", seed=-1)
+    )
+    previous = set_language("zh")
+    try:
+        assert problem.reason == "-1 is negative; seeds are non-negative integers"
+        assert problem.shown_line() == "seed: -1 是负数；种子是非负整数"
+        escaped = parse.Problem(
+            "x", Msg("{name} is negative; seeds are non-negative integers", name="a\x1bb")
+        )
+        assert escaped.shown_line().startswith("x: a\\x1bb ")  # escaped as the reason is
+    finally:
+        set_language(previous)

@@ -239,7 +239,7 @@ def parse_text(text: str) -> tuple[Any, Problem | None]:
                 what=one_line(what),
             )
         else:
-            reason = Msg("malformed YAML/JSON at {what}", what=one_line(what))
+            reason = Msg("malformed YAML/JSON: {error}", error=one_line(what))
         return None, Problem("file", reason)
     except yaml.reader.ReaderError as exc:  # a control character: a position, no mark
         line = text.count("\n", 0, exc.position) + 1
