@@ -244,14 +244,9 @@ EQUIVALENT: dict[str, str] = {
         for n in (9, 10)
     },
     **{
-        f"labctl.evidence.parse.x_parse_text__mutmut_{n}": "every MarkedYAMLError the loader "
-        "raises carries a mark and a problem text: the fallbacks are never reached"
-        for n in (9, 14, 20, 21)
-    },
-    **{
         f"labctl.evidence.parse.x_parse_text__mutmut_{n}": "str.count/rfind with start None "
         "is start 0"
-        for n in (32, 45)
+        for n in (49, 62)
     },
     **{
         f"labctl.evidence.parse.xǁEvidenceLoaderǁcompose_node__mutmut_{n}": "parent and "
