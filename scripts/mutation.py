@@ -512,6 +512,30 @@ EQUIVALENT.update(
         "labctl.labs.tiled_attention.x_run__mutmut_112": _FIGURES_EMPTY,
         "labctl.labs.mask_ablation.x_run__mutmut_154": _FIGURES_EMPTY,
         "labctl.labs.scale_ablation.x_run__mutmut_169": _FIGURES_EMPTY,
+        "labctl.labs.multi_head.x_run__mutmut_61": _FIGURES_EMPTY,
+        "labctl.labs.multi_head.x_run__mutmut_36": "note='' is LabOutput.add's default",
+        **{
+            f"labctl.labs.multi_head.x_per_head_loop__mutmut_{n}": "np.where reads a float "
+            "mask's 1.0 as True: the same positions are blocked"
+            for n in (10, 12)
+        },
+        **{
+            f"labctl.labs.multi_head.x_per_head_loop__mutmut_{n}": "softmax is shift-invariant: "
+            "adding the row's max, or subtracting the overall one, moves no weight beyond "
+            "rounding on these O(1) scores"
+            for n in (47, 48, 50)
+        },
+        "labctl.labs.multi_head.x__future_leak__mutmut_10": "t = T - 1 and T perturb empty "
+        "slices: the output does not move, and the maximum is unchanged",
+        "labctl.labs.multi_head.x__measure__mutmut_3": "run refuses C % H != 0 first: C / H "
+        "is C // H, and 8.0 == 8 in the shape comparisons",
+        **{
+            f"labctl.labs.multi_head.x__measure__mutmut_{n}": "positions 0 .. T - 1 are exact "
+            "as int or float64, in the probe and in its comparison"
+            for n in (39, 41)
+        },
+        "labctl.labs.multi_head.x__measure__mutmut_51": "the probe is the same in every batch "
+        "element: element 0 or 1 holds the same positions",
         **{
             f"labctl.labs.scale_ablation.x_run__mutmut_{n}": "zip(strict=...): both sides read "
             "the same four arrays for each d_k"
