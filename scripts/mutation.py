@@ -341,7 +341,7 @@ EQUIVALENT.update(
             "instead of one: only that function's results are read"
             for n in (12, 14)
         },
-        "labctl.verify.diagnosis.x_diagnose__mutmut_265": "-1 or -2: either sorts the package "
+        "labctl.verify.diagnosis.x_diagnose__mutmut_255": "-1 or -2: either sorts the package "
         "before every contract function (>= 0)",
         "labctl.verify.diagnosis.xǁFaultRoomsǁobserve__mutmut_3": "one lock for every fault "
         "room instead of one each only serializes the observations: the same results",

@@ -380,9 +380,10 @@ def test_a_clean_room_that_passes_gets_no_diagnosis(tmp_path):
     assert found == [] and rooms.asked == []
 
 
-def test_several_matching_faults_are_named_best_first(tmp_path, monkeypatch):
-    """A copy of a fault under another name matches as well: the first is named, the copy
-    is listed after it."""
+@pytest.mark.parametrize("copies", [("twin",), ("twin", "copy")])
+def test_several_matching_faults_are_named_best_first(tmp_path, monkeypatch, copies):
+    """A copy of a fault under another name matches as well: the first is named, the copies
+    are listed after it (one copy: two matches, the least that lists them)."""
     original = faults.get("mask-reversed")
     twins = tuple(
         faults.Fault(
@@ -393,7 +394,7 @@ def test_several_matching_faults_are_named_best_first(tmp_path, monkeypatch):
             original.course,
             original.source,
         )
-        for n in ("twin", "copy")
+        for n in copies
     )
     monkeypatch.setattr(dg.catalogue, "CATALOGUE", (*faults.CATALOGUE, *twins))
     found, _, _, _ = diagnose(tmp_path, original.materialize(tmp_path / "room"))
@@ -401,7 +402,9 @@ def test_several_matching_faults_are_named_best_first(tmp_path, monkeypatch):
     assert d.fault == "mask-reversed"
     assert (
         d.message
-        == f"{dg.describe(original, 'causal_mask')} (also matches `mask-reversed-twin`, `mask-reversed-copy`)"
+        == f"{dg.describe(original, 'causal_mask')} (also matches "
+        + ", ".join(f"`mask-reversed-{n}`" for n in copies)
+        + ")"
     )
 
 
@@ -755,3 +758,39 @@ def test_a_clean_room_that_does_not_load_is_diagnosed_before_its_functions(tmp_p
         ("softmax", "unmatched"),
         ("causal_mask", "unmatched"),
     ]
+
+
+# -- matches, on observations edited by hand ----------------------------------------------
+
+SDPA = "scaled_dot_product_attention"
+
+
+@pytest.fixture(scope="module")
+def sdpa_seen():
+    """The project's room observed for sdpa only, twice: a learner's and a fault's, alike."""
+    room = faults.project_clean_room()
+    return lambda: observe_here(room, (SDPA,))
+
+
+def test_a_fault_that_fails_nothing_matches_nothing(sdpa_seen):
+    """The learner fails only a side check (contract); the fault's room fails nothing here."""
+    seen, fault_seen = sdpa_seen(), sdpa_seen()
+    results = [
+        CheckResult(SDPA, "contract", FAIL, "a parameter renamed"),
+        *(r for r in evaluate(seen, (SDPA,)) if r.name != "contract"),
+    ]
+    assert dg.matches(SDPA, seen, results, fault_seen) is None
+
+
+def test_a_fault_whose_bad_input_differs_from_the_learner_s_does_not_match(sdpa_seen):
+    """Both accept a bad input, so both fail bad-input, but not the same one: no match. The
+    same accepted input is a match."""
+    seen, fault_seen = sdpa_seen(), sdpa_seen()
+    seen.runs[SDPA].bad["batch-mismatch"] = Outcome("value")
+    fault_seen.runs[SDPA].bad["head-width-mismatch"] = Outcome("value")
+    results = evaluate(seen, (SDPA,))
+    assert "bad-input" in {r.name for r in results if r.failed}
+    assert dg.matches(SDPA, seen, results, fault_seen) is None
+    fault_seen.runs[SDPA].bad["head-width-mismatch"] = seen.runs[SDPA].bad["head-width-mismatch"]
+    fault_seen.runs[SDPA].bad["batch-mismatch"] = Outcome("value")
+    assert dg.matches(SDPA, seen, results, fault_seen) == set()
