@@ -215,7 +215,7 @@ EQUIVALENT: dict[str, str] = {
         "keyword arguments: the default {} is the same"
         for n in (49, 78)
     },
-    "labctl.runner.x_check_out_dir__mutmut_9": "the walk up always meets a directory that "
+    "labctl.runner.x_check_out_dir__mutmut_12": "the walk up always meets a directory that "
     "exists (the root) before the loop's end: break or return is never reached",
     "labctl.evidence.findings.xǁReportǁ_claim__mutmut_35": "a text impl has returned "
     "already; claim_impl reads any other impl as None",

@@ -411,3 +411,13 @@ def test_run_labs_runs_the_clean_room_it_is_given_under_the_isolation_asked_for(
     assert report.isolation == "process"
     (lab,) = report.labs
     assert [(m.name, m.actual, m.passed) for m in lab.metrics] == [("exact", 1.0, False)]
+
+
+def test_a_result_made_with_an_error_shows_that_error_and_fail_keeps_english():
+    """`error` is English for --json and records; `shown_error` is what the terminal
+    translates: given at construction, or by `fail` as a message."""
+    made = LabResult(toy(measured()), error="a lab that could not start")
+    assert made.shown_error == "a lab that could not start"
+    message = Msg("clean room failed: {error}", error="boom")
+    made.fail(message)
+    assert made.error == "clean room failed: boom" and made.shown_error is message
