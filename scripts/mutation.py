@@ -511,6 +511,28 @@ EQUIVALENT.update(
         **{f"labctl.labs.attention_inspect.x_run__mutmut_{n}": _AT_BOUND for n in (52, 55, 61)},
         "labctl.labs.tiled_attention.x_run__mutmut_112": _FIGURES_EMPTY,
         "labctl.labs.mask_ablation.x_run__mutmut_154": _FIGURES_EMPTY,
+        "labctl.isolation.wire.x_read_exactly__mutmut_12": "left is exactly 0.0 only by "
+        "chance: select with no time left then polls once, and a stalled sender still times out",
+        **{
+            f"labctl.isolation.wire.x_read_exactly__mutmut_{n}": "the size of one read (1 or "
+            "2 MiB) changes how many reads, not what they return"
+            for n in (34, 35)
+        },
+        **{
+            f"labctl.isolation.wire.x__encode__mutmut_{n}": "the array is C-contiguous here: "
+            "its bytes viewed as uint8 are the same whatever the shape given to reshape"
+            for n in (18, 21)
+        },
+        "labctl.isolation.wire.x__parts__mutmut_18": "codec names are case-insensitive",
+        **{
+            f"labctl.isolation.wire.{name}__mutmut_{n}": "a signed or unsigned length reads "
+            "the same below 2^31 (a header) or 2^63 (a frame): the limits are far below"
+            for name, n in (("x__parts", 25), ("x_decode", 14), ("x_write_frame", 11))
+        },
+        "labctl.isolation.wire.x_write_frame__mutmut_16": "os.write takes the bytes whatever "
+        "the memoryview's format",
+        "labctl.isolation.wire.x_write_frame__mutmut_22": "a blocking pipe takes a whole write "
+        "(Linux blocks until it is written): the loop for a partial write never runs twice",
         "labctl.labs.scale_ablation.x_run__mutmut_169": _FIGURES_EMPTY,
         "labctl.labs.multi_head.x_run__mutmut_61": _FIGURES_EMPTY,
         "labctl.labs.multi_head.x_run__mutmut_36": "note='' is LabOutput.add's default",

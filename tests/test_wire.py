@@ -6,9 +6,12 @@ WireError (the verdict code turns it into a failure of that function), never a w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -41,15 +44,35 @@ def test_a_fortran_ordered_array_keeps_its_values():
     ("payload", "says"),
     [
         (b"\x00\x00\x00", "frame too short"),
-        (b"\x00\x00\x00\x00", "bad header"),  # four bytes: a header length, then no header
+        (b"\x00\x00\x00\x00", "bad header: .+"),  # a header length, then no header
         (_frame({"a": 1, "b": 2}), "bad node"),
         (_frame({"$what": 1}), r"unknown tag '\$what'"),
-        (_frame({"$nd": 0}, [{"dtype": "float64"}]), "bad array spec"),
+        (_frame({"$dict": [1]}), "bad dict node"),
+        (_frame({"$tuple": 5}), "bad value tree: 'int' object is not iterable"),
+        (_frame({"$nd": 0}, [{"dtype": "float64"}]), "bad array spec: .+"),
+        (
+            _frame({"$nd": 0}, [{"dtype": "<f8", "shape": "abc"}]),
+            "bad array spec: shape is not a list of at most 32 sizes",
+        ),
+        (
+            _frame({"$nd": 0}, [{"dtype": "<f8", "shape": [1] * 33}], b"\x00" * 8),
+            "bad array spec: shape is not a list of at most 32 sizes",
+        ),
+        (
+            _frame({"$nd": 0}, [{"dtype": "<f8", "shape": [-1]}]),
+            r"bad array spec: shape \(-1,\) holds a size that is not a natural number",
+        ),
         (
             _frame({"$nd": 0}, [{"dtype": "<f8", "shape": [4]}], b"\x00" * 16),
             "truncated array data",
         ),
+        (
+            _frame({"$nd": 0}, [{"dtype": "<f8", "shape": [1]}], b"\x00" * 11),
+            "3 bytes of array data that no array claims",
+        ),
+        (_frame({"$nd": 0}, {"dtype": "<f8"}), "bad header: blobs is not a list of array specs"),
         (_frame({"$nd": 3}), "bad array index 3"),
+        (_frame({"$nd": 1}, [{"dtype": "<f8", "shape": [1]}], b"\x00" * 8), "bad array index 1"),
         (_frame({"$tuple": [{"$nd": 0}]}, [{"dtype": "<f8", "shape": [1]}], b"\x00" * 8), None),
     ],
 )
@@ -57,8 +80,88 @@ def test_a_broken_frame_is_a_named_wire_error(payload, says):
     if says is None:  # the well-formed control: a tuple holding an array
         assert np.array_equal(wire.decode(payload)[0], np.zeros(1))
         return
-    with pytest.raises(wire.WireError, match=says):
+    with pytest.raises(wire.WireError, match=f"^{says}$"):
         wire.decode(payload)
+
+
+def test_the_largest_array_and_the_most_axes_allowed_come_back(monkeypatch):
+    """At the limits, not past them: 32 axes, and exactly MAX_ELEMENTS elements (made small)."""
+    deep = np.zeros((1,) * 32)
+    assert wire.decode(wire.encode(deep)).shape == deep.shape
+    monkeypatch.setattr(wire, "MAX_ELEMENTS", 6)
+    assert wire.decode(wire.encode(np.ones((2, 3)))).shape == (2, 3)
+    with pytest.raises(wire.WireError, match=r"^an array of 8 elements exceeds the 6 limit$"):
+        wire.decode(wire.encode(np.ones((2, 4))))
+
+
+@pytest.fixture
+def pipe():
+    read_fd, write_fd = os.pipe()
+    yield read_fd, write_fd
+    for fd in (read_fd, write_fd):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def test_bytes_already_there_are_read_before_a_deadline(pipe):
+    read_fd, write_fd = pipe
+    os.write(write_fd, b"abcd")
+    assert wire.read_exactly(read_fd, 4, time.monotonic() + 0.5) == b"abcd"
+
+
+def test_a_deadline_already_past_is_a_timeout_even_with_bytes_waiting(pipe):
+    read_fd, write_fd = pipe
+    os.write(write_fd, b"abcd")
+    with pytest.raises(wire.Timeout, match=r"^no complete frame before the deadline$"):
+        wire.read_exactly(read_fd, 4, time.monotonic() - 1)
+
+
+def test_a_sender_that_stalls_is_a_timeout_at_the_deadline(pipe):
+    read_fd, write_fd = pipe
+    os.write(write_fd, b"ab")
+    start = time.monotonic()
+    with pytest.raises(wire.Timeout):
+        wire.read_exactly(read_fd, 4, start + 0.2)
+    assert 0.15 <= time.monotonic() - start < 2.0
+
+
+def test_bytes_sent_in_pieces_are_read_whole(pipe):
+    read_fd, write_fd = pipe
+
+    def send():
+        for piece in (b"abc", b"def", b"gh"):
+            os.write(write_fd, piece)
+            time.sleep(0.05)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        assert wire.read_exactly(read_fd, 8, time.monotonic() + 5) == b"abcdefgh"
+    finally:
+        sender.join()
+
+
+@pytest.mark.parametrize("sent", [3, 8 + 2], ids=["in the length", "in the body"])
+def test_a_frame_that_stops_short_is_a_timeout_at_the_deadline(pipe, sent):
+    read_fd, write_fd = pipe
+    body = wire.encode(np.arange(4.0))
+    os.write(write_fd, (struct.pack(">Q", len(body)) + body)[:sent])
+    with pytest.raises(wire.Timeout):
+        wire.read_frame(read_fd, time.monotonic() + 0.2)
+
+
+def test_a_frame_length_past_the_limit_is_refused_before_reading(pipe, monkeypatch):
+    """A frame of exactly MAX_FRAME_BYTES (made small) is read; one byte more, or a length
+    with the top bit set (2^64 - 1), is refused without waiting for the body."""
+    read_fd, write_fd = pipe
+    frame = wire.encode([1, 2, 3])
+    monkeypatch.setattr(wire, "MAX_FRAME_BYTES", len(frame))
+    os.write(write_fd, struct.pack(">Q", len(frame)) + frame)
+    assert wire.read_frame(read_fd, time.monotonic() + 1) == [1, 2, 3]
+    for length in (len(frame) + 1, 2**64 - 1):
+        os.write(write_fd, struct.pack(">Q", length))
+        with pytest.raises(wire.WireError, match=f"^frame of {length} bytes exceeds the "):
+            wire.read_frame(read_fd, time.monotonic() + 1)
 
 
 def test_a_closed_pipe_is_named():
