@@ -181,7 +181,7 @@ class _Worker:
 
     def invoke(self, fn, *args, **kwargs):
         self.calls.append((fn, args, kwargs))
-        return SimpleNamespace(value=("from", fn), elapsed_s=0.125)
+        return SimpleNamespace(value=("from", fn), elapsed_s=0.125, peak_bytes=4096)
 
     def softmax(self, x):
         return ("direct", x)
@@ -209,3 +209,44 @@ def test_timed_measures_an_in_process_call_itself():
     assert 0.0 <= seconds < 1.0
     with pytest.raises(AttributeError):
         impl.no_such_function  # noqa: B018
+
+
+def test_measured_asks_the_worker_for_the_peak_and_for_the_value_unless_told():
+    worker = _Worker()
+    impl = Implementation("clean-room", worker)
+    assert impl.measured("softmax", 1, axis=0) == (("from", "softmax"), 4096)
+    impl.measured("softmax", 2, want_value=False)
+    assert worker.calls == [
+        (
+            "softmax",
+            (1,),
+            {"trace_memory": True, "echo_args": False, "want_value": True, "axis": 0},
+        ),
+        ("softmax", (2,), {"trace_memory": True, "echo_args": False, "want_value": False}),
+    ]
+
+
+def test_measured_uses_the_target_s_own_meter_when_it_has_one():
+    """The reference's meter counts torch's tensors, which tracemalloc does not see."""
+    asked = []
+
+    def meter(fn, *args, **kwargs):
+        asked.append((fn, args, kwargs))
+        return fn(*args, **kwargs), 123
+
+    target = _InProcess()
+    impl = Implementation("reference", target, meter=meter)
+    assert impl.measured("softmax", [1, 2], axis=0) == (([2, 4], 0), 123)
+    assert asked == [(target.softmax, ([1, 2],), {"axis": 0})]
+
+
+def test_measured_traces_an_in_process_call_without_a_meter():
+    """An 8 MB array made by the call: its value comes back, and a peak of at least 8 MB."""
+
+    class Allocating:
+        def make(self, n, fill=0.0):
+            return np.full(n, fill)
+
+    value, peak = Implementation("clean-room", Allocating()).measured("make", 1 << 20, fill=2.0)
+    assert value.shape == (1 << 20,) and value[0] == 2.0
+    assert peak >= 8 << 20
