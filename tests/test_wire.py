@@ -169,7 +169,7 @@ def test_a_closed_pipe_is_named():
     os.write(write_fd, b"\x00" * 3)
     os.close(write_fd)
     try:
-        with pytest.raises(EOFError, match="the other side closed the pipe"):
+        with pytest.raises(EOFError, match=r"^the other side closed the pipe$"):
             wire.read_frame(read_fd)
     finally:
         os.close(read_fd)
