@@ -173,7 +173,7 @@ _SPLIT = "split() vs split(' '): the contract's return specs are single-spaced, 
 EQUIVALENT: dict[str, str] = {
     **{
         f"labctl.verify.compare.x_compare__mutmut_{n}": "astype(None) is astype(float64)"
-        for n in (19, 20)
+        for n in (19, 20, 29, 31)
     },
     **{f"labctl.verify.compare.x_compare_value__mutmut_{n}": _STRICT for n in (14, 17, 20)},
     **{f"labctl.verify.compare.x_structure_message__mutmut_{n}": _STRICT for n in (73, 77, 79)},
