@@ -12,9 +12,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from clitools import invoke
 
-from labctl.cli.main import app
 from labctl.errors import StoreError
 from labctl.evidence import modules
 from labctl.evidence.store import MANIFEST_NAME, write_new
@@ -22,18 +21,10 @@ from labctl.i18n import set_language
 from labctl.isolation import bwrap, levels
 
 # Nothing of this machine's locale leaks into the choice of language.
-CLEAN = {"LABCTL_LANG": "", "LC_ALL": "", "LC_MESSAGES": "", "LANG": "", "COLUMNS": "300"}
 VERIFY = ["verify", "clean-room", "--no-metrics", "--isolation", "process", "--timeout", "20"]
 # What differs between two runs of one verify: when it ran, how long, where it wrote.
 RUN_FIELDS = ("wall_time_s", "verified_at", "records")
 MANIFEST = {"schema": "labctl.module-manifest.v1", "modules": {}}
-
-
-def invoke(*args: str, lang: str = "en"):
-    result = CliRunner().invoke(app, ["--lang", lang, *args], env=CLEAN)
-    assert "Traceback" not in result.output, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    return result
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from clitools import CLEAN, filled_record
 from typer.testing import CliRunner
 
 from labctl.cli.main import app
@@ -23,8 +24,6 @@ MODULE = modules.Module(
 )
 GIT = ["git", "-c", "user.name=labctl-test", "-c", "user.email=t@example.invalid"]
 GIT += ["-c", "commit.gpgsign=false"]
-# Nothing of this machine's locale leaks into the choice of language.
-CLEAN = {"LABCTL_LANG": "", "LC_ALL": "", "LC_MESSAGES": "", "LANG": "", "COLUMNS": "300"}
 HAN = range(0x4E00, 0xA000)
 
 
@@ -48,26 +47,8 @@ def repo(tmp_path, monkeypatch) -> Path:
 
 
 def record(root: Path, **fields) -> dict:
-    data = {
-        "schema": "learn-llm.evidence.v1",
-        "module": MODULE.id,
-        "commit": git("rev-parse", "HEAD", cwd=root),
-        "verified_at": "2026-05-01T10:00:00Z",
-        "environment": "python 3.11, numpy 2, torch 2, linux, cpu",
-        "seed": 5,
-        "commands": ["labctl run causal-attention"],
-        "metrics": [{"name": "future_weight_max", "expected": "==0", "actual": 0.0}],
-        "artifacts": ["README.md"],
-        "cost": {"gross_usd": 0, "credit_usd": 0},
-        "licenses": [],
-        "known_failures": [],
-    }
-    for key, value in fields.items():
-        if value is None:
-            del data[key]
-        else:
-            data[key] = value
-    return data
+    mine = {"module": MODULE.id, "commit": git("rev-parse", "HEAD", cwd=root)}
+    return filled_record(**{**mine, **fields})
 
 
 def written(root: Path, data: dict) -> Path:

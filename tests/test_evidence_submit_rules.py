@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from clitools import filled_record
 
 import labctl
 from labctl import registry
@@ -424,23 +425,7 @@ def test_a_reproduction_reads_back_as_json_with_its_note_only_when_there_is_one(
 
 
 def _record(**fields) -> EvidenceRecord:
-    return EvidenceRecord.model_validate(
-        {
-            "schema": "learn-llm.evidence.v1",
-            "module": "t-module",
-            "commit": "0" * 40,
-            "verified_at": "2026-05-01T10:00:00Z",
-            "environment": "python 3.11, numpy 2, torch 2, linux, cpu",
-            "seed": 5,
-            "commands": ["labctl run causal-attention"],
-            "metrics": [{"name": "future_weight_max", "expected": "==0", "actual": 0.0}],
-            "artifacts": ["README.md"],
-            "cost": {"gross_usd": 0, "credit_usd": 0},
-            "licenses": [],
-            "known_failures": [],
-            **fields,
-        }
-    )
+    return EvidenceRecord.model_validate(filled_record(**fields))
 
 
 def test_the_digest_follows_the_content_not_the_layout():

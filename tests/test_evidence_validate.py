@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from clitools import filled_record
 
 from labctl import contract
 from labctl.errors import UsageError
@@ -39,20 +40,7 @@ def record(root, monkeypatch) -> dict:
     commit = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=root, check=True, capture_output=True, text=True
     ).stdout.strip()
-    return {
-        "schema": "learn-llm.evidence.v1",
-        "module": MODULE.id,
-        "commit": commit,
-        "verified_at": "2026-05-01T10:00:00Z",
-        "environment": "python 3.11, numpy 2, torch 2, linux, cpu",
-        "seed": 5,
-        "commands": ["labctl run causal-attention"],
-        "metrics": [{"name": "future_weight_max", "expected": "==0", "actual": 0.0}],
-        "artifacts": ["README.md"],
-        "cost": {"gross_usd": 0, "credit_usd": 0},
-        "licenses": [],
-        "known_failures": [],
-    }
+    return filled_record(module=MODULE.id, commit=commit)
 
 
 def problems(data, root) -> list[str]:

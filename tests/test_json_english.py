@@ -11,36 +11,13 @@ import re
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from labctl.cli.main import app
-from labctl.faults import Fault
+from clitools import MASK_RAISES, invoke
 
 # Nothing of this machine's locale leaks into the choice of language.
-CLEAN = {"LABCTL_LANG": "", "LC_ALL": "", "LC_MESSAGES": "", "LANG": "", "COLUMNS": "300"}
 CJK = re.compile(r"[\u4e00-\u9fff]")
 RUN = ["run", "causal-attention", "--impl", "reference"]
 # What differs between two runs of one lab: how long it took.
 TIMING = ("wall_time_s",)
-
-RAISING = Fault(
-    name="mask-raises",
-    function="causal_mask",
-    module="primitives",
-    description="causal_mask raises",
-    course="none",
-    source="""
-    def causal_mask(t_q, t_k=None):
-        raise RuntimeError("not written yet")
-    """,
-)
-
-
-def invoke(*args: str, lang: str):
-    result = CliRunner().invoke(app, ["--lang", lang, *args], env=CLEAN)
-    assert "Traceback" not in result.output, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    return result
 
 
 @pytest.fixture
@@ -149,7 +126,7 @@ def _masked(document: dict) -> dict:
 
 
 def test_a_failing_clean_room_is_english_in_json_and_records(place):
-    room = str(RAISING.materialize(place / "raising"))
+    room = str(MASK_RAISES.materialize(place / "raising"))
     args = ["run", "causal-attention", "--clean-room", room, "--isolation", "process"]
     documents, records = {}, {}
     for lang in ("en", "zh"):

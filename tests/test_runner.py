@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from clitools import MASK_RAISES
 from typer.testing import CliRunner
 
 from labctl import registry
@@ -347,20 +348,7 @@ def test_out_dir_holds_records_manifest_and_lock_and_nothing_lands_beside_it(wor
 
 
 def test_a_failing_clean_room_keeps_the_reference_numbers(tmp_path):
-    from labctl.faults import Fault
-
-    raising = Fault(
-        name="mask-raises",
-        function="causal_mask",
-        module="primitives",
-        description="causal_mask raises",
-        course="none",
-        source="""
-        def causal_mask(t_q, t_k=None):
-            raise RuntimeError("not written yet")
-        """,
-    )
-    room = raising.materialize(tmp_path / "raising")
+    room = MASK_RAISES.materialize(tmp_path / "raising")
     lab = registry.get("causal-attention")
     with implementations("both", room) as impls:
         result = run_lab(lab, 5, impls)
