@@ -4,7 +4,6 @@ user name or absolute path."""
 from __future__ import annotations
 
 import platform
-import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
@@ -34,17 +33,6 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def git(args: list[str], cwd: Path) -> str | None:
-    """The stripped output of a git command, or None when git fails or is missing."""
-    try:
-        done = subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
 @dataclass(frozen=True)
 class Commit:
     sha: str
@@ -52,21 +40,27 @@ class Commit:
 
 
 def head_commit(cwd: Path | None = None) -> Commit:
-    """HEAD of the repository holding `cwd`, or `unknown`; dirty ignores untracked files."""
-    where = cwd or Path.cwd()
-    sha = git(["rev-parse", "HEAD"], where)
-    if not sha:
+    """HEAD of the repository holding `cwd`, or `unknown`; dirty ignores untracked files.
+
+    Read as files (`labctl.evidence.gitrepo`), never by running git: the repository
+    labctl runs in may be a learner's, whose configuration names commands."""
+    from labctl.evidence.gitrepo import RepositoryRefused, find_top, open_repository
+
+    top = find_top(cwd or Path.cwd())
+    repo = sha = None
+    try:
+        repo = open_repository(top) if top is not None else None
+        sha = repo.head() if repo is not None else None
+    except RepositoryRefused:
+        pass
+    if repo is None or sha is None:
         return Commit("unknown", None)
-    status = git(["status", "--porcelain", "--untracked-files=no"], where)
-    return Commit(sha, None if status is None else bool(status))
+    return Commit(sha, repo.dirty(sha))
 
 
 def project_root(cwd: Path | None = None) -> Path:
-    """The repository holding `cwd` (its git top level), or `cwd` outside any repository."""
+    """The repository holding `cwd` (the nearest folder with a `.git`), or `cwd` outside any."""
+    from labctl.evidence.gitrepo import find_top
+
     where = (cwd or Path.cwd()).resolve()
-    top = git(["rev-parse", "--show-toplevel"], where)
-    return Path(top).resolve() if top else where
-
-
-def commit_exists(sha: str, root: Path) -> bool:
-    return git(["cat-file", "-e", f"{sha}^{{commit}}"], root) is not None
+    return find_top(where) or where

@@ -1,6 +1,7 @@
 """The checks of an evidence record against the repository it speaks for.
 
-The commit exists in the repository; a dirty working tree is a warning. Each
+The commit exists in the repository (its own `.git` in the root, read without
+running git: `labctl.evidence.gitrepo`); a dirty working tree is a warning. Each
 artifact is a repository-relative path that stays inside the repository (no
 absolute path, no `..`, no symlink leading out), is a file, and matches its
 sha256 when the record gives one. `labctl.evidence.validate` runs these
@@ -14,17 +15,13 @@ import re
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING
 
-from labctl.evidence.environment import commit_exists, git
+from labctl.evidence.gitrepo import RepositoryRefused, open_repository
 from labctl.i18n import N_, Msg, declared
 
 if TYPE_CHECKING:
     from labctl.evidence.findings import Report
 
 _HEX_COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
-
-
-def _is_repository(root: Path) -> bool:
-    return git(["rev-parse", "--git-dir"], root) is not None
 
 
 def check_commit(data: dict, root: Path, report: Report) -> None:
@@ -42,17 +39,24 @@ def check_commit(data: dict, root: Path, report: Report) -> None:
     if commit == "unknown":
         report.refuse("commit", N_("unknown; name the commit the results were measured on"))
     elif _HEX_COMMIT.match(commit):
-        if not _is_repository(root):
-            report.refuse(
-                "commit",
-                Msg(
-                    "cannot be checked: {root} is not a git repository", root=str(root.name or root)
-                ),
-            )
-        elif not commit_exists(commit, root):
-            report.refuse(
-                "commit", Msg("{commit} is not a commit of this repository", commit=commit)
-            )
+        _check_commit_exists(commit, root, report)
+
+
+def _check_commit_exists(commit: str, root: Path, report: Report) -> None:
+    """The repository is `root`'s own `.git`, read as files: git never runs on it."""
+    try:
+        repo = open_repository(root)
+        found = repo is not None and repo.has_commit(commit)
+    except RepositoryRefused as exc:
+        report.refuse("commit", Msg("cannot be checked: {reason}", reason=exc.message))
+        return
+    if repo is None:
+        report.refuse(
+            "commit",
+            Msg("cannot be checked: {root} is not a git repository", root=str(root.name or root)),
+        )
+    elif not found:
+        report.refuse("commit", Msg("{commit} is not a commit of this repository", commit=commit))
 
 
 def check_artifact_path(text: str, root: Path) -> tuple[Path | None, str | None]:

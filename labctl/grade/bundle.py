@@ -4,7 +4,8 @@ Gradescope unpacks the zip into `/autograder/source`, runs `setup.sh` once
 when it builds the image, and `run_autograder` for each submission, which
 must leave `/autograder/results/results.json`. Here:
 
-- `setup.sh` installs Python, bubblewrap (the sandbox) and git with apt, then
+- `setup.sh` installs Python and bubblewrap (the sandbox) with apt (not git:
+  labctl reads a learner's repository as files, `labctl.evidence.gitrepo`), then
   labctl from `labctl-src/` (this labctl's own package, so the grader and the
   autograder run the same code) with a CPU-only torch;
 - `run_autograder` runs `labctl grade gradescope` on `/autograder/submission`
@@ -12,8 +13,11 @@ must leave `/autograder/results/results.json`. Here:
   in the language `bundle` ran in (`labctl --lang zh grade bundle`): the text
   Gradescope shows learners (`output`, and the fallback below) is in it.
   `AUTOGRADER_ROOT` and `LABCTL` override `/autograder` and the labctl it
-  runs, so the script can be tried outside Gradescope. Should labctl itself
-  fail, it still writes a results.json that says so.
+  runs, so the script can be tried outside Gradescope. Only labctl's own
+  results count: a results.json already there is removed first, labctl writes
+  into a private folder of the run, and run_autograder moves it into place
+  only when labctl exits 0. Should labctl fail or be killed, run_autograder
+  writes a 0-point results.json that names the exit code or the signal.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ SETUP = """#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image (Ubuntu).
 set -euo pipefail
 apt-get update
-apt-get install -y --no-install-recommends python3 python3-venv python3-pip bubblewrap git
+apt-get install -y --no-install-recommends python3 python3-venv python3-pip bubblewrap
 python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install --upgrade pip
 # The labs and the reference run on the CPU: the CPU build of torch is enough.
@@ -50,16 +54,33 @@ RUN = """#!/usr/bin/env bash
 set -uo pipefail
 ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
 LABCTL="${{LABCTL:-$ROOT/venv/bin/labctl}}"
+RESULTS="$ROOT/results/results.json"
 mkdir -p "$ROOT/results"
-"$LABCTL" --lang {lang} grade gradescope "$ROOT/submission" \\
-    --rubric "$ROOT/source/rubric.yaml" \\
-    --results "$ROOT/results/results.json" \\
-    --work "$ROOT/results/labctl" {options}
-code=$?
-if [ ! -s "$ROOT/results/results.json" ]; then
-    printf '%s\\n' {fallback} \\
-        > "$ROOT/results/results.json"
+# Only a results.json labctl wrote counts: one already there is removed, and labctl writes
+# into a folder of this run's own that only this script moves from, once labctl succeeded.
+rm -rf -- "$RESULTS"
+PRIVATE="$(mktemp -d "$ROOT/results/.labctl-XXXXXXXX")" || PRIVATE=""
+code=1
+if [ -n "$PRIVATE" ]; then
+    "$LABCTL" --lang {lang} grade gradescope "$ROOT/submission" \\
+        --rubric "$ROOT/source/rubric.yaml" \\
+        --results "$PRIVATE/results.json" \\
+        --work "$ROOT/results/labctl" {options}
+    code=$?
 fi
+if [ "$code" -eq 0 ] && [ -f "$PRIVATE/results.json" ] && [ ! -L "$PRIVATE/results.json" ]; then
+    mv -f -- "$PRIVATE/results.json" "$RESULTS"
+else
+    written="$(mktemp "$ROOT/results/.fallback-XXXXXXXX")"
+    if [ "$code" -gt 128 ]; then
+        signal="$(kill -l "$((code - 128))" 2>/dev/null || echo "$((code - 128))")"
+        printf '%s\\n' {killed} > "$written"
+    else
+        printf '%s\\n' {failed} > "$written"
+    fi
+    mv -f -- "$written" "$RESULTS"
+fi
+[ -n "$PRIVATE" ] && rm -rf -- "$PRIVATE"
 exit 0
 """
 
@@ -97,19 +118,26 @@ def _torch_pin() -> str:
     return torch[len("torch") :].strip()
 
 
-def _fallback() -> str:
-    """The results.json run_autograder writes when labctl fails, as a shell word with $code in it."""
+def _fallback(killed: bool) -> str:
+    """The results.json run_autograder writes when labctl fails, as a shell word with $code
+    (or, when a signal stopped labctl, $signal) in it."""
     marker = "\0"
-    output = _(
-        Msg(
+    if killed:
+        message = Msg(
+            "The autograder could not grade this submission (labctl was stopped by signal "
+            "{signal}). Please tell your instructor.",
+            signal=marker,
+        )
+    else:
+        message = Msg(
             "The autograder could not grade this submission (labctl exit code {code}). "
             "Please tell your instructor.",
             code=marker,
         )
-    )
-    document = json.dumps({"score": 0, "output": output, "tests": []}, ensure_ascii=False)
+    document = json.dumps({"score": 0, "output": _(message), "tests": []}, ensure_ascii=False)
     before, after = document.split(json.dumps(marker)[1:-1])
-    return shlex.quote(before) + '"$code"' + shlex.quote(after)
+    variable = '"$signal"' if killed else '"$code"'
+    return shlex.quote(before) + variable + shlex.quote(after)
 
 
 def _add(archive: zipfile.ZipFile, name: str, data: bytes, executable: bool = False) -> None:
@@ -149,7 +177,12 @@ def bundle(
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         _add(archive, "setup.sh", SETUP.format(torch=_torch_pin()).encode(), executable=True)
-        run = RUN.format(options=options, lang=language(), fallback=_fallback())
+        run = RUN.format(
+            options=options,
+            lang=language(),
+            failed=_fallback(killed=False),
+            killed=_fallback(killed=True),
+        )
         _add(archive, "run_autograder", run.encode("utf-8"), executable=True)
         rubric_text = yaml.safe_dump(rubric.dump(), sort_keys=False, allow_unicode=True)
         _add(archive, "rubric.yaml", rubric_text.encode("utf-8"))

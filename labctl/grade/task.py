@@ -10,10 +10,8 @@ wherever they were observed: a local worker, a Dask worker, or this process.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from labctl.errors import LabctlError, UsageError
@@ -37,20 +35,6 @@ def run_verify(path: Path, timeout_s: float, memory_mb: int, isolation: str, mea
     return report, report.isolation
 
 
-@contextlib.contextmanager
-def _git_stops_at(folder: Path) -> Iterator[None]:
-    """git looks for the learner's repository in the learner's folder, never above it."""
-    before = os.environ.get("GIT_CEILING_DIRECTORIES")
-    os.environ["GIT_CEILING_DIRECTORIES"] = str(folder.resolve().parent)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("GIT_CEILING_DIRECTORIES", None)
-        else:
-            os.environ["GIT_CEILING_DIRECTORIES"] = before
-
-
 def remeasure(path: Path, folder: Path, room: Path, timeout_s: float, isolation: str) -> dict:
     """Validate the submission against the learner's folder and re-measure every claim.
 
@@ -61,9 +45,9 @@ def remeasure(path: Path, folder: Path, room: Path, timeout_s: float, isolation:
     from labctl.evidence.submit import remeasure as remeasure_claims
     from labctl.evidence.validate import validate_file
 
-    with _git_stops_at(folder):
-        report = validate_file(path, root=folder.resolve())
-        _, _, reproduced = remeasure_claims(report, room, timeout_s, isolation)
+    # The root is the learner's folder itself: its own `.git`, never one above it.
+    report = validate_file(path, root=folder.resolve())
+    _, _, reproduced = remeasure_claims(report, room, timeout_s, isolation)
     return {
         "file": path.name,
         "accepted": report.valid,
