@@ -55,6 +55,7 @@ _HEX = re.compile(rb"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _REF_NAME = re.compile(r"^refs/(?:[A-Za-z0-9_+-][A-Za-z0-9._+-]*/)*[A-Za-z0-9_+-][A-Za-z0-9._+-]*$")
 _GITLINK = 0o160000
 _PAST_BOUNDS = N_("a file that is not a plain file, or past labctl's bounds")
+_CORRUPT = N_("a file that cannot be read or is corrupt")
 
 
 class RepositoryRefused(LabctlError):
@@ -390,6 +391,6 @@ def _refused(top: Path, exc: Exception) -> RepositoryRefused:
         Msg(
             "{name}/.git cannot be read ({kind})",
             name=top.name or str(top),
-            kind=declared(_PAST_BOUNDS) if isinstance(exc, _Unreadable) else type(exc).__name__,
+            kind=declared(_PAST_BOUNDS if isinstance(exc, _Unreadable) else _CORRUPT),
         )
     )
