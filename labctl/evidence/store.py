@@ -105,7 +105,7 @@ class EvidenceStore:
 
     @functools.cached_property
     def project(self) -> Path:
-        """The repository artifacts are named relative to, asked of git once per store:
+        """The repository artifacts are named relative to, found once per store:
         `run all` writes some 60 artifacts."""
         return project_root()
 
