@@ -46,6 +46,14 @@ def name(raw: str | bytes) -> str:
     return shown(os.fsdecode(raw))
 
 
+def json_text(text: str) -> str:
+    """A JSON document (`json.dumps(..., ensure_ascii=False)`) as text UTF-8 can carry.
+
+    A lone surrogate, which only a string of the document holds, becomes its JSON
+    escape (`\\udcff`): a JSON reader gets the exact text back."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def cell(value: object) -> object:
     """A spreadsheet cell: text escaped to one line, and never the start of a formula."""
     if not isinstance(value, str):
