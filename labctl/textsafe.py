@@ -54,6 +54,18 @@ def json_text(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def valid(value: object) -> object:
+    """`value` (a tree of lists, tuples and dicts) with every lone surrogate in its text
+    written as `\\udcff`: text from another process that UTF-8 can always encode."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {valid(k): valid(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(valid(v) for v in value)
+    return value
+
+
 def cell(value: object) -> object:
     """A spreadsheet cell: text escaped to one line, and never the start of a formula."""
     if not isinstance(value, str):
