@@ -221,7 +221,7 @@ def grade_learners(
     (out / RECORDS).mkdir(parents=True, exist_ok=True)
     rows: dict[int, Row] = {}
     batch = Batch([], [], [], out, learners=list(learners), ignored=list(ignored or []))
-    todo: list[tuple[int, str]] = []
+    todo: list[int] = []
     keys: dict[int, str] = {}
     total = len(learners)
 
@@ -245,7 +245,7 @@ def grade_learners(
         elif learner.error is not None:
             keep(index, failed_row(learner.id, rubric, "layout-error", learner.error.message), None)
         else:
-            todo.append((index, keys[index]))
+            todo.append(index)
 
     if todo:
         cache = out / CACHE
@@ -262,7 +262,7 @@ def grade_learners(
                 )
             keep(index, row, outcome.facts)
 
-        jobs = [(str(index), _job(learners[index], rubric, options)) for index, _key in todo]
+        jobs = [(str(index), _job(learners[index], rubric, options)) for index in todo]
         env = {"LABCTL_REFERENCE_CACHE": str(cache.resolve()), "LABCTL_LANG": language()}
         if options.scheduler:
             from labctl.grade.dask_exec import run_on_dask
