@@ -135,7 +135,8 @@ def test_every_learner_has_a_row_with_its_expected_verdict(klass, graded):
     assert "import policy" in found["torch-importer"]["diagnosis"]
     assert found["malformed"]["status"] == "layout-error"
     assert "no clean_room/" in found["malformed"]["diagnosis"]
-    assert found["stray-file.txt"]["status"] == "layout-error"
+    assert "stray-file.txt" not in found
+    assert doc["ignored"] == [{"name": "stray-file.txt", "kind": "file"}]
 
 
 def test_every_row_records_its_inputs_digest_and_isolation(graded):
@@ -167,6 +168,7 @@ def test_gradebook_csv_has_one_row_per_learner_and_a_column_per_item(klass, grad
         *ids,
         "isolation",
         "diagnosis",
+        "identical_to",
     ]
     for row in table:
         points = sum(float(row[i]) for i in ids)

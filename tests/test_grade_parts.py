@@ -144,8 +144,8 @@ def test_learner_text_cannot_start_a_spreadsheet_formula_or_break_the_xml():
         "  - {id: fn.softmax, kind: function, target: softmax, points: 4}\n"
     )
     nasty = '=HYPERLINK("x")\x1b[2J\x00 <b>&'
-    table = list(csv.reader(io.StringIO(outputs.gradebook_csv([_row(nasty)], rubric))))
-    assert table[1][-1].startswith("'=")
+    table = list(csv.DictReader(io.StringIO(outputs.gradebook_csv([_row(nasty)], rubric))))
+    assert table[0]["diagnosis"] == '\'=HYPERLINK("x")\\x1b[2J\\x00 <b>&'
     root = ET.fromstring(outputs.junit_xml([_row(nasty)]))
     failure = root.find("testsuite/testcase/failure")
     assert "\\x1b" in failure.text and "\\x00" in failure.text and "<b>&" in failure.text

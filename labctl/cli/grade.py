@@ -29,6 +29,7 @@ from labctl.cli.isolation import IsolationOption
 from labctl.cli.render import err, out, print_json
 from labctl.errors import UsageError
 from labctl.i18n import N_, Msg, _
+from labctl.textsafe import shown
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 RubricOption = Annotated[
@@ -158,7 +159,9 @@ def grade_class(
         task = bar.add_task("grading", total=None, last="")
 
         def progress(done: int, total: int, learner: str, status: str) -> None:
-            bar.update(task, completed=done, total=total, last=escape(f"{learner}: {status}"))
+            bar.update(
+                task, completed=done, total=total, last=escape(f"{shown(learner)}: {status}")
+            )
 
         batch = run_class(submissions, out_dir, rubric, options, progress)
     pairs = []
@@ -168,15 +171,23 @@ def grade_class(
 
         with err.status(escape(_("comparing clean rooms…"))):
             rooms = {
-                learner: submissions / learner / "clean_room"
-                for learner in (r.learner for r in batch.rows if r.status == "graded")
+                learner.id: learner.clean_room
+                for learner, row in zip(batch.learners, batch.rows, strict=True)
+                if row.status == "graded" and learner.clean_room is not None
             }
             pairs = compare(rooms, threshold)
         batch.files.append(write_similarity(pairs, threshold, out_dir))
+    for entry in batch.ignored:
+        ignored = Msg(
+            "ignored {name} ({kind}): at the top of the class folder, not a learner's folder",
+            name=entry.name,
+            kind=entry.kind,
+        )
+        err.print(escape(shown(_(ignored))), soft_wrap=True)
     if json_:
         from labctl.grade.outputs import summary
 
-        document = summary(batch.rows, rubric)
+        document = summary(batch.rows, rubric, batch.identical, batch.ignored)
         document.update(
             passed=True,
             out=str(out_dir),
@@ -196,13 +207,17 @@ def _render(batch, rubric, pairs, out_dir: Path) -> None:
     table = Table(box=None, pad_edge=False, padding=(0, 1))
     for column, header in COLUMNS:
         table.add_column(escape(_(header)), no_wrap=column != "diagnosis")
-    for row in batch.rows:
+    for row, identical in zip(batch.rows, batch.identical, strict=True):
+        diagnosis = shown(row.diagnosis[:160])
+        if identical:
+            same = _(Msg("same clean room as {learners}", learners=", ".join(identical)))
+            diagnosis = f"{diagnosis} ({same})" if diagnosis else same
         table.add_row(
-            escape(row.learner),
+            escape(shown(row.learner)),
             row.status if row.status == "graded" else f"[bold red]{row.status}[/bold red]",
             f"{row.score:g}/{row.max_score:g}",
             row.isolation or "—",
-            escape(row.diagnosis[:160]),
+            escape(diagnosis),
         )
     out.print(table)
     if pairs is not None:
@@ -214,8 +229,8 @@ def _render(batch, rubric, pairs, out_dir: Path) -> None:
             line = Msg(
                 "similar: {a} ~ {b}: {a_share:.0%} / {b_share:.0%} of their tokens, "
                 "{regions} matching regions",
-                a=_(pair.a) if pair.a == PROJECT else pair.a,
-                b=_(pair.b) if pair.b == PROJECT else pair.b,
+                a=_(pair.a) if pair.a == PROJECT else shown(pair.a),
+                b=_(pair.b) if pair.b == PROJECT else shown(pair.b),
                 a_share=pair.a_share,
                 b_share=pair.b_share,
                 regions=len(pair.regions),
@@ -269,7 +284,7 @@ def gradescope(
     if json_:
         print_json({"passed": True, "results": str(results), "status": row.status})
         return
-    done = Msg("{status}: results in {results}", status=row.status, results=str(results))
+    done = Msg("{status}: results in {results}", status=row.status, results=shown(str(results)))
     out.print(escape(_(done)), soft_wrap=True)
 
 

@@ -20,6 +20,7 @@ import typer
 from typer.core import TyperGroup
 
 import labctl
+from labctl import textsafe
 from labctl.cli import contract as contract_cli
 from labctl.cli import doctor as doctor_cli
 from labctl.cli import evidence as evidence_cli
@@ -46,7 +47,9 @@ class _HandledGroup(TyperGroup):
         """Report an error on stderr (and stdout as JSON with --json); the Exit to raise.
 
         `message` is shown in the chosen language; the JSON document keeps `english`."""
-        typer.echo(f"error: {message}" if kind != "internal" else message, err=True)
+        # An error can quote a learner (an exception, a file name): no escape reaches the terminal.
+        line = textsafe.shown(message, lines=True)
+        typer.echo(f"error: {line}" if kind != "internal" else line, err=True)
         if self.json_mode:
             shown = message if english is None else english
             print_json(

@@ -24,6 +24,7 @@ from rich.text import Text
 
 from labctl.i18n import N_, Msg, _
 from labctl.jsonsafe import dumps
+from labctl.textsafe import json_text, shown
 
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
@@ -33,8 +34,15 @@ PROSE_MIN_WIDTH = 24
 
 
 def print_json(document: Any) -> None:
-    """One JSON document on stdout, nothing else; NaN and inf become null."""
-    print(dumps(document))
+    """One JSON document on stdout, nothing else; NaN and inf become null; a name that is not
+    UTF-8 keeps its exact text as JSON escapes."""
+    print(json_text(dumps(document)))
+
+
+def learner_text(message: str | Msg, lines: bool = False) -> str:
+    """A message that holds a learner's text, for a terminal: in the chosen language, its
+    control, escape and bidi characters shown escaped, rich markup shown as written."""
+    return escape(shown(_(message), lines=lines))
 
 
 def text(message: str | Msg) -> str:

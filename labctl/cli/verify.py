@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from labctl.cli.isolation import IsolationOption, effective
-from labctl.cli.render import err, number, out, print_json, verdict
+from labctl.cli.render import err, learner_text, number, out, print_json, verdict
 from labctl.errors import EXIT_FAILED, UsageError
 from labctl.i18n import Msg, _
 
@@ -98,7 +98,9 @@ def clean_room(
     with err.status(_("verifying…")) as status:
 
         def progress(what: str) -> None:
-            status.update(_(Msg("verifying {path}: {what}", path=shown_path(target), what=what)))
+            status.update(
+                learner_text(Msg("verifying {path}: {what}", path=shown_path(target), what=what))
+            )
 
         report = verify_clean_room(
             target,
@@ -133,15 +135,16 @@ def _render_report(report, shown) -> None:
     where = _(Msg("; record {record}", record=record)) if record else ""
     if report.status != "loaded":
         out.print(
-            f"{verdict(False)}  {escape(report.path)}: {escape(_(report.shown))}{escape(where)}",
+            f"{verdict(False)}  {learner_text(report.path)}: {learner_text(report.shown)}"
+            f"{escape(where)}",
             soft_wrap=True,
         )
         return
     by_cell = {(c.function, c.name): c for c in report.checks}
     package = [by_cell[(PACKAGE, n)] for n in ("loads", "import-policy") if (PACKAGE, n) in by_cell]
     out.print(
-        f"{escape(report.path)}: "
-        + "; ".join(f"{c.name} {_MARK[c.status]} ({escape(_(c.shown))})" for c in package),
+        f"{learner_text(report.path)}: "
+        + "; ".join(f"{c.name} {_MARK[c.status]} ({learner_text(c.shown)})" for c in package),
         soft_wrap=True,
     )
     # import-policy has a cell only where a function holds a violation.
@@ -167,7 +170,7 @@ def _render_report(report, shown) -> None:
     if failed:
         out.print(f"[bold]{_('failures')}[/bold]")
         for c in failed:
-            out.print(f"  {c.function} · {c.name}: {escape(_(c.shown))}", soft_wrap=True)
+            out.print(f"  {c.function} · {c.name}: {learner_text(c.shown)}", soft_wrap=True)
     if report.diagnosis:
         out.print(f"[bold]{_('diagnosis')}[/bold]")
         stubs = [d.function for d in report.diagnosis if d.kind == "not-implemented"]
@@ -181,14 +184,14 @@ def _render_report(report, shown) -> None:
             out.print("  " + _(Msg("not implemented yet: {shown}", shown=shown)), soft_wrap=True)
         for d in report.diagnosis:
             if d.kind != "not-implemented":
-                out.print(f"  {escape(_(d.shown))}", soft_wrap=True)
+                out.print(f"  {learner_text(d.shown, lines=True)}", soft_wrap=True)
     if report.metrics:
         out.print(
             f"[bold]{_('course template metrics (学习者提交模板), on this clean room')}[/bold]"
         )
         for m in report.metrics:
             if m.actual is None:
-                out.print(f"  [dim]{m.name}: {escape(_(m.shown_note))}[/dim]", soft_wrap=True)
+                out.print(f"  [dim]{m.name}: {learner_text(m.shown_note)}[/dim]", soft_wrap=True)
             else:
                 detail = _(
                     Msg(

@@ -8,33 +8,46 @@
                                    which is then the learner's git repository
 
 A learner id is letters, digits, `.`, `_` and `-` (it names output files). An
-entry that does not fit gets a named layout error in its own row; the batch
-goes on. The digest of a learner's inputs covers every file under the folder
-(names and bytes; `.git/` and `__pycache__/` aside, which tools rewrite) so a
-re-run can skip a learner whose inputs did not change.
+entry that does not fit gets a named layout error in its own row (a name that
+is not even UTF-8 included, shown escaped); the batch goes on. A file at the
+top is no learner: it is listed as ignored. The digest of a learner's inputs
+covers every file under the folder (names and bytes; of `.git/` only the
+commit's payload, HEAD, refs and objects; `__pycache__/` aside, which tools
+rewrite) so a re-run can skip a learner whose inputs did not change.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from labctl.errors import UsageError
+from labctl import textsafe
+from labctl.errors import CleanRoomError, UsageError
 from labctl.i18n import Msg, _
+from labctl.isolation.loader import check_source_only
 
 PACKAGE_DIR = "clean_room"
 SUBMISSION_NAMES = ("submission.yaml", "submission.yml", "submission.json")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_SKIPPED_DIRS = {".git", "__pycache__"}
+CACHE, GIT = b"__pycache__", b".git"
+# Of `.git/`, what the submission's commit is made of; its config, hooks, index and logs
+# are not inputs (tools rewrite them, and none of them changes what was handed in).
+_GIT_PAYLOAD = {b"HEAD", b"packed-refs", b"refs", b"objects"}
 # A learner folder larger than this is refused as a layout error rather than hashed for minutes.
 MAX_INPUT_BYTES = 64 << 20
+MAX_ENTRIES = 100_000
+MAX_DEPTH = 64
 
 
 @dataclass(frozen=True)
 class LayoutError:
-    code: str  # not-a-folder | bad-id | no-clean-room | not-a-package | two-submissions | symlink | too-large
+    # not-a-folder | bad-id | no-clean-room | not-a-package | two-submissions | not-source
+    # | symlink | special-file | too-deep | too-large | unreadable
+    code: str
     message: str
 
     def to_json(self) -> dict:
@@ -51,55 +64,122 @@ class Learner:
     submission: Path | None = None
     error: LayoutError | None = None
     inputs_sha256: str = ""
+    room_sha256: str = ""  # the clean room's files alone: two learners' rooms alike
 
     @property
     def stem(self) -> str:
-        """The learner's name for output files: its id, or a digest when the id is not one."""
-        return stem(self.id)
+        """The learner's name for output files: its id, or a digest of the folder's real name
+        (its bytes: two names shown alike stay apart) when the id is not one."""
+        return stem(os.fsdecode(self.folder.name))
 
 
 def stem(learner_id: str) -> str:
     if _ID.match(learner_id):
         return learner_id
-    return (
-        "invalid-" + hashlib.sha256(learner_id.encode("utf-8", "surrogateescape")).hexdigest()[:12]
-    )
+    return "invalid-" + hashlib.sha256(os.fsencode(learner_id)).hexdigest()[:12]
 
 
-def _digest(folder: Path) -> tuple[str, LayoutError | None]:
-    digest = hashlib.sha256()
-    total = 0
-    for path in sorted(folder.rglob("*")):
-        relative = path.relative_to(folder)
-        if _SKIPPED_DIRS & set(relative.parts):
-            continue
-        if path.is_symlink():
-            return "", LayoutError(
-                "symlink",
-                _(
+def _counted(parts: list[bytes]) -> bool:
+    """Whether a file is part of the inputs: not a cache, and of `.git` only its payload."""
+    if CACHE in parts:
+        return False
+    if GIT in parts:
+        after = parts[parts.index(GIT) + 1 :]
+        return bool(after) and after[0] in _GIT_PAYLOAD
+    return True
+
+
+def _problem(code: str, message: Msg) -> tuple[str, str, LayoutError]:
+    return "", "", LayoutError(code, _(message))
+
+
+def _digest(folder: Path) -> tuple[str, str, LayoutError | None]:
+    """(inputs digest, clean-room digest, problem) of a learner's folder.
+
+    The walk is iterative and bounded (MAX_DEPTH, MAX_ENTRIES, MAX_INPUT_BYTES),
+    never follows a link and never opens what is not a regular file: a link, a
+    FIFO, a socket or a device anywhere (`.git/` and `__pycache__/` included) is
+    the named problem. Names are hashed as bytes, so any name is fine.
+    """
+    pending: list[tuple[str, tuple[bytes, ...]]] = [(str(folder), ())]
+    files: list[tuple[tuple[bytes, ...], str]] = []
+    total = entries = 0
+    while pending:
+        path, parts = pending.pop()
+        try:
+            with os.scandir(path) as listing:
+                found = list(listing)
+        except OSError as exc:
+            where = textsafe.name(b"/".join(parts)) or "."
+            return _problem(
+                "unreadable", Msg("{path} cannot be read: {error}", path=where, error=exc.strerror)
+            )
+        for entry in found:
+            relative = (*parts, os.fsencode(entry.name))
+            shown = textsafe.name(b"/".join(relative))
+            entries += 1
+            if entries > MAX_ENTRIES:
+                return _problem(
+                    "too-large", Msg("the folder holds more than {n} entries", n=MAX_ENTRIES)
+                )
+            if entry.is_symlink():
+                return _problem(
+                    "symlink",
                     Msg(
                         "{path} is a symbolic link; a submission holds plain files only",
-                        path=str(relative),
+                        path=shown,
+                    ),
+                )
+            if entry.is_dir(follow_symlinks=False):
+                if len(relative) >= MAX_DEPTH:
+                    return _problem(
+                        "too-deep",
+                        Msg(
+                            "{path} is nested deeper than {depth} folders",
+                            path=shown[:200],
+                            depth=MAX_DEPTH,
+                        ),
                     )
-                ),
-            )
-        if not path.is_file():
-            continue
-        total += path.stat().st_size
-        if total > MAX_INPUT_BYTES:
-            return "", LayoutError(
-                "too-large",
-                _(Msg("the folder holds more than {mib} MiB", mib=MAX_INPUT_BYTES >> 20)),
-            )
-        digest.update(relative.as_posix().encode("utf-8") + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest(), None
+                pending.append((entry.path, relative))
+                continue
+            info = entry.stat(follow_symlinks=False)
+            if not stat.S_ISREG(info.st_mode):
+                return _problem(
+                    "special-file",
+                    Msg(
+                        "{path} is a FIFO, socket or device; a submission holds plain files only",
+                        path=shown,
+                    ),
+                )
+            if not _counted(list(relative)):
+                continue
+            total += info.st_size
+            if total > MAX_INPUT_BYTES:
+                return _problem(
+                    "too-large",
+                    Msg("the folder holds more than {mib} MiB", mib=MAX_INPUT_BYTES >> 20),
+                )
+            files.append((relative, entry.path))
+    inputs, room = hashlib.sha256(), hashlib.sha256()
+    for relative, path in sorted(files):
+        content = hashlib.sha256(_read(path)).digest()
+        inputs.update(b"/".join(relative) + b"\0" + content)
+        if relative[0] == os.fsencode(PACKAGE_DIR):
+            room.update(b"/".join(relative[1:]) + b"\0" + content)
+    return inputs.hexdigest(), room.hexdigest(), None
+
+
+def _read(path: str) -> bytes:
+    """A regular file's bytes; O_NOFOLLOW and O_NONBLOCK, should it have become anything else."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(MAX_INPUT_BYTES + 1)
 
 
 def check_learner(entry: Path) -> Learner:
     """What the layout of one entry of the class holds, or its named layout error."""
-    name = entry.name
-    if not _ID.match(name):
+    name = textsafe.name(entry.name)
+    if not _ID.match(entry.name):
         why = _(Msg("{name} is not a learner id", name=repr(name)))
         return Learner(name, entry, error=LayoutError("bad-id", why))
     if entry.is_symlink() or not entry.is_dir():
@@ -108,7 +188,7 @@ def check_learner(entry: Path) -> Learner:
             entry,
             error=LayoutError("not-a-folder", _("not a folder; each learner has a folder")),
         )
-    digest, problem = _digest(entry)
+    digest, room_digest, problem = _digest(entry)
     if problem is not None:
         return Learner(name, entry, error=problem)
     room = entry / PACKAGE_DIR
@@ -131,6 +211,11 @@ def check_learner(entry: Path) -> Learner:
                 )
             ),
         )
+    else:
+        try:
+            check_source_only(room)
+        except CleanRoomError as exc:
+            error = LayoutError("not-source", _(exc.message))
     return Learner(
         name,
         entry,
@@ -138,18 +223,48 @@ def check_learner(entry: Path) -> Learner:
         submission=submissions[0] if submissions and error is None else None,
         error=error,
         inputs_sha256=digest,
+        room_sha256=room_digest if error is None else "",
     )
 
 
-def discover(submissions_dir: Path) -> list[Learner]:
-    """Every entry of the class, in name order; refuses a folder that is missing or empty."""
+@dataclass(frozen=True)
+class Ignored:
+    """An entry of the class folder that is no learner: a file, a FIFO, a socket, a device."""
+
+    name: str
+    kind: str  # file | special-file
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind}
+
+
+def survey(submissions_dir: Path) -> tuple[list[Learner], list[Ignored]]:
+    """Every learner of the class in name order, and the entries that are no learner.
+
+    Refuses a folder that is missing or holds no learner. A folder (or a link,
+    which is never followed) is a learner, with its row; anything else at the
+    top (a stray file, a FIFO, …) is listed as ignored and never opened.
+    """
     if not submissions_dir.is_dir():
         raise UsageError(
             Msg("{path} is not a folder of learner folders", path=str(submissions_dir))
         )
-    entries = sorted(
-        (p for p in submissions_dir.iterdir() if not p.name.startswith(".")), key=lambda p: p.name
-    )
-    if not entries:
+    with os.scandir(submissions_dir) as listing:
+        entries = sorted((e for e in listing if not e.name.startswith(".")), key=lambda e: e.name)
+    learners, ignored = [], []
+    for entry in entries:
+        if entry.is_symlink() or entry.is_dir(follow_symlinks=False):
+            learners.append(check_learner(Path(entry.path)))
+        else:
+            regular = stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode)
+            ignored.append(
+                Ignored(textsafe.name(entry.name), "file" if regular else "special-file")
+            )
+    if not learners:
         raise UsageError(Msg("{path} holds no learner folders", path=str(submissions_dir)))
-    return [check_learner(p) for p in entries]
+    return learners, ignored
+
+
+def discover(submissions_dir: Path) -> list[Learner]:
+    """Every learner of the class, in name order (see `survey`)."""
+    return survey(submissions_dir)[0]

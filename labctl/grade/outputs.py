@@ -3,12 +3,15 @@
 For the grader (everything, hidden items included):
 
 - `gradebook.csv`: one row per learner: status, score, max, points per rubric
-  item, isolation, diagnosis;
+  item, isolation, diagnosis, the learners whose clean room is identical;
+  learner text in it escaped (`labctl.textsafe.cell`: no control character, no
+  formula);
 - `records/<learner>.json` (written by the runner): the row and the facts it came from;
 - `junit.xml`: one testsuite per learner, one testcase per rubric item; a failed
   item is a `<failure>` with its message as the element text, an item that could
   not be graded (layout error, hang, crash) an `<error>`;
-- `summary.json`: the counts and scores of the batch.
+- `summary.json`: the counts and scores of the batch, and the entries of the
+  class folder ignored (files, not learners).
 
 For the learner (what a learner may see):
 
@@ -24,55 +27,52 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from pathlib import Path
 
 from labctl.evidence.store import replace_atomically
-from labctl.grade.layout import stem
+from labctl.grade.layout import Ignored, stem
 from labctl.grade.rubric import Rubric
 from labctl.grade.score import GRADED, Row
 from labctl.i18n import _
 from labctl.jsonsafe import dumps
+from labctl.textsafe import cell, json_text, shown
 
 FEEDBACK_SCHEMA = "labctl.grade-feedback.v1"
 SUMMARY_SCHEMA = "labctl.grade-summary.v1"
-_XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
-_FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _xml_text(text: str) -> str:
-    """Learner text made valid XML 1.0: control characters shown as escapes."""
-    return _XML_UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-def _cell(value: object) -> object:
-    """A spreadsheet cell that never starts a formula (learner text can reach the diagnosis)."""
-    if isinstance(value, str) and value.startswith(_FORMULA):
-        return "'" + value
-    return value
+    """Learner text made valid XML 1.0 and safe on a terminal: control characters escaped."""
+    return shown(text, lines=True).replace("\ufffe", "\\ufffe").replace("\uffff", "\\uffff")
 
 
 def _points(value: float) -> str:
     return f"{value:g}"
 
 
-def gradebook_csv(rows: list[Row], rubric: Rubric) -> str:
+def gradebook_csv(
+    rows: list[Row], rubric: Rubric, identical: Sequence[Sequence[str]] | None = None
+) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     ids = [item.id for item in rubric.items]
-    writer.writerow(["learner", "status", "score", "max_score", *ids, "isolation", "diagnosis"])
-    for row in rows:
+    writer.writerow(
+        ["learner", "status", "score", "max_score", *ids, "isolation", "diagnosis", "identical_to"]
+    )
+    for index, row in enumerate(rows):
         points = {i.id: _points(i.points) for i in row.items}
         writer.writerow(
             [
-                _cell(row.learner),
+                cell(row.learner),
                 row.status,
                 _points(row.score),
                 _points(row.max_score),
                 *(points.get(i, "") for i in ids),
                 row.isolation or "",
-                _cell(row.diagnosis),
+                cell(row.diagnosis),
+                cell(" ".join(identical[index]) if identical else ""),
             ]
         )
     return buffer.getvalue()
@@ -172,7 +172,13 @@ def gradescope_results(row: Row) -> dict:
     }
 
 
-def summary(rows: list[Row], rubric: Rubric) -> dict:
+def summary(
+    rows: list[Row],
+    rubric: Rubric,
+    identical: Sequence[Sequence[str]] | None = None,
+    ignored: Sequence[Ignored] = (),
+) -> dict:
+    """The batch's counts (one row per learner; ignored entries are no row) and its rows."""
     statuses: dict[str, int] = {}
     for row in rows:
         statuses[row.status] = statuses.get(row.status, 0) + 1
@@ -193,32 +199,44 @@ def summary(rows: list[Row], rubric: Rubric) -> dict:
                 "max_score": r.max_score,
                 "isolation": r.isolation,
                 "diagnosis": r.diagnosis,
+                "identical_to": list(identical[index]) if identical else [],
             }
-            for r in rows
+            for index, r in enumerate(rows)
         ],
+        "ignored": [entry.to_json() for entry in ignored],
     }
 
 
-def write_all(rows: list[Row], rubric: Rubric, out: Path) -> list[Path]:
-    """Every output of the class under `out`; returns the files written."""
+def json_bytes(document: dict) -> bytes:
+    """A JSON document as UTF-8, whatever text it holds (see `textsafe.json_text`)."""
+    return (json_text(dumps(document)) + "\n").encode("utf-8")
+
+
+def write_all(
+    rows: list[Row],
+    rubric: Rubric,
+    out: Path,
+    stems: Sequence[str] | None = None,
+    identical: Sequence[Sequence[str]] | None = None,
+    ignored: Sequence[Ignored] = (),
+) -> list[Path]:
+    """Every output of the class under `out`; returns the files written.
+
+    `stems` names each row's files (the learners' own, from their folders' real
+    names; by default derived from the row's learner id)."""
     written: list[Path] = []
 
     def put(path: Path, data: bytes) -> None:
         replace_atomically(path, data)
         written.append(path)
 
-    put(out / "gradebook.csv", gradebook_csv(rows, rubric).encode("utf-8"))
+    put(out / "gradebook.csv", gradebook_csv(rows, rubric, identical).encode("utf-8"))
     put(out / "junit.xml", junit_xml(rows))
-    for row in rows:
-        put(
-            out / "feedback" / f"{stem(row.learner)}.json",
-            (dumps(feedback(row)) + "\n").encode("utf-8"),
-        )
-        put(
-            out / "gradescope" / stem(row.learner) / "results.json",
-            (dumps(gradescope_results(row)) + "\n").encode("utf-8"),
-        )
-    put(out / "summary.json", (dumps(summary(rows, rubric)) + "\n").encode("utf-8"))
+    for index, row in enumerate(rows):
+        name = stems[index] if stems else stem(row.learner)
+        put(out / "feedback" / f"{name}.json", json_bytes(feedback(row)))
+        put(out / "gradescope" / name / "results.json", json_bytes(gradescope_results(row)))
+    put(out / "summary.json", json_bytes(summary(rows, rubric, identical, ignored)))
     return written
 
 
@@ -226,5 +244,5 @@ def write_similarity(pairs, threshold: float, out: Path) -> Path:
     """`similarity.json`: the pairs for a person to judge (never a score)."""
     path = out / "similarity.json"
     document = {"threshold": threshold, "pairs": [p.to_json() for p in pairs]}
-    replace_atomically(path, (dumps(document) + "\n").encode("utf-8"))
+    replace_atomically(path, json_bytes(document))
     return path

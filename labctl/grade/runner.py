@@ -26,13 +26,13 @@ import labctl
 from labctl.errors import UsageError
 from labctl.evidence.environment import now_iso
 from labctl.evidence.store import replace_atomically
-from labctl.grade.layout import Learner, discover
+from labctl.grade import outputs
+from labctl.grade.layout import Ignored, Learner, survey
 from labctl.grade.pool import LocalPool, Outcome
 from labctl.grade.rubric import Rubric
 from labctl.grade.score import ItemResult, Row, failed_row, score
 from labctl.i18n import Msg, language
 from labctl.isolation import resolve_isolation
-from labctl.jsonsafe import dumps
 
 RECORD_SCHEMA = "labctl.grade-record.v1"
 RECORDS = "records"
@@ -69,6 +69,23 @@ class Batch:
     wall_time_s: float = 0.0
     files: list[Path] = field(default_factory=list)
     similarity: object | None = None
+    learners: list[Learner] = field(default_factory=list)  # in the order of `rows`
+    ignored: list[Ignored] = field(default_factory=list)
+    identical: list[list[str]] = field(default_factory=list)  # per row: the same clean room
+
+
+def identical_rooms(learners: list[Learner]) -> list[list[str]]:
+    """For each learner, the other learners whose clean room has the very same files."""
+    by_room: dict[str, list[str]] = {}
+    for learner in learners:
+        if learner.room_sha256:
+            by_room.setdefault(learner.room_sha256, []).append(learner.id)
+    return [
+        [other for other in by_room.get(learner.room_sha256, []) if other != learner.id]
+        if learner.room_sha256
+        else []
+        for learner in learners
+    ]
 
 
 def learner_key(learner: Learner, rubric: Rubric, options: GradeOptions) -> str:
@@ -180,7 +197,8 @@ def grade_class(
     progress: Progress | None = None,
 ) -> Batch:
     """Grade every learner under `submissions_dir` into `out` (see the module docstring)."""
-    return grade_learners(discover(submissions_dir), out, rubric, options, progress)
+    learners, ignored = survey(submissions_dir)
+    return grade_learners(learners, out, rubric, options, progress, ignored)
 
 
 def grade_learners(
@@ -189,65 +207,62 @@ def grade_learners(
     rubric: Rubric,
     options: GradeOptions,
     progress: Progress | None = None,
+    ignored: list[Ignored] | None = None,
 ) -> Batch:
-    """Grade `learners` (from `labctl.grade.layout`) into `out`."""
-    from labctl.grade import outputs
+    """Grade `learners` (from `labctl.grade.layout`) into `out`.
 
+    Rows are kept by the learner's place in `learners`: two learners may hand in
+    the very same files (the same resume key), and each has its own row."""
     # Refuse the batch before any learner runs: `sandbox` without a working one is exit 2.
     resolve_isolation(options.isolation)
     start = time.perf_counter()
     if out.exists() and not out.is_dir():
         raise UsageError(Msg("--out {path} is a file; give a folder", path=str(out)))
     (out / RECORDS).mkdir(parents=True, exist_ok=True)
-    rows: dict[str, Row] = {}
-    batch = Batch([], [], [], out)
-    todo: list[tuple[Learner, str]] = []
+    rows: dict[int, Row] = {}
+    batch = Batch([], [], [], out, learners=list(learners), ignored=list(ignored or []))
+    todo: list[int] = []
+    keys: dict[int, str] = {}
     total = len(learners)
 
-    def keep(learner: Learner, key: str, row: Row, facts: dict | None) -> None:
-        rows[learner.id] = row
-        record = _record(row, learner, key, rubric, facts)
-        replace_atomically(
-            out / RECORDS / f"{learner.stem}.json", (dumps(record) + "\n").encode("utf-8")
-        )
+    def keep(index: int, row: Row, facts: dict | None) -> None:
+        learner = learners[index]
+        rows[index] = row
+        record = _record(row, learner, keys[index], rubric, facts)
+        replace_atomically(out / RECORDS / f"{learner.stem}.json", outputs.json_bytes(record))
         batch.graded.append(learner.id)
         if progress:
             progress(len(rows), total, learner.id, row.status)
 
-    for learner in learners:
-        key = learner_key(learner, rubric, options)
+    for index, learner in enumerate(learners):
+        keys[index] = learner_key(learner, rubric, options)
         previous = read_record(out, learner.stem)
-        if previous is not None and previous.get("key") == key:
-            rows[learner.id] = row_from_record(previous)
+        if previous is not None and previous.get("key") == keys[index]:
+            rows[index] = row_from_record(previous)
             batch.skipped.append(learner.id)
             if progress:
                 progress(len(rows), total, learner.id, "unchanged")
         elif learner.error is not None:
-            keep(
-                learner,
-                key,
-                failed_row(learner.id, rubric, "layout-error", learner.error.message),
-                None,
-            )
+            keep(index, failed_row(learner.id, rubric, "layout-error", learner.error.message), None)
         else:
-            todo.append((learner, key))
+            todo.append(index)
 
     if todo:
         cache = out / CACHE
         warm_reference_cache(cache)
-        by_key = {key: learner for learner, key in todo}
 
         def done(key: str, outcome: Outcome) -> None:
-            learner = by_key[key]
+            index = int(key)
+            learner = learners[index]
             if outcome.status == "observed":
                 row = score(learner.id, rubric, outcome.facts)
             else:
                 row = failed_row(
                     learner.id, rubric, outcome.status, outcome.message, outcome.isolation
                 )
-            keep(learner, key, row, outcome.facts)
+            keep(index, row, outcome.facts)
 
-        jobs = [(key, _job(learner, rubric, options)) for learner, key in todo]
+        jobs = [(str(index), _job(learners[index], rubric, options)) for index in todo]
         env = {"LABCTL_REFERENCE_CACHE": str(cache.resolve()), "LABCTL_LANG": language()}
         if options.scheduler:
             from labctl.grade.dask_exec import run_on_dask
@@ -257,7 +272,15 @@ def grade_learners(
             with LocalPool(min(options.jobs, len(jobs)), options.learner_timeout_s, env) as pool:
                 pool.run(jobs, done)
 
-    batch.rows = [rows[learner.id] for learner in learners]
-    batch.files = outputs.write_all(batch.rows, rubric, out)
+    batch.rows = [rows[index] for index in range(total)]
+    batch.identical = identical_rooms(learners)
+    batch.files = outputs.write_all(
+        batch.rows,
+        rubric,
+        out,
+        [learner.stem for learner in learners],
+        batch.identical,
+        batch.ignored,
+    )
     batch.wall_time_s = time.perf_counter() - start
     return batch

@@ -3,9 +3,9 @@
 The comparison is copydetect's (winnowing over Pygments tokens, the method of
 MOSS; optional extra `labctl[grade]`): identifiers are replaced by their kind
 before fingerprinting, so renaming variables does not hide a copy. Each clean
-room is compared as one text (its `.py` files in name order). The `clean-room
-init` stubs (`labctl.verify.stubs`) are boilerplate: text every learner starts
-from matches no one. The project's own clean room ships with labctl, so it is
+room is compared as one text (every `.py` file the loader could import, in
+name order). The `clean-room init` stubs (`labctl.verify.stubs`) are
+boilerplate: text every learner starts from matches no one. The project's own clean room ships with labctl, so it is
 always one of the compared sources, under the name `(labctl's own clean room)`.
 
 A pair is listed when either side's share of matching tokens reaches the
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from labctl.errors import UsageError
 from labctl.i18n import N_
+from labctl.isolation.loader import shown_name, source_files
 
 # Its name in similarity.json; the CLI shows it translated (a learner id holds no parentheses).
 PROJECT = N_("(labctl's own clean room)")
@@ -67,11 +68,11 @@ def _header(name: str) -> str:
 
 
 def room_text(room: Path) -> str:
+    """Every `.py` file the loader could import, found as the static scan finds them (no link
+    followed, the walk bounded), in name order."""
     parts = []
-    for path in sorted(room.rglob("*.py")):
-        if "__pycache__" in path.parts or path.is_symlink():
-            continue
-        parts.append(_header(path.relative_to(room).as_posix()))
+    for path in source_files(room):
+        parts.append(_header(shown_name(path.relative_to(room).as_posix())))
         parts.append(path.read_text("utf-8", errors="replace"))
         parts.append("\n")
     return "".join(parts)

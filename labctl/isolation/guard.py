@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from labctl.isolation.loader import PACKAGE_PREFIX
+from labctl.isolation.loader import PACKAGE_PREFIX, shown_name, source_files
 
 # Standard-library modules that run or load code outside the policy: a clean
 # room has no use for them, and each is a way to reach torch out of sight.
@@ -82,10 +82,6 @@ def own_names(root: Path) -> frozenset[str]:
     return frozenset() if root.name in ("torch", "labctl", "labs") else frozenset({root.name})
 
 
-def _python_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts and p.is_file())
-
-
 def _call_name(node: ast.Call) -> tuple[str | None, str]:
     func = node.func
     if isinstance(func, ast.Name):
@@ -106,8 +102,8 @@ def scan(root: Path) -> list[Violation]:
     """Every statically visible breach of the import policy under `root`."""
     own = own_names(root)
     found: list[Violation] = []
-    for file in _python_files(root):
-        shown = f"{root.name}/{file.relative_to(root)}"
+    for file in source_files(root):
+        shown = shown_name(f"{root.name}/{file.relative_to(root)}")
         try:
             with _PARSING:
                 tree = ast.parse(file.read_text("utf-8", errors="replace"), filename=str(file))

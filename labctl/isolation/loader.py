@@ -6,19 +6,32 @@ by its directory name (`from clean_room.primitives import softmax`); for the
 length of the load that name points at the package being loaded, then the
 previous owner of the name is put back.
 
+A clean room is source. Before a load (in labctl's process, and again in the
+worker) the room is walked, never following a link and never deeper than
+MAX_DEPTH folders, and refused when it holds what Python could import without
+source or what no source tree holds: bytecode outside `__pycache__/`, compiled
+extensions, `.pth` files, importable archives, symbolic links, FIFOs, sockets,
+devices. The load itself imports `.py` files only, compiled from their source
+here: a `__pycache__/` (stale, or planted beside a stub) is never read.
+
 Standard library only: this runs in the process that holds a learner's code.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import importlib.util
 import inspect
 import itertools
 import json
 import keyword
+import os
+import stat
 import sys
+import threading
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
@@ -28,10 +41,21 @@ from labctl.i18n import Msg
 PACKAGE_PREFIX = "_labctl_clean_room_"
 _counter = itertools.count()
 _NEVER_ALIASED = {"numpy", "labctl", "labs", "torch"}
+# Deeper than any source tree; a walk stops there instead of recursing on.
+MAX_DEPTH = 32
+MAX_ENTRIES = 20_000
+_LISTED = 10
+# What the import system can load that is not source (every loader's suffixes but `.py`),
+# what `site` or zipimport reads, and archives a path entry could be.
+NOT_SOURCE = frozenset(
+    {s for s in importlib.machinery.all_suffixes() if s != ".py"}
+    | {".pyc", ".pyo", ".pyd", ".so", ".pth", ".egg-link", ".zip", ".egg", ".whl", ".pyz"}
+)
+CACHE_DIR = "__pycache__"
 
 
 def unique_name(path: Path) -> str:
-    tag = hashlib.sha256(str(path).encode("utf-8")).hexdigest()[:12]
+    tag = hashlib.sha256(os.fsencode(path)).hexdigest()[:12]
     return f"{PACKAGE_PREFIX}{tag}_{next(_counter)}"
 
 
@@ -63,8 +87,99 @@ def syntax_error(file: str, line: int | None, error: str) -> Msg:
 SYNTAX_ERROR = syntax_error("", 0, "")
 
 
+def shown_name(relative: str) -> str:
+    """A path inside the room as valid text: a name's undecodable bytes as `\\xNN`."""
+    return os.fsencode(relative).decode("utf-8", "backslashreplace")
+
+
+@dataclass
+class RoomFiles:
+    """What a walk of a clean room found: its `.py` files, and what a clean room must not hold."""
+
+    sources: list[Path] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (shown path, kind)
+
+
+def _kind(entry: os.DirEntry, in_cache: bool) -> str | None:
+    """Why `entry` (not a folder) has no place in a clean room, or None."""
+    if entry.is_symlink():
+        return "symlink"
+    mode = entry.stat(follow_symlinks=False).st_mode
+    if not stat.S_ISREG(mode):
+        return "special-file"
+    name = entry.name.lower()
+    if in_cache and name.endswith(".pyc"):
+        return None  # a cache the loader never reads
+    if any(name.endswith(suffix) for suffix in NOT_SOURCE):
+        return "not-source"
+    return None
+
+
+def walk_room(root: Path) -> RoomFiles:
+    """Every `.py` file under `root` and every entry refused, without following a link.
+
+    Iterative and bounded (MAX_DEPTH folders deep, MAX_ENTRIES entries), so a
+    folder nested past any recursion limit is one refused entry, not a crash.
+    """
+    found = RoomFiles()
+    pending: list[tuple[Path, int]] = [(root, 0)]
+    seen = 0
+    while pending:
+        folder, depth = pending.pop()
+        in_cache = folder.name == CACHE_DIR
+        try:
+            with os.scandir(folder) as entries:
+                listed = sorted(entries, key=lambda e: e.name)
+        except OSError as exc:
+            found.refused.append((shown_name(str(folder.relative_to(root))), exc.strerror or ""))
+            continue
+        for entry in listed:
+            seen += 1
+            relative = shown_name(os.path.relpath(entry.path, root))
+            if seen > MAX_ENTRIES:
+                found.refused.append((relative, "too-many-files"))
+                return found
+            if entry.is_dir(follow_symlinks=False):
+                if depth + 1 >= MAX_DEPTH:
+                    found.refused.append((relative, "too-deep"))
+                    continue
+                pending.append((Path(entry.path), depth + 1))
+                continue
+            kind = _kind(entry, in_cache)
+            if kind is not None:
+                found.refused.append((relative, kind))
+            elif entry.name.endswith(".py"):
+                found.sources.append(Path(entry.path))
+    found.sources.sort()
+    return found
+
+
+def source_files(root: Path) -> list[Path]:
+    """The `.py` files of a clean room, found without following a link (see `walk_room`)."""
+    return walk_room(root).sources
+
+
+def check_source_only(root: Path) -> None:
+    """Refuse a room that holds anything but source (see the module docstring)."""
+    refused = walk_room(root).refused
+    if not refused:
+        return
+    listed = "; ".join(f"{path} ({kind})" for path, kind in refused[:_LISTED])
+    more = len(refused) - _LISTED
+    raise CleanRoomError(
+        Msg(
+            "clean room {room} holds what is not source, refused: {listed}{more}; a clean room "
+            "is .py files (and data), no bytecode, binaries, links or special files",
+            room=shown_name(root.name),
+            listed=listed,
+            more=f"; … {more} more" if more > 0 else "",
+        )
+    )
+
+
 def resolve_package_dir(path: str | Path) -> Path:
-    """Check that `path` is a directory holding `__init__.py`; return it resolved."""
+    """Check that `path` is a directory holding `__init__.py` and only source; return it
+    resolved."""
     resolved = Path(path).resolve()
     if not resolved.exists():
         raise UsageError(Msg("clean room {path}: no such directory", path=str(path)))
@@ -74,7 +189,43 @@ def resolve_package_dir(path: str | Path) -> Path:
         raise CleanRoomError(
             Msg("clean room {path}: not a package (no __init__.py)", path=str(path))
         )
+    check_source_only(resolved)
     return resolved
+
+
+class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the `.py` file itself: no bytecode cache is read or written."""
+
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        return self.source_to_code(self.get_data(path), path)
+
+
+# Folders of loaded clean rooms: imports from them find `.py` files only (`_room_finder`).
+_ROOTS: set[str] = set()
+_HOOK_LOCK = threading.Lock()
+_source_finder = importlib.machinery.FileFinder.path_hook((SourceOnlyLoader, [".py"]))
+
+
+def _in_a_room(entry: str) -> bool:
+    return any(entry == r or entry.startswith(r + os.sep) for r in _ROOTS)
+
+
+def _room_finder(entry: str):
+    """The path hook of clean-room folders: a finder that knows `.py` and nothing else."""
+    if not _in_a_room(entry):
+        raise ImportError("not a clean-room folder")
+    return _source_finder(entry)
+
+
+def _source_only(root: Path) -> None:
+    """From now on, imports under `root` load source only, never a cache or a binary."""
+    with _HOOK_LOCK:
+        _ROOTS.add(str(root))
+        if _room_finder not in sys.path_hooks:
+            sys.path_hooks.insert(0, _room_finder)
+        for entry in [e for e in sys.path_importer_cache if _in_a_room(e)]:
+            del sys.path_importer_cache[entry]
 
 
 def load_package(path: str | Path, keep_alias: bool = False) -> ModuleType:
@@ -88,8 +239,10 @@ def load_package(path: str | Path, keep_alias: bool = False) -> ModuleType:
     """
     root = resolve_package_dir(path)
     name = unique_name(root)
+    _source_only(root)
+    init = root / "__init__.py"
     spec = importlib.util.spec_from_file_location(
-        name, root / "__init__.py", submodule_search_locations=[str(root)]
+        name, init, loader=SourceOnlyLoader(name, str(init)), submodule_search_locations=[str(root)]
     )
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

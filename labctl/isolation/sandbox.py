@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labctl import contract
+from labctl import contract, textsafe
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError
 from labctl.i18n import Msg
 from labctl.isolation import bwrap, limits, replies, wire
@@ -305,6 +305,10 @@ class CleanRoom:
             raise CallError(what, "crash", _crash_reason(code, exc) + note) from None
         except wire.WireError as exc:
             reply = exc
+        else:
+            # The worker's text is the learner's: a lone surrogate in it would stop every
+            # writer of a record or a terminal line that reads it later.
+            reply = textsafe.valid(reply)
         problem = (
             f"unreadable frame ({reply})"
             if isinstance(reply, wire.WireError)

@@ -22,6 +22,7 @@ from labctl import contract
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError, LabctlError
 from labctl.i18n import Msg
 from labctl.isolation import guard, resolve_isolation
+from labctl.isolation.loader import source_files
 from labctl.isolation.sandbox import CleanRoom
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
@@ -319,8 +320,7 @@ def observe(
     there).
     """
     seen = RoomObservation(root, isolation=resolve_isolation(isolation))
-    files = [p for p in root.rglob("*.py") if "__pycache__" not in p.parts]
-    seen.files_scanned = len(files)
+    seen.files_scanned = len(source_files(root))
     # Syntax errors are the loader's to report (a stray file that is never
     # imported does not stop a load); everything else the scan finds is a refusal.
     found = [v for v in guard.scan(root) if not v.what.startswith("syntax error")]
