@@ -33,9 +33,16 @@ def effective(requested: str) -> str:
 
     `--isolation sandbox` without a working sandbox is a UsageError (exit 2).
     """
-    from labctl.isolation import describe, resolve_isolation
+    from labctl.isolation import describe, missing_layers, resolve_isolation
 
     level = resolve_isolation(requested.lower())
     if level == "process":
         err.print(_("isolation: {level}").format(level=describe(level)), markup=False)
+    elif missing := missing_layers(level):
+        err.print(
+            _("isolation: sandbox without {layers} (labctl doctor says why)").format(
+                layers=", ".join(missing)
+            ),
+            markup=False,
+        )
     return level

@@ -20,13 +20,22 @@ def resolve_isolation(requested: str) -> str:
     if requested == "process":
         return "process"
     status = sandbox_status()
-    if status.works:
-        return "sandbox"
-    if requested == "sandbox":
+    if requested == "sandbox" and not status.works:
         raise UsageError(
             Msg("--isolation sandbox: no working sandbox: {reason}", reason=status.reason)
         )
-    return "process"
+    if requested == "sandbox" and status.missing:
+        reasons = "; ".join(f"{x.name}: {x.reason}" for x in status.layers if not x.works)
+        raise UsageError(
+            Msg("--isolation sandbox: the sandbox lacks a layer here: {reasons}", reasons=reasons)
+        )
+    return "sandbox" if status.works else "process"
+
+
+def missing_layers(level: str | None) -> list[str] | None:
+    """The sandbox layers a run at `level` went without (none: []); None for the process
+    level, which is no boundary at all, and for no run."""
+    return sandbox_status().missing if level == "sandbox" else None
 
 
 def describe(level: str) -> str:
@@ -41,6 +50,7 @@ __all__ = [
     "INSTALL_HINT",
     "ISOLATION_LEVELS",
     "describe",
+    "missing_layers",
     "resolve_isolation",
     "sandbox_status",
 ]
