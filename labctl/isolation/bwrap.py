@@ -233,8 +233,11 @@ def _system_binds() -> list[str]:
     runtime = Path(python_binary()).parent.parent
     if not runtime.is_relative_to("/usr"):
         args += [*_reachable(runtime), "--ro-bind", str(runtime), str(runtime)]
+    # Only what a bind above made visible: hiding a directory the sandbox does not hold
+    # would create it, and show its host path in /proc/self/mountinfo.
     for site in _site_dirs():
-        args += ["--tmpfs", site]
+        if Path(site).is_relative_to("/usr") or Path(site).is_relative_to(runtime):
+            args += ["--tmpfs", site]
     return args
 
 

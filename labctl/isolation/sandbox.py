@@ -289,7 +289,12 @@ class CleanRoom:
 
     def _reply(self, request: dict, timeout_s: float, deadline: float, what: str) -> dict:
         try:
-            reply = wire.read_frame(self._read, deadline)
+            reply = replies.read_counted(self._read, deadline)
+        except replies.OverBudget as exc:
+            self.close()  # the frame is left unread: this pipe is done
+            raise CallError(
+                what, "malformed", f"labctl's reply budget: {exc}{self._printed_note()}"
+            ) from None
         except wire.Timeout:
             self.close()
             note = self._printed_note()
