@@ -34,8 +34,11 @@ def effective(requested: str) -> str:
     `--isolation sandbox` without a working sandbox is a UsageError (exit 2).
     """
     from labctl.isolation import describe, missing_layers, resolve_isolation
+    from labctl.isolation.levels import require_every_layer
 
     level = resolve_isolation(requested.lower())
+    if requested.lower() == "sandbox":
+        require_every_layer()
     if level == "process":
         err.print(_("isolation: {level}").format(level=describe(level)), markup=False)
     elif missing := missing_layers(level):

@@ -20,16 +20,24 @@ def resolve_isolation(requested: str) -> str:
     if requested == "process":
         return "process"
     status = sandbox_status()
-    if requested == "sandbox" and not status.works:
+    if status.works:
+        return "sandbox"
+    if requested == "sandbox":
         raise UsageError(
             Msg("--isolation sandbox: no working sandbox: {reason}", reason=status.reason)
         )
-    if requested == "sandbox" and status.missing:
+    return "process"
+
+
+def require_every_layer() -> None:
+    """`--isolation sandbox` as a person asks for it: every layer, or a UsageError naming the
+    missing ones (`auto` runs without them, and says so)."""
+    status = sandbox_status()
+    if status.works and status.missing:
         reasons = "; ".join(f"{x.name}: {x.reason}" for x in status.layers if not x.works)
         raise UsageError(
             Msg("--isolation sandbox: the sandbox lacks a layer here: {reasons}", reasons=reasons)
         )
-    return "sandbox" if status.works else "process"
 
 
 def missing_layers(level: str | None) -> list[str] | None:
