@@ -63,15 +63,16 @@ _n = _libc.syscall({KEYCTL}, 11, _key, _buffer, 256)
 raise RuntimeError("PWNED: the keyring carried " + _buffer.raw[: max(_n, 0)].decode())
 """
 MEMFD = """
-_why = []
+_why, _held = [], []
 try:
-    _fd = os.memfd_create("hoard")
+    for _ in range({MIB} // 60):  # each memfd stays under RLIMIT_FSIZE (64 MiB)
+        _held.append(os.memfd_create("hoard"))
+        for _ in range(60):
+            os.write(_held[-1], b"x" * (1 << 20))
 except OSError as _e:
     _why.append(f"memfd_create refused ({_e.errno})")
 else:
-    for _ in range({MIB}):
-        os.write(_fd, b"x" * (1 << 20))
-    raise RuntimeError("PWNED: {MIB} MiB held in a memfd past the address-space limit")
+    raise RuntimeError(f"PWNED: {len(_held) * 60} MiB held in memfds past the limit")
 if _libc.shmget(0, 128 << 20, 0o1600) != -1:
     raise RuntimeError("PWNED: a System V segment, memory outside the address-space limit")
 _why.append(f"shmget refused ({_ct.get_errno()})")
