@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import struct
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from hostile.attacks import require_sandbox
@@ -254,3 +256,25 @@ def test_a_frame_past_the_budget_is_left_unread_and_an_admitted_one_released_on_
         replies.read_counted(read, None, budget)
     os.close(read)
     assert budget.held == 0
+
+
+def test_mountinfo_inside_shows_no_host_directory_the_sandbox_does_not_hold(tmp_path):
+    """Mount points are the sandbox's own places; a hiding tmpfs over a host directory the
+    sandbox never bound (a venv's site-packages) would show that host path."""
+    require_sandbox()
+    room = tmp_path / "room"
+    room.mkdir(mode=0o755)
+    fd = seccomp.program_fd()
+    code = "print(open('/proc/self/mountinfo').read())"
+    command = [*bwrap.command(room, {}, fd), bwrap.python_binary(), "-I", "-S", "-c", code]
+    try:
+        done = subprocess.run(command, pass_fds=(fd,), capture_output=True, text=True, timeout=60)
+    finally:
+        os.close(fd)
+    assert done.returncode == 0, done.stderr
+    runtime = str(Path(bwrap.python_binary()).parent.parent)
+    own = ("/usr", "/bin", "/sbin", "/lib", "/etc/", "/proc", "/dev", "/tmp", "/opt/labctl/")
+    points = [line.split()[4] for line in done.stdout.splitlines() if line.strip()]
+    assert "/opt/labctl/room/room" in points
+    strays = [p for p in points if p != "/" and not p.startswith((*own, runtime))]
+    assert strays == []
