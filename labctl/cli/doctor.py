@@ -11,8 +11,15 @@ import typer
 from rich.markup import escape
 
 from labctl.cli.render import out, print_json, verdict
-from labctl.i18n import _
+from labctl.i18n import N_, _
 
+# The sandbox's layers as a person reads them (JSON keeps the English names).
+LAYER_NAMES = {
+    "namespaces": N_("namespaces"),
+    "uid drop": N_("uid drop"),
+    "seccomp": N_("seccomp filter"),
+    "user namespaces disabled": N_("user namespaces disabled"),
+}
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
 
@@ -44,7 +51,14 @@ def facts() -> dict:
         "platform": sys.platform,
         "numpy": _version("numpy"),
         "torch": _version("torch"),
-        "sandbox": {"works": status.works, "reason": status.reason},
+        "sandbox": {
+            "works": status.works,
+            "reason": status.reason,
+            "layers": [
+                {"name": x.name, "works": x.works, "reason": x.reason} for x in status.layers
+            ],
+            "missing": status.missing,
+        },
         "isolation": {"auto": level, "shown": describe(level)},
         "figures": _figures(),
     }
@@ -64,7 +78,7 @@ def _figures_line(figures: dict) -> str:
 def doctor(json_: JsonFlag = False) -> None:
     """Python, numpy and torch versions; whether the sandbox works, and if not why and the fix."""
     found = facts()
-    ready = found["sandbox"]["works"]
+    ready = found["sandbox"]["works"] and not found["sandbox"]["missing"]
     if json_:
         print_json({"passed": ready, **found})
     else:
@@ -74,6 +88,12 @@ def doctor(json_: JsonFlag = False) -> None:
         out.print(
             f"{'sandbox':8} {verdict(ready)}  {escape(found['sandbox']['reason'])}", soft_wrap=True
         )
+        for layer in found["sandbox"]["layers"]:
+            shown = _(LAYER_NAMES[layer["name"]])
+            out.print(
+                f"  {escape(shown)}: {verdict(layer['works'])}  {escape(layer['reason'])}",
+                soft_wrap=True,
+            )
         out.print(
             f"{'isolation':8} "
             + _("--isolation auto runs learner code as: {level}").format(

@@ -33,9 +33,19 @@ def effective(requested: str) -> str:
 
     `--isolation sandbox` without a working sandbox is a UsageError (exit 2).
     """
-    from labctl.isolation import describe, resolve_isolation
+    from labctl.isolation import describe, missing_layers, resolve_isolation
+    from labctl.isolation.levels import require_every_layer
 
     level = resolve_isolation(requested.lower())
+    if requested.lower() == "sandbox":
+        require_every_layer()
     if level == "process":
         err.print(_("isolation: {level}").format(level=describe(level)), markup=False)
+    elif missing := missing_layers(level):
+        err.print(
+            _("isolation: sandbox without {layers} (labctl doctor says why)").format(
+                layers=", ".join(missing)
+            ),
+            markup=False,
+        )
     return level

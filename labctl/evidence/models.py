@@ -110,6 +110,11 @@ class LabctlInfo(Strict):
     # How the clean room's code was run: "sandbox" (an OS boundary) or "process"
     # (a worker process, not a security boundary); a grader can require "sandbox".
     isolation: Literal["sandbox", "process"] | None = None
+    # The sandbox's layers it ran without (`labctl doctor` lists them): [] when it had
+    # every one; None at the process level, which is no boundary.
+    isolation_missing: (
+        list[Literal["namespaces", "uid drop", "seccomp", "user namespaces disabled"]] | None
+    ) = None
     # The lab's parameters as run, and whether any differs from the lab's default.
     params: dict[str, int | float | str | bool] | None = None
     params_default: bool | None = None

@@ -17,6 +17,7 @@ from labctl import contract
 from labctl.evidence.environment import environment, head_commit, now_iso
 from labctl.evidence.models import Artifact, EvidenceRecord, LabctlInfo, License, MetricRecord
 from labctl.evidence.store import EvidenceStore
+from labctl.isolation.levels import missing_layers
 
 LICENSES = (
     License(
@@ -107,6 +108,7 @@ def machine_record(
             lab=lab,
             clean_room=clean_room,
             isolation=isolation,
+            isolation_missing=missing_layers(isolation),
             params=params,
             params_default=params_default,
             passed=passed,

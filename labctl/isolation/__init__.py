@@ -7,8 +7,9 @@ holds a clean room at that level. Importing this package is cheap: no numpy.
 from labctl.isolation.levels import (
     ISOLATION_LEVELS,
     describe,
+    missing_layers,
     resolve_isolation,
     sandbox_status,
 )
 
-__all__ = ["ISOLATION_LEVELS", "describe", "resolve_isolation", "sandbox_status"]
+__all__ = ["ISOLATION_LEVELS", "describe", "missing_layers", "resolve_isolation", "sandbox_status"]

@@ -10,6 +10,12 @@ inject into), and it dies with labctl. Started by root, the worker drops to the
 real uid 65534 before any learner code loads (no capabilities, and the process
 limit then holds: no fork); started by another user, it runs as uid 65534 in a
 user namespace, mapped to that user.
+
+Inside both, a seccomp filter (`seccomp`) refuses new namespaces, mounts, the
+kernel keyring, debugging other processes and memory that RLIMIT_AS does not
+count; without root, bwrap's `--disable-userns` also forbids a nested user
+namespace. Each of these layers is measured inside a probe sandbox
+(`sandbox_status().layers`), never assumed from the command line.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from __future__ import annotations
 import atexit
 import functools
 import importlib.util
+import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -27,6 +35,8 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+
+from labctl.isolation import seccomp
 
 ENV_BWRAP = "LABCTL_BWRAP"  # another bwrap binary, or a missing path to test the fallback
 INSTALL_HINT = (
@@ -45,15 +55,35 @@ STAGED = (
     "isolation/guard.py",
     "isolation/limits.py",
     "isolation/loader.py",
+    "isolation/seccomp.py",
     "isolation/wire.py",
     "isolation/worker.py",
 )
 
 
+# The layers of the sandbox, each measured by the probe.
+LAYERS = ("namespaces", "uid drop", "seccomp", "user namespaces disabled")
+
+
 @dataclass(frozen=True)
-class SandboxStatus:
+class Layer:
+    name: str
     works: bool
     reason: str
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    works: bool  # bwrap starts the worker's interpreter with numpy
+    reason: str
+    layers: tuple[Layer, ...] = ()
+
+    @property
+    def missing(self) -> list[str]:
+        """The layers a working sandbox lacks here (every layer when it does not start)."""
+        if not self.works:
+            return list(LAYERS)
+        return [layer.name for layer in self.layers if not layer.works]
 
 
 @functools.cache
@@ -172,7 +202,21 @@ def _namespaces() -> list[str]:
             "--cap-add",
             "CAP_SETGID",
         ]
-    return ["--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534"]
+    args = ["--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534"]
+    binary = bwrap_binary()
+    if binary is not None and _supports(binary, "--disable-userns"):
+        args.append("--disable-userns")
+    return args
+
+
+@functools.cache
+def _supports(binary: str, option: str) -> bool:
+    """Whether this bwrap knows `option` (--disable-userns came with 0.8)."""
+    try:
+        done = subprocess.run([binary, "--help"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return option.encode() in done.stdout
 
 
 def _system_binds() -> list[str]:
@@ -189,13 +233,19 @@ def _system_binds() -> list[str]:
     runtime = Path(python_binary()).parent.parent
     if not runtime.is_relative_to("/usr"):
         args += [*_reachable(runtime), "--ro-bind", str(runtime), str(runtime)]
+    # Only what a bind above made visible: hiding a directory the sandbox does not hold
+    # would create it, and show its host path in /proc/self/mountinfo.
     for site in _site_dirs():
-        args += ["--tmpfs", site]
+        if Path(site).is_relative_to("/usr") or Path(site).is_relative_to(runtime):
+            args += ["--tmpfs", site]
     return args
 
 
-def command(room: Path, env: dict[str, str]) -> list[str]:
-    """The bwrap command line that runs the worker's interpreter on `room` (resolved)."""
+def command(room: Path, env: dict[str, str], seccomp_fd: int | None = None) -> list[str]:
+    """The bwrap command line that runs the worker's interpreter on `room` (resolved).
+
+    `seccomp_fd` (from `seccomp.program_fd()`, passed to the child) holds the filter.
+    """
     numpy = numpy_dir()
     args = [
         bwrap_binary() or "bwrap",
@@ -229,6 +279,11 @@ def command(room: Path, env: dict[str, str]) -> list[str]:
         args += ["--ro-bind", str(libs), f"{SITE}/numpy.libs"]
     args += ["--ro-bind", str(staged_worker()), WORKER]
     args += ["--ro-bind", str(room), f"{ROOM_PARENT}/{room.name}", "--chdir", ROOM_PARENT]
+    # In a user namespace the root and /dev tmpfs belong to the sandbox's own uid: unbounded
+    # memory to write into, unless read-only (the private /tmp stays writable, 64 MiB).
+    args += ["--remount-ro", "/dev", "--remount-ro", "/"]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     args += ["--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]
@@ -274,6 +329,16 @@ def sandbox_status() -> SandboxStatus:
     return _probe()
 
 
+_PROBE = (
+    "import json, sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; "
+    "from labctl.isolation import limits; "
+    "privileges = limits.drop_privileges([__import__('pathlib').Path(p) for p in sys.argv[3:]]); "
+    "found = limits.measure_layers(); "
+    "import numpy, labctl.isolation.worker; "
+    "print(json.dumps({**found, 'privileges': privileges}))"
+)
+
+
 def _probe() -> SandboxStatus:
     if not sys.platform.startswith("linux"):
         return SandboxStatus(False, f"bubblewrap needs Linux (this is {sys.platform})")
@@ -281,21 +346,91 @@ def _probe() -> SandboxStatus:
     if binary is None or not Path(binary).is_file():
         return SandboxStatus(False, f"bwrap is not installed; {INSTALL_HINT}")
     probe = Path(tempfile.mkdtemp(prefix="labctl-probe-"))
+    probe.chmod(0o755)  # the probe drops to uid 65534 as the worker does, and must read it
+    fd = seccomp.program_fd()
     try:
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}
-        code = f"import sys; sys.path[:0] = [{SITE!r}, {WORKER!r}]; import numpy, labctl.isolation.worker"
+        needed = [sysconfig.get_paths()["stdlib"], room_path(probe)]
         done = subprocess.run(
-            [*command(probe, env), python_binary(), "-I", "-S", "-c", code],
+            [
+                *command(probe, env, fd),
+                python_binary(),
+                "-I",
+                "-S",
+                "-c",
+                _PROBE,
+                SITE,
+                WORKER,
+                *needed,
+            ],
             capture_output=True,
             timeout=30,
             stdin=subprocess.DEVNULL,
+            pass_fds=() if fd is None else (fd,),
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return SandboxStatus(False, f"bwrap could not start: {exc}; {INSTALL_HINT}")
     finally:
+        if fd is not None:
+            os.close(fd)
         shutil.rmtree(probe, ignore_errors=True)
     if done.returncode != 0:
         lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
         why = lines[-1] if lines else f"exit code {done.returncode}"
         return SandboxStatus(False, f"bwrap cannot start a sandbox here: {why}; {INSTALL_HINT}")
-    return SandboxStatus(True, f"bubblewrap works ({binary})")
+    return SandboxStatus(True, f"bubblewrap works ({binary})", judge_layers(done.stdout))
+
+
+def judge_layers(report: bytes) -> tuple[Layer, ...]:
+    """Each layer from what the probe measured inside, against labctl's own namespaces."""
+    try:
+        found = json.loads(report.decode("utf-8", "replace").strip().splitlines()[-1])
+        inside = found["namespaces"]
+        uid, caps = int(found["uid"]), str(found["caps"])
+        refused = {key: found[key] for key in ("keyctl", "memfd_create", "unshare_user")}
+        filtered = bool(found["seccomp"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return tuple(Layer(name, False, "the probe reported nothing readable") for name in LAYERS)
+    from labctl.isolation.limits import NAMESPACES
+
+    own = {name: _own_namespace(name) for name in NAMESPACES}
+    shared = [name for name in NAMESPACES if not own[name] or inside.get(name) == own[name]]
+    namespaces = (
+        Layer("namespaces", True, "own mount, PID, network, IPC and UTS namespaces")
+        if not shared
+        else Layer("namespaces", False, "shares labctl's namespaces: " + ", ".join(shared))
+    )
+    dropped = uid != 0 and caps.strip("0") == ""
+    uid_drop = Layer("uid drop", dropped, f"uid {uid}, capabilities {caps or 'unknown'}")
+    if seccomp.machine() is None:
+        why = f"no seccomp table for this architecture ({platform.machine()})"
+        filter_layer = Layer("seccomp", False, why)
+    elif not filtered:
+        filter_layer = Layer("seccomp", False, "no seccomp filter in force inside the sandbox")
+    elif refused["keyctl"] != "EPERM" or refused["memfd_create"] != "EPERM":
+        why = f"the filter let through keyctl ({refused['keyctl']}), memfd_create ({refused['memfd_create']})"
+        filter_layer = Layer("seccomp", False, why)
+    else:
+        filter_layer = Layer("seccomp", True, "filter in force: keyctl and memfd_create refused")
+    by = (
+        "--disable-userns and the seccomp filter"
+        if "--disable-userns" in _namespaces()
+        else "the seccomp filter"
+    )
+    userns = (
+        Layer("user namespaces disabled", False, "unshare(CLONE_NEWUSER) succeeded inside")
+        if refused["unshare_user"] == "allowed"
+        else Layer(
+            "user namespaces disabled",
+            True,
+            f"unshare(CLONE_NEWUSER) refused ({refused['unshare_user']}) by {by}",
+        )
+    )
+    return (namespaces, uid_drop, filter_layer, userns)
+
+
+def _own_namespace(name: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/ns/{name}")
+    except OSError:
+        return ""

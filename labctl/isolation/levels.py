@@ -29,6 +29,23 @@ def resolve_isolation(requested: str) -> str:
     return "process"
 
 
+def require_every_layer() -> None:
+    """`--isolation sandbox` as a person asks for it: every layer, or a UsageError naming the
+    missing ones (`auto` runs without them, and says so)."""
+    status = sandbox_status()
+    if status.works and status.missing:
+        reasons = "; ".join(f"{x.name}: {x.reason}" for x in status.layers if not x.works)
+        raise UsageError(
+            Msg("--isolation sandbox: the sandbox lacks a layer here: {reasons}", reasons=reasons)
+        )
+
+
+def missing_layers(level: str | None) -> list[str] | None:
+    """The sandbox layers a run at `level` went without (none: []); None for the process
+    level, which is no boundary at all, and for no run."""
+    return sandbox_status().missing if level == "sandbox" else None
+
+
 def describe(level: str) -> str:
     """How a level is shown to a person: the fallback says plainly what it is not."""
     if level == "process":
@@ -41,6 +58,7 @@ __all__ = [
     "INSTALL_HINT",
     "ISOLATION_LEVELS",
     "describe",
+    "missing_layers",
     "resolve_isolation",
     "sandbox_status",
 ]

@@ -9,13 +9,23 @@ arguments as they came back are compared with the ones labctl sent.
 
 from __future__ import annotations
 
+import gc
 import math
 import re
+import threading
+import weakref
 from typing import Any
 
 import numpy as np
 
+from labctl.isolation import wire
+
 MALFORMED = "the clean room's process sent a malformed reply"
+# The reply bytes labctl's process holds at once, every clean room together. Measured: a
+# verify with its metrics holds at most 12 MiB at once, `labctl run all` 12 MiB; 512 MiB is
+# two frames at wire's cap, so a legitimate run never meets it, and labctl's own memory
+# stays bounded however many calls return the most.
+REPLY_BUDGET_BYTES = 512 << 20
 ERROR_KINDS = frozenset({"exception", "missing", "unsupported-return", "protocol"})
 LOAD_ERROR_KINDS = frozenset({"import-policy", "load", "protocol"})
 _SHOWN_OUTPUT = 300
@@ -161,3 +171,81 @@ def printable(text: str, dropped: int = 0) -> str:
         dropped += len(text) - _SHOWN_OUTPUT
         text = text[:_SHOWN_OUTPUT]
     return f"{text} … ({dropped} more characters)" if dropped else text
+
+
+class OverBudget(Exception):
+    """A reply that would take labctl's held replies past the budget."""
+
+
+class ReplyBudget:
+    """The bytes of replies still alive in labctl's process, at most `limit`.
+
+    A frame's arrays are views of its one buffer, so the frame's whole length is held
+    until the last array decoded from it is collected (a finalizer per array says so).
+    """
+
+    def __init__(self, limit: int = REPLY_BUDGET_BYTES):
+        self.limit = limit
+        self.held = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+
+    def admit(self, nbytes: int) -> None:
+        """Reserve `nbytes` for a frame about to be read; raise OverBudget past the limit."""
+        with self._lock:
+            fits = self.held + nbytes <= self.limit
+        if not fits:
+            gc.collect()  # replies in reference cycles, kept by nothing else
+        with self._lock:
+            if self.held + nbytes > self.limit:
+                raise OverBudget(
+                    f"a reply of {nbytes / 2**20:.0f} MiB while labctl holds "
+                    f"{self.held / 2**20:.0f} MiB of this run's replies (at most "
+                    f"{self.limit / 2**20:.0f} MiB)"
+                )
+            self.held += nbytes
+            self.peak = max(self.peak, self.held)
+
+    def hold(self, value: Any, nbytes: int) -> None:
+        """`value`, decoded from an admitted frame of `nbytes`, keeps them until its arrays go."""
+        found = [array for _, array in arrays(value)]
+        if not found:
+            self.release(nbytes)
+            return
+        left = [len(found)]
+
+        def one_gone() -> None:
+            with self._lock:
+                left[0] -= 1
+                done = left[0] == 0
+            if done:
+                self.release(nbytes)
+
+        for array in found:
+            weakref.finalize(array, one_gone)
+
+    def release(self, nbytes: int) -> None:
+        with self._lock:
+            self.held -= nbytes
+
+
+BUDGET = ReplyBudget()
+
+
+def read_counted(fd: int, deadline: float | None = None, budget: ReplyBudget = BUDGET) -> Any:
+    """The next frame on `fd`, its bytes counted against `budget` while its arrays live;
+    OverBudget (the frame left unread) past the budget."""
+    admitted: list[int] = []
+
+    def admit(length: int) -> None:
+        budget.admit(length)
+        admitted.append(length)
+
+    try:
+        reply = wire.read_frame(fd, deadline, admit)
+    except BaseException:
+        if admitted:
+            budget.release(admitted[0])
+        raise
+    budget.hold(reply, admitted[0])
+    return reply

@@ -30,7 +30,7 @@ from typing import Any
 from labctl import contract, textsafe
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError
 from labctl.i18n import Msg
-from labctl.isolation import bwrap, limits, replies, wire
+from labctl.isolation import bwrap, limits, replies, seccomp, wire
 from labctl.isolation.levels import resolve_isolation
 from labctl.isolation.loader import resolve_package_dir, syntax_error
 from labctl.isolation.orphans import LIVE, SPAWN, sweep_orphans
@@ -154,7 +154,7 @@ class CleanRoom:
 
     # -- process lifetime -------------------------------------------------
 
-    def _command(self, to_child_r: int, from_child_w: int) -> tuple[list[str], str]:
+    def _command(self, to_child_r: int, from_child_w: int, filter_fd: int | None):
         fds = [str(to_child_r), str(from_child_w), str(self.memory_mb)]
         if self.isolation == "sandbox":
             boot = [bwrap.python_binary(), "-I", "-S", "-c", _BOOT, bwrap.SITE, bwrap.WORKER]
@@ -163,7 +163,8 @@ class CleanRoom:
                 self._copy = bwrap.copy_room(self.path)
             inside = bwrap.room_path(self._copy)
             needed = [sysconfig.get_paths()["stdlib"], inside]
-            return [*bwrap.command(self._copy, env), *boot, *fds, "0", *needed], inside
+            sandbox = bwrap.command(self._copy, env, filter_fd)
+            return [*sandbox, *boot, *fds, "0", *needed], inside
         staged = str(bwrap.staged_worker())
         needed = [sysconfig.get_paths()["stdlib"], str(bwrap.numpy_dir()), str(self.path), staged]
         # -S: no site-packages on its path, only the staged numpy and worker modules.
@@ -176,13 +177,16 @@ class CleanRoom:
         _widen(to_child_w)
         _widen(from_child_w)
         output_r, output_w = os.pipe()
-        command, room_path = self._command(to_child_r, from_child_w)
+        # The filter bwrap loads; at the process level the worker loads it on itself.
+        filter_fd = seccomp.program_fd() if self.isolation == "sandbox" else None
+        extra = () if filter_fd is None else (filter_fd,)
+        command, room_path = self._command(to_child_r, from_child_w, filter_fd)
         try:
             with SPAWN:
                 self._proc = _SPAWNER.submit(
                     subprocess.Popen,
                     command,
-                    pass_fds=(to_child_r, from_child_w),
+                    pass_fds=(to_child_r, from_child_w, *extra),
                     stdin=subprocess.DEVNULL,
                     stdout=output_w,
                     stderr=output_w,
@@ -192,7 +196,7 @@ class CleanRoom:
                 ).result()
                 LIVE.add(self._proc.pid)
         finally:
-            for fd in (to_child_r, from_child_w, output_w):
+            for fd in (to_child_r, from_child_w, output_w, *extra):
                 os.close(fd)
         self._write, self._read = to_child_w, from_child_r
         self._output = _Output(output_r)
@@ -285,7 +289,12 @@ class CleanRoom:
 
     def _reply(self, request: dict, timeout_s: float, deadline: float, what: str) -> dict:
         try:
-            reply = wire.read_frame(self._read, deadline)
+            reply = replies.read_counted(self._read, deadline)
+        except replies.OverBudget as exc:
+            self.close()  # the frame is left unread: this pipe is done
+            raise CallError(
+                what, "malformed", f"labctl's reply budget: {exc}{self._printed_note()}"
+            ) from None
         except wire.Timeout:
             self.close()
             note = self._printed_note()

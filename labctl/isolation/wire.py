@@ -17,6 +17,7 @@ import os
 import select
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,8 +184,14 @@ def read_exactly(fd: int, n: int, deadline: float | None = None) -> bytearray:
     return buffer
 
 
-def read_frame(fd: int, deadline: float | None = None) -> Any:
+def read_frame(
+    fd: int, deadline: float | None = None, admit: Callable[[int], None] | None = None
+) -> Any:
+    """The next frame's value; `admit` sees its length before the body is read, and may
+    raise to leave it unread (the caller then closes the pipe)."""
     (length,) = struct.unpack(">Q", read_exactly(fd, 8, deadline))
     if length > MAX_FRAME_BYTES:
         raise WireError(f"frame of {length} bytes exceeds the {MAX_FRAME_BYTES} byte limit")
+    if admit is not None:
+        admit(length)
     return decode(read_exactly(fd, length, deadline))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from labctl.errors import LabctlError
 from labctl.i18n import Msg
-from labctl.isolation import guard, limits, loader, wire
+from labctl.isolation import guard, limits, loader, seccomp, wire
 
 _MESSAGE_LIMIT = 500
 
@@ -126,6 +126,8 @@ def main(argv: list[str]) -> None:
         limits.die_with_parent(parent_pid)
     privileges = limits.drop_privileges(needed)
     limits.apply_rlimits(memory_mb)
+    if not seccomp.in_force():  # the process level: bwrap has not loaded the filter
+        seccomp.install()
     worker = Worker(privileges)
     while True:
         try:

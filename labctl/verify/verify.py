@@ -401,8 +401,8 @@ def write_evidence(report: VerifyReport, out: Path) -> None:
         wall_time_s=report.wall_time_s,
         verified_at=report.verified_at,
         clean_room=report.path,
+        isolation=report.isolation or None,
     )
-    record.labctl.isolation = report.isolation
     paths = store.write_record(folder, stem, record)
     report.records = [*paths, artifact_path]
     store.point_manifest(
