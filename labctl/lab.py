@@ -195,18 +195,19 @@ class Implementation:
     def measured(
         self, fn: str, *args: Any, want_value: bool = True, **kwargs: Any
     ) -> tuple[Any, int | None]:
-        """The value and the call's peak memory in bytes, measured where the code runs.
+        """The value and the call's peak memory in bytes, measured out of the code's reach.
 
-        A clean room measures inside its worker (tracemalloc); `want_value=False`
-        leaves its value there (None here), for a call made only for its memory. An
-        in-process target may come with its own `meter(fn, *args)` (the torch
-        reference does: tracemalloc does not see torch's allocator); otherwise
-        tracemalloc here.
+        A clean room's is its worker's peak resident memory during the call, read by
+        labctl from outside the worker (`labctl.isolation.peak`), never a figure the
+        worker reports; `want_value=False` leaves its value there (None here), for a
+        call made only for its memory. An in-process target is labctl's own code: it
+        may come with its own `meter(fn, *args)` (the torch reference does:
+        tracemalloc does not see torch's allocator); otherwise tracemalloc here.
         """
         invoke = getattr(self._target, "invoke", None)
         if invoke is not None:
             result = invoke(
-                fn, *args, trace_memory=True, echo_args=False, want_value=want_value, **kwargs
+                fn, *args, measure_memory=True, echo_args=False, want_value=want_value, **kwargs
             )
             return result.value, result.peak_bytes
         if self._meter is not None:
