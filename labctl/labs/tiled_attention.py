@@ -24,7 +24,16 @@ from pydantic import Field
 
 from labctl.course import HANDS_ON, PARTS, Section
 from labctl.i18n import N_, Msg
-from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
+from labctl.lab import (
+    Lab,
+    LabContext,
+    LabOutput,
+    LabParams,
+    Metric,
+    Note,
+    TableFigure,
+    reference_max_error,
+)
 
 CHAPTER_SCORES = (2.0, 1.0, 0.5, 3.0)  # 手撕与注意力机制 §7.5.3
 MEMORY_T = 4096  # the length the memory claim is judged at
@@ -86,6 +95,15 @@ METRICS = (
         reproduce_abs=0.0, reproduce_rel=0.05,
     ),
     Metric(
+        "tiled_reference_max_error", "abs", "<=1e-10",
+        N_("float64 clean room vs reference on the same inputs: tiled_attention and "
+           "scaled_dot_product_attention over the float64 configurations of the exactness row"),
+        impls=("both",),
+        why=N_("two float64 implementations of one formula differ by rounding only (~1e-15); "
+               "the exactness rows compare tiled_attention with the room's own full attention, "
+               "so a room whose two functions both return q would pass them"),
+    ),
+    Metric(
         "causal_tiles_skipped_error", "tiles", "==0",
         N_("(query tile, key tile) pairs whose causal mask is blocked everywhere, counted on "
            "the implementation's causal_mask (Tq = 48, Tk = 64, tiles of 8), minus the count "
@@ -135,8 +153,11 @@ def _chapter_vector(impl, scores: np.ndarray) -> list[np.ndarray]:
     ]
 
 
-def _accuracy(impl, rng, p: Params, dtype) -> tuple[float, float]:
-    """Max |tiled - full| over the configurations, and the fraction of bit-identical outputs."""
+def _accuracy(impl, rng, p: Params, dtype, outputs: list | None = None) -> tuple[float, float]:
+    """Max |tiled - full| over the configurations, and the fraction of bit-identical outputs.
+
+    Every full and tiled output is appended to `outputs` when given.
+    """
     worst, same, total = 0.0, 0, 0
     for Tq in (p.Tq, p.Tk):
         q = rng.standard_normal((1, p.H, Tq, p.D)).astype(dtype)  # (B, H, Tq, D)
@@ -147,6 +168,8 @@ def _accuracy(impl, rng, p: Params, dtype) -> tuple[float, float]:
             full, _ = impl.scaled_dot_product_attention(q, k, v, mask)
             for block in p.block_sizes:
                 tiled = impl.tiled_attention(q, k, v, block, causal)
+                if outputs is not None:
+                    outputs += [full, tiled]
                 worst = max(worst, float(np.max(np.abs(tiled - full))))
                 same += int(np.sum(tiled == full))
                 total += full.size
@@ -176,8 +199,9 @@ def run(ctx: LabContext) -> LabOutput:
     scores = np.array(CHAPTER_SCORES)
     one_shot = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
     output = LabOutput()
-    prefixes, accuracy, memory, tiles = {}, {}, {}, {}
+    prefixes, accuracy, memory, tiles, outputs = {}, {}, {}, {}, {}
     for name, impl in ctx.impls.items():
+        outputs[name] = []
         rng = np.random.default_rng(ctx.seed)
         prefixes[name] = _chapter_vector(impl, scores)
         output.add(
@@ -186,7 +210,8 @@ def run(ctx: LabContext) -> LabOutput:
             float(np.max(np.abs(prefixes[name][-1] - one_shot))),
         )
         for dtype in (np.float64, np.float32):
-            error, identical = _accuracy(impl, rng, p, dtype)
+            kept = outputs[name] if dtype is np.float64 else None
+            error, identical = _accuracy(impl, rng, p, dtype, kept)
             accuracy[name, dtype.__name__] = (error, identical)
             output.add(f"tiled_vs_naive_max_error[{dtype.__name__}]", name, error)
         memory[name] = _memory(impl, rng, p)
@@ -196,6 +221,9 @@ def run(ctx: LabContext) -> LabOutput:
         defined = skipped_tiles(np.arange(Tk)[None, :] > (Tk - Tq) + np.arange(Tq)[:, None], p.tile)
         tiles[name] = {(Tq, Tk): counted, (64, 64): skipped_tiles(impl.causal_mask(64), p.tile)}
         output.add("causal_tiles_skipped_error", name, abs(counted - defined))
+    if ctx.both:
+        error = reference_max_error(outputs["reference"], outputs["clean-room"])
+        output.add("tiled_reference_max_error", "both", error)
     output.figures += _figures(p, scores, one_shot, prefixes, accuracy, memory, tiles)
     return output
 
