@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from labctl.course import Section
@@ -71,6 +72,28 @@ def tolerance_key(expr: str) -> tuple:
 def satisfies(actual: float, expected: str) -> bool:
     """True when `actual` is a finite number inside `expected`."""
     return math.isfinite(actual) and parse_expected(expected)(actual)
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    """numerator / denominator; infinite over 0 (a garbage room's zeros), which no bound passes."""
+    return numerator / denominator if denominator else math.inf
+
+
+def reference_max_error(reference: list, room: list) -> float:
+    """Max |room - reference| over outputs made on the same inputs, in the same order.
+
+    Infinite where the counts or a shape differ: an answer of another shape is as far
+    from the reference's as can be, and never passes a bound.
+    """
+    if not reference or len(reference) != len(room):
+        return math.inf
+    worst = 0.0
+    for want, got in zip(reference, room, strict=True):
+        want, got = np.asarray(want, dtype=float), np.asarray(got, dtype=float)
+        if want.shape != got.shape:
+            return math.inf
+        worst = max(worst, float(np.max(np.abs(want - got), initial=0.0)))
+    return worst
 
 
 @dataclass(frozen=True)
@@ -195,18 +218,19 @@ class Implementation:
     def measured(
         self, fn: str, *args: Any, want_value: bool = True, **kwargs: Any
     ) -> tuple[Any, int | None]:
-        """The value and the call's peak memory in bytes, measured where the code runs.
+        """The value and the call's peak memory in bytes, measured out of the code's reach.
 
-        A clean room measures inside its worker (tracemalloc); `want_value=False`
-        leaves its value there (None here), for a call made only for its memory. An
-        in-process target may come with its own `meter(fn, *args)` (the torch
-        reference does: tracemalloc does not see torch's allocator); otherwise
-        tracemalloc here.
+        A clean room's is its worker's peak resident memory during the call, read by
+        labctl from outside the worker (`labctl.isolation.peak`), never a figure the
+        worker reports; `want_value=False` leaves its value there (None here), for a
+        call made only for its memory. An in-process target is labctl's own code: it
+        may come with its own `meter(fn, *args)` (the torch reference does:
+        tracemalloc does not see torch's allocator); otherwise tracemalloc here.
         """
         invoke = getattr(self._target, "invoke", None)
         if invoke is not None:
             result = invoke(
-                fn, *args, trace_memory=True, echo_args=False, want_value=want_value, **kwargs
+                fn, *args, measure_memory=True, echo_args=False, want_value=want_value, **kwargs
             )
             return result.value, result.peak_bytes
         if self._meter is not None:

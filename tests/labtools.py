@@ -107,8 +107,8 @@ class Recorded:
 
         return call
 
-    def invoke(self, fn, *args, trace_memory, echo_args, want_value, **kwargs):
-        assert trace_memory is True and echo_args is False
+    def invoke(self, fn, *args, measure_memory, echo_args, want_value, **kwargs):
+        assert measure_memory is True and echo_args is False
         self.calls.append((fn, args, {**kwargs, "want_value": want_value}))
         value, peak = peak_bytes(getattr(reference, fn), *args, **kwargs)
         return SimpleNamespace(value=value if want_value else None, peak_bytes=peak)

@@ -19,6 +19,7 @@ FULL = "gqa_full_kv_vs_mha_max_error"
 ORDER = "gqa_head_order_vs_torch_max_error"
 POOL = "gqa_meanpool_error_ratio"
 BYTES = "gqa_kv_bytes_llama2_70b_error"
+REFERENCE = "gqa_reference_max_error"
 LLAMA_BYTES = 2 * 4096 * 8 * 128 * 2 * 80  # 手撕 §7.4's expression, evaluated here
 
 
@@ -149,7 +150,9 @@ def test_same_seed_same_values_other_seed_other_values():
 
 def test_cli_run_json(tmp_path, monkeypatch):
     lab, _ = cli_run_json("gqa", tmp_path, monkeypatch)
-    assert {m["name"] for m in lab["metrics"]} == {FULL, ORDER, POOL, BYTES}
+    assert {m["name"] for m in lab["metrics"]} == {FULL, ORDER, POOL, BYTES, REFERENCE}
+    (compared,) = [m for m in lab["metrics"] if m["name"] == REFERENCE]
+    assert compared["impl"] == "both" and compared["actual"] <= 1e-13  # float64 rounding
     assert any("~10.7 GB" in note["text"] and note["flag"] for note in lab["notes"])
 
 

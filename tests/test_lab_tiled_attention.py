@@ -1,4 +1,4 @@
-"""Lab `tiled-attention`: the online softmax, exactness, memory measured where the code runs.
+"""Lab `tiled-attention`: the online softmax, exactness, memory measured out of the room's reach.
 
 Faulty clean rooms are written into tmp_path; evidence goes under tmp_path too.
 """
@@ -15,11 +15,14 @@ from labtools import ROOM, Recorded, faulty_room, rows, run, values
 from labctl import reference
 from labctl.faults.inference import TILED_MATERIALIZED
 from labctl.isolation.sandbox import CleanRoom
-from labctl.lab import Implementation
+from labctl.lab import Implementation, satisfies
 from labctl.labs.tiled_attention import (
+    FULL_CAP_MATRICES,
     LAB,
+    MEMORY_T,
     Params,
     _accuracy,
+    memory_ratio,
     online_softmax_steps,
     skipped_tiles,
 )
@@ -82,13 +85,13 @@ def test_a_reversed_causal_mask_fails_the_tile_count(tmp_path):
     assert got[(SOFTMAX, "clean-room")].passed
 
 
-def test_the_worker_measures_peak_memory_only_when_asked():
-    x = np.random.default_rng(0).standard_normal((1, 1, 256, 8))
+def test_labctl_measures_the_worker_s_peak_memory_only_when_asked():
+    x = np.random.default_rng(0).standard_normal((1, 1, 512, 8))
     with CleanRoom(ROOM) as room:
         plain = room.invoke("scaled_dot_product_attention", x, x, x)
-        traced = room.invoke("scaled_dot_product_attention", x, x, x, trace_memory=True)
+        measured = room.invoke("scaled_dot_product_attention", x, x, x, measure_memory=True)
     assert plain.peak_bytes is None
-    assert traced.peak_bytes >= 256 * 256 * 8  # at least the (T, T) float64 weights it returns
+    assert measured.peak_bytes >= 512 * 512 * 8  # at least the (T, T) float64 weights it returns
 
 
 def test_same_seed_same_values():
@@ -215,3 +218,11 @@ def test_the_tile_table_shows_each_implementation_s_own_counts():
     result, _ = recorded_run()
     (table,) = [f for f in result.figures if getattr(f, "columns", ())[:3] == ("Tq", "Tk", "tiles")]
     assert [row[:4] for row in table.rows] == [("48", "64", "48", "15"), ("64", "64", "64", "28")]
+
+
+def test_a_full_attention_made_to_hold_more_cannot_shrink_the_ratio():
+    """A room whose full attention pads itself to 10 GiB, and whose tiled one builds (T, T)."""
+    matrix = MEMORY_T * MEMORY_T * 4
+    assert memory_ratio(10 << 30, matrix) == pytest.approx(1 / FULL_CAP_MATRICES)
+    assert not satisfies(memory_ratio(10 << 30, matrix), LAB.metric(MEMORY).expected)
+    assert memory_ratio(3 * matrix, matrix) == pytest.approx(1 / 3)  # under the cap: as measured

@@ -240,7 +240,7 @@ def test_without_echo_the_arguments_stay_behind_and_the_value_still_comes(echo_r
 
 def test_a_call_made_for_its_memory_leaves_the_value_behind(echo_room):
     x = np.ones((64, 64))
-    result = echo_room.invoke("softmax", x, trace_memory=True, want_value=False)
+    result = echo_room.invoke("softmax", x, measure_memory=True, want_value=False)
     assert result.value is None
     assert result.peak_bytes is not None and result.peak_bytes >= 0
 

@@ -211,7 +211,7 @@ def test_timed_measures_an_in_process_call_itself():
         impl.no_such_function  # noqa: B018
 
 
-def test_measured_asks_the_worker_for_the_peak_and_for_the_value_unless_told():
+def test_measured_asks_labctl_s_meter_for_the_peak_and_the_worker_for_the_value_unless_told():
     worker = _Worker()
     impl = Implementation("clean-room", worker)
     assert impl.measured("softmax", 1, axis=0) == (("from", "softmax"), 4096)
@@ -220,9 +220,9 @@ def test_measured_asks_the_worker_for_the_peak_and_for_the_value_unless_told():
         (
             "softmax",
             (1,),
-            {"trace_memory": True, "echo_args": False, "want_value": True, "axis": 0},
+            {"measure_memory": True, "echo_args": False, "want_value": True, "axis": 0},
         ),
-        ("softmax", (2,), {"trace_memory": True, "echo_args": False, "want_value": False}),
+        ("softmax", (2,), {"measure_memory": True, "echo_args": False, "want_value": False}),
     ]
 
 

@@ -79,11 +79,6 @@ def problem(reply: Any, request: dict) -> str | None:
     elapsed = reply.get("elapsed_s")
     if type(elapsed) is not float or not math.isfinite(elapsed) or elapsed < 0:
         return "a compute time that is not a finite number of seconds"
-    peak = reply.get("peak_bytes")
-    if peak is not None and (type(peak) is not int or peak < 0):
-        return "a peak memory that is not a byte count"
-    if peak is None and request.get("trace_memory"):
-        return "no peak memory where it was asked for"
     after = reply.get("args_after")
     if not request.get("echo_args", True):
         return None if after is None else "arguments after the call, which were not asked for"

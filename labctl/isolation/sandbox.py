@@ -34,6 +34,7 @@ from labctl.isolation import bwrap, limits, replies, seccomp, wire
 from labctl.isolation.levels import resolve_isolation
 from labctl.isolation.loader import resolve_package_dir, syntax_error
 from labctl.isolation.orphans import LIVE, SPAWN, sweep_orphans
+from labctl.isolation.peak import PeakMeter, worker_pid
 
 DEFAULT_TIMEOUT_S = 20.0
 DEFAULT_MEMORY_MB = 4096
@@ -335,15 +336,15 @@ class CleanRoom:
         self,
         name: str,
         *args: Any,
-        trace_memory: bool = False,
+        measure_memory: bool = False,
         echo_args: bool = True,
         want_value: bool = True,
         **kwargs: Any,
     ) -> CallResult:
         """Call `name` in the worker; return its value, compute time and the inputs it edited.
 
-        With `trace_memory`, the worker measures the call's peak traced memory
-        (tracemalloc) where the code runs: `CallResult.peak_bytes`. Without
+        With `measure_memory`, labctl measures the worker's peak resident memory
+        during the call from outside it (`peak`): `CallResult.peak_bytes`. Without
         `echo_args` the arguments do not travel back, so `mutated` stays empty: for
         callers that never read it (the labs), whose large inputs would otherwise
         cross the pipe twice. Without `want_value` the value stays behind too
@@ -357,11 +358,16 @@ class CleanRoom:
             "function": name,
             "args": list(args),
             "kwargs": kwargs,
-            "trace_memory": trace_memory,
             "echo_args": echo_args,
             "want_value": want_value,
         }
-        reply = self._exchange(request, self.timeout_s, name)
+        peak = None
+        if measure_memory:
+            with PeakMeter(worker_pid(self._proc.pid)) as meter:
+                reply = self._exchange(request, self.timeout_s, name)
+            peak = meter.growth
+        else:
+            reply = self._exchange(request, self.timeout_s, name)
         self.violations.extend(reply.get("violations", []))
         self._printed_note()
         if not reply["ok"]:
@@ -372,7 +378,7 @@ class CleanRoom:
                 )
             raise CallError(name, error["kind"], error["message"])
         if not echo_args:
-            return CallResult(reply["value"], reply["elapsed_s"], [], reply.get("peak_bytes"))
+            return CallResult(reply["value"], reply["elapsed_s"], [], peak)
         mutated = replies.mutated(list(args), kwargs, reply["args_after"])
         if mutated is None:
             self.close()
@@ -380,7 +386,7 @@ class CleanRoom:
                 name, "malformed", f"{replies.MALFORMED}: the arguments came back changed in kind"
             )
         names = [replies.argument_name(path, self._arg_names.get(name, [])) for path in mutated]
-        return CallResult(reply["value"], reply["elapsed_s"], names, reply.get("peak_bytes"))
+        return CallResult(reply["value"], reply["elapsed_s"], names, peak)
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         return self.invoke(name, *args, echo_args=False, **kwargs).value

@@ -3,10 +3,12 @@
 Started by `labctl.isolation.sandbox` (inside bubblewrap, or as a plain
 process) with two pipe descriptors for frames; its stdout and stderr go to a
 third pipe that labctl captures. Its first act is to limit itself
-(`limits`), before any learner code loads. It speaks only `wire` frames and
-judges nothing: it returns the value (unless labctl wants only the call's time
-and memory: `want_value`) and, where labctl asks (`echo_args`), the arguments
-as they are after the call, which labctl compares with what it sent. Every failure of the
+(`limits`), before any learner code loads. It speaks only `wire` frames,
+judges nothing, and measures nothing a verdict rests on: a call's memory is
+read by labctl from outside (`peak`), and its compute time is only shown. It
+returns the value (unless labctl wants only the call's time or memory:
+`want_value`) and, where labctl asks (`echo_args`), the arguments as they
+are after the call, which labctl compares with what it sent. Every failure of the
 learner's code becomes a reply that names it; only a hang or a hard crash
 ends the process, and the parent names those.
 """
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import sys
 import time
-import tracemalloc
 from pathlib import Path
 
 from labctl.errors import LabctlError
@@ -76,9 +77,6 @@ class Worker:
                 "error": {"kind": "missing", "message": "not a callable of the package"},
             }
         args, kwargs = request.get("args", []), request.get("kwargs", {})
-        trace = bool(request.get("trace_memory"))
-        if trace:
-            tracemalloc.start()
         start = time.perf_counter()
         try:
             value = fn(*args, **kwargs)
@@ -95,15 +93,11 @@ class Worker:
             }
         finally:
             elapsed = time.perf_counter() - start
-            peak = tracemalloc.get_traced_memory()[1] if trace else None
-            if trace:
-                tracemalloc.stop()
         return {
             "ok": True,
             "value": value if request.get("want_value", True) else None,
             "args_after": [args, kwargs] if request.get("echo_args", True) else None,
             "elapsed_s": elapsed,
-            "peak_bytes": peak,
             "violations": self._new_violations(),
         }
 

@@ -25,7 +25,17 @@ from pydantic import Field, model_validator
 
 from labctl.course import HANDS_ON, PARTS, Section
 from labctl.i18n import N_, Msg
-from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
+from labctl.lab import (
+    Lab,
+    LabContext,
+    LabOutput,
+    LabParams,
+    Metric,
+    Note,
+    TableFigure,
+    ratio,
+    reference_max_error,
+)
 
 # The course's Llama-2-70B example (手撕 §07.4): 80 layers, 8 KV heads of width 128, fp16, 4096 tokens.
 LLAMA_LAYERS, LLAMA_KV_HEADS, LLAMA_HEAD_DIM, LLAMA_TOKENS, FP16_BYTES = 80, 8, 128, 4096, 2
@@ -84,6 +94,16 @@ METRICS = (
         why=N_("integer arithmetic on array sizes: exact. A cache that keeps the H repeated heads "
         "instead of the Hkv shared ones is 2x larger here"),
         reproduce_abs=0.0, reproduce_rel=0.0,
+    ),
+    Metric(
+        "gqa_reference_max_error", "abs", "<=1e-10",
+        N_("float64 clean room vs reference on the same inputs: multi_head_attention with "
+        "n_kv_heads = H, Hkv and 1 (mean-pooled K/V), and attention_decode of the whole "
+        "sequence with Hkv K/V heads (its output and its K and V caches)"),
+        impls=("both",),
+        why=N_("two float64 implementations of one formula differ by rounding only (~1e-15); "
+        "the ratio and the byte count above read a room's outputs only against each other "
+        "and its cache only by its shape, so a decode that returns its input would pass them"),
     ),
 )  # fmt: skip
 
@@ -162,9 +182,11 @@ def run(ctx: LabContext) -> LabOutput:
     torch_repeat, torch_out = _torch_gqa(q, k, v, n_rep)
     output = LabOutput()
     distances: dict[str, dict[int, float]] = {}
+    outputs: dict[str, list[np.ndarray]] = {}
     llama_measured = None
     for name, impl in ctx.impls.items():
         full = impl.multi_head_attention(x, wq, wk, wv, wo, p.H, p.H)
+        outputs[name] = [full]
         output.add("gqa_full_kv_vs_mha_max_error", name, float(np.max(np.abs(full - mha_loop))))
         repeated = impl.repeat_kv(k, n_rep)
         out, _ = impl.scaled_dot_product_attention(q, k, v, impl.causal_mask(p.T))
@@ -180,13 +202,22 @@ def run(ctx: LabContext) -> LabOutput:
                 x, wq, _mean_pool(wk, p.H, hkv), _mean_pool(wv, p.H, hkv), wo, p.H, hkv
             )
             distances[name][hkv] = float(np.linalg.norm(pooled - full) / np.linalg.norm(full))
-        output.add("gqa_meanpool_error_ratio", name, distances[name][p.Hkv] / distances[name][1])
+            outputs[name].append(pooled)
+        pooled_k, pooled_v = _mean_pool(wk, p.H, p.Hkv), _mean_pool(wv, p.H, p.Hkv)
+        decoded = impl.attention_decode(x, None, None, wq, pooled_k, pooled_v, wo, p.H, p.Hkv)
+        outputs[name] += list(decoded)
+        output.add(
+            "gqa_meanpool_error_ratio", name, ratio(distances[name][p.Hkv], distances[name][1])
+        )
         measured, shape = _llama_cache_bytes(impl)
         formula = 2 * LLAMA_TOKENS * LLAMA_KV_HEADS * LLAMA_HEAD_DIM * FP16_BYTES * LLAMA_LAYERS
         output.add(
             "gqa_kv_bytes_llama2_70b_error", name, abs(measured - formula), f"cache shape {shape}"
         )
         llama_measured = measured if llama_measured is None else llama_measured
+    if ctx.both:
+        error = reference_max_error(outputs["reference"], outputs["clean-room"])
+        output.add("gqa_reference_max_error", "both", error)
     output.figures += _figures(p, distances, llama_measured)
     return output
 

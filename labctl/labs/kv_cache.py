@@ -32,6 +32,7 @@ from labctl.lab import (
     Metric,
     Note,
     TableFigure,
+    reference_max_error,
     satisfies,
 )
 
@@ -130,6 +131,15 @@ METRICS = (
         "last sequence it saw, or one looked up by the cache's contents) instead of reading "
         "the cache it is given answers for another sequence: O(0.1)"),
     ),
+    Metric(
+        "decode_reference_max_error", "abs", "<=1e-10",
+        N_("float64 clean room vs reference on the same inputs: multi_head_attention, "
+        "attention_decode token by token and in chunks, and the K and V caches it returned"),
+        impls=("both",),
+        why=N_("two float64 implementations of one formula differ by rounding only (~1e-15); "
+        "the rows above compare decode with the room's own full attention, so a room whose "
+        "multi_head_attention and attention_decode both return zeros would pass them"),
+    ),
     *(_flops_metric(T) for T in LENGTHS),
     *(_time_metric(T) for T in LENGTHS),
 )  # fmt: skip
@@ -219,12 +229,14 @@ def run(ctx: LabContext) -> LabOutput:
     D = p.C // p.H
     output = LabOutput()
     timings: dict[str, dict[int, dict[str, float]]] = {}
+    outputs: dict[str, list[np.ndarray]] = {}
     for name, impl in ctx.impls.items():
         full = impl.multi_head_attention(
             x, *weights, p.H, p.Hkv, rope_theta=p.rope_theta
         )  # (B, T, C)
         stepped, k_all, v_all = _decode(impl, x, weights, p, [1] * p.T)
         chunked, _, _ = _decode(impl, x, weights, p, p.chunks)
+        outputs[name] = [full, stepped, chunked, k_all, v_all]
         output.add("decode_token_by_token_max_error", name, float(np.max(np.abs(stepped - full))))
         output.add("decode_chunked_max_error", name, float(np.max(np.abs(chunked - full))))
         per_token = (k_all.nbytes + v_all.nbytes) / (p.B * p.T)
@@ -246,6 +258,9 @@ def run(ctx: LabContext) -> LabOutput:
         for T, t in timings[name].items():
             output.add(f"decode_flops_ratio[T={T}]", name, t["flops_recompute"] / t["flops_cached"])
             output.add(f"decode_time_ratio[T={T}]", name, t["recompute_s"] / t["cached_s"])
+    if ctx.both:
+        error = reference_max_error(outputs["reference"], outputs["clean-room"])
+        output.add("decode_reference_max_error", "both", error)
     output.figures += _figures(timings, p, x.dtype.itemsize)
     return output
 

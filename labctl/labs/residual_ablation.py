@@ -27,7 +27,16 @@ from pydantic import Field, model_validator
 
 from labctl.course import CH8, HANDS_ON, Section
 from labctl.i18n import N_, Msg
-from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
+from labctl.lab import (
+    Lab,
+    LabContext,
+    LabOutput,
+    LabParams,
+    Metric,
+    Note,
+    TableFigure,
+    reference_max_error,
+)
 
 DEPTHS = (2, 8, 32)
 DEEPEST = DEPTHS[-1]
@@ -72,6 +81,15 @@ METRICS = (
         "multi_head_attention(rms_norm(x)), composed from the implementation's own functions"),
         why=N_("the same float64 operations in the same order agree to rounding (~1e-15); a norm or "
         "residual in another place differs by O(1)"),
+    ),
+    Metric(
+        "residual_reference_max_error", "abs", "<=1e-10",
+        N_("float64 clean room vs reference on the same inputs: transformer_block, its formula "
+        "and the three ablations composed from each implementation's own functions"),
+        impls=("both",),
+        why=N_("two float64 implementations of one formula differ by rounding only (~1e-15); "
+        "the rows above compare a room's block only with its own functions, so a room whose "
+        "multi_head_attention and transformer_block both reverse the heads would pass them"),
     ),
     Metric(
         f"grad_ratio_pre_norm[depth={DEEPEST}]", "ratio", "in [1, 50]",
@@ -221,9 +239,10 @@ def run(ctx: LabContext) -> LabOutput:
     params = _block_params(rng, p)
     zeroed = _block_params(rng, p, zero_branches=True)
     output = LabOutput()
-    deltas_shown = {}
+    deltas_shown, composed = {}, {}
     for name, impl in ctx.impls.items():
         outs = _ablations(impl, x, params, p)
+        composed[name] = list(outs.values())
         block = outs["block"]
         deltas = {
             key: float(np.max(np.abs(block - value)))
@@ -240,6 +259,9 @@ def run(ctx: LabContext) -> LabOutput:
         output.add(
             "residual_block_formula_max_error", name, float(np.max(np.abs(block - outs["formula"])))
         )
+    if ctx.both:
+        error = reference_max_error(composed["reference"], composed["clean-room"])
+        output.add("residual_reference_max_error", "both", error)
     grads = None
     if "reference" in ctx.impls:
         grads = _gradients(p, ctx.seed)

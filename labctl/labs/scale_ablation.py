@@ -29,7 +29,16 @@ from pydantic import Field
 
 from labctl.course import CH8, HANDS_ON, PARTS, Section
 from labctl.i18n import N_, Msg
-from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
+from labctl.lab import (
+    Lab,
+    LabContext,
+    LabOutput,
+    LabParams,
+    Metric,
+    Note,
+    TableFigure,
+    ratio,
+)
 
 D_KS = (2, 16, 64, 256, 512)  # 手撕 §03.2's table
 LARGEST = D_KS[-1]
@@ -235,7 +244,7 @@ def run(ctx: LabContext) -> LabOutput:
         output.add("scaled_max_prob_spread", name, max(scaled_max) - min(scaled_max))
         (_, _, j_scaled), (max_raw, _, j_raw) = sharpness[name][LARGEST]
         output.add(f"unscaled_mean_max_prob[d_k={LARGEST}]", name, max_raw)
-        output.add(f"unscaled_grad_ratio[d_k={LARGEST}]", name, j_raw / j_scaled)
+        output.add(f"unscaled_grad_ratio[d_k={LARGEST}]", name, ratio(j_raw, j_scaled))
     if ctx.both:
         error = max(
             float(np.max(np.abs(a - b)))

@@ -31,6 +31,7 @@ from labctl.lab import (
     Metric,
     Note,
     TableFigure,
+    reference_max_error,
 )
 
 
@@ -69,6 +70,15 @@ METRICS = (
                "same terms: equal up to the order of a BLAS sum (~1e-16); a decode that "
                "ignores the window sees keys the short cache no longer has: O(0.1)"),
     ),
+    Metric(
+        "window_reference_max_error", "abs", "<=1e-10",
+        N_("float64 clean room vs reference on the same inputs: every stacked transformer_block "
+           "output (window W) and every token's attention_decode output (whole cache)"),
+        impls=("both",),
+        why=N_("two float64 implementations of one formula differ by rounding only (~1e-15); "
+               "the rows above compare a room only with itself, so a block or decode that "
+               "returns zeros or its input would pass them"),
+    ),
 )  # fmt: skip
 
 
@@ -93,8 +103,11 @@ def _block(rng, p: Params) -> dict[str, np.ndarray]:
     return {"norm1": np.ones(C), "norm2": np.ones(C), **w}
 
 
-def _moved(impl, x, blocks, p: Params) -> list[int]:
-    """Per layer: how many output positions move when input position 0 is perturbed."""
+def _moved(impl, x, blocks, p: Params, outputs: list) -> list[int]:
+    """Per layer: how many output positions move when input position 0 is perturbed.
+
+    Each layer's output is appended to `outputs`, for the comparison with the reference.
+    """
     bumped = x.copy()
     bumped[:, 0] += 1.0
     counts = []
@@ -102,11 +115,15 @@ def _moved(impl, x, blocks, p: Params) -> list[int]:
         x = impl.transformer_block(x, block, p.H, p.Hkv, window=p.W)  # (B, T, C)
         bumped = impl.transformer_block(bumped, block, p.H, p.Hkv, window=p.W)
         counts.append(int(np.sum(np.max(np.abs(bumped - x), axis=(0, 2)) > 1e-12)))
+        outputs.append(x)
     return counts
 
 
-def _decode(impl, x, block, p: Params) -> tuple[float, list[tuple[int, int, int]]]:
-    """Full cache vs last W - 1 kept: max output difference, and (t, full bytes, kept bytes)."""
+def _decode(impl, x, block, p: Params, outputs: list) -> tuple[float, list[tuple[int, int, int]]]:
+    """Full cache vs last W - 1 kept: max output difference, and (t, full bytes, kept bytes).
+
+    Each step's output (whole cache) is appended to `outputs`.
+    """
     weights = (block["wq"], block["wk"], block["wv"], block["wo"])
     full_k = full_v = short_k = short_v = None
     worst, sizes = 0.0, []
@@ -119,6 +136,7 @@ def _decode(impl, x, block, p: Params) -> tuple[float, list[tuple[int, int, int]
             token, short_k, short_v, *weights, p.H, p.Hkv, p.W
         )
         worst = max(worst, float(np.max(np.abs(out_full - out_short))))
+        outputs.append(out_full)
         sizes.append((t + 1, full_k.nbytes + full_v.nbytes, short_k.nbytes + short_v.nbytes))
         # Drop every key and value the next query can no longer see: it sees W - 1 old ones.
         keep = p.W - 1
@@ -135,18 +153,25 @@ def run(ctx: LabContext) -> LabOutput:
     x = rng.standard_normal((1, p.T, p.C))  # (B, T, C)
     blocks = [_block(rng, p) for _ in range(p.L)]
     output = LabOutput()
-    moved, sizes, seen = {}, {}, {}
+    moved, sizes, seen, outputs = {}, {}, {}, {}
     for name, impl in ctx.impls.items():
+        outputs[name] = []
         mismatches = sum(
             int(np.sum(np.asarray(impl.sliding_window_mask(t_q, p.W, t_k)) != band(t_q, t_k, p.W)))
             for t_q, t_k in ((p.shown, p.shown), (4, p.shown))
         )
         output.add("band_mask_mismatches", name, mismatches)
         seen[name] = ~np.asarray(impl.sliding_window_mask(p.shown, p.W))  # (shown, shown)
-        moved[name] = _moved(impl, x, blocks, p)
+        moved[name] = _moved(impl, x, blocks, p, outputs[name])
         output.add("receptive_field_error", name, abs(moved[name][-1] - (p.L * (p.W - 1) + 1)))
-        error, sizes[name] = _decode(impl, x, blocks[0], p)
+        error, sizes[name] = _decode(impl, x, blocks[0], p, outputs[name])
         output.add("window_cache_max_error", name, error)
+    if ctx.both:
+        output.add(
+            "window_reference_max_error",
+            "both",
+            reference_max_error(outputs["reference"], outputs["clean-room"]),
+        )
     output.figures += _figures(p, seen, moved, sizes)
     return output
 

@@ -100,8 +100,11 @@ def _online_vs_standard(impl) -> np.ndarray:
     return np.array([np.max(np.abs(online - impl.softmax(scores)))])
 
 
+PE_SHAPE = (16, 32)  # the sinusoidal table of 第8章 阶段五
+
+
 def _pe_dots(impl, delta: int) -> np.ndarray:
-    pe = impl.sinusoidal_positions(16, 32)  # (16, 32), as 第8章 阶段五
+    pe = impl.sinusoidal_positions(*PE_SHAPE)
     return np.array([pe[p] @ pe[p + delta] for p in (0, 5, 10)])
 
 
@@ -117,7 +120,7 @@ def _visible_per_position(impl, T: int) -> np.ndarray:
 def _queries_per_kv_head(impl) -> np.ndarray:
     heads = np.arange(8, dtype=np.float64).reshape(1, 8, 1, 1)  # (B, Hkv, T, D): value = head
     served = impl.repeat_kv(heads, 4)[0, :, 0, 0]  # (32,): the K/V head each query head reads
-    return np.bincount(served.astype(int), minlength=8)[:1]
+    return np.array([np.count_nonzero(served == 0)])  # query heads reading K/V head 0
 
 
 def _reach(impl, layers: int, window: int) -> np.ndarray:
