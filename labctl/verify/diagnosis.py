@@ -305,7 +305,7 @@ def _prefetch(
     function: str,
     timeout_s: float,
     memory_mb: int,
-    seed: int,
+    seed: int = SEED,
 ) -> None:
     if len(group) < 2:
         return

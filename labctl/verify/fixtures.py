@@ -42,7 +42,7 @@ Kinds of input:
 
 from __future__ import annotations
 
-from functools import cache
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -130,10 +130,28 @@ def _causal_variants(function: str, seed: int = SEED) -> tuple[tuple[int, Fixtur
     return tuple(variants)
 
 
+class _PerSeed:
+    """`build(function, seed)` kept per process, under one key whether the seed is given or
+    left to its default (so a fixture is the same object however it was asked for)."""
+
+    def __init__(self, build: Callable[[str, int], Any]) -> None:
+        self._build = build
+        self._kept: dict[tuple[str, int], Any] = {}
+
+    def __call__(self, function: str, seed: int = SEED) -> Any:
+        key = (function, seed)
+        if key not in self._kept:
+            self._kept[key] = self._build(function, seed)
+        return self._kept[key]
+
+    def cache_clear(self) -> None:
+        self._kept.clear()
+
+
 # Cached by wrapping, not by decorating: mutmut does not mutate decorated functions.
-fixtures = cache(_fixtures)
-probes = cache(_probes)
-causal_variants = cache(_causal_variants)
+fixtures = _PerSeed(_fixtures)
+probes = _PerSeed(_probes)
+causal_variants = _PerSeed(_causal_variants)
 
 
 # --------------------------------------------------------------------------
