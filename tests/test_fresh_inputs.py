@@ -140,6 +140,8 @@ def _without_timing(value):
         return {k: _without_timing(v) for k, v in value.items() if k not in _TIMING}
     if isinstance(value, list):
         return [_without_timing(v) for v in value]
+    if isinstance(value, str):  # the runs check names its slowest call
+        return re.sub(r"slowest [\d.]+ ms", "slowest - ms", value)
     return value
 
 
