@@ -163,7 +163,11 @@ def test_the_reference_cache_round_trips_and_refuses_a_stale_or_damaged_file(
     tmp_path, signing_key, monkeypatch
 ):
     fixtures.warm_reference(("softmax", "split_heads"))
-    wanted = {k: v for k, v in fixtures._REFERENCE.items() if k[0] == 5 and k[1] in ("softmax", "split_heads")}
+    wanted = {
+        k: v
+        for k, v in fixtures._REFERENCE.items()
+        if k[0] == 5 and k[1] in ("softmax", "split_heads")
+    }
     assert wanted
     path = reference_cache.save(wanted, 5, tmp_path)
     read: dict = {}
