@@ -154,12 +154,24 @@ def test_learner_text_cannot_start_a_spreadsheet_formula_or_break_the_xml():
 # -- the reference cache ---------------------------------------------------------------
 
 
-def test_the_reference_cache_round_trips_and_refuses_a_stale_or_damaged_file(tmp_path):
+@pytest.fixture
+def signing_key(monkeypatch):
+    monkeypatch.setenv(reference_cache.KEY_ENV, "5a" * 32)
+
+
+def test_the_reference_cache_round_trips_and_refuses_a_stale_or_damaged_file(
+    tmp_path, signing_key, monkeypatch
+):
     fixtures.warm_reference(("softmax", "split_heads"))
-    wanted = {k: v for k, v in fixtures._REFERENCE.items() if k[0] in ("softmax", "split_heads")}
-    path = reference_cache.save(wanted, tmp_path)
+    wanted = {
+        k: v
+        for k, v in fixtures._REFERENCE.items()
+        if k[0] == 5 and k[1] in ("softmax", "split_heads")
+    }
+    assert wanted
+    path = reference_cache.save(wanted, 5, tmp_path)
     read: dict = {}
-    assert reference_cache.load(read, tmp_path) == len(wanted)
+    assert reference_cache.load(read, 5, tmp_path) == len(wanted)
     for key, value in wanted.items():
         got = read[key]
         assert type(got) is type(value)
@@ -169,24 +181,30 @@ def test_the_reference_cache_round_trips_and_refuses_a_stale_or_damaged_file(tmp
             strict=True,
         ):
             assert a.dtype == b.dtype and np.array_equal(a, b)  # bit for bit: tolerance 0
-    # A damaged file is ignored: the digest in the index no longer matches.
+    # Another seed's outputs are another file: none of these is served for it.
+    assert reference_cache.load({}, 6, tmp_path) == 0
+    # A damaged file is ignored and named as edited: its signature no longer holds.
     blob = bytearray(path.read_bytes())
     blob[-20] ^= 0xFF
     path.write_bytes(bytes(blob))
-    assert reference_cache.load({}, tmp_path) == 0
-    # A cache made under another key (another labctl, contract or torch) is ignored.
-    reference_cache.save(wanted, tmp_path)
-    index = next(tmp_path.glob("reference-*.json"))
-    data = json.loads(index.read_text())
-    data["key"] = "0" * 64
-    index.write_text(json.dumps(data))
-    assert reference_cache.load({}, tmp_path) == 0
+    assert reference_cache.load({}, 5, tmp_path) == 0
+    assert reference_cache.discard_edited(5, tmp_path) == path and not path.exists()
+    # A cache signed with another key (a batch's secrets lost) is another file: not an edit.
+    reference_cache.save(wanted, 5, tmp_path)
+    monkeypatch.setenv(reference_cache.KEY_ENV, "77" * 32)
+    assert reference_cache.load({}, 5, tmp_path) == 0
+    assert reference_cache.discard_edited(5, tmp_path) is None
 
 
 def test_the_cache_is_off_unless_asked_for(monkeypatch, tmp_path):
     monkeypatch.delenv(reference_cache.ENV, raising=False)
-    assert reference_cache.save({}, None) is None
-    assert reference_cache.load({}) == 0
+    assert reference_cache.save({}, 5, None) is None
+    assert reference_cache.load({}, 5) == 0
+    # A folder without the key is off too: nothing unsigned is written or read.
+    monkeypatch.setenv(reference_cache.ENV, str(tmp_path))
+    monkeypatch.delenv(reference_cache.KEY_ENV, raising=False)
+    assert reference_cache.save({(5, "softmax", "x"): np.zeros(1)}, 5) is None
+    assert list(tmp_path.iterdir()) == []
 
 
 # -- metric items ----------------------------------------------------------------------

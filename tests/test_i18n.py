@@ -303,7 +303,9 @@ def _zh_verify(tmp_path) -> list[str]:
         env=ZH,
     )
     assert result.exit_code == 0, result.output
-    return result.output.splitlines()
+    # stderr's first line is the seed the fixtures were drawn with; the report is stdout.
+    assert "生成；用 --seed" in result.stderr
+    return result.stdout.splitlines()
 
 
 @pytest.mark.slow

@@ -110,7 +110,8 @@ class RoomsHere(dg.FaultRooms):
         self.asked: list[str] = []
         self.limits: set[tuple[float, int]] = set()  # (timeout_s, memory_mb) asked for
 
-    def observe(self, fault, functions, timeout_s, memory_mb):
+    def observe(self, fault, functions, timeout_s, memory_mb, seed=5):
+        assert seed == 5, "observe_here draws the published seed's fixtures"
         assert fault.name != "sinusoidal-hang", "the hanging room needs a worker to time out"
         self.asked.append(fault.name)
         self.limits.add((timeout_s, memory_mb))
@@ -577,7 +578,7 @@ def test_fault_rooms_are_materialized_once_and_observed_only_for_what_is_missing
 ):
     calls: list[tuple[str, tuple[str, ...]]] = []
 
-    def fake_observe(root, timeout_s, memory_mb, functions):
+    def fake_observe(root, timeout_s, memory_mb, functions, seed):
         assert (timeout_s, memory_mb) in ((1.0, 512), (2.0, 512))
         calls.append((root.parent.name, tuple(functions)))
         seen = RoomObservation(root)
@@ -592,9 +593,11 @@ def test_fault_rooms_are_materialized_once_and_observed_only_for_what_is_missing
     both = rooms.observe(fault, ("softmax", "rope"), 1.0, 512)
     assert both is first and set(both.runs) == {"softmax", "rope"}
     rooms.observe(fault, ("softmax",), 2.0, 512)  # another timeout: observed anew
+    rooms.observe(fault, ("softmax",), 1.0, 512, 6)  # another seed: observed anew
     assert calls == [
         ("softmax-no-max", ("softmax",)),
         ("softmax-no-max", ("rope",)),
+        ("softmax-no-max", ("softmax",)),
         ("softmax-no-max", ("softmax",)),
     ]
     path = rooms.path(fault)
@@ -609,7 +612,7 @@ def test_fault_rooms_are_materialized_once_and_observed_only_for_what_is_missing
 def test_a_fault_room_that_does_not_load_is_not_observed_again(monkeypatch):
     calls = []
 
-    def fake_observe(root, timeout_s, memory_mb, functions):
+    def fake_observe(root, timeout_s, memory_mb, functions, seed):
         calls.append(functions)
         return RoomObservation(root, status="unloadable")
 

@@ -108,23 +108,24 @@ def test_warm_reference_fills_and_writes_the_cache_where_one_is_named(tmp_path, 
     from labctl.verify import reference_cache
 
     monkeypatch.setenv(reference_cache.ENV, str(tmp_path))
+    monkeypatch.setenv(reference_cache.KEY_ENV, "ab" * 32)
     monkeypatch.setattr(fx, "_REFERENCE", {})
     fx.warm_reference(("softmax", "rope"))
     wanted = {
-        (f.function, f.name)
+        (5, f.function, f.name)
         for fn in ("softmax", "rope")
         for f in (*fx.fixtures(fn), *fx.probes(fn))
     }
     assert set(fx._REFERENCE) == wanted
-    assert len(list(tmp_path.glob("reference-*.npz"))) == 1
+    assert len(list(tmp_path.glob("reference-*.bin"))) == 1
     # Another process reads them back instead of computing them.
     read: dict = {}
-    assert reference_cache.load(read) == len(wanted)
+    assert reference_cache.load(read, 5) == len(wanted)
     # Nothing new computed: the cache is not written again.
-    stamp = next(tmp_path.glob("reference-*.npz")).stat().st_mtime_ns
+    stamp = next(tmp_path.glob("reference-*.bin")).stat().st_mtime_ns
     monkeypatch.setattr(fx, "_REFERENCE", {})
     fx.warm_reference(("softmax",))
-    assert next(tmp_path.glob("reference-*.npz")).stat().st_mtime_ns == stamp
+    assert next(tmp_path.glob("reference-*.bin")).stat().st_mtime_ns == stamp
 
 
 def _digest(*values) -> str:

@@ -134,14 +134,26 @@ def grade_class(
         float,
         typer.Option("--similarity-threshold", help="Share of matching tokens to list a pair."),
     ] = 0.5,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed",
+            help="Draw every learner's verify inputs from this seed (default: the seed kept "
+            "in --out, else a fresh one).",
+            show_default=False,
+        ),
+    ] = None,
     json_: JsonFlag = False,
 ) -> None:
     """Grade every learner folder under SUBMISSIONS: verify, re-measure, score, report."""
     from labctl.grade.rubric import load_rubric
     from labctl.grade.runner import GradeOptions
     from labctl.grade.runner import grade_class as run_class
+    from labctl.verify.verify import check_seed
 
     _check(timeout, learner_timeout, memory_mb, jobs)
+    if seed is not None:
+        check_seed(seed)
     if not 0 < threshold <= 1:
         raise UsageError(
             Msg("--similarity-threshold must be in (0, 1], got {threshold:g}", threshold=threshold)
@@ -154,6 +166,7 @@ def grade_class(
         isolation=isolation,
         jobs=jobs or os.cpu_count() or 1,
         scheduler=scheduler,
+        seed=seed,
     )
     with _progress_bar() as bar:
         task = bar.add_task("grading", total=None, last="")
@@ -164,6 +177,9 @@ def grade_class(
             )
 
         batch = run_class(submissions, out_dir, rubric, options, progress)
+    _warn(batch)
+    # The grader's to know (stderr, the JSON document): never in a learner-facing file.
+    err.print(_(Msg("verify inputs drawn with seed {seed}", seed=batch.seed)), markup=False)
     pairs = []
     if similarity:
         from labctl.grade.outputs import write_similarity
@@ -195,12 +211,18 @@ def grade_class(
             skipped=batch.skipped,
             wall_time_s=round(batch.wall_time_s, 3),
             files=[str(p.relative_to(out_dir)) for p in batch.files],
+            seed=batch.seed,
         )
         if similarity:
             document["similarity"] = {"threshold": threshold, "pairs": [p.to_json() for p in pairs]}
         print_json(document)
         return
     _render(batch, rubric, pairs if similarity else None, out_dir)
+
+
+def _warn(batch) -> None:
+    for warning in batch.warnings:
+        err.print(_(Msg("warning: {warning}", warning=warning)), markup=False, soft_wrap=True)
 
 
 def _render(batch, rubric, pairs, out_dir: Path) -> None:
@@ -278,6 +300,7 @@ def gradescope(
     options = GradeOptions(timeout, memory_mb, learner_timeout, isolation, 1, None)
     learner = check_learner(submission)
     batch = grade_learners([learner], work, rubric, options)
+    _warn(batch)
     produced = work / "gradescope" / learner.stem / "results.json"
     replace_atomically(results, produced.read_bytes())
     row = batch.rows[0]

@@ -82,19 +82,36 @@ def clean_room(
         ),
     ] = True,
     isolation: IsolationOption = "auto",
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed",
+            help="Draw every fixture and lab input from this seed (default: a fresh one; "
+            "5 is the course's).",
+            show_default=False,
+        ),
+    ] = None,
     json_: JsonFlag = False,
 ) -> None:
     """Check a clean room: contract, import policy, parity, properties, isolation; diagnose."""
     from labctl.evidence.records import shown_path
     from labctl.runner import default_clean_room
-    from labctl.verify.verify import check_out_dir, verify_clean_room
+    from labctl.verify.builders import fresh_seed
+    from labctl.verify.verify import check_out_dir, check_seed, verify_clean_room
 
     _positive(timeout, "--timeout")
     if memory_mb < 0:
         raise UsageError(Msg("--memory-mb must be >= 0 (0: no limit), got {mb}", mb=memory_mb))
     check_out_dir(out_dir)
+    seed = check_seed(fresh_seed() if seed is None else seed)
     level = effective(isolation)
     target = path if path is not None else default_clean_room()
+    # Before anything runs: a run stopped half-way can still be repeated exactly.
+    err.print(
+        _(Msg("fixtures drawn with seed {seed}; rerun with --seed {seed}", seed=seed)),
+        markup=False,
+        soft_wrap=True,
+    )
     with err.status(_("verifying…")) as status:
 
         def progress(what: str) -> None:
@@ -110,6 +127,7 @@ def clean_room(
             measure=metrics,
             progress=progress,
             isolation=level,
+            seed=seed,
         )
     if json_:
         print_json(report.to_json(shown_path))

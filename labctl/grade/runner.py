@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -27,6 +28,7 @@ from labctl.errors import UsageError
 from labctl.evidence.environment import now_iso
 from labctl.evidence.store import replace_atomically
 from labctl.grade import outputs
+from labctl.grade.batch_seed import batch_secrets
 from labctl.grade.layout import Ignored, Learner, survey
 from labctl.grade.pool import LocalPool, Outcome
 from labctl.grade.rubric import Rubric
@@ -49,6 +51,7 @@ class GradeOptions:
     isolation: str = "auto"
     jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
     scheduler: str | None = None
+    seed: int | None = None  # None: the batch's kept seed, else a fresh one (`batch_seed`)
 
     def verdict_key(self) -> dict:
         """The options that can change a verdict (not how the work is spread)."""
@@ -57,6 +60,7 @@ class GradeOptions:
             "memory_mb": self.memory_mb,
             "learner_timeout_s": self.learner_timeout_s,
             "isolation": self.isolation,
+            "seed": self.seed,
         }
 
 
@@ -72,6 +76,8 @@ class Batch:
     learners: list[Learner] = field(default_factory=list)  # in the order of `rows`
     ignored: list[Ignored] = field(default_factory=list)
     identical: list[list[str]] = field(default_factory=list)  # per row: the same clean room
+    seed: int | None = None
+    warnings: list[Msg] = field(default_factory=list)  # for stderr: a reference cache edited
 
 
 def identical_rooms(learners: list[Learner]) -> list[list[str]]:
@@ -166,13 +172,20 @@ def _environment(name: str, value: str) -> Iterator[None]:
             os.environ[name] = before
 
 
-def warm_reference_cache(cache: Path) -> None:
-    """The reference's outputs on every fixture, computed (or read) once for the batch."""
+def warm_reference_cache(cache: Path, seed: int, key: str) -> list[Msg]:
+    """The reference's outputs on every fixture at `seed`, computed (or read) once for the
+    batch; a cache edited since it was signed is named in the warnings and computed again."""
     from labctl import contract
     from labctl.verify import fixtures, reference_cache
 
-    with _environment(reference_cache.ENV, str(cache)):
-        fixtures.warm_reference(contract.function_names())
+    with _environment(reference_cache.ENV, str(cache)), _environment(reference_cache.KEY_ENV, key):
+        edited = reference_cache.discard_edited(seed)
+        fixtures.warm_reference(contract.function_names(), seed)
+    if edited is None:
+        return []
+    return [
+        Msg("{path} was edited after labctl wrote it: not used, computed again", path=str(edited))
+    ]
 
 
 def _job(learner: Learner, rubric: Rubric, options: GradeOptions) -> dict:
@@ -186,6 +199,7 @@ def _job(learner: Learner, rubric: Rubric, options: GradeOptions) -> dict:
         "isolation": options.isolation,
         "measure": rubric.needs_metrics,
         "remeasure": rubric.needs_submission,
+        "seed": options.seed,
     }
 
 
@@ -219,8 +233,12 @@ def grade_learners(
     if out.exists() and not out.is_dir():
         raise UsageError(Msg("--out {path} is a file; give a folder", path=str(out)))
     (out / RECORDS).mkdir(parents=True, exist_ok=True)
+    kept = batch_secrets(out, options.seed)
+    options = dataclasses.replace(options, seed=kept.seed)
     rows: dict[int, Row] = {}
-    batch = Batch([], [], [], out, learners=list(learners), ignored=list(ignored or []))
+    batch = Batch(
+        [], [], [], out, learners=list(learners), ignored=list(ignored or []), seed=kept.seed
+    )
     todo: list[int] = []
     keys: dict[int, str] = {}
     total = len(learners)
@@ -249,7 +267,7 @@ def grade_learners(
 
     if todo:
         cache = out / CACHE
-        warm_reference_cache(cache)
+        batch.warnings = warm_reference_cache(cache, kept.seed, kept.reference_key)
 
         def done(key: str, outcome: Outcome) -> None:
             index = int(key)
@@ -263,7 +281,11 @@ def grade_learners(
             keep(index, row, outcome.facts)
 
         jobs = [(str(index), _job(learners[index], rubric, options)) for index in todo]
-        env = {"LABCTL_REFERENCE_CACHE": str(cache.resolve()), "LABCTL_LANG": language()}
+        env = {
+            "LABCTL_REFERENCE_CACHE": str(cache.resolve()),
+            "LABCTL_REFERENCE_KEY": kept.reference_key,
+            "LABCTL_LANG": language(),
+        }
         if options.scheduler:
             from labctl.grade.dask_exec import run_on_dask
 

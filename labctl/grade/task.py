@@ -19,8 +19,11 @@ from labctl.i18n import _
 from labctl.jsonsafe import finite
 
 
-def run_verify(path: Path, timeout_s: float, memory_mb: int, isolation: str, measure: bool):
-    """`verify_clean_room` with no evidence written; returns (report, isolation used)."""
+def run_verify(
+    path: Path, timeout_s: float, memory_mb: int, isolation: str, measure: bool, seed: int
+):
+    """`verify_clean_room` at the batch's seed, no evidence written; returns (report, isolation
+    used)."""
     from labctl.verify.verify import verify_clean_room
 
     report = verify_clean_room(
@@ -31,6 +34,7 @@ def run_verify(path: Path, timeout_s: float, memory_mb: int, isolation: str, mea
         measure=measure,
         diagnose_failures=True,
         isolation=isolation,
+        seed=seed,
     )
     return report, report.isolation
 
@@ -67,6 +71,7 @@ def _verify_facts(report) -> dict:
         return data
 
     return {
+        "seed": report.seed,
         "status": report.status,
         "message": _(report.shown),
         "passed": report.passed,
@@ -88,7 +93,8 @@ def observe_learner(job: dict, started: Callable[[str], None] | None = None) -> 
     """The facts of one learner (see the module docstring); never raises for the learner's code.
 
     `job` holds: clean_room, submission (or None), folder, timeout_s, memory_mb,
-    isolation, measure (the template metrics), remeasure (the submission).
+    isolation, measure (the template metrics), remeasure (the submission), seed
+    (the batch's: every verify input is drawn from it).
     `started(level)` hears the isolation level resolved for this learner before
     any of its code runs: the one fact a caller still has when the learner then
     hangs or takes its worker down.
@@ -107,6 +113,7 @@ def observe_learner(job: dict, started: Callable[[str], None] | None = None) -> 
             job["memory_mb"],
             level,
             job["measure"],
+            job["seed"],
         )
         facts["isolation"] = used
         facts["verify"] = _verify_facts(report)

@@ -5,8 +5,10 @@ arrive as JSON lines on stdin; each reply is one JSON line on file descriptor
 FD (stdout and stderr go nowhere, so nothing a learner prints can look like a
 reply). Before a learner's code runs, the worker says on FD which isolation
 level it resolved for that learner (`{"started": level}`), so a learner that
-then hangs or kills the worker still has its level on its row. The worker imports torch and computes the reference once, then serves
-any number of learners: that is where grading's throughput comes from.
+then hangs or kills the worker still has its level on its row. The worker imports torch once,
+reads the reference's outputs at the batch's seed from the batch's signed cache (the seed
+comes with each job), then serves any number of learners: that is where grading's throughput
+comes from.
 
 SIGTERM ends the worker through SystemExit, so the clean room it holds is
 closed (its whole process group killed) before the worker goes.
@@ -27,15 +29,13 @@ def _stop(signum, frame) -> None:
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _stop)
     reply_fd = int(argv[0])
-    from labctl import contract
+    from labctl import reference  # noqa: F401  (torch, imported once, before any learner)
     from labctl.grade.task import observe_learner
     from labctl.i18n import choose, set_language
-    from labctl.verify import fixtures
 
     # The texts a worker puts in the facts (verify's messages) are in the batch's language,
     # which the pool passes as LABCTL_LANG.
     set_language(choose())
-    fixtures.warm_reference(contract.function_names())
     with os.fdopen(reply_fd, "w", encoding="utf-8", buffering=1) as replies:
         replies.write(json.dumps({"ready": True}) + "\n")
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from labctl.verify.builders import (
+    SEED,
     attention_weights,
     block_params,
     decoder_params,
@@ -40,9 +41,10 @@ def _odd_group_weights(r) -> tuple[np.ndarray, ...]:
 
 
 @cache
-def bad_cases(function: str) -> tuple[BadCase, ...]:
-    """The contract's Bad input cases that apply to `function` (empty for the others)."""
-    r = rng(f"{function}/bad")
+def bad_cases(function: str, seed: int = SEED) -> tuple[BadCase, ...]:
+    """The contract's Bad input cases that apply to `function` (empty for the others), with
+    values drawn from `seed`."""
+    r = rng(seed, f"{function}/bad")
     f = function
     if f == "sliding_window_mask":
         return (BadCase(f, "window<1", (4, 0)),)

@@ -89,9 +89,9 @@ def _skipped_reason(run: FunctionRun | None) -> str | None:
 
 def returned(run: FunctionRun, with_probes: bool = True):
     """(fixture, outcome) for every call that returned, fixtures then probes."""
-    pairs = [(f, run.fixtures.get(f.name)) for f in fx.fixtures(run.function)]
+    pairs = [(f, run.fixtures.get(f.name)) for f in fx.fixtures(run.function, run.seed)]
     if with_probes:
-        pairs += [(f, run.probes.get(f.name)) for f in fx.probes(run.function)]
+        pairs += [(f, run.probes.get(f.name)) for f in fx.probes(run.function, run.seed)]
     return [(f, o) for f, o in pairs if o is not None and o.ok]
 
 

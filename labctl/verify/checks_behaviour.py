@@ -186,7 +186,7 @@ def check_causal(seen: RoomObservation, function: str) -> CheckResult:
     run, skipped = run_or_skip(seen, function, "causal")
     if skipped:
         return skipped
-    base_fixture = fx.causal_base(function)
+    base_fixture = fx.causal_base(function, run.seed)
     base = run.fixtures.get(base_fixture.name)
     if base is None or not base.ok or not isinstance(base.value, np.ndarray):
         return CheckResult(

@@ -36,6 +36,7 @@ from labctl import faults as catalogue
 from labctl.faults import Fault
 from labctl.i18n import Msg, declared
 from labctl.verify import fixtures as fx
+from labctl.verify.builders import SEED
 from labctl.verify.checks import CheckResult, evaluate, failing_functions
 from labctl.verify.compare import compare, elements, parity_tolerance, structure_problem
 from labctl.verify.functions import DEPENDS
@@ -85,14 +86,14 @@ class Diagnosis:
 
 
 class FaultRooms:
-    """Materialized faulty clean rooms and what each did, per (timeout, memory limit)."""
+    """Materialized faulty clean rooms and what each did, per (timeout, memory limit, seed)."""
 
     def __init__(self) -> None:
         self._dir: Path | None = None
         self._paths: dict[str, Path] = {}
-        self._seen: dict[tuple[str, float, int], RoomObservation] = {}
+        self._seen: dict[tuple[str, float, int, int], RoomObservation] = {}
         self._lock = threading.Lock()
-        self._fault_locks: dict[tuple[str, float, int], threading.Lock] = {}
+        self._fault_locks: dict[tuple[str, float, int, int], threading.Lock] = {}
 
     def path(self, fault: Fault) -> Path:
         with self._lock:
@@ -106,13 +107,19 @@ class FaultRooms:
 
     def remember(self, fault: Fault, timeout_s: float, memory_mb: int, seen: RoomObservation):
         with self._lock:
-            self._seen[(fault.name, timeout_s, memory_mb)] = seen
+            self._seen[(fault.name, timeout_s, memory_mb, seen.seed)] = seen
 
     def observe(
-        self, fault: Fault, functions: Iterable[str], timeout_s: float, memory_mb: int
+        self,
+        fault: Fault,
+        functions: Iterable[str],
+        timeout_s: float,
+        memory_mb: int,
+        seed: int = SEED,
     ) -> RoomObservation:
-        """The fault room observed on at least `functions` (cached; only the missing ones run)."""
-        key = (fault.name, timeout_s, memory_mb)
+        """The fault room observed on at least `functions` at `seed` (cached; only the missing
+        ones run)."""
+        key = (fault.name, timeout_s, memory_mb, seed)
         with self._lock:
             lock = self._fault_locks.setdefault(key, threading.Lock())
         with lock:
@@ -121,7 +128,7 @@ class FaultRooms:
             missing = tuple(f for f in wanted if cached is None or f not in cached.runs)
             if cached is not None and (not missing or not cached.loaded):
                 return cached
-            fresh = observe(self.path(fault), timeout_s, memory_mb, functions=missing)
+            fresh = observe(self.path(fault), timeout_s, memory_mb, functions=missing, seed=seed)
             if cached is not None:
                 cached.runs.update(fresh.runs)
                 fresh = cached
@@ -175,13 +182,13 @@ def same_behaviour(function: str, a: FunctionRun | None, b: FunctionRun | None) 
     (value, exception, timeout, crash), the same inputs edited, outputs equal within tolerance."""
     if a is None or b is None:
         return a is None and b is None
-    for fixture in fx.fixtures(function):
+    for fixture in fx.fixtures(function, a.seed):
         oa, ob = a.fixtures.get(fixture.name), b.fixtures.get(fixture.name)
         if (oa is None) != (ob is None):
             return False
         if oa is not None and not _same_outcome(function, fixture, oa, ob, probe=False):
             return False
-    for fixture in fx.probes(function):
+    for fixture in fx.probes(function, a.seed):
         oa, ob = a.probes.get(fixture.name), b.probes.get(fixture.name)
         if (oa is None) != (ob is None):
             return False
@@ -293,12 +300,17 @@ def describe(fault: Fault, function: str) -> Msg:
 
 
 def _prefetch(
-    rooms: FaultRooms, group: list[Fault], function: str, timeout_s: float, memory_mb: int
+    rooms: FaultRooms,
+    group: list[Fault],
+    function: str,
+    timeout_s: float,
+    memory_mb: int,
+    seed: int = SEED,
 ) -> None:
     if len(group) < 2:
         return
     with ThreadPoolExecutor(max_workers=4) as pool:
-        list(pool.map(lambda f: rooms.observe(f, (function,), timeout_s, memory_mb), group))
+        list(pool.map(lambda f: rooms.observe(f, (function,), timeout_s, memory_mb, seed), group))
 
 
 def _not_implemented(seen: RoomObservation, run: FunctionRun) -> Diagnosis:
@@ -397,9 +409,9 @@ def diagnose(
         hits: list[tuple[Fault, set[str]]] = []
         for group in (own, inlined):
             # Observe this group's fault rooms a few at a time (each is its own process).
-            _prefetch(rooms, group, function, fault_timeout, memory_mb)
+            _prefetch(rooms, group, function, fault_timeout, memory_mb, seen.seed)
             for fault in group:
-                fault_seen = rooms.observe(fault, (function,), fault_timeout, memory_mb)
+                fault_seen = rooms.observe(fault, (function,), fault_timeout, memory_mb, seen.seed)
                 extra = matches(function, seen, results, fault_seen)
                 if extra is not None:
                     hits.append((fault, extra))

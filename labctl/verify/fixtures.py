@@ -1,5 +1,11 @@
 """Seeded fixtures for `labctl verify clean-room`, written from contract v1 alone.
 
+Every kind of input below is drawn from the run's seed (`builders.SEED`, the
+published one, unless told): verify and grade draw a fresh seed per run, so
+the values (and the int-only functions' sizes) are known to no one in
+advance. Every cache here is keyed by the seed as well: a fixture built for
+one seed is never served for another.
+
 Every input follows `shared/contract-v1.md`, not the quirks of any one
 implementation, so a clean room written by someone else from the contract
 passes when it is correct: weights `(in, out)` scaled by 1/sqrt(in), positions
@@ -36,13 +42,13 @@ Kinds of input:
 
 from __future__ import annotations
 
-from functools import cache
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from labctl.i18n import N_
-from labctl.verify.builders import Fixture, rng
+from labctl.verify.builders import SEED, Fixture, rng
 from labctl.verify.fixtures_composed import COMPOSED
 from labctl.verify.fixtures_primitives import PRIMITIVES
 
@@ -54,9 +60,12 @@ _BY_FUNCTION = {**PRIMITIVES, **COMPOSED}
 _NO_PROBE = {"causal_mask", "sliding_window_mask", "padding_mask", "sinusoidal_positions"}
 
 
-def _fixtures(function: str) -> tuple[Fixture, ...]:
-    """The float64 fixtures of `function`, built once per process."""
-    return tuple(_BY_FUNCTION[function]())
+def _fixtures(function: str, seed: int = SEED) -> tuple[Fixture, ...]:
+    """The float64 fixtures of `function` drawn from `seed`, built once per process."""
+    built = _BY_FUNCTION[function](seed)
+    for fixture in built:
+        fixture.seed = seed
+    return tuple(built)
 
 
 def _float32(value: Any) -> Any:
@@ -71,11 +80,11 @@ def _float32(value: Any) -> Any:
     return value
 
 
-def _probes(function: str) -> tuple[Fixture, ...]:
+def _probes(function: str, seed: int = SEED) -> tuple[Fixture, ...]:
     """The first fixture again with every float64 array as float32 (none for int-only inputs)."""
     if function in _NO_PROBE:
         return ()
-    first = fixtures(function)[0]
+    first = fixtures(function, seed)[0]
     return (
         Fixture(
             function,
@@ -83,19 +92,20 @@ def _probes(function: str) -> tuple[Fixture, ...]:
             _float32(first.args),
             _float32(dict(first.kwargs)),
             N_("float32 inputs: the output must stay float32"),
+            seed,
         ),
     )
 
 
-def causal_base(function: str) -> Fixture:
+def causal_base(function: str, seed: int = SEED) -> Fixture:
     """The fixture whose future is perturbed: the function's first, causal by default."""
-    return fixtures(function)[0]
+    return fixtures(function, seed)[0]
 
 
-def _causal_variants(function: str) -> tuple[tuple[int, Fixture], ...]:
+def _causal_variants(function: str, seed: int = SEED) -> tuple[tuple[int, Fixture], ...]:
     """(t, fixture) pairs: the base fixture with every input after position t replaced."""
-    base = causal_base(function)
-    r = rng(f"{function}/causal")
+    base = causal_base(function, seed)
+    r = rng(seed, f"{function}/causal")
     variants = []
     if function == "decoder_forward":
         ids = base.args[0]
@@ -106,7 +116,9 @@ def _causal_variants(function: str) -> tuple[tuple[int, Fixture], ...]:
             shift = r.integers(1, V, changed[:, t + 1 :].shape)
             changed[:, t + 1 :] = (changed[:, t + 1 :] + shift) % V
             args = (changed, *base.args[1:])
-            variants.append((t, Fixture(function, f"future-after-{t}", args, base.kwargs)))
+            variants.append(
+                (t, Fixture(function, f"future-after-{t}", args, base.kwargs, seed=seed))
+            )
         return tuple(variants)
     x = base.args[0]
     T = x.shape[1]
@@ -114,26 +126,45 @@ def _causal_variants(function: str) -> tuple[tuple[int, Fixture], ...]:
         changed = x.copy()
         changed[:, t + 1 :] += 3.0 * r.standard_normal(changed[:, t + 1 :].shape)
         args = (changed, *base.args[1:])
-        variants.append((t, Fixture(function, f"future-after-{t}", args, base.kwargs)))
+        variants.append((t, Fixture(function, f"future-after-{t}", args, base.kwargs, seed=seed)))
     return tuple(variants)
 
 
+class _PerSeed:
+    """`build(function, seed)` kept per process, under one key whether the seed is given or
+    left to its default (so a fixture is the same object however it was asked for)."""
+
+    def __init__(self, build: Callable[[str, int], Any]) -> None:
+        self._build = build
+        self._kept: dict[tuple[str, int], Any] = {}
+
+    def __call__(self, function: str, seed: int = SEED) -> Any:
+        key = (function, seed)
+        if key not in self._kept:
+            self._kept[key] = self._build(function, seed)
+        return self._kept[key]
+
+    def cache_clear(self) -> None:
+        self._kept.clear()
+
+
 # Cached by wrapping, not by decorating: mutmut does not mutate decorated functions.
-fixtures = cache(_fixtures)
-probes = cache(_probes)
-causal_variants = cache(_causal_variants)
+fixtures = _PerSeed(_fixtures)
+probes = _PerSeed(_probes)
+causal_variants = _PerSeed(_causal_variants)
 
 
 # --------------------------------------------------------------------------
 # Reference outputs, computed in labctl's own process (torch is fine here)
 # --------------------------------------------------------------------------
 
-_REFERENCE: dict[tuple[str, str], Any] = {}
+_REFERENCE: dict[tuple[int, str, str], Any] = {}
 
 
 def reference_output(fixture: Fixture) -> Any:
-    """`labctl.reference` on the fixture, cached: numpy arrays (a tuple when several)."""
-    key = (fixture.function, fixture.name)
+    """`labctl.reference` on the fixture, cached by (seed, function, fixture): numpy arrays
+    (a tuple when several)."""
+    key = (fixture.seed, fixture.function, fixture.name)
     if key not in _REFERENCE:
         from labctl import reference
 
@@ -142,18 +173,20 @@ def reference_output(fixture: Fixture) -> Any:
     return _REFERENCE[key]
 
 
-def warm_reference(functions: tuple[str, ...]) -> None:
-    """Compute every reference output the given functions need (before any threads start).
+def warm_reference(functions: tuple[str, ...], seed: int = SEED) -> None:
+    """Compute every reference output the given functions need at `seed` (before any threads
+    start).
 
     Where `labctl.verify.reference_cache` is on, outputs another process computed
-    are read from disk first, and what had to be computed here is written back.
+    at this seed are read from disk first, and what had to be computed here is
+    written back.
     """
     from labctl.verify import reference_cache
 
-    reference_cache.load(_REFERENCE)
+    reference_cache.load(_REFERENCE, seed)
     before = len(_REFERENCE)
     for function in functions:
-        for fixture in (*fixtures(function), *probes(function)):
+        for fixture in (*fixtures(function, seed), *probes(function, seed)):
             reference_output(fixture)
     if len(_REFERENCE) > before:
-        reference_cache.save(_REFERENCE)
+        reference_cache.save(_REFERENCE, seed)

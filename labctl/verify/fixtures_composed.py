@@ -1,7 +1,9 @@
 """The float64 fixtures of the composed functions: those built from others (`DEPENDS`).
 
 Attention (whole and tiled), multi-head attention, decode with a cache, the
-block and the decoder; `labctl.verify.fixtures` serves them.
+block and the decoder; `labctl.verify.fixtures` serves them. Each builder takes
+the run's seed; values are drawn from it, sizes stay as published (each is a
+structural promise: GQA's ratio, Tq < Tk, the position of a decode, D = 3).
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from labctl.verify.builders import (
 )
 
 
-def _sdpa() -> list[Fixture]:
+def _sdpa(seed: int) -> list[Fixture]:
     f = "scaled_dot_product_attention"
-    r = rng(f)
+    r = rng(seed, f)
     blocked_rows = r.random((1, 2, 4, 5)) < 0.4
     blocked_rows[0, 1, 2, :] = True  # a fully blocked row: zero weights, zero output
     blocked_rows[0, 0, :, 0] = False
@@ -81,9 +83,9 @@ def _sdpa() -> list[Fixture]:
     ]
 
 
-def _mha() -> list[Fixture]:
+def _mha(seed: int) -> list[Fixture]:
     f = "multi_head_attention"
-    r = rng(f)
+    r = rng(seed, f)
     return [
         Fixture(f, "causal", (normal(r, 2, 5, 8), *attention_weights(r, 8, 2, 2), 2)),
         Fixture(
@@ -109,9 +111,9 @@ def _mha() -> list[Fixture]:
     ]
 
 
-def _decode() -> list[Fixture]:
+def _decode(seed: int) -> list[Fixture]:
     f = "attention_decode"
-    r = rng(f)
+    r = rng(seed, f)
     return [
         Fixture(
             f,
@@ -157,9 +159,9 @@ def _decode() -> list[Fixture]:
     ]
 
 
-def _tiled() -> list[Fixture]:
+def _tiled(seed: int) -> list[Fixture]:
     f = "tiled_attention"
-    r = rng(f)
+    r = rng(seed, f)
     big = 25.0
     return [
         Fixture(
@@ -203,9 +205,9 @@ def _tiled() -> list[Fixture]:
     ]
 
 
-def _block() -> list[Fixture]:
+def _block(seed: int) -> list[Fixture]:
     f = "transformer_block"
-    r = rng(f)
+    r = rng(seed, f)
     return [
         Fixture(
             f, "default", (normal(r, 2, 5, 8), block_params(r, 8, 2, 2, 11), 2), {}, N_("odd F")
@@ -228,9 +230,9 @@ def _block() -> list[Fixture]:
     ]
 
 
-def _decoder() -> list[Fixture]:
+def _decoder(seed: int) -> list[Fixture]:
     f = "decoder_forward"
-    r = rng(f)
+    r = rng(seed, f)
     return [
         Fixture(
             f,
@@ -254,7 +256,7 @@ def _decoder() -> list[Fixture]:
     ]
 
 
-COMPOSED: dict[str, Callable[[], list[Fixture]]] = {
+COMPOSED: dict[str, Callable[[int], list[Fixture]]] = {
     "scaled_dot_product_attention": _sdpa,
     "multi_head_attention": _mha,
     "attention_decode": _decode,

@@ -106,6 +106,7 @@ class FaultMatrix:
     wall_time_s: float = 0.0
     records: list[Path] = field(default_factory=list)
     isolation: str | None = None
+    seed: int = SEED
 
     def uncaught(self) -> list[str]:
         return [r.name for r in self.rows if not r.caught_by]
@@ -197,10 +198,15 @@ def _cells(results: list[CheckResult]) -> dict[str, str]:
 
 
 def _row(
-    fault: Fault | None, path: Path, timeout_s: float, memory_mb: int, isolation: str = "auto"
+    fault: Fault | None,
+    path: Path,
+    timeout_s: float,
+    memory_mb: int,
+    isolation: str = "auto",
+    seed: int = SEED,
 ) -> tuple:
     start = time.perf_counter()
-    seen = observe(path, timeout_s, memory_mb, isolation=isolation)
+    seen = observe(path, timeout_s, memory_mb, isolation=isolation, seed=seed)
     if fault is not None:
         ROOMS.remember(fault, timeout_s, memory_mb, seen)
     return seen, evaluate(seen), time.perf_counter() - start
@@ -213,15 +219,20 @@ def build_matrix(
     progress: Callable[[str, int, int], None] | None = None,
     workers: int | None = None,
     isolation: str = "auto",
+    seed: int = SEED,
 ) -> FaultMatrix:
-    """Verify the project's clean room and every catalogued fault; diagnose; keep the matrix."""
+    """Verify the project's clean room and every catalogued fault; diagnose; keep the matrix.
+
+    `labctl faults` runs labctl's own faults at the published seed, so its matrix is the
+    same every run; `seed` exists to show the checks catch every fault at other seeds too.
+    """
     start = time.perf_counter()
     contract.verify_pin()
-    fx.warm_reference(contract.function_names())
+    fx.warm_reference(contract.function_names(), seed)
     catalogue = list(faults.CATALOGUE)
     paths = [ROOMS.path(f) for f in catalogue]
     seen, results, elapsed = _row(
-        None, faults.project_clean_room(), timeout_s, memory_mb, isolation
+        None, faults.project_clean_room(), timeout_s, memory_mb, isolation, seed
     )
     baseline = FaultRow(
         None,
@@ -236,7 +247,7 @@ def build_matrix(
     def one(item: tuple[Fault, Path]):
         nonlocal done
         fault, path = item
-        outcome = _row(fault, path, timeout_s, memory_mb, isolation)
+        outcome = _row(fault, path, timeout_s, memory_mb, isolation, seed)
         done += 1
         if progress:
             progress(fault.name, done, len(catalogue))
@@ -262,7 +273,9 @@ def build_matrix(
                 elapsed,
             )
         )
-    matrix = FaultMatrix(baseline, rows, timeout_s, isolation=resolve_isolation(isolation))
+    matrix = FaultMatrix(
+        baseline, rows, timeout_s, isolation=resolve_isolation(isolation), seed=seed
+    )
     matrix.wall_time_s = time.perf_counter() - start
     if out is not None:
         write_evidence(matrix, out)
@@ -273,7 +286,7 @@ def write_evidence(matrix: FaultMatrix, out: Path) -> None:
     """The matrix as CSV and JSON artifacts, and a learn-llm.evidence.v1 record pointing at them."""
     store = EvidenceStore(out.parent)
     folder = Path(out.name)
-    stem = record_stem(SEED)
+    stem = record_stem(matrix.seed)
     csv_path, csv_artifact = write_artifact(
         store, folder, f"{stem}-matrix.csv", matrix.csv_text().encode("utf-8")
     )
@@ -302,7 +315,7 @@ def write_evidence(matrix: FaultMatrix, out: Path) -> None:
     ]
     record = machine_record(
         module=MODULE_ID,
-        seed=SEED,
+        seed=matrix.seed,
         command=f"labctl faults --timeout {matrix.timeout_s:g}",
         metrics=metrics,
         artifacts=[csv_artifact, json_artifact],

@@ -26,6 +26,7 @@ from labctl.isolation.loader import source_files
 from labctl.isolation.sandbox import CleanRoom
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
+from labctl.verify.builders import SEED
 from labctl.verify.functions import CAUSAL_FUNCTIONS, DEPENDS
 
 PACKAGE = "(package)"
@@ -110,6 +111,7 @@ class FunctionRun:
     bad: dict[str, Outcome] = field(default_factory=dict)
     timed_out: bool = False
     elapsed_s: float = 0.0
+    seed: int = SEED  # the seed every input of these calls was drawn with
 
     def outcomes(self) -> list[Outcome]:
         return [
@@ -151,6 +153,7 @@ class RoomObservation:
     deviations: list[contract.Deviation] = field(default_factory=list)
     files_scanned: int = 0
     runs: dict[str, FunctionRun] = field(default_factory=dict)
+    seed: int = SEED
 
     @property
     def loaded(self) -> bool:
@@ -256,7 +259,9 @@ def depends_on(function: str) -> list[str]:
     return found
 
 
-def run_function(room: CleanRoom, function: str, timed_out: set[str]) -> FunctionRun:
+def run_function(
+    room: CleanRoom, function: str, timed_out: set[str], seed: int = SEED
+) -> FunctionRun:
     """Every call `function` needs; after a timeout its remaining calls are skipped.
 
     `timed_out` holds the functions that have hung in this room so far: a
@@ -264,7 +269,7 @@ def run_function(room: CleanRoom, function: str, timed_out: set[str]) -> Functio
     from it (it would hang the same way), so a hanging `softmax` costs one
     timeout, not one per fixture of every function that calls it.
     """
-    run = FunctionRun(function)
+    run = FunctionRun(function, seed=seed)
 
     def one(args: tuple, kwargs: dict) -> Outcome:
         if function in timed_out:
@@ -282,18 +287,18 @@ def run_function(room: CleanRoom, function: str, timed_out: set[str]) -> Functio
             run.timed_out = True
         return outcome
 
-    for fixture in fx.fixtures(function):
+    for fixture in fx.fixtures(function, seed):
         run.fixtures[fixture.name] = one(*fixture.call())
-    for fixture in fx.probes(function):
+    for fixture in fx.probes(function, seed):
         run.probes[fixture.name] = one(*fixture.call())
     implemented = not run.not_implemented and not any(
         o.kind == "missing" for o in run.fixtures.values()
     )
     if implemented and function in CAUSAL_FUNCTIONS:
-        for t, fixture in fx.causal_variants(function):
+        for t, fixture in fx.causal_variants(function, seed):
             run.causal[t] = one(*fixture.call())
     if implemented:
-        for case in bad_cases(function):
+        for case in bad_cases(function, seed):
             run.bad[case.name] = one(*case.call())
     return run
 
@@ -311,15 +316,16 @@ def observe(
     with_room: Callable[[CleanRoom], None] | None = None,
     progress: Callable[[str], None] | None = None,
     isolation: str = "auto",
+    seed: int = SEED,
 ) -> RoomObservation:
-    """Scan, load and run the clean room at `root` (already resolved).
+    """Scan, load and run the clean room at `root` (already resolved) on inputs drawn from `seed`.
 
     `functions` limits the calls to some contract functions (the diagnosis
     needs only the failing ones); `with_room`, if given, is called with the
     loaded room before it is closed (verify measures the course's metrics
     there).
     """
-    seen = RoomObservation(root, isolation=resolve_isolation(isolation))
+    seen = RoomObservation(root, isolation=resolve_isolation(isolation), seed=seed)
     seen.files_scanned = len(source_files(root))
     # Syntax errors are the loader's to report (a stray file that is never
     # imported does not stop a load); everything else the scan finds is a refusal.
@@ -363,7 +369,7 @@ def observe(
             if progress:
                 progress(function)
             before = len(room.violations)
-            seen.runs[function] = run_function(room, function, timed_out)
+            seen.runs[function] = run_function(room, function, timed_out, seed)
             for text in room.violations[before:]:
                 located = _located(root, text)
                 if located.function == PACKAGE:

@@ -2,20 +2,29 @@
 
 `labctl.verify.fixtures` computes the reference's output on every fixture once
 per process. A grading batch starts several processes (local workers, Dask
-workers), so the outputs are also kept in one `.npz` file (arrays only, read
-with `allow_pickle=False`) beside a JSON index. The file is used only when its
-key matches this process's: the contract's digest, the fixtures' version (their
-seeds are derived from their names), labctl's version and the numpy and torch
-versions that computed it; and its bytes match the sha256 the index holds. A
-stale or damaged cache is ignored and written again.
+workers), so the outputs of the batch's seed are also kept in one file: a
+line of JSON (the index) followed by an `.npz` (arrays only, read with
+`allow_pickle=False`). The file is used only when its key matches this
+process's: the seed, the contract's digest, the fixtures' version, labctl's
+version, the numpy and torch versions that computed it, and which key signed it.
 
-The cache is on only where `LABCTL_REFERENCE_CACHE` names a folder (set by
-`labctl grade` for its workers); everywhere else nothing changes.
+The file is signed: an HMAC-SHA256 over the index and the arrays, with a
+secret (`LABCTL_REFERENCE_KEY`, hex) that `labctl grade` keeps outside the
+cache folder and hands only to labctl's own processes (learner code runs in
+a sandbox with a cleared environment and never sees it). A file of the right
+key whose signature does not hold was edited after labctl wrote it: it is
+never used, `discard_edited` names and removes it, and the outputs are
+computed again. A file of another key is stale, ignored and written anew.
+
+The cache is on only where `LABCTL_REFERENCE_CACHE` names a folder and
+`LABCTL_REFERENCE_KEY` holds the secret (both set by `labctl grade` for its
+workers); everywhere else nothing changes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import json
 import os
@@ -26,10 +35,11 @@ from typing import Any
 import numpy as np
 
 ENV = "LABCTL_REFERENCE_CACHE"
-SCHEMA = "labctl.reference-cache.v1"
+KEY_ENV = "LABCTL_REFERENCE_KEY"
+SCHEMA = "labctl.reference-cache.v2"
 
 
-def cache_key() -> str:
+def cache_key(seed: int) -> str:
     import labctl
     from labctl import contract
     from labctl.verify.fixtures import FIXTURES_VERSION
@@ -38,9 +48,13 @@ def cache_key() -> str:
         torch_version = metadata.version("torch")
     except metadata.PackageNotFoundError:
         torch_version = "none"
+    key = secret()
     parts = {
+        # A file signed with another key (a batch's secrets lost) is another file, not an edit.
+        "signed_by": hashlib.sha256(key).hexdigest()[:16] if key else None,
         "contract_sha256": contract.CONTRACT_V1_SHA256,
         "fixtures": FIXTURES_VERSION,
+        "seed": seed,
         "labctl": labctl.__version__,
         "numpy": np.__version__,
         "torch": torch_version,
@@ -54,56 +68,93 @@ def folder() -> Path | None:
     return Path(where) if where else None
 
 
-def _paths(where: Path, key: str) -> tuple[Path, Path]:
-    stem = f"reference-{key[:16]}"
-    return where / f"{stem}.npz", where / f"{stem}.json"
-
-
-def load(into: dict[tuple[str, str], Any], where: Path | None = None) -> int:
-    """Add the cached outputs to `into`; return how many were read (0: no usable cache)."""
-    where = where or folder()
-    if where is None:
-        return 0
-    key = cache_key()
-    data_path, index_path = _paths(where, key)
+def secret() -> bytes | None:
     try:
-        index = json.loads(index_path.read_text("utf-8"))
-        blob = data_path.read_bytes()
-    except (OSError, ValueError):
+        return bytes.fromhex(os.environ.get(KEY_ENV, "")) or None
+    except ValueError:
+        return None
+
+
+def path_of(where: Path, seed: int) -> Path:
+    return where / f"reference-{cache_key(seed)[:16]}.bin"
+
+
+def _mac(key: bytes, index: dict, blob: bytes) -> str:
+    text = json.dumps(index, sort_keys=True).encode("utf-8")
+    return hmac.new(key, text + b"\n" + blob, hashlib.sha256).hexdigest()
+
+
+def _read(path: Path, seed: int, key: bytes) -> tuple[str, dict | None, bytes]:
+    """("absent" | "stale" | "edited" | "signed", index, arrays' bytes) of the file at `path`."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return "absent", None, b""
+    head, _, blob = data.partition(b"\n")
+    try:
+        index = json.loads(head.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return "edited", None, b""
+    if not isinstance(index, dict) or index.get("schema") != SCHEMA:
+        return "edited", None, b""
+    if index.get("key") != cache_key(seed):
+        return "stale", None, b""
+    mac = index.pop("mac", None)
+    if not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(key, index, blob)):
+        return "edited", None, b""
+    return "signed", index, blob
+
+
+def discard_edited(seed: int, where: Path | None = None) -> Path | None:
+    """Remove the cache of `seed` if it was edited after labctl signed it; return its path."""
+    where, key = where or folder(), secret()
+    if where is None or key is None:
+        return None
+    path = path_of(where, seed)
+    state, _, _ = _read(path, seed, key)
+    if state != "edited":
+        return None
+    path.unlink(missing_ok=True)
+    return path
+
+
+def load(into: dict[tuple[int, str, str], Any], seed: int, where: Path | None = None) -> int:
+    """Add the cached outputs of `seed` to `into`; return how many were read (0: none usable)."""
+    where, key = where or folder(), secret()
+    if where is None or key is None:
         return 0
-    if (
-        not isinstance(index, dict)
-        or index.get("schema") != SCHEMA
-        or index.get("key") != key
-        or index.get("sha256") != hashlib.sha256(blob).hexdigest()
-    ):
+    state, index, blob = _read(path_of(where, seed), seed, key)
+    if state != "signed" or index is None:
         return 0
-    read: dict[tuple[str, str], Any] = {}
+    read: dict[tuple[int, str, str], Any] = {}
     try:
         with np.load(io.BytesIO(blob), allow_pickle=False) as arrays:
             for entry in index["entries"]:
                 values = [arrays[name] for name in entry["arrays"]]
-                read[(entry["function"], entry["fixture"])] = (
+                read[(seed, entry["function"], entry["fixture"])] = (
                     tuple(values) if entry["tuple"] else values[0]
                 )
     except (OSError, ValueError, KeyError, TypeError):
-        return 0  # a cache written by something else: computed again instead
+        return 0  # signed by us but not readable here: computed again instead
     into.update(read)
     return len(read)
 
 
-def save(outputs: dict[tuple[str, str], Any], where: Path | None = None) -> Path | None:
-    """Write `outputs` (arrays, or tuples of arrays) as the cache; atomic, last writer wins."""
+def save(
+    outputs: dict[tuple[int, str, str], Any], seed: int, where: Path | None = None
+) -> Path | None:
+    """Write the outputs of `seed` (arrays, or tuples of arrays) as the signed cache; atomic,
+    last writer wins."""
     from labctl.evidence.store import replace_atomically
 
-    where = where or folder()
-    if where is None:
+    where, key = where or folder(), secret()
+    if where is None or key is None:
         return None
-    key = cache_key()
-    data_path, index_path = _paths(where, key)
     arrays: dict[str, np.ndarray] = {}
     entries = []
-    for (function, fixture), value in sorted(outputs.items()):
+    for (drawn_with, function, fixture), value in sorted(outputs.items()):
+        if drawn_with != seed:
+            continue
         values = value if isinstance(value, tuple) else (value,)
         names = []
         for value_ in values:
@@ -121,13 +172,9 @@ def save(outputs: dict[tuple[str, str], Any], where: Path | None = None) -> Path
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     blob = buffer.getvalue()
-    index = {
-        "schema": SCHEMA,
-        "key": key,
-        "sha256": hashlib.sha256(blob).hexdigest(),
-        "entries": entries,
-    }
+    index = {"schema": SCHEMA, "key": cache_key(seed), "seed": seed, "entries": entries}
+    index["mac"] = _mac(key, index, blob)
     where.mkdir(parents=True, exist_ok=True)
-    replace_atomically(data_path, blob)
-    replace_atomically(index_path, (json.dumps(index, indent=1) + "\n").encode("utf-8"))
-    return data_path
+    path = path_of(where, seed)
+    replace_atomically(path, json.dumps(index, sort_keys=True).encode("utf-8") + b"\n" + blob)
+    return path

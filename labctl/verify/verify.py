@@ -13,6 +13,11 @@ fix-after record, and show parity with the reference. One call does it:
    room, through the labs that declare them (`labctl.registry.metric_table`);
 5. write an evidence record and append a line to the history of verify runs,
    pass or fail, so the failure-before / fix-after record keeps itself.
+
+Every input of steps 1 and 4 (fixtures, probes, causal variants, bad input,
+the labs' inputs) is drawn from one seed chosen at run time unless the caller
+gives one: no answer can be known in advance. The seed is in the report, the
+record and the history line, so `--seed N` reproduces a run exactly.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from labctl.isolation.loader import resolve_package_dir
 from labctl.isolation.sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, CleanRoom
 from labctl.jsonsafe import dumps
 from labctl.verify import fixtures as fx
+from labctl.verify.builders import MAX_SEED, SEED, fresh_seed
 from labctl.verify.checks import CHECK_NAMES, CheckResult, evaluate
 from labctl.verify.compare import TOLERANCE_VERSION
 from labctl.verify.diagnosis import Diagnosis, diagnose
@@ -48,7 +54,6 @@ from labctl.verify.observe import PACKAGE, RoomObservation, observe
 MODULE_ID = "verify-clean-room"
 DEFAULT_OUT = Path("evidence/verify")
 HISTORY_NAME = "history.jsonl"
-METRICS_SEED = 5  # the course template's seed
 
 
 @dataclass
@@ -89,6 +94,7 @@ class VerifyReport:
     diagnosis: list[Diagnosis]
     timeout_s: float
     memory_mb: int
+    seed: int = SEED
     isolation: str = ""
     wall_time_s: float = 0.0
     metrics: list[TemplateMetric] = field(default_factory=list)
@@ -130,6 +136,7 @@ class VerifyReport:
             "contract": {"id": contract.CONTRACT_ID, "sha256": contract.CONTRACT_V1_SHA256},
             "tolerances": TOLERANCE_VERSION,
             "fixtures": fx.FIXTURES_VERSION,
+            "seed": self.seed,
             "timeout_s": self.timeout_s,
             "memory_mb": self.memory_mb,
             "isolation": self.isolation,
@@ -150,13 +157,13 @@ class VerifyReport:
 
 
 def template_metrics(
-    room: CleanRoom, progress: Callable[[str], None] | None = None
+    room: CleanRoom, progress: Callable[[str], None] | None = None, seed: int = SEED
 ) -> list[TemplateMetric]:
     """The course template's metrics (第8章 · Attention 与 Transformer Block, 学习者提交模板) measured with the reference and this clean room.
 
     Each metric is measured by the lab that declares it in the v1 tolerance
-    table; a lab that does not exist yet is skipped with a note, so this keeps
-    working while labs are added.
+    table, its inputs drawn from `seed`; a lab that does not exist yet is
+    skipped with a note, so this keeps working while labs are added.
     """
     from labctl import reference
     from labctl.lab import Implementation
@@ -189,7 +196,7 @@ def template_metrics(
         if lab.id not in by_lab:
             if progress:
                 progress(Msg("the course template's metrics: lab {lab}", lab=lab.id))
-            by_lab[lab.id] = run_lab(lab, METRICS_SEED, impls)
+            by_lab[lab.id] = run_lab(lab, seed, impls)
         result = by_lab[lab.id]
         rows = {m.impl: m for m in result.metrics if m.name == name}
         row = rows.get("clean-room") or rows.get("both")
@@ -237,8 +244,12 @@ def verify_clean_room(
     diagnose_failures: bool = True,
     progress: Callable[[str], None] | None = None,
     isolation: str = "auto",
+    seed: int | None = None,
 ) -> VerifyReport:
     """Verify the clean room at `path`; write evidence under `out` unless it is None.
+
+    Every input is drawn from `seed`; None draws a fresh one (`builders.fresh_seed`),
+    which the report keeps. Pass the published `builders.SEED` for the course's fixtures.
 
     Raises UsageError when `path` does not exist or is not a directory, when
     `out` cannot hold the records, or when `isolation` asks for a sandbox this
@@ -248,6 +259,7 @@ def verify_clean_room(
     """
     start = time.perf_counter()
     contract.verify_pin()
+    seed = check_seed(fresh_seed() if seed is None else seed)
     level = resolve_isolation(isolation)
     if out is not None:
         check_out_dir(out)
@@ -259,20 +271,27 @@ def verify_clean_room(
             status="unloadable",
             message=Msg("does not load: {error}", error=exc.message),
             isolation=level,
+            seed=seed,
         )
         return _finish(seen, Path(path), timeout_s, memory_mb, out, [], start, diagnose_failures)
     metrics: list[TemplateMetric] = []
 
     def measure_metrics(room: CleanRoom) -> None:
         if measure:
-            metrics.extend(template_metrics(room, progress))
+            metrics.extend(template_metrics(room, progress, seed))
 
     seen = observe(
-        root, timeout_s, memory_mb, with_room=measure_metrics, progress=progress, isolation=level
+        root,
+        timeout_s,
+        memory_mb,
+        with_room=measure_metrics,
+        progress=progress,
+        isolation=level,
+        seed=seed,
     )
     # The reference (torch) only where there is something to compare with it, and before
     # the diagnosis starts its threads: a clean room that does not load costs no torch.
-    fx.warm_reference(tuple(f for f, run in seen.runs.items() if not run.not_implemented))
+    fx.warm_reference(tuple(f for f, run in seen.runs.items() if not run.not_implemented), seed)
     if measure and not metrics:
         metrics = [
             TemplateMetric(
@@ -306,6 +325,7 @@ def _finish(
         diagnosis=diagnosis,
         timeout_s=timeout_s,
         memory_mb=memory_mb,
+        seed=seen.seed,
         isolation=seen.isolation,
         metrics=metrics,
         verified_at=now_iso(),
@@ -325,8 +345,17 @@ def _command(report: VerifyReport) -> str:
     words = ["labctl", "verify", "clean-room", "--path", report.path]
     if report.timeout_s != DEFAULT_TIMEOUT_S:
         words += ["--timeout", f"{report.timeout_s:g}"]
-    words += ["--isolation", report.isolation]
+    words += ["--isolation", report.isolation, "--seed", str(report.seed)]
     return shlex.join(words)
+
+
+def check_seed(seed: int) -> int:
+    """Refuse a seed numpy and torch cannot both take (the labs seed both)."""
+    if not 0 <= seed <= MAX_SEED:
+        raise UsageError(
+            Msg("--seed must be an integer from 0 to {top}, got {seed}", top=MAX_SEED, seed=seed)
+        )
+    return seed
 
 
 def check_out_dir(out: Path) -> None:
@@ -365,7 +394,7 @@ def write_evidence(report: VerifyReport, out: Path) -> None:
     """A learn-llm.evidence.v1 record (YAML and JSON), the report as an artifact, a history line."""
     store = EvidenceStore(out.parent)
     folder = Path(out.name)
-    stem = record_stem(METRICS_SEED)
+    stem = record_stem(report.seed)
     document = dumps(report.to_json(lambda p: os.path.relpath(p, store.root)))
     artifact_path, artifact = write_artifact(
         store, folder, f"{stem}-report.json", (document + "\n").encode("utf-8")
@@ -390,7 +419,7 @@ def write_evidence(report: VerifyReport, out: Path) -> None:
     known += [f"{m.name}: {m.note}" for m in report.metrics if m.actual is None and m.note]
     record = machine_record(
         module=MODULE_ID,
-        seed=METRICS_SEED,
+        seed=report.seed,
         command=_command(report),
         metrics=metric_records,
         artifacts=[artifact],
@@ -431,6 +460,7 @@ def write_evidence(report: VerifyReport, out: Path) -> None:
             "contract_sha256": contract.CONTRACT_V1_SHA256,
             "tolerances": TOLERANCE_VERSION,
             "isolation": report.isolation,
+            "seed": report.seed,
             "wall_time_s": round(report.wall_time_s, 3),
         },
     )

@@ -1,0 +1,63 @@
+"""A batch's seed and the key that signs its reference cache: the grader's, never a learner's.
+
+One seed per batch: every learner of the batch is verified on inputs drawn
+from it, so their rows compare, and no learner knows it in advance. It is
+kept with the key in `OUT/.batch-secrets.json` (mode 0600), beside the
+records and outside every learner-facing folder (`feedback/`,
+`gradescope/`), and outside `OUT/.reference-cache/`, whose file the key
+signs. A batch resumed in the same `--out` reuses both (its records keep
+their verdicts); `--seed` replaces the seed, and then every learner is
+graded again, since the seed is part of each record's key.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from labctl.evidence.store import replace_atomically
+from labctl.verify.builders import MAX_SEED, fresh_seed
+
+SECRETS = ".batch-secrets.json"
+SCHEMA = "labctl.grade-batch-secrets.v1"
+
+
+@dataclass(frozen=True)
+class BatchSecrets:
+    seed: int
+    reference_key: str  # hex: the HMAC key of `labctl.verify.reference_cache`
+
+
+def _kept(path: Path) -> BatchSecrets | None:
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        return None
+    seed, key = data.get("seed"), data.get("reference_key")
+    valid_seed = isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= MAX_SEED
+    if not valid_seed or not isinstance(key, str) or len(key) != 64:
+        return None
+    try:
+        bytes.fromhex(key)
+    except ValueError:
+        return None
+    return BatchSecrets(seed, key)
+
+
+def batch_secrets(out: Path, seed: int | None) -> BatchSecrets:
+    """The batch's seed (`seed`, else the one kept in `out`, else a fresh one) and its key."""
+    path = out / SECRETS
+    kept = _kept(path)
+    chosen = BatchSecrets(
+        seed if seed is not None else (kept.seed if kept else fresh_seed()),
+        kept.reference_key if kept else secrets.token_hex(32),
+    )
+    if chosen != kept:
+        document = {"schema": SCHEMA, "seed": chosen.seed, "reference_key": chosen.reference_key}
+        # replace_atomically writes through mkstemp: the file is 0600 from its first byte.
+        replace_atomically(path, (json.dumps(document) + "\n").encode("utf-8"))
+    return chosen

@@ -1,0 +1,217 @@
+"""The answer-table attack (issue 20): a room of `clean-room init` stubs whose every function
+looks up a digest of its inputs in a table of answers, built from labctl's public fixtures,
+probes, causal variants and template-metric calls at the published seed. It passes verify at
+that seed (the attack is real) and fails at a fresh one, and an honest room outscores it."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from labctl import contract, reference
+from labctl.verify import fixtures as fx
+from labctl.verify.builders import SEED
+from labctl.verify.functions import CAUSAL_FUNCTIONS
+from labctl.verify.stubs import init_clean_room
+from labctl.verify.verify import template_metrics
+from tests.clitools import invoke
+from tests.gradetools import copy_room, rubric_without
+
+# Written into the room and run here too, so both sides digest a call alike.
+DIGEST = """
+import hashlib
+
+import numpy as np
+
+
+def _canon(value, out):
+    if isinstance(value, np.ndarray):
+        out.append(f"a{value.dtype.str}{value.shape}".encode())
+        out.append(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, (bool, np.bool_)):
+        out.append(f"b{bool(value)}".encode())
+    elif isinstance(value, (int, np.integer)):
+        out.append(f"i{int(value)}".encode())
+    elif isinstance(value, (float, np.floating)):
+        out.append(f"f{float(value)!r}".encode())
+    elif value is None:
+        out.append(b"n")
+    elif isinstance(value, str):
+        out.append(b"s" + value.encode())
+    elif isinstance(value, (list, tuple)):
+        out.append(f"l{len(value)}".encode())
+        for item in value:
+            _canon(item, out)
+    elif isinstance(value, dict):
+        out.append(f"d{len(value)}".encode())
+        for key in sorted(value):
+            out.append(str(key).encode())
+            _canon(value[key], out)
+    else:
+        out.append(repr(value).encode())
+
+
+def digest(function, params):
+    parts = [function.encode()]
+    for name in sorted(params):
+        parts.append(name.encode())
+        _canon(params[name], parts)
+    return hashlib.sha256(b"|".join(parts)).hexdigest()
+"""
+
+LOOKUP = """
+import json
+import os
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_TABLE = []
+
+
+def _answer(function, params):
+    if not _TABLE:
+        with open(os.path.join(_HERE, "answers.json"), encoding="utf-8") as handle:
+            _TABLE.append(json.load(handle))
+        _TABLE.append(dict(np.load(os.path.join(_HERE, "answers.npz"))))
+    index, arrays = _TABLE
+    key = digest(function, params)
+    if key not in index:
+        # Bad input is never in the table: refusing what it does not know passes bad-input.
+        raise ValueError(f"{function}: no answer for these inputs")
+    n = index[key]
+    if n < 0:
+        return arrays[key + "_0"].copy()
+    return tuple(arrays[f"{key}_{i}"].copy() for i in range(n))
+"""
+
+
+class Recorder:
+    """Stands where the clean room would in the template metrics' labs: the reference's
+    answers, every call kept."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple, dict]] = []
+
+    def __getattr__(self, name: str):
+        function = getattr(reference, name)
+
+        def call(*args, **kwargs):
+            self.calls.append((name, args, kwargs))
+            return function(*args, **kwargs)
+
+        return call
+
+
+def _stub_signatures() -> dict[str, inspect.Signature]:
+    from labctl.verify.stubs import module_source
+
+    space: dict = {}
+    exec(module_source(), space)  # the stubs' exact v1 signatures
+    return {name: inspect.signature(space[name]) for name in contract.function_names()}
+
+
+def build_table_room(where: Path) -> tuple[Path, int]:
+    """The stub room with a table of answers at the published seed; (room, answers)."""
+    space: dict = {}
+    exec(DIGEST, space)
+    digest = space["digest"]
+    signatures = _stub_signatures()
+    calls: list[tuple[str, tuple, dict]] = []
+    for function in contract.function_names():
+        for fixture in (*fx.fixtures(function, SEED), *fx.probes(function, SEED)):
+            calls.append((function, *fixture.call()))
+    for function in CAUSAL_FUNCTIONS:
+        for _, fixture in fx.causal_variants(function, SEED):
+            calls.append((function, *fixture.call()))
+    from_fixtures = len(calls)
+    recorder = Recorder()
+    template_metrics(recorder, seed=SEED)  # the labs' own calls at the published seed
+    calls += recorder.calls
+    assert len(recorder.calls) > 0 and from_fixtures > 90
+    index: dict[str, int] = {}
+    arrays: dict[str, np.ndarray] = {}
+    for function, args, kwargs in calls:
+        bound = signatures[function].bind(*args, **kwargs)
+        bound.apply_defaults()
+        key = digest(function, dict(bound.arguments))
+        value = getattr(reference, function)(*args, **kwargs)
+        values = value if isinstance(value, tuple) else (value,)
+        index[key] = len(values) if isinstance(value, tuple) else -1
+        for i, item in enumerate(values):
+            arrays[f"{key}_{i}"] = np.asarray(item)
+    room = where / "clean_room"
+    init_clean_room(room)
+    module = room / "transformer_block.py"
+    source = re.sub(
+        r"raise NotImplementedError\('(\w+): [^']*'\)",
+        r'return _answer("\1", dict(locals()))',
+        module.read_text("utf-8"),
+    )
+    module.write_text(source + DIGEST + LOOKUP, encoding="utf-8")
+    (room / "answers.json").write_text(json.dumps(index), encoding="utf-8")
+    np.savez(room / "answers.npz", **arrays)
+    return room, len(index)
+
+
+@pytest.fixture(scope="module")
+def table_room(tmp_path_factory) -> Path:
+    room, answers = build_table_room(tmp_path_factory.mktemp("answer-table"))
+    assert answers > 150  # fixtures, probes, causal variants and the labs' calls
+    return room
+
+
+def _verify(room: Path, out: Path, *args: str):
+    return invoke("verify", "clean-room", "--path", str(room), "--out", str(out), "--json", *args)
+
+
+def test_the_table_passes_verify_at_the_published_seed(table_room, tmp_path):
+    """The attack is real: knowing seed 5's answers is enough to pass every check there."""
+    result = _verify(table_room, tmp_path, "--seed", str(SEED))
+    document = json.loads(result.stdout)
+    failed = [f"{c['function']}:{c['name']}" for c in document["checks"] if not c["passed"]]
+    assert result.exit_code == 0 and document["passed"], failed
+    assert document["seed"] == SEED
+    # The template metrics are forged too: every one measured and passing.
+    assert [m.get("passed") for m in document["metrics"]] == [True] * len(document["metrics"])
+
+
+def test_the_table_fails_verify_at_a_fresh_seed(table_room, tmp_path):
+    result = _verify(table_room, tmp_path, "--no-metrics")
+    document = json.loads(result.stdout)
+    assert result.exit_code == 1 and not document["passed"]
+    assert document["seed"] != SEED
+    failing = {c["function"] for c in document["checks"] if c["status"] == "fail"}
+    # Every function with a float input meets values it has no answer for.
+    floats = set(contract.function_names()) - {
+        "causal_mask",
+        "sliding_window_mask",
+        "padding_mask",
+        "sinusoidal_positions",
+    }
+    assert floats <= failing
+
+
+def test_an_honest_room_outscores_the_table_in_grade(table_room, tmp_path):
+    submissions = tmp_path / "class"
+    copy_room(submissions / "honest" / "clean_room")
+    shutil.copytree(table_room, submissions / "table" / "clean_room")
+    rubric = rubric_without(tmp_path, "submission")  # the template metrics are scored
+    result = invoke(
+        "grade", "class", str(submissions), "--out", str(tmp_path / "grades"),
+        "--rubric", str(rubric), "--jobs", "1", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["seed"] != SEED
+    scores = {
+        learner: json.loads((tmp_path / "grades" / "records" / f"{learner}.json").read_text())
+        for learner in ("honest", "table")
+    }
+    honest, table = scores["honest"], scores["table"]
+    assert honest["score"] == honest["max_score"]
+    assert table["score"] < honest["score"] / 2, (table["score"], honest["score"])
