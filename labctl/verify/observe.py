@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,6 +151,10 @@ class RoomObservation:
     deviations: list[contract.Deviation] = field(default_factory=list)
     files_scanned: int = 0
     runs: dict[str, FunctionRun] = field(default_factory=dict)
+    # The functions whose calls the room's time budget left unrun (or cut short): no run
+    # is kept for them, so their checks are "not run", never a pass.
+    over_budget: list[str] = field(default_factory=list)
+    budget_s: float | None = None
 
     @property
     def loaded(self) -> bool:
@@ -255,7 +260,32 @@ def depends_on(function: str) -> list[str]:
     return found
 
 
-def run_function(room: CleanRoom, function: str, timed_out: set[str]) -> FunctionRun:
+class _OverBudget(Exception):
+    """The room's time budget ran out before this function's calls were done."""
+
+
+def _within(room: CleanRoom, deadline: float | None, name: str, args: tuple, kwargs: dict):
+    """`call`, its timeout cut to what is left of the budget; a call the cut stops, or one
+    that cannot start, is over budget rather than a timeout of the function's own."""
+    if deadline is None:
+        return call(room, name, args, kwargs)
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _OverBudget
+    full = room.timeout_s
+    room.timeout_s = min(full, left)
+    try:
+        outcome = call(room, name, args, kwargs)
+    finally:
+        room.timeout_s = full
+    if outcome.kind == "timeout" and left < full:
+        raise _OverBudget
+    return outcome
+
+
+def run_function(
+    room: CleanRoom, function: str, timed_out: set[str], deadline: float | None = None
+) -> FunctionRun:
     """Every call `function` needs; after a timeout its remaining calls are skipped.
 
     `timed_out` holds the functions that have hung in this room so far: a
@@ -274,7 +304,7 @@ def run_function(room: CleanRoom, function: str, timed_out: set[str]) -> Functio
                 "skipped",
                 message=Msg("not run: it is built from {hung}, which timed out", hung=hung),
             )
-        outcome = call(room, function, args, kwargs)
+        outcome = _within(room, deadline, function, args, kwargs)
         run.elapsed_s += outcome.elapsed_s
         if outcome.kind == "timeout":
             timed_out.add(function)
@@ -310,15 +340,20 @@ def observe(
     with_room: Callable[[CleanRoom], None] | None = None,
     progress: Callable[[str], None] | None = None,
     isolation: str = "auto",
+    budget_s: float | None = None,
 ) -> RoomObservation:
     """Scan, load and run the clean room at `root` (already resolved).
 
     `functions` limits the calls to some contract functions (the diagnosis
     needs only the failing ones); `with_room`, if given, is called with the
     loaded room before it is closed (verify measures the course's metrics
-    there).
+    there), unless the budget ran out. `budget_s` is the wall-clock time the
+    whole room may take, counted in labctl's process from here: past it, no
+    call starts, the call running is stopped, and the functions left are
+    `over_budget`.
     """
-    seen = RoomObservation(root, isolation=resolve_isolation(isolation))
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    seen = RoomObservation(root, isolation=resolve_isolation(isolation), budget_s=budget_s)
     files = [p for p in root.rglob("*.py") if "__pycache__" not in p.parts]
     seen.files_scanned = len(files)
     # Syntax errors are the loader's to report (a stray file that is never
@@ -362,14 +397,21 @@ def observe(
         for function in functions or contract.function_names():
             if progress:
                 progress(function)
+            if deadline is not None and time.monotonic() >= deadline:
+                seen.over_budget.append(function)
+                continue
             before = len(room.violations)
-            seen.runs[function] = run_function(room, function, timed_out)
+            try:
+                seen.runs[function] = run_function(room, function, timed_out, deadline)
+            except _OverBudget:
+                seen.over_budget.append(function)
+                continue
             for text in room.violations[before:]:
                 located = _located(root, text)
                 if located.function == PACKAGE:
                     located = Located(located.where, located.what, function)
                 if located not in seen.violations:
                     seen.violations.append(located)
-        if with_room is not None:
+        if with_room is not None and not seen.over_budget:
             with_room(room)
     return seen
