@@ -14,16 +14,21 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 from dataclasses import dataclass
 from importlib import util
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import TYPE_CHECKING
 
 from labctl.errors import CleanRoomError, UsageError
 from labctl.evidence.environment import project_root
 from labctl.evidence.models import CleanRoomInfo, files_digest
 from labctl.evidence.records import shown_path
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, declared
+
+if TYPE_CHECKING:
+    from labctl.evidence.findings import Report
 
 # A clean room is source code; hashing more than this would take minutes (`copy_room` agrees).
 MAX_ROOM_BYTES = 64 << 20
@@ -157,3 +162,72 @@ def changes(recorded: dict[str, str], now: dict[str, str]) -> Changes:
         added=tuple(sorted(now.keys() - recorded.keys())),
         removed=tuple(sorted(recorded.keys() - now.keys())),
     )
+
+
+def _room_path(text: str, root: Path) -> tuple[Path | None, str | None]:
+    """The directory `text` names inside the repository `root`, or why it is not acceptable."""
+    if "\x00" in text:
+        return None, N_("path holds a NUL character")
+    if PurePosixPath(text).is_absolute() or PureWindowsPath(text).is_absolute():
+        return None, N_("absolute path; give a path relative to the repository")
+    if ".." in re.split(r"[\\/]", text):
+        return None, N_("path has a '..' component; it must stay inside the repository")
+    try:
+        resolved = (root / text).resolve()
+    except (OSError, RuntimeError):
+        return None, N_("path cannot be resolved (a symlink loop?)")
+    if not resolved.is_relative_to(root):
+        return None, N_("path escapes the repository (a symlink leads out)")
+    if not resolved.is_dir():
+        return None, N_("no such directory in the repository")
+    return resolved, None
+
+
+def named_room(report: Report, root: Path) -> Path | None:
+    """The clean room a validated submission names, as its records saw it, or None with the
+    reason refused in `report`: none named, labctl's own, outside the repository `root`, or
+    its files changed since the runs."""
+    here = "labctl.clean_room"
+    if report.flagged(here) or report.flagged("labctl"):
+        return None
+    info = report.record.labctl.clean_room if report.record and report.record.labctl else None
+    if info is None or isinstance(info, str):
+        report.refuse(
+            here,
+            N_(
+                "names no clean room identity (path, sha256, files): run the labs with "
+                "--clean-room my_room and fill the template again"
+            ),
+        )
+        return None
+    if info.own:
+        report.refuse(here, _OWN)
+        return None
+    resolved, reason = _room_path(info.path, root)
+    if reason:
+        report.refuse(
+            f"{here}.path", Msg("{path!r}: {reason}", path=info.path, reason=declared(reason))
+        )
+        return None
+    now = room_files(resolved)
+    if is_own(resolved, now):
+        report.refuse(here, _OWN)
+        return None
+    diff = changes(info.files, now)
+    if diff:
+        report.refuse(
+            here,
+            Msg(
+                "the clean room changed since these runs: {changes}; run the labs again and "
+                "fill the template again",
+                changes=diff.message(),
+            ),
+        )
+        return None
+    return resolved
+
+
+_OWN = N_(
+    "made with labctl's own clean room (or a copy of it), not yours: it is no evidence of your "
+    "code; run the labs with --clean-room my_room"
+)
