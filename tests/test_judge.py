@@ -378,13 +378,18 @@ def test_run_labs_with_both_implementations_records_the_clean_room_and_its_isola
     report = runner.run_labs(["toy"], seed=3, out=tmp_path / "runs")  # impl both, isolation auto
     assert seen == [(3, ["clean-room", "reference"])]
     assert report.impl == "both" and report.isolation in ("sandbox", "process")
-    assert report.clean_room == shown_path(runner.default_clean_room())
+    # No ./clean_room: labctl's own ran, and the report and the record say so.
+    assert report.clean_room.path == shown_path(runner.default_clean_room())
+    assert report.clean_room.own is True
+    assert report.to_json(str)["clean_room"] == report.clean_room.model_dump(
+        include={"path", "sha256", "own"}
+    )
     assert report.passed
     (lab,) = report.labs
     record = json.loads(next(p for p in lab.records if p.suffix == ".json").read_text())
     assert record["seed"] == 3
     assert (record["labctl"]["impl"], record["labctl"]["isolation"]) == ("both", report.isolation)
-    assert record["labctl"]["clean_room"] == report.clean_room
+    assert record["labctl"]["clean_room"] == report.clean_room.model_dump()
 
 
 def test_run_labs_runs_the_clean_room_it_is_given_under_the_isolation_asked_for(
