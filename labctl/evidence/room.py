@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 MAX_ROOM_BYTES = 64 << 20
 _CACHE = "__pycache__"
 
+_OWN = N_(
+    "made with labctl's own clean room (or a copy of it), not yours: it is no evidence of your "
+    "code; run the labs with --clean-room my_room"
+)
+
 
 def own_room() -> Path:
     """labctl's packaged clean room, the project's answer."""
@@ -140,15 +145,13 @@ class Changes:
 
     def message(self) -> Msg:
         """The files named, changed first: `changed a.py; added b.py`."""
-        parts = [
-            Msg(template, files=", ".join(names))
-            for template, names in (
-                (N_("changed {files}"), self.changed),
-                (N_("added {files}"), self.added),
-                (N_("removed {files}"), self.removed),
-            )
-            if names
-        ]
+        parts = []
+        if self.changed:
+            parts.append(Msg("changed {files}", files=", ".join(self.changed)))
+        if self.added:
+            parts.append(Msg("added {files}", files=", ".join(self.added)))
+        if self.removed:
+            parts.append(Msg("removed {files}", files=", ".join(self.removed)))
         shown = parts[0]
         for part in parts[1:]:
             shown = Msg("{first}; {rest}", first=shown, rest=part)
@@ -225,9 +228,3 @@ def named_room(report: Report, root: Path) -> Path | None:
         )
         return None
     return resolved
-
-
-_OWN = N_(
-    "made with labctl's own clean room (or a copy of it), not yours: it is no evidence of your "
-    "code; run the labs with --clean-room my_room"
-)
