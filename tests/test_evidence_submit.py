@@ -630,3 +630,69 @@ def test_a_claim_is_re_measured_on_its_own_implementation(repo, tmp_path):
     measured = next(r for r in doc["reproduced"] if r["field"] == "metrics[0]")
     assert measured["impl"] == "clean-room" and measured["measured"] > 1e-3
     assert not (repo / "evidence" / "submissions").exists()
+
+
+# -- issue 20: the submission names its room ------------------------------------------------
+
+
+def test_the_room_named_is_re_measured_and_a_change_to_it_since_the_runs_is_refused(repo):
+    data = yaml.safe_load(filled())
+    assert data["labctl"]["clean_room"]["path"] == "my_room"
+    assert data["labctl"]["clean_room"]["own"] is False
+    with (repo / "my_room" / "attention.py").open("a") as handle:
+        handle.write("# changed after the runs\n")
+    (repo / "my_room" / "extra.py").write_text("x = 1\n")
+    path = repo / "submission.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    before = snapshot(repo)
+    result, doc = submit(path)
+    assert result.exit_code == 1, result.output
+    assert doc["problems"] == [
+        {
+            "field": "labctl.clean_room",
+            "reason": "the clean room changed since these runs: changed attention.py; added "
+            "extra.py; run the labs again and fill the template again",
+        }
+    ]
+    assert doc["reproduced"] == [] and snapshot(repo) == before
+
+
+def test_a_submission_made_from_labctls_own_room_is_refused(repo):
+    """`labctl run` with no ./clean_room runs labctl's own room: it says so, and its
+    records can never be a learner's evidence."""
+    run = invoke("run", "causal-attention", "--json")
+    assert run.exit_code == 0, run.output
+    assert json.loads(run.stdout)["clean_room"]["own"] is True
+    assert "is labctl's own clean room (or a copy of it), not yours" in run.stderr
+    made = invoke("evidence", "template", "--module", TEST_MODULE.id, "--fill")
+    assert "the records were made with labctl's own clean room" in made.stderr
+    path = repo / "own.yaml"
+    path.write_text(made.stdout)
+    result, doc = submit(path)
+    assert result.exit_code == 1, result.output
+    assert [p["field"] for p in doc["problems"]] == ["labctl.clean_room"]
+    assert doc["problems"][0]["reason"].startswith("made with labctl's own clean room")
+    # A verbatim copy in the repository, said by hand to be `own: false`: its files are
+    # labctl's, so it is labctl's own.
+    shutil.copytree(own_room(), repo / "copied", ignore=shutil.ignore_patterns("__pycache__"))
+    data = yaml.safe_load(made.stdout)
+    data["labctl"]["clean_room"] = {**identify(Path("copied")).model_dump(), "own": False}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result, doc = submit(path)
+    assert result.exit_code == 1
+    assert doc["problems"][0]["reason"].startswith("made with labctl's own clean room")
+
+
+def test_a_room_whose_claims_reproduce_but_which_fails_verify_is_refused(repo):
+    """rope-half-split breaks RoPE only: causal-attention's claims reproduce on it."""
+    faults.get("rope-half-split").materialize(repo / "rope_room")
+    run = invoke("run", "causal-attention", "--clean-room", "rope_room", "--json")
+    assert run.exit_code == 0, run.output
+    path = repo / "rope.yaml"
+    path.write_text(filled())
+    result, doc = submit(path)
+    assert result.exit_code == 1, result.output
+    assert all(r["reproduced"] for r in doc["reproduced"])
+    (problem,) = doc["problems"]
+    assert problem["field"] == "labctl.clean_room"
+    assert problem["reason"].startswith("the clean room fails verify (rope")
