@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from labctl.cli.main import app
 from labctl.errors import UsageError
+from labctl.faults import project_clean_room
 from labctl.i18n import N_, Msg, _, catalog, choose, extract, language, po, set_language
 
 runner = CliRunner()
@@ -299,11 +300,23 @@ def test_zh_run_has_no_english_sentence(tmp_path):
 def _zh_verify(tmp_path) -> list[str]:
     result = runner.invoke(
         app,
-        ["--lang", "zh", "verify", "clean-room", "--no-metrics", "--out", str(tmp_path)],
+        [
+            "--lang",
+            "zh",
+            "verify",
+            "clean-room",
+            "--path",
+            str(project_clean_room()),
+            "--no-metrics",
+            "--out",
+            str(tmp_path),
+        ],
         env=ZH,
     )
     assert result.exit_code == 0, result.output
-    return result.output.splitlines()
+    # labctl's own room, so stderr says so first, in Chinese too
+    assert result.stderr.startswith("注意：") and not english_sentences(result.stderr)
+    return result.stdout.splitlines()
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import pytest
 
 from labctl.course import PARTS, Section
 from labctl.errors import CallError, LabctlError, UsageError
+from labctl.evidence.models import CleanRoomInfo, files_digest
 from labctl.i18n import Msg
 from labctl.lab import Implementation, Lab, LabOutput, LabParams, Metric, Note, TableFigure
 from labctl.runner import (
@@ -244,9 +245,11 @@ def test_results_as_json():
     plain = LabResult(toy(None), params=Params()).to_json(str)
     assert (plain["params_default"], plain["params_changed"]) == (True, [])
     assert LabResult(toy(None)).to_json(str)["params"] is None
-    report = RunReport([lab], 5, "both", "room", 2.4567, "sandbox")
+    room = CleanRoomInfo(path="room", sha256=files_digest({}), own=False, files={})
+    report = RunReport([lab], 5, "both", room, 2.4567, "sandbox")
     assert report.to_json(str) == {
-        "passed": False, "seed": 5, "impl": "both", "clean_room": "room",
+        "passed": False, "seed": 5, "impl": "both",
+        "clean_room": {"path": "room", "sha256": files_digest({}), "own": False},
         "isolation": "sandbox", "tolerances": report.to_json(str)["tolerances"],
         "wall_time_s": 2.457, "labs": [lab.to_json(str)],
     }  # fmt: skip

@@ -64,12 +64,11 @@ def test_every_entry_counts_by_name_and_bytes_and_links_are_not_followed(workdir
     (room / "sub" / "a.py").rename(room / "sub" / "b.py")  # same bytes, another name
     renamed = changes(before.files, room_files(room))
     assert (renamed.added, renamed.removed) == (("sub/b.py",), ("sub/a.py",))
-    (room / "__pycache__").mkdir()
-    (room / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
-    assert changes(before.files, room_files(room)).added == (
-        "__pycache__/a.cpython-311.pyc",
-        "sub/b.py",
-    )
+    # A cache is not the room (the sandbox's copy leaves it out; the process fallback
+    # writes one there).
+    (room / "sub" / "__pycache__").mkdir()
+    (room / "sub" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    assert changes(before.files, room_files(room)).added == ("sub/b.py",)
 
 
 def test_the_identity_is_validated_strictly_and_its_digest_must_match_its_files(workdir):

@@ -3,9 +3,11 @@
 A clean room is named by its path and a sha256 over its files: every entry under
 it, by relative path, a regular file by the sha256 of its bytes, a symbolic link
 by its target (never followed), anything else (a FIFO, a device) by its kind.
-Nothing is left out: a `__pycache__` a learner hands in is part of the room as
-handed in. labctl's own clean room is recognised by where it lies and by its
-source: a learner's verbatim copy of it is labctl's own too.
+`__pycache__` folders are left out, as the sandbox's copy of a room leaves them
+out (they never run there): a run in the process fallback writes them into the
+learner's room, which would otherwise read as "changed". labctl's own clean
+room is recognised by where it lies and by its files: a learner's verbatim copy
+of it is labctl's own too.
 
 Everything here reads files in labctl's process; nothing a room holds is run.
 """
@@ -68,6 +70,7 @@ def room_files(root: Path) -> dict[str, str]:
     files: dict[str, str] = {}
     total = 0
     for folder, dirs, names in os.walk(root, followlinks=False):
+        dirs[:] = [d for d in dirs if d != _CACHE]
         here = Path(folder)
         for name in sorted(dirs + names):
             path = here / name
@@ -87,16 +90,12 @@ def room_files(root: Path) -> dict[str, str]:
     return files
 
 
-def _source(files: dict[str, str]) -> dict[str, str]:
-    return {name: sha for name, sha in files.items() if _CACHE not in name.split("/")}
-
-
 def is_own(root: Path, files: dict[str, str]) -> bool:
     """`root` is labctl's own clean room: the packaged one, or a copy of its source."""
     own = own_room()
     if root.resolve() == own.resolve():
         return True
-    return _source(files) == _source(room_files(own))
+    return files == room_files(own)
 
 
 def room_json(room: CleanRoomInfo | None) -> dict | None:
