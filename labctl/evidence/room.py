@@ -23,6 +23,8 @@ from importlib import util
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
+
 from labctl.errors import CleanRoomError, UsageError
 from labctl.evidence.environment import project_root
 from labctl.evidence.models import CleanRoomInfo, files_digest
@@ -185,6 +187,13 @@ def _room_path(text: str, root: Path) -> tuple[Path | None, str | None]:
     return resolved, None
 
 
+def _named(data: object) -> CleanRoomInfo | None:
+    try:
+        return CleanRoomInfo.model_validate(data["labctl"]["clean_room"])
+    except (KeyError, TypeError, ValidationError):
+        return None
+
+
 def named_room(report: Report, root: Path) -> Path | None:
     """The clean room a validated submission names, as its records saw it, or None with the
     reason refused in `report`: none named, labctl's own, outside the repository `root`, or
@@ -192,7 +201,14 @@ def named_room(report: Report, root: Path) -> Path | None:
     here = "labctl.clean_room"
     if report.flagged(here) or report.flagged("labctl"):
         return None
-    info = report.record.labctl.clean_room if report.record and report.record.labctl else None
+    if report.record is None:
+        # Refused elsewhere in the record: a room still named well is re-measured, so that
+        # every problem shows at once; none is the schema's problem to name.
+        info = _named(report.data)
+        if info is None:
+            return None
+    else:
+        info = report.record.labctl.clean_room if report.record.labctl else None
     if info is None or isinstance(info, str):
         report.refuse(
             here,
