@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from labctl import registry
+from labctl.evidence.models import CleanRoomInfo
 from labctl.evidence.records import machine_record, metric_record, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
 from labctl.i18n import Msg
@@ -97,7 +98,7 @@ def write_evidence(
     folder: Path,
     seed: int,
     impl: str,
-    room: str | None,
+    room: CleanRoomInfo | None,
     isolation: str | None = None,
 ) -> None:
     """One record per lab (YAML and JSON) plus its figures as CSV and their description as
@@ -126,7 +127,9 @@ def write_evidence(
     record = machine_record(
         module=result.lab.id,
         seed=seed,
-        command=_command(result.lab, seed, impl, room, result.changed_params),
+        command=_command(
+            result.lab, seed, impl, room.path if room else None, result.changed_params
+        ),
         metrics=[metric_record(m) for m in result.metrics if math.isfinite(m.actual)],
         artifacts=artifacts,
         known_failures=result.failures(),

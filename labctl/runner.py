@@ -16,12 +16,12 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from importlib import util
 from pathlib import Path
 
 from labctl import registry
 from labctl.errors import CallError, LabctlError, UsageError, message_of
-from labctl.evidence.records import shown_path
+from labctl.evidence.models import CleanRoomInfo
+from labctl.evidence.room import identify, own_room, room_json
 from labctl.evidence.store import EvidenceStore
 from labctl.i18n import Msg
 from labctl.isolation.sandbox import DEFAULT_TIMEOUT_S, CleanRoom
@@ -145,7 +145,7 @@ class RunReport:
     labs: list[LabResult]
     seed: int
     impl: str
-    clean_room: str | None
+    clean_room: CleanRoomInfo | None
     wall_time_s: float
     isolation: str | None = None
 
@@ -158,7 +158,7 @@ class RunReport:
             "passed": self.passed,
             "seed": self.seed,
             "impl": self.impl,
-            "clean_room": self.clean_room,
+            "clean_room": room_json(self.clean_room),
             "isolation": self.isolation,
             "tolerances": registry.TOLERANCE_TABLE_VERSION,
             "wall_time_s": round(self.wall_time_s, 3),
@@ -166,12 +166,15 @@ class RunReport:
         }
 
 
+def local_clean_room() -> Path | None:
+    """`clean_room/` in the current directory when it is a package."""
+    local = Path("clean_room")
+    return local if (local / "__init__.py").is_file() else None
+
+
 def default_clean_room() -> Path:
     """`clean_room/` in the current directory when it is a package, else the project's own."""
-    local = Path("clean_room")
-    if (local / "__init__.py").is_file():
-        return local
-    return Path(util.find_spec("labctl.clean_room").origin).parent
+    return local_clean_room() or own_room()
 
 
 @contextlib.contextmanager
@@ -377,7 +380,8 @@ def run_labs(
     params = resolve_params(labs, settings or [])
     start = time.perf_counter()
     room_path = clean_room or (default_clean_room() if impl != "reference" else None)
-    room = shown_path(room_path) if room_path else None
+    # Named before the worker copies it: the records say which files ran.
+    room = identify(room_path) if room_path else None
     store = EvidenceStore(out)
     results = []
     with implementations(impl, room_path, timeout_s, isolation) as impls:

@@ -177,6 +177,17 @@ def test_a_learner_value_is_shown_escaped_in_chinese(repo):
     assert "\x1b" not in zh.stdout
 
 
+# A record that names no clean room: submit cannot know whose code made it.
+ROOM_EN = (
+    "labctl.clean_room: names no clean room identity (path, sha256, files): run the labs with "
+    "--clean-room my_room and fill the template again"
+)
+ROOM_ZH = (
+    "labctl.clean_room: 没有写明 clean room 的身份（path、sha256、files）：请用 --clean-room "
+    "my_room 运行实验，再重新填写模板"
+)
+
+
 def test_submit_refusals_in_chinese_english_and_json(repo, tmp_path):
     metrics = [
         {"name": "future_weight_max", "expected": "==0", "actual": 0.5},
@@ -198,12 +209,14 @@ def test_submit_refusals_in_chinese_english_and_json(repo, tmp_path):
     assert chinese in lines, zh.stdout
     assert CASES["outside tolerance"][2] in lines
     assert english not in zh.stdout
-    assert "已拒绝: evidence.yaml: 2 个问题" in zh.stdout
+    assert ROOM_ZH in lines
+    assert "已拒绝: evidence.yaml: 3 个问题" in zh.stdout
     en = invoke("evidence", "submit", str(path), "--root", store)
     assert en.stdout.splitlines() == [
         CASES["outside tolerance"][1],
         english,
-        "refused: evidence.yaml: 2 problems; nothing written",
+        ROOM_EN,
+        "refused: evidence.yaml: 3 problems; nothing written",
     ]
     en_json = invoke("evidence", "submit", str(path), "--root", store, "--json")
     zh_json = invoke("evidence", "submit", str(path), "--root", store, "--json", lang="zh")
@@ -213,6 +226,7 @@ def test_submit_refusals_in_chinese_english_and_json(repo, tmp_path):
         "0.5 does not satisfy ==0",
         "'made_up_metric' is not in the v1 tolerance table: no lab measures it, so it is not "
         "reproducible",
+        ROOM_EN.removeprefix("labctl.clean_room: "),
     ]
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.yaml"))
 

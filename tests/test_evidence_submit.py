@@ -29,6 +29,7 @@ from labctl.cli.main import app
 from labctl.evidence import modules
 from labctl.evidence.findings import Report
 from labctl.evidence.modules import DEFAULT_MODULE, MODULES
+from labctl.evidence.room import identify, own_room
 from labctl.evidence.submit import _claims
 from labctl.lab import Lab, Metric
 from labctl.runner import run_labs
@@ -71,6 +72,14 @@ def labs_for(names: tuple[str, ...]) -> list[str]:
     return [lab.id for lab in registry.discover() if lab.id in wanted]
 
 
+def learner_room(dest: Path) -> Path:
+    """A learner's room: the project's, with a line of its own (a verbatim copy is labctl's)."""
+    shutil.copytree(own_room(), dest, ignore=shutil.ignore_patterns("__pycache__"))
+    with (dest / "primitives.py").open("a") as handle:
+        handle.write("\n# written by the learner\n")
+    return dest
+
+
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory) -> Path:
     """A git repository in which causal-attention (and scale-ablation) ran once, on seed 5.
@@ -80,12 +89,15 @@ def golden(tmp_path_factory) -> Path:
     """
     root = tmp_path_factory.mktemp("golden")
     (root / "README.md").write_text("learner repository\n")
+    learner_room(root / "my_room")
     git("init", "-q", cwd=root)
-    git("add", "README.md", cwd=root)
+    git("add", "README.md", "my_room", cwd=root)
     git("commit", "-q", "-m", "init", cwd=root)
     with working_directory(root):
         needed = labs_for(TEST_MODULE.required + TWO_LABS.required)
-        report = run_labs(needed, seed=5, impl="both", out=Path("evidence/runs"))
+        report = run_labs(
+            needed, seed=5, impl="both", out=Path("evidence/runs"), clean_room=Path("my_room")
+        )
     assert any(lab.lab.id == "causal-attention" and lab.passed for lab in report.labs)
     return root
 
@@ -216,7 +228,7 @@ def test_human_submit_output(repo):
 def test_fill_keeps_one_seed_across_labs(repo, monkeypatch):
     monkeypatch.setattr(modules, "MODULES", (*MODULES, TWO_LABS))
     out = Path("evidence/runs")
-    run_labs(["causal-attention"], seed=7, impl="both", out=out)
+    run_labs(["causal-attention"], seed=7, impl="both", out=out, clean_room=Path("my_room"))
     # The newest record is on seed 7; scale-ablation has none on that seed yet.
     result = invoke("evidence", "template", "--module", TWO_LABS.id, "--fill")
     data = yaml.safe_load(result.stdout)
@@ -224,7 +236,7 @@ def test_fill_keeps_one_seed_across_labs(repo, monkeypatch):
     assert data["metrics"][1]["actual"] == "<recorded-value>"
     assert "labctl run scale-ablation --seed 7" in result.stderr
     # Back on seed 5: the older scale-ablation record of seed 5 is found under runs/.
-    run_labs(["causal-attention"], seed=5, impl="both", out=out)
+    run_labs(["causal-attention"], seed=5, impl="both", out=out, clean_room=Path("my_room"))
     data = yaml.safe_load(invoke("evidence", "template", "--module", TWO_LABS.id, "--fill").stdout)
     assert data["seed"] == 5
     assert all(isinstance(m["actual"], float) for m in data["metrics"])
@@ -499,7 +511,7 @@ def test_timing_metrics_are_not_re_measured(monkeypatch):
 def test_course_module_template_flow(repo):
     have = labs_for(TEST_MODULE.required + TWO_LABS.required)
     rest = [lab for lab in labs_for(COURSE.required) if lab not in have]
-    run_labs(rest, seed=5, impl="both", out=Path("evidence/runs"))
+    run_labs(rest, seed=5, impl="both", out=Path("evidence/runs"), clean_room=Path("my_room"))
     text = filled(DEFAULT_MODULE)
     data = yaml.safe_load(text)
     assert [m["name"] for m in data["metrics"]] == list(COURSE.required)
@@ -604,10 +616,12 @@ def test_a_claim_is_re_measured_on_its_own_implementation(repo, tmp_path):
     The reference's row of the same metric still reads 0.0; a claim matched by name
     alone would be compared with it and pass.
     """
-    room = faults.get("mask-reversed").materialize(tmp_path / "faulty")
+    faults.get("mask-reversed").materialize(repo / "faulty")
+    data = yaml.safe_load(filled())
+    data["labctl"]["clean_room"] = identify(Path("faulty")).model_dump()
     path = repo / "copied.yaml"
-    path.write_text(filled())
-    result, doc = submit(path, "--clean-room", str(room))
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result, doc = submit(path)
     assert result.exit_code == 1, result.output
     by_field = {p["field"]: p for p in doc["problems"]}
     invariance = by_field["metrics[0].actual"]
@@ -616,3 +630,69 @@ def test_a_claim_is_re_measured_on_its_own_implementation(repo, tmp_path):
     measured = next(r for r in doc["reproduced"] if r["field"] == "metrics[0]")
     assert measured["impl"] == "clean-room" and measured["measured"] > 1e-3
     assert not (repo / "evidence" / "submissions").exists()
+
+
+# -- issue 20: the submission names its room ------------------------------------------------
+
+
+def test_the_room_named_is_re_measured_and_a_change_to_it_since_the_runs_is_refused(repo):
+    data = yaml.safe_load(filled())
+    assert data["labctl"]["clean_room"]["path"] == "my_room"
+    assert data["labctl"]["clean_room"]["own"] is False
+    with (repo / "my_room" / "attention.py").open("a") as handle:
+        handle.write("# changed after the runs\n")
+    (repo / "my_room" / "extra.py").write_text("x = 1\n")
+    path = repo / "submission.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    before = snapshot(repo)
+    result, doc = submit(path)
+    assert result.exit_code == 1, result.output
+    assert doc["problems"] == [
+        {
+            "field": "labctl.clean_room",
+            "reason": "the clean room changed since these runs: changed attention.py; added "
+            "extra.py; run the labs again and fill the template again",
+        }
+    ]
+    assert doc["reproduced"] == [] and snapshot(repo) == before
+
+
+def test_a_submission_made_from_labctls_own_room_is_refused(repo):
+    """`labctl run` with no ./clean_room runs labctl's own room: it says so, and its
+    records can never be a learner's evidence."""
+    run = invoke("run", "causal-attention", "--json")
+    assert run.exit_code == 0, run.output
+    assert json.loads(run.stdout)["clean_room"]["own"] is True
+    assert "is labctl's own clean room (or a copy of it), not yours" in run.stderr
+    made = invoke("evidence", "template", "--module", TEST_MODULE.id, "--fill")
+    assert "the records were made with labctl's own clean room" in made.stderr
+    path = repo / "own.yaml"
+    path.write_text(made.stdout)
+    result, doc = submit(path)
+    assert result.exit_code == 1, result.output
+    assert [p["field"] for p in doc["problems"]] == ["labctl.clean_room"]
+    assert doc["problems"][0]["reason"].startswith("made with labctl's own clean room")
+    # A verbatim copy in the repository, said by hand to be `own: false`: its files are
+    # labctl's, so it is labctl's own.
+    shutil.copytree(own_room(), repo / "copied", ignore=shutil.ignore_patterns("__pycache__"))
+    data = yaml.safe_load(made.stdout)
+    data["labctl"]["clean_room"] = {**identify(Path("copied")).model_dump(), "own": False}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result, doc = submit(path)
+    assert result.exit_code == 1
+    assert doc["problems"][0]["reason"].startswith("made with labctl's own clean room")
+
+
+def test_a_room_whose_claims_reproduce_but_which_fails_verify_is_refused(repo):
+    """rope-half-split breaks RoPE only: causal-attention's claims reproduce on it."""
+    faults.get("rope-half-split").materialize(repo / "rope_room")
+    run = invoke("run", "causal-attention", "--clean-room", "rope_room", "--json")
+    assert run.exit_code == 0, run.output
+    path = repo / "rope.yaml"
+    path.write_text(filled())
+    result, doc = submit(path)
+    assert result.exit_code == 1, result.output
+    assert all(r["reproduced"] for r in doc["reproduced"])
+    (problem,) = doc["problems"]
+    assert problem["field"] == "labctl.clean_room"
+    assert problem["reason"].startswith("the clean room fails verify (rope")

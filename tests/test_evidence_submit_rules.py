@@ -14,6 +14,7 @@ import json
 import math
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from clitools import filled_record
@@ -28,6 +29,7 @@ from labctl.evidence import submit as sub
 from labctl.evidence.findings import Report
 from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.modules import MODULES
+from labctl.evidence.room import identify
 from labctl.evidence.store import EvidenceStore
 from labctl.evidence.times import parse_time
 from labctl.lab import Lab, Metric
@@ -491,6 +493,7 @@ def test_an_accepted_file_is_kept_byte_for_byte_with_a_receipt(
         "labctl_version": labctl.__version__,
         "tolerances": registry.TOLERANCE_TABLE_VERSION,
         "clean_room": "room",
+        "clean_room_sha256": None,  # the record names no room identity
         "isolation": "process",
         "params_default": False,
         "reproduced": [outcome.reproductions[0].to_json()],
@@ -580,12 +583,23 @@ def test_another_labctl_s_defaults_are_named_one_by_one(monkeypatch):
 # -- submit: validate, re-measure, keep -----------------------------------------------------
 
 
+PASSING = SimpleNamespace(passed=True)
+
+
 def _validated(tmp_path: Path, monkeypatch, record: EvidenceRecord, name: str = "e.yaml"):
     """`submit` on a file whose validation gives `record` (a valid one)."""
     path = tmp_path / name
     path.write_bytes(b"the file\n")
     data = record.dump()
     data["module"] = MODULES[0].id  # a course module, as validation requires
+    # The learner's room, named as `template --fill` names it, and passing verify.
+    room = tmp_path / "mine"
+    room.mkdir(exist_ok=True)
+    (room / "__init__.py").write_text("# mine\n")
+    monkeypatch.chdir(tmp_path)
+    data["labctl"] = {**data.get("labctl", _labctl({})), "clean_room": identify(room).model_dump()}
+    monkeypatch.setattr(sub, "project_root", lambda: tmp_path.resolve())
+    monkeypatch.setattr(sub, "verify_room", lambda room, timeout_s, isolation: PASSING)
 
     def validate_file(given, now=None):
         assert given == path and now == NOW
@@ -624,11 +638,8 @@ def test_a_valid_submission_is_re_measured_then_kept(tmp_path, monkeypatch):
 def test_the_room_and_time_limit_given_are_the_ones_used_and_named(tmp_path, monkeypatch):
     runs = Runs(result(("fake_error", "clean-room", 10.0))).install(monkeypatch)
     path = _validated(tmp_path, monkeypatch, _record(metrics=FAKE_CLAIM))
-    (tmp_path / "mine").mkdir()
-    outcome = sub.submit(
-        path, tmp_path / "evidence", tmp_path / "mine", 7.0, now=NOW, isolation="process"
-    )
-    assert runs.how == [(tmp_path / "mine", 7.0, "process")]
+    outcome = sub.submit(path, tmp_path / "evidence", 7.0, now=NOW, isolation="process")
+    assert runs.how == [((tmp_path / "mine").resolve(), 7.0, "process")]
     receipt = outcome.stored.with_name(outcome.stored.stem + ".receipt.json")
     assert json.loads(receipt.read_text("utf-8"))["clean_room"] == "mine"
 
@@ -656,7 +667,36 @@ def test_without_an_isolation_asked_for_the_best_that_works_is_used(tmp_path, mo
     path = _validated(tmp_path, monkeypatch, _record(metrics=FAKE_CLAIM))
     outcome = sub.submit(path, tmp_path / "evidence", now=NOW)
     assert outcome.accepted and outcome.isolation in ("sandbox", "process")
-    assert runs.how == [(None, sub.DEFAULT_TIMEOUT_S, outcome.isolation)]
+    assert runs.how == [((tmp_path / "mine").resolve(), sub.DEFAULT_TIMEOUT_S, outcome.isolation)]
+
+
+def test_a_room_that_fails_verify_keeps_nothing_and_names_its_functions(tmp_path, monkeypatch):
+    Runs(result(("fake_error", "clean-room", 10.0))).install(monkeypatch)
+    path = _validated(tmp_path, monkeypatch, _record(metrics=FAKE_CLAIM))
+    asked = []
+    failing = SimpleNamespace(
+        passed=False, failing_functions=lambda: ["(package)", "rope", "softmax"], shown="x"
+    )
+    monkeypatch.setattr(
+        sub, "verify_room", lambda room, timeout_s, isolation: asked.append(room) or failing
+    )
+    outcome = sub.submit(path, tmp_path / "evidence", now=NOW, isolation="process")
+    assert asked == [(tmp_path / "mine").resolve()]
+    assert not outcome.accepted and outcome.stored is None
+    assert [(p.field, p.reason) for p in outcome.report.problems] == [
+        (
+            "labctl.clean_room",
+            "the clean room fails verify (rope, softmax): a submission is accepted only for a "
+            "room that passes `labctl verify clean-room`",
+        )
+    ]
+
+
+def test_a_submission_refused_before_verify_never_runs_verify(tmp_path, monkeypatch):
+    Runs(result(("fake_error", "clean-room", 12.0))).install(monkeypatch)
+    path = _validated(tmp_path, monkeypatch, _record(metrics=FAKE_CLAIM))
+    monkeypatch.setattr(sub, "verify_room", lambda *a: pytest.fail("verify ran"))
+    assert not sub.submit(path, tmp_path / "evidence", now=NOW, isolation="process").accepted
 
 
 def test_a_claim_that_does_not_reproduce_keeps_nothing(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from labctl.cli.main import app
 from labctl.errors import UsageError
+from labctl.faults import project_clean_room
 from labctl.i18n import N_, Msg, _, catalog, choose, extract, language, po, set_language
 
 runner = CliRunner()
@@ -299,12 +300,24 @@ def test_zh_run_has_no_english_sentence(tmp_path):
 def _zh_verify(tmp_path) -> list[str]:
     result = runner.invoke(
         app,
-        ["--lang", "zh", "verify", "clean-room", "--no-metrics", "--out", str(tmp_path)],
+        [
+            "--lang",
+            "zh",
+            "verify",
+            "clean-room",
+            "--path",
+            str(project_clean_room()),
+            "--no-metrics",
+            "--out",
+            str(tmp_path),
+        ],
         env=ZH,
     )
     assert result.exit_code == 0, result.output
-    # stderr's first line is the seed the fixtures were drawn with; the report is stdout.
+    # stderr says the seed the fixtures were drawn with, then that the room is labctl's own,
+    # in Chinese too; the report is stdout.
     assert "生成；用 --seed" in result.stderr
+    assert "注意：" in result.stderr and not english_sentences(result.stderr)
     return result.stdout.splitlines()
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from labctl.course import PARTS, Section
 from labctl.errors import CallError, LabctlError, UsageError
+from labctl.evidence.models import CleanRoomInfo, files_digest
 from labctl.i18n import Msg
 from labctl.lab import Implementation, Lab, LabOutput, LabParams, Metric, Note, TableFigure
 from labctl.runner import (
@@ -244,9 +245,11 @@ def test_results_as_json():
     plain = LabResult(toy(None), params=Params()).to_json(str)
     assert (plain["params_default"], plain["params_changed"]) == (True, [])
     assert LabResult(toy(None)).to_json(str)["params"] is None
-    report = RunReport([lab], 5, "both", "room", 2.4567, "sandbox")
+    room = CleanRoomInfo(path="room", sha256=files_digest({}), own=False, files={})
+    report = RunReport([lab], 5, "both", room, 2.4567, "sandbox")
     assert report.to_json(str) == {
-        "passed": False, "seed": 5, "impl": "both", "clean_room": "room",
+        "passed": False, "seed": 5, "impl": "both",
+        "clean_room": {"path": "room", "sha256": files_digest({}), "own": False},
         "isolation": "sandbox", "tolerances": report.to_json(str)["tolerances"],
         "wall_time_s": 2.457, "labs": [lab.to_json(str)],
     }  # fmt: skip
@@ -378,13 +381,18 @@ def test_run_labs_with_both_implementations_records_the_clean_room_and_its_isola
     report = runner.run_labs(["toy"], seed=3, out=tmp_path / "runs")  # impl both, isolation auto
     assert seen == [(3, ["clean-room", "reference"])]
     assert report.impl == "both" and report.isolation in ("sandbox", "process")
-    assert report.clean_room == shown_path(runner.default_clean_room())
+    # No ./clean_room: labctl's own ran, and the report and the record say so.
+    assert report.clean_room.path == shown_path(runner.default_clean_room())
+    assert report.clean_room.own is True
+    assert report.to_json(str)["clean_room"] == report.clean_room.model_dump(
+        include={"path", "sha256", "own"}
+    )
     assert report.passed
     (lab,) = report.labs
     record = json.loads(next(p for p in lab.records if p.suffix == ".json").read_text())
     assert record["seed"] == 3
     assert (record["labctl"]["impl"], record["labctl"]["isolation"]) == ("both", report.isolation)
-    assert record["labctl"]["clean_room"] == report.clean_room
+    assert record["labctl"]["clean_room"] == report.clean_room.model_dump()
 
 
 def test_run_labs_runs_the_clean_room_it_is_given_under_the_isolation_asked_for(

@@ -122,27 +122,22 @@ def validate(file: FileArg, json_: JsonFlag = False) -> None:
 def submit(
     file: FileArg,
     root: RootOption = Path("evidence"),
-    clean_room: Annotated[
-        Path | None,
-        typer.Option(
-            "--clean-room",
-            help="Clean room to re-measure on [default: ./clean_room, else the project's own].",
-            show_default=False,
-        ),
-    ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds one clean-room call may take.")] = 20.0,
     isolation: IsolationOption = "auto",
     json_: JsonFlag = False,
 ) -> None:
     """Validate a submission, re-measure its claims on the recorded seed, and keep it if they hold.
 
-    The strings in `commands` are never executed. Submitting the same content
+    The claims are re-measured on the clean room the submission names
+    (labctl.clean_room): it must lie in the repository, hold the files the runs
+    were made with, not be labctl's own, and pass verify. The strings in
+    `commands` are never executed. Submitting the same content
     twice says it is already recorded (exit 0) and writes nothing.
     """
     from labctl.evidence.submit import submit as run_submit
 
     with err.status(_("re-measuring…")):
-        outcome = run_submit(file, root, clean_room, timeout, isolation=effective(isolation))
+        outcome = run_submit(file, root, timeout, isolation=effective(isolation))
     report = outcome.report
     if json_:
         print_json(

@@ -41,7 +41,12 @@ TimeoutOption = Annotated[
 ]
 LearnerTimeoutOption = Annotated[
     float,
-    typer.Option("--learner-timeout", help="Seconds one learner may take in all (then: hang)."),
+    typer.Option(
+        "--learner-timeout",
+        help="Seconds one learner may take in all: its room's budget, the rule of verify "
+        "--budget (past it: over-budget, never a pass); a learner still running 5 s later is "
+        "stopped (hang).",
+    ),
 ]
 MemoryOption = Annotated[
     int, typer.Option("--memory-mb", help="Memory limit of each clean-room process (MiB).")

@@ -26,7 +26,8 @@ def run(
         Path | None,
         typer.Option(
             "--clean-room",
-            help="Clean-room package directory [default: ./clean_room, else the project's own].",
+            help="Clean-room package directory [default: ./clean_room, else labctl's own, "
+            "which the output and the records then name as labctl's own].",
             show_default=False,
         ),
     ] = None,
@@ -56,6 +57,7 @@ def run(
     probe_early(isolation)
     from labctl import registry
     from labctl.evidence.records import shown_path
+    from labctl.evidence.room import own_room_note
     from labctl.runner import run_labs
 
     with err.status(_("starting…")) as status:
@@ -73,6 +75,10 @@ def run(
             progress,
             settings or [],
             effective(isolation),
+        )
+    if report.clean_room is not None and report.clean_room.own:
+        err.print(
+            _(own_room_note(report.clean_room.path, "--clean-room")), markup=False, soft_wrap=True
         )
     if json_:
         print_json(report.to_json(shown_path))

@@ -60,14 +60,23 @@ def clean_room(
         Path | None,
         typer.Option(
             "--path",
-            help="Clean-room package directory (default: ./clean_room if it is a package, "
-            "else the project's own).",
+            help="Clean-room package directory (default: ./clean_room if it is a package; "
+            "without one, name your room: --path my_room).",
             show_default=False,
         ),
     ] = None,
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds one clean-room call may take.")
     ] = 20.0,
+    budget: Annotated[
+        float,
+        typer.Option(
+            "--budget",
+            help="Seconds the whole room's calls may take, counted in labctl: past it the "
+            "calls left are not run and the verdict is over-budget, never a pass. The same "
+            "rule as grade's --learner-timeout.",
+        ),
+    ] = 120.0,
     memory_mb: Annotated[
         int, typer.Option("--memory-mb", help="Memory limit of the clean-room process (MiB).")
     ] = 4096,
@@ -95,17 +104,26 @@ def clean_room(
 ) -> None:
     """Check a clean room: contract, import policy, parity, properties, isolation; diagnose."""
     from labctl.evidence.records import shown_path
-    from labctl.runner import default_clean_room
+    from labctl.evidence.room import own_room_note
+    from labctl.runner import local_clean_room
     from labctl.verify.builders import fresh_seed
     from labctl.verify.verify import check_out_dir, check_seed, verify_clean_room
 
     _positive(timeout, "--timeout")
+    _positive(budget, "--budget")
     if memory_mb < 0:
         raise UsageError(Msg("--memory-mb must be >= 0 (0: no limit), got {mb}", mb=memory_mb))
     check_out_dir(out_dir)
     seed = check_seed(fresh_seed() if seed is None else seed)
     level = effective(isolation)
-    target = path if path is not None else default_clean_room()
+    target = path if path is not None else local_clean_room()
+    if target is None:
+        raise UsageError(
+            Msg(
+                "no ./clean_room here: name the clean room to verify, e.g. "
+                "labctl verify clean-room --path my_room"
+            )
+        )
     # Before anything runs: a run stopped half-way can still be repeated exactly.
     err.print(
         _(Msg("fixtures drawn with seed {seed}; rerun with --seed {seed}", seed=seed)),
@@ -128,7 +146,10 @@ def clean_room(
             progress=progress,
             isolation=level,
             seed=seed,
+            budget_s=budget,
         )
+    if report.clean_room is not None and report.clean_room.own:
+        err.print(_(own_room_note(report.clean_room.path, "--path")), markup=False, soft_wrap=True)
     if json_:
         print_json(report.to_json(shown_path))
     else:
@@ -151,7 +172,7 @@ def _render_report(report, shown) -> None:
 
     record = next((shown(p) for p in report.records if p.suffix == ".json"), None)
     where = _(Msg("; record {record}", record=record)) if record else ""
-    if report.status != "loaded":
+    if report.status not in ("loaded", "over-budget"):
         out.print(
             f"{verdict(False)}  {learner_text(report.path)}: {learner_text(report.shown)}"
             f"{escape(where)}",
@@ -233,6 +254,8 @@ def _render_report(report, shown) -> None:
         where=escape(where),
         isolation=describe(report.isolation),
     )
+    if report.over_budget:
+        out.print(f"[bold red]over-budget[/bold red]: {escape(_(report.shown))}", soft_wrap=True)
     out.print(f"{verdict(report.passed)}  {_(summary)}", soft_wrap=True)
 
 

@@ -10,6 +10,7 @@ unknown schema versions are refused, and values are never coerced.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -17,7 +18,14 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
 from labctl.i18n import N_
 from labctl.lab import parse_expected
@@ -97,6 +105,46 @@ class License(Strict):
     redistribution: str
 
 
+def files_digest(files: dict[str, str]) -> str:
+    """One sha256 for a clean room: over each file's relative path and the sha256 of its bytes,
+    in path order (`labctl.evidence.room` lists them)."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(f"{name}\0{files[name]}\n".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
+class CleanRoomInfo(Strict):
+    """Which clean room a record's code ran: its path (relative to the repository), the
+    sha256 over its files, each file's sha256 (so a change can be named), and whether it is
+    labctl's own clean room rather than a learner's."""
+
+    path: str = Field(min_length=1)
+    sha256: str
+    own: bool
+    files: dict[str, str]
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, value: str) -> str:
+        if not _SHA256.match(value):
+            raise ValueError(N_("must be 64 lowercase hex digits"))
+        return value
+
+    @field_validator("files")
+    @classmethod
+    def _file_digests(cls, value: dict[str, str]) -> dict[str, str]:
+        if any(not _SHA256.match(sha) for sha in value.values()):
+            raise ValueError(N_("each file's digest must be 64 lowercase hex digits"))
+        return value
+
+    @model_validator(mode="after")
+    def _one_digest(self) -> CleanRoomInfo:
+        if files_digest(self.files) != self.sha256:
+            raise ValueError(N_("sha256 is not the digest of the files listed"))
+        return self
+
+
 class LabctlInfo(Strict):
     """What labctl adds: enough to know which contract, tolerances and code produced a record."""
 
@@ -106,7 +154,8 @@ class LabctlInfo(Strict):
     tolerances: Literal["v1", "v2"]
     impl: Literal["reference", "clean-room", "both"] | None = None
     lab: str | None = None
-    clean_room: str | None = None
+    # Which clean room ran; an older labctl wrote its path alone.
+    clean_room: CleanRoomInfo | str | None = None
     # How the clean room's code was run: "sandbox" (an OS boundary) or "process"
     # (a worker process, not a security boundary); a grader can require "sandbox".
     isolation: Literal["sandbox", "process"] | None = None
@@ -120,6 +169,16 @@ class LabctlInfo(Strict):
     params_default: bool | None = None
     passed: bool | None = None
     wall_time_s: float | None = None
+
+    @field_validator("clean_room", mode="wrap")
+    @classmethod
+    def _room(cls, value: object, handler: ValidatorFunctionWrapHandler) -> object:
+        # A mapping is the room's identity: its own errors, by field, not one per union member.
+        if isinstance(value, dict):
+            return CleanRoomInfo.model_validate(value)
+        if value is None or isinstance(value, (str, CleanRoomInfo)):
+            return handler(value)
+        raise ValueError(N_("must be a mapping (path, sha256, own, files)"))
 
 
 class EvidenceRecord(Strict):

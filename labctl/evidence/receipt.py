@@ -80,6 +80,12 @@ def _room_shown(outcome: Submission, room: Path | None) -> str | None:
     return shown_path(room or default_clean_room())
 
 
+def _room_sha256(record: EvidenceRecord) -> str | None:
+    """The digest of the room re-measured: the one the submission names, checked unchanged."""
+    room = record.labctl.clean_room if record.labctl else None
+    return getattr(room, "sha256", None)
+
+
 def stored(folder: Path, name: str) -> Path | None:
     for suffix in (".yaml", ".json"):
         path = folder / f"{name}{suffix}"
@@ -121,6 +127,7 @@ def keep(
         "labctl_version": labctl.__version__,
         "tolerances": registry.TOLERANCE_TABLE_VERSION,
         "clean_room": _room_shown(outcome, room),
+        "clean_room_sha256": _room_sha256(record),
         "isolation": outcome.isolation,
         "params_default": record.labctl.params_default if record.labctl else None,
         "reproduced": [r.to_json() for r in outcome.reproductions],

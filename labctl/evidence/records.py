@@ -15,7 +15,14 @@ from pathlib import Path
 import labctl
 from labctl import contract
 from labctl.evidence.environment import environment, head_commit, now_iso
-from labctl.evidence.models import Artifact, EvidenceRecord, LabctlInfo, License, MetricRecord
+from labctl.evidence.models import (
+    Artifact,
+    CleanRoomInfo,
+    EvidenceRecord,
+    LabctlInfo,
+    License,
+    MetricRecord,
+)
 from labctl.evidence.store import EvidenceStore
 from labctl.isolation.levels import missing_layers
 
@@ -78,7 +85,7 @@ def machine_record(
     wall_time_s: float,
     verified_at: str | None = None,
     lab: str | None = None,
-    clean_room: str | None = None,
+    clean_room: CleanRoomInfo | None = None,
     params: dict | None = None,
     params_default: bool | None = None,
     isolation: str | None = None,

@@ -5,8 +5,11 @@ record of what the learner ran). labctl runs the labs itself, on the recorded
 seed, and compares each claimed metric with its own measurement within that
 metric's reproduction tolerance (`Metric.reproduces`). A claim's `impl` says
 which row it speaks for; without one, a per-implementation metric is
-re-measured on the clean room (`--clean-room`, by default the one `labctl
-run` uses) and a comparison metric on both. Timing metrics are never
+re-measured on the clean room and a comparison metric on both. The clean room
+is the one the submission names (`labctl.clean_room`, copied from the run
+records by `template --fill`): a path inside the repository whose files must
+still be those the runs were made with, never labctl's own room; and that room
+must pass `verify` before the submission is accepted. Timing metrics are never
 re-measured: a timing does not reproduce. A metric outside the v1 tolerance
 table cannot be re-measured, so it is refused as not reproducible.
 
@@ -22,13 +25,16 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from labctl import registry
 from labctl.errors import CleanRoomError
 from labctl.evidence import modules
+from labctl.evidence.environment import project_root
 from labctl.evidence.findings import Report, claim_impl, course_module, is_number
 from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.receipt import DIGEST_CHARS, Reproduction, Submission, digest, keep, stored
+from labctl.evidence.room import named_room
 from labctl.evidence.store import EvidenceStore
 from labctl.evidence.validate import validate_file
 from labctl.i18n import N_, Msg
@@ -37,6 +43,10 @@ from labctl.isolation.sandbox import DEFAULT_TIMEOUT_S
 from labctl.lab import IMPLS, Lab, Metric
 from labctl.params import record_values
 from labctl.runner import LabResult, implementations, run_lab
+from labctl.verify.observe import PACKAGE
+
+if TYPE_CHECKING:
+    from labctl.verify.verify import VerifyReport
 
 
 @dataclass
@@ -232,15 +242,41 @@ def remeasure(
     return seed, level, done
 
 
+def verify_room(room: Path, timeout_s: float, isolation: str) -> VerifyReport:
+    """verify on the submission's room, nothing written: the one call that decides whether
+    the room passes, on inputs the learner could not know in advance."""
+    from labctl.verify.verify import verify_clean_room
+
+    return verify_clean_room(
+        room, timeout_s, out=None, measure=False, diagnose_failures=False, isolation=isolation
+    )
+
+
+def _verified(report: Report, room: Path, timeout_s: float, isolation: str) -> None:
+    found = verify_room(room, timeout_s, isolation)
+    if found.passed:
+        return
+    failing = [f for f in found.failing_functions() if f != PACKAGE]
+    report.refuse(
+        "labctl.clean_room",
+        Msg(
+            "the clean room fails verify ({functions}): a submission is accepted only for a "
+            "room that passes `labctl verify clean-room`",
+            functions=", ".join(failing) if failing else found.shown,
+        ),
+    )
+
+
 def submit(
     path: Path,
     root: Path = Path("evidence"),
-    clean_room: Path | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     now: datetime | None = None,
     isolation: str = "auto",
 ) -> Submission:
-    """Validate `path`, re-measure its claims, and keep it under `root` when it holds."""
+    """Validate `path`, re-measure its claims on the clean room it names (after checking that
+    room is the learner's and unchanged since the runs), verify that room, and keep the
+    submission under `root` when everything holds."""
     report = validate_file(Path(path), now=now)
     outcome = Submission(report)
     if not isinstance(report.data, dict):
@@ -268,9 +304,17 @@ def submit(
         outcome.already = stored(folder / record.module, name)
         if outcome.already is not None:
             return outcome
+    clean_room = named_room(report, project_root())
+    if clean_room is None:
+        _claims(report)  # what could never be re-measured is still named
+        report.tidy()
+        return outcome
     outcome.seed, outcome.isolation, outcome.reproductions = remeasure(
         report, clean_room, timeout_s, isolation
     )
+    if report.valid:
+        _verified(report, clean_room, timeout_s, outcome.isolation or isolation)
+        report.tidy()
     if not report.valid or record is None:
         return outcome
     keep(outcome, store, record, clean_room)

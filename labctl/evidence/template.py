@@ -28,7 +28,7 @@ from labctl import registry
 from labctl.errors import UsageError
 from labctl.evidence import modules
 from labctl.evidence.findings import FIELD_ORDER, claim_impl, course_module
-from labctl.evidence.models import SCHEMA_ID, EvidenceRecord
+from labctl.evidence.models import SCHEMA_ID, CleanRoomInfo, EvidenceRecord, LabctlInfo
 from labctl.evidence.parse import load
 from labctl.evidence.store import EvidenceStore, yaml_text
 from labctl.evidence.times import parse_time
@@ -355,9 +355,9 @@ def _fill_fields(template: Template, found: list[_Found], seed: int) -> None:
         impls = {i.impl for i in infos}
         if len(impls) == 1 and None not in impls:
             block["impl"] = impls.pop()
-        rooms = {i.clean_room for i in infos}
-        if len(rooms) == 1 and None not in rooms:
-            block["clean_room"] = rooms.pop()
+        room = _room(template, [i for i in infos if i.impl != "reference"])
+        if room is not None:
+            block["clean_room"] = room.model_dump()
         if any(i.params_default is False for i in infos):
             block["params_default"] = False
             template.warnings.append(
@@ -366,6 +366,42 @@ def _fill_fields(template: Template, found: list[_Found], seed: int) -> None:
         data["labctl"] = block
     order = list(FIELD_ORDER)
     template.data = dict(sorted(data.items(), key=lambda kv: order.index(kv[0])))
+
+
+def _room(template: Template, infos: list[LabctlInfo]) -> CleanRoomInfo | None:
+    """The one clean room the records were made with, which `submit` re-measures; a warning
+    (and no room, which submit refuses) when they name none, several, or labctl's own."""
+    rooms = [i.clean_room for i in infos]
+    if not rooms:
+        return None
+    if not all(isinstance(r, CleanRoomInfo) for r in rooms):
+        template.warnings.append(
+            Msg(
+                "some records name their clean room by path only (an older labctl): run the "
+                "labs again with --clean-room my_room"
+            )
+        )
+        return None
+    if len({(r.path, r.sha256) for r in rooms}) > 1:
+        named = ", ".join(sorted({f"{r.path} ({r.sha256[:12]})" for r in rooms}))
+        template.warnings.append(
+            Msg(
+                "the records were made with different clean rooms ({rooms}): run every lab "
+                "again on one room",
+                rooms=named,
+            )
+        )
+        return None
+    room = rooms[-1]
+    if room.own:
+        template.warnings.append(
+            Msg(
+                "the records were made with labctl's own clean room ({path}), not yours: "
+                "submit will refuse them; run the labs with --clean-room my_room",
+                path=room.path,
+            )
+        )
+    return room
 
 
 def _outside(path: str) -> bool:

@@ -1,7 +1,9 @@
 """Local grading workers: N long-lived processes, each learner with its own time limit.
 
-Each worker (`labctl.grade.worker`) runs in its own session. A learner whose
-observation passes `learner_timeout_s` is a `hang`: its worker gets SIGTERM
+Each worker (`labctl.grade.worker`) runs in its own session. A learner's
+`learner_timeout_s` is its verify budget (the rule of `verify --budget`): its
+calls stop there, with an over-budget verdict. A learner whose observation
+still runs `HARD_STOP_AFTER_S` later is a `hang`: its worker gets SIGTERM
 (it closes its clean room and exits), then SIGKILL for its whole process group
 after a grace period, and a fresh worker takes the next learner. A worker that
 dies mid-learner (a crash, the memory limit, an attack on its parent) is a
@@ -27,6 +29,9 @@ from labctl.i18n import Msg, _
 
 BOOT_TIMEOUT_S = 180.0
 _GRACE_S = 3.0
+# How long after its budget a learner's worker is stopped: the budget ends the calls, and
+# evaluating what came back takes well under this.
+HARD_STOP_AFTER_S = 5.0
 
 
 class GradingError(LabctlError):
@@ -140,7 +145,12 @@ class LocalPool:
             for slot in self._slots:
                 if slot.ready and slot.key is None and pending:
                     key, job = pending.pop()
-                    slot.key, slot.deadline = key, time.monotonic() + self.learner_timeout_s
+                    # One rule with `verify --budget`: the learner's calls stop at the limit
+                    # with an over-budget verdict; the stop here, a little later, is for what
+                    # no budget reaches (an import that never returns).
+                    job = {**job, "budget_s": self.learner_timeout_s}
+                    slot.key = key
+                    slot.deadline = time.monotonic() + self.learner_timeout_s + HARD_STOP_AFTER_S
                     slot.isolation = None
                     try:
                         slot.proc.stdin.write((json.dumps(job) + "\n").encode("utf-8"))

@@ -15,15 +15,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 from labctl.errors import LabctlError, UsageError
-from labctl.i18n import _
+from labctl.i18n import Msg, _
 from labctl.jsonsafe import finite
 
 
 def run_verify(
-    path: Path, timeout_s: float, memory_mb: int, isolation: str, measure: bool, seed: int
+    path: Path,
+    timeout_s: float,
+    memory_mb: int,
+    isolation: str,
+    measure: bool,
+    seed: int,
+    budget_s: float | None = None,
 ):
-    """`verify_clean_room` at the batch's seed, no evidence written; returns (report, isolation
-    used)."""
+    """`verify_clean_room` at the batch's seed with no evidence written, under the learner's
+    time budget (the rule of `verify --budget`); returns (report, isolation used)."""
     from labctl.verify.verify import verify_clean_room
 
     report = verify_clean_room(
@@ -35,6 +41,7 @@ def run_verify(
         diagnose_failures=True,
         isolation=isolation,
         seed=seed,
+        budget_s=budget_s,
     )
     return report, report.isolation
 
@@ -46,17 +53,47 @@ def remeasure(path: Path, folder: Path, room: Path, timeout_s: float, isolation:
     is the repository the record speaks for (its commit, its artifacts), and the
     claims are re-measured on the learner's own clean room.
     """
+    from labctl.evidence.room import named_room
+    from labctl.evidence.submit import _claims
     from labctl.evidence.submit import remeasure as remeasure_claims
     from labctl.evidence.validate import validate_file
 
     # The root is the learner's folder itself: its own `.git`, never one above it.
+    reproduced = []
     report = validate_file(path, root=folder.resolve())
-    _, _, reproduced = remeasure_claims(report, room, timeout_s, isolation)
+    named = named_room(report, folder.resolve())
+    if named is not None and named != room.resolve():
+        report.refuse(
+            "labctl.clean_room.path",
+            Msg(
+                "names {path}, not the clean room graded ({graded}): the claims must be "
+                "measured on the room handed in",
+                path=str(named.relative_to(folder.resolve())),
+                graded=room.name,
+            ),
+        )
+        named = None
+    if named is None:
+        _claims(report)
+        report.tidy()
+    else:
+        _, _, reproduced = remeasure_claims(report, room, timeout_s, isolation)
     return {
         "file": path.name,
         "accepted": report.valid,
         "problems": [p.to_json() for p in report.problems],
         "reproduced": [r.to_json() for r in reproduced],
+    }
+
+
+def _over_budget(path: Path, report) -> dict:
+    """The submission of a room past its budget: not re-measured (that would run it longer)."""
+    reason = _(Msg("not re-measured: {why}", why=report.shown))
+    return {
+        "file": path.name,
+        "accepted": False,
+        "problems": [{"field": "labctl.clean_room", "reason": reason}],
+        "reproduced": [],
     }
 
 
@@ -94,7 +131,8 @@ def observe_learner(job: dict, started: Callable[[str], None] | None = None) -> 
 
     `job` holds: clean_room, submission (or None), folder, timeout_s, memory_mb,
     isolation, measure (the template metrics), remeasure (the submission), seed
-    (the batch's: every verify input is drawn from it).
+    (the batch's: every verify input is drawn from it), and budget_s (the learner's time
+    budget, `--learner-timeout`; absent: verify's default).
     `started(level)` hears the isolation level resolved for this learner before
     any of its code runs: the one fact a caller still has when the learner then
     hangs or takes its worker down.
@@ -114,10 +152,16 @@ def observe_learner(job: dict, started: Callable[[str], None] | None = None) -> 
             level,
             job["measure"],
             job["seed"],
+            # counted from when this learner began, as the pool's stop is
+            None
+            if job.get("budget_s") is None
+            else job["budget_s"] - (time.perf_counter() - start),
         )
         facts["isolation"] = used
         facts["verify"] = _verify_facts(report)
-        if job["submission"] and job["remeasure"]:
+        if job["submission"] and job["remeasure"] and report.over_budget:
+            facts["submission"] = _over_budget(Path(job["submission"]), report)
+        elif job["submission"] and job["remeasure"]:
             facts["submission"] = remeasure(
                 Path(job["submission"]),
                 Path(job["folder"]),

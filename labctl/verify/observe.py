@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,6 +155,10 @@ class RoomObservation:
     files_scanned: int = 0
     runs: dict[str, FunctionRun] = field(default_factory=dict)
     seed: int = SEED
+    # The functions whose calls the room's time budget left unrun (or cut short): no run
+    # is kept for them, so their checks are "not run", never a pass.
+    over_budget: list[str] = field(default_factory=list)
+    budget_s: float | None = None
 
     @property
     def loaded(self) -> bool:
@@ -259,8 +264,35 @@ def depends_on(function: str) -> list[str]:
     return found
 
 
+class _OverBudget(Exception):
+    """The room's time budget ran out before this function's calls were done."""
+
+
+def _within(room: CleanRoom, deadline: float | None, name: str, args: tuple, kwargs: dict):
+    """`call`, its timeout cut to what is left of the budget; a call the cut stops, or one
+    that cannot start, is over budget rather than a timeout of the function's own."""
+    if deadline is None:
+        return call(room, name, args, kwargs)
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _OverBudget
+    full = room.timeout_s
+    room.timeout_s = min(full, left)
+    try:
+        outcome = call(room, name, args, kwargs)
+    finally:
+        room.timeout_s = full
+    if outcome.kind == "timeout" and left < full:
+        raise _OverBudget
+    return outcome
+
+
 def run_function(
-    room: CleanRoom, function: str, timed_out: set[str], seed: int = SEED
+    room: CleanRoom,
+    function: str,
+    timed_out: set[str],
+    seed: int = SEED,
+    deadline: float | None = None,
 ) -> FunctionRun:
     """Every call `function` needs; after a timeout its remaining calls are skipped.
 
@@ -280,7 +312,7 @@ def run_function(
                 "skipped",
                 message=Msg("not run: it is built from {hung}, which timed out", hung=hung),
             )
-        outcome = call(room, function, args, kwargs)
+        outcome = _within(room, deadline, function, args, kwargs)
         run.elapsed_s += outcome.elapsed_s
         if outcome.kind == "timeout":
             timed_out.add(function)
@@ -317,15 +349,22 @@ def observe(
     progress: Callable[[str], None] | None = None,
     isolation: str = "auto",
     seed: int = SEED,
+    budget_s: float | None = None,
 ) -> RoomObservation:
     """Scan, load and run the clean room at `root` (already resolved) on inputs drawn from `seed`.
 
     `functions` limits the calls to some contract functions (the diagnosis
     needs only the failing ones); `with_room`, if given, is called with the
     loaded room before it is closed (verify measures the course's metrics
-    there).
+    there), unless the budget ran out. `budget_s` is the wall-clock time the
+    whole room may take, counted in labctl's process from here: past it, no
+    call starts, the call running is stopped, and the functions left are
+    `over_budget`.
     """
-    seen = RoomObservation(root, isolation=resolve_isolation(isolation), seed=seed)
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    seen = RoomObservation(
+        root, isolation=resolve_isolation(isolation), seed=seed, budget_s=budget_s
+    )
     seen.files_scanned = len(source_files(root))
     # Syntax errors are the loader's to report (a stray file that is never
     # imported does not stop a load); everything else the scan finds is a refusal.
@@ -368,14 +407,21 @@ def observe(
         for function in functions or contract.function_names():
             if progress:
                 progress(function)
+            if deadline is not None and time.monotonic() >= deadline:
+                seen.over_budget.append(function)
+                continue
             before = len(room.violations)
-            seen.runs[function] = run_function(room, function, timed_out, seed)
+            try:
+                seen.runs[function] = run_function(room, function, timed_out, seed, deadline)
+            except _OverBudget:
+                seen.over_budget.append(function)
+                continue
             for text in room.violations[before:]:
                 located = _located(root, text)
                 if located.function == PACKAGE:
                     located = Located(located.where, located.what, function)
                 if located not in seen.violations:
                     seen.violations.append(located)
-        if with_room is not None:
+        if with_room is not None and not seen.over_budget:
             with_room(room)
     return seen

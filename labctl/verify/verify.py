@@ -35,9 +35,10 @@ from pathlib import Path
 from labctl import contract, registry
 from labctl.errors import CleanRoomError, UsageError
 from labctl.evidence.environment import now_iso
-from labctl.evidence.models import MetricRecord
+from labctl.evidence.models import CleanRoomInfo, MetricRecord
 from labctl.evidence.modules import DEFAULT_MODULE, MODULES
 from labctl.evidence.records import machine_record, metric_record, shown_path, write_artifact
+from labctl.evidence.room import identify, room_json
 from labctl.evidence.store import EvidenceStore, record_stem
 from labctl.i18n import Msg
 from labctl.isolation import resolve_isolation
@@ -54,6 +55,10 @@ from labctl.verify.observe import PACKAGE, RoomObservation, observe
 MODULE_ID = "verify-clean-room"
 DEFAULT_OUT = Path("evidence/verify")
 HISTORY_NAME = "history.jsonl"
+# The wall-clock time one room's calls may take in all (`--budget`). The project's clean room
+# makes its few hundred calls in seconds; a room whose every call sleeps just under the
+# per-call timeout is stopped here instead of running for half an hour.
+DEFAULT_BUDGET_S = 120.0
 
 
 @dataclass
@@ -101,6 +106,9 @@ class VerifyReport:
     records: list[Path] = field(default_factory=list)
     history: Path | None = None
     verified_at: str = ""
+    clean_room: CleanRoomInfo | None = None
+    budget_s: float | None = None
+    over_budget: list[str] = field(default_factory=list)  # functions whose calls were not run
     # What the terminal shows, translated there with `_()`: the Msg (or text) given as message.
     shown: str | Msg = field(init=False, repr=False, compare=False)
 
@@ -140,6 +148,9 @@ class VerifyReport:
             "timeout_s": self.timeout_s,
             "memory_mb": self.memory_mb,
             "isolation": self.isolation,
+            "clean_room": room_json(self.clean_room),
+            "budget_s": self.budget_s,
+            "not_run": list(self.over_budget),
             "check_names": list(CHECK_NAMES),
             "checks": [c.to_json() for c in self.checks],
             "diagnosis": [d.to_json() for d in self.diagnosis],
@@ -245,6 +256,7 @@ def verify_clean_room(
     progress: Callable[[str], None] | None = None,
     isolation: str = "auto",
     seed: int | None = None,
+    budget_s: float | None = DEFAULT_BUDGET_S,
 ) -> VerifyReport:
     """Verify the clean room at `path`; write evidence under `out` unless it is None.
 
@@ -255,7 +267,8 @@ def verify_clean_room(
     `out` cannot hold the records, or when `isolation` asks for a sandbox this
     machine lacks; every other problem of the clean room (it does not load,
     breaks the import policy, hangs, crashes, is wrong, sends a forged reply)
-    is a failing check of the report.
+    is a failing check of the report. Past `budget_s` (None: no budget) the calls
+    left are not run and the report's status is `over-budget`, which never passes.
     """
     start = time.perf_counter()
     contract.verify_pin()
@@ -273,7 +286,11 @@ def verify_clean_room(
             isolation=level,
             seed=seed,
         )
-        return _finish(seen, Path(path), timeout_s, memory_mb, out, [], start, diagnose_failures)
+        return _finish(
+            seen, Path(path), timeout_s, memory_mb, out, [], start, diagnose_failures, None
+        )
+    # Named before the worker copies it: the record says which files were verified.
+    room = identify(Path(path))
     metrics: list[TemplateMetric] = []
 
     def measure_metrics(room: CleanRoom) -> None:
@@ -288,6 +305,7 @@ def verify_clean_room(
         progress=progress,
         isolation=level,
         seed=seed,
+        budget_s=budget_s,
     )
     # The reference (torch) only where there is something to compare with it, and before
     # the diagnosis starts its threads: a clean room that does not load costs no torch.
@@ -302,7 +320,9 @@ def verify_clean_room(
         ]
     if progress and diagnose_failures:
         progress(Msg("diagnosis"))
-    return _finish(seen, Path(path), timeout_s, memory_mb, out, metrics, start, diagnose_failures)
+    return _finish(
+        seen, Path(path), timeout_s, memory_mb, out, metrics, start, diagnose_failures, room
+    )
 
 
 def _finish(
@@ -314,13 +334,24 @@ def _finish(
     metrics: list[TemplateMetric],
     start: float,
     diagnose_failures: bool,
+    room: CleanRoomInfo | None,
 ) -> VerifyReport:
     results = evaluate(seen)
-    diagnosis = diagnose(seen, results, timeout_s, memory_mb) if diagnose_failures else []
+    # Past the budget the room has had its time: no diagnosis runs it further.
+    diagnosed = diagnose_failures and not seen.over_budget
+    diagnosis = diagnose(seen, results, timeout_s, memory_mb) if diagnosed else []
+    status, message = seen.status, seen.message
+    if seen.over_budget:
+        status = "over-budget"
+        message = Msg(
+            "over the time budget of {budget:g} s: not run: {functions}",
+            budget=seen.budget_s,
+            functions=", ".join(seen.over_budget),
+        )
     report = VerifyReport(
         path=shown_path(path),
-        status=seen.status,
-        message=seen.message,
+        status=status,
+        message=message,
         checks=results,
         diagnosis=diagnosis,
         timeout_s=timeout_s,
@@ -329,6 +360,9 @@ def _finish(
         isolation=seen.isolation,
         metrics=metrics,
         verified_at=now_iso(),
+        clean_room=room,
+        budget_s=seen.budget_s,
+        over_budget=list(seen.over_budget),
     )
     report.wall_time_s = time.perf_counter() - start
     if out is not None:
@@ -416,6 +450,8 @@ def write_evidence(report: VerifyReport, out: Path) -> None:
         )
     )
     known = report.failures() + [d.message for d in report.diagnosis]
+    if report.over_budget:
+        known.insert(0, report.message)
     known += [f"{m.name}: {m.note}" for m in report.metrics if m.actual is None and m.note]
     record = machine_record(
         module=MODULE_ID,
@@ -429,7 +465,7 @@ def write_evidence(report: VerifyReport, out: Path) -> None:
         passed=report.passed,
         wall_time_s=report.wall_time_s,
         verified_at=report.verified_at,
-        clean_room=report.path,
+        clean_room=report.clean_room,
         isolation=report.isolation or None,
     )
     paths = store.write_record(folder, stem, record)

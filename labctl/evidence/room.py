@@ -1,0 +1,245 @@
+"""Which clean room a record speaks for: its identity, and whether it is still that room.
+
+A clean room is named by its path and a sha256 over its files: every entry under
+it, by relative path, a regular file by the sha256 of its bytes, a symbolic link
+by its target (never followed), anything else (a FIFO, a device) by its kind.
+`__pycache__` folders are left out, as the sandbox's copy of a room leaves them
+out (they never run there): a run in the process fallback writes them into the
+learner's room, which would otherwise read as "changed". labctl's own clean
+room is recognised by where it lies and by its files: a learner's verbatim copy
+of it is labctl's own too.
+
+Everything here reads files in labctl's process; nothing a room holds is run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from dataclasses import dataclass
+from importlib import util
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+
+from labctl.errors import CleanRoomError, UsageError
+from labctl.evidence.environment import project_root
+from labctl.evidence.models import CleanRoomInfo, files_digest
+from labctl.evidence.records import shown_path
+from labctl.i18n import N_, Msg, declared
+
+if TYPE_CHECKING:
+    from labctl.evidence.findings import Report
+
+# A clean room is source code; hashing more than this would take minutes (`copy_room` agrees).
+MAX_ROOM_BYTES = 64 << 20
+_CACHE = "__pycache__"
+
+_OWN = N_(
+    "made with labctl's own clean room (or a copy of it), not yours: it is no evidence of your "
+    "code; run the labs with --clean-room my_room"
+)
+
+
+def own_room() -> Path:
+    """labctl's packaged clean room, the project's answer."""
+    return Path(util.find_spec("labctl.clean_room").origin).parent
+
+
+def _entry_digest(path: Path, mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        data = b"symlink\0" + os.fsencode(os.readlink(path))
+    elif stat.S_ISREG(mode):
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+    else:
+        data = b"special\0" + str(stat.S_IFMT(mode)).encode()
+    return hashlib.sha256(data).hexdigest()
+
+
+def room_files(root: Path) -> dict[str, str]:
+    """{relative path: sha256} of every entry under `root`, links not followed."""
+    if not root.exists():
+        raise UsageError(Msg("clean room {path}: no such directory", path=str(root)))
+    if not root.is_dir():
+        raise UsageError(Msg("clean room {path}: not a directory", path=str(root)))
+    files: dict[str, str] = {}
+    total = 0
+    for folder, dirs, names in os.walk(root, followlinks=False):
+        dirs[:] = [d for d in dirs if d != _CACHE]
+        here = Path(folder)
+        for name in sorted(dirs + names):
+            path = here / name
+            mode = path.lstat().st_mode
+            if stat.S_ISDIR(mode):
+                continue  # walked into; a link to a directory is not a directory to lstat
+            total += path.lstat().st_size
+            if total > MAX_ROOM_BYTES:
+                raise CleanRoomError(
+                    Msg(
+                        "clean room {path} holds more than {mb} MiB; a clean room is source code",
+                        path=shown_path(root),
+                        mb=MAX_ROOM_BYTES >> 20,
+                    )
+                )
+            files[path.relative_to(root).as_posix()] = _entry_digest(path, mode)
+    return files
+
+
+def is_own(root: Path, files: dict[str, str]) -> bool:
+    """`root` is labctl's own clean room: the packaged one, or a copy of its source."""
+    own = own_room()
+    if root.resolve() == own.resolve():
+        return True
+    return files == room_files(own)
+
+
+def room_json(room: CleanRoomInfo | None) -> dict | None:
+    """A room's identity as `--json` shows it: path, digest, and whether it is labctl's own."""
+    return None if room is None else room.model_dump(include={"path", "sha256", "own"})
+
+
+def own_room_note(path: str, option: str) -> Msg:
+    """What `run` and `verify` say when the room they ran is labctl's own."""
+    return Msg(
+        "note: {path} is labctl's own clean room (or a copy of it), not yours: its records are "
+        "marked own and are no evidence of your code; name your room with {option} my_room",
+        path=path,
+        option=option,
+    )
+
+
+def repository_path(root: Path) -> str:
+    """`root` relative to the repository it lies in (what `evidence submit` resolves it
+    against), else as shown (`shown_path`)."""
+    try:
+        return root.resolve().relative_to(project_root()).as_posix()
+    except ValueError:
+        return shown_path(root)
+
+
+def identify(root: Path) -> CleanRoomInfo:
+    """The identity a record carries for the clean room at `root`."""
+    files = room_files(root)
+    return CleanRoomInfo(
+        path=repository_path(root),
+        sha256=files_digest(files),
+        own=is_own(root, files),
+        files=files,
+    )
+
+
+@dataclass(frozen=True)
+class Changes:
+    changed: tuple[str, ...]
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.changed or self.added or self.removed)
+
+    def message(self) -> Msg:
+        """The files named, changed first: `changed a.py; added b.py`."""
+        parts = []
+        if self.changed:
+            parts.append(Msg("changed {files}", files=", ".join(self.changed)))
+        if self.added:
+            parts.append(Msg("added {files}", files=", ".join(self.added)))
+        if self.removed:
+            parts.append(Msg("removed {files}", files=", ".join(self.removed)))
+        shown = parts[0]
+        for part in parts[1:]:
+            shown = Msg("{first}; {rest}", first=shown, rest=part)
+        return shown
+
+
+def changes(recorded: dict[str, str], now: dict[str, str]) -> Changes:
+    """What differs between a room's files as recorded and as they are now."""
+    return Changes(
+        changed=tuple(sorted(n for n in recorded.keys() & now.keys() if recorded[n] != now[n])),
+        added=tuple(sorted(now.keys() - recorded.keys())),
+        removed=tuple(sorted(recorded.keys() - now.keys())),
+    )
+
+
+def _room_path(text: str, root: Path) -> tuple[Path | None, str | None]:
+    """The directory `text` names inside the repository `root`, or why it is not acceptable."""
+    if "\x00" in text:
+        return None, N_("path holds a NUL character")
+    if PurePosixPath(text).is_absolute() or PureWindowsPath(text).is_absolute():
+        return None, N_("absolute path; give a path relative to the repository")
+    if ".." in re.split(r"[\\/]", text):
+        return None, N_("path has a '..' component; it must stay inside the repository")
+    try:
+        resolved = (root / text).resolve()
+    except (OSError, RuntimeError):
+        return None, N_("path cannot be resolved (a symlink loop?)")
+    if not resolved.is_relative_to(root):
+        return None, N_("path escapes the repository (a symlink leads out)")
+    if not resolved.is_dir():
+        return None, N_("no such directory in the repository")
+    return resolved, None
+
+
+def _named(data: object) -> CleanRoomInfo | None:
+    try:
+        return CleanRoomInfo.model_validate(data["labctl"]["clean_room"])
+    except (KeyError, TypeError, ValidationError):
+        return None
+
+
+def named_room(report: Report, root: Path) -> Path | None:
+    """The clean room a validated submission names, as its records saw it, or None with the
+    reason refused in `report`: none named, labctl's own, outside the repository `root`, or
+    its files changed since the runs."""
+    here = "labctl.clean_room"
+    if report.flagged(here) or report.flagged("labctl"):
+        return None
+    if report.record is None:
+        # Refused elsewhere in the record: a room still named well is re-measured, so that
+        # every problem shows at once; none is the schema's problem to name.
+        info = _named(report.data)
+        if info is None:
+            return None
+    else:
+        info = report.record.labctl.clean_room if report.record.labctl else None
+    if info is None or isinstance(info, str):
+        report.refuse(
+            here,
+            N_(
+                "names no clean room identity (path, sha256, files): run the labs with "
+                "--clean-room my_room and fill the template again"
+            ),
+        )
+        return None
+    if info.own:
+        report.refuse(here, _OWN)
+        return None
+    resolved, reason = _room_path(info.path, root)
+    if reason:
+        report.refuse(
+            f"{here}.path", Msg("{path!r}: {reason}", path=info.path, reason=declared(reason))
+        )
+        return None
+    now = room_files(resolved)
+    if is_own(resolved, now):
+        report.refuse(here, _OWN)
+        return None
+    diff = changes(info.files, now)
+    if diff:
+        report.refuse(
+            here,
+            Msg(
+                "the clean room changed since these runs: {changes}; run the labs again and "
+                "fill the template again",
+                changes=diff.message(),
+            ),
+        )
+        return None
+    return resolved
