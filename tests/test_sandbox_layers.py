@@ -75,6 +75,10 @@ def test_the_filter_refuses_each_listed_call_and_allows_others(arch):
     personality = seccomp._PERSONALITY[column]
     assert run_filter(code, audit, personality, 0xFFFFFFFF) == ALLOW
     assert run_filter(code, audit, personality, 0x0040000) == EPERM  # ADDR_NO_RANDOMIZE
+    prctl = seccomp._PRCTL[column]
+    assert run_filter(code, audit, prctl, seccomp.PR_SET_DUMPABLE) == EPERM
+    for option in (1, 3, 15, 36):  # PDEATHSIG, GET_DUMPABLE, SET_NAME, SET_CHILD_SUBREAPER
+        assert run_filter(code, audit, prctl, option) == ALLOW, option
     # Another architecture's numbers mean other calls: all refused.
     other = seccomp.AUDIT_ARCH["aarch64" if arch == "x86_64" else "x86_64"]
     assert run_filter(code, other, 0) == EPERM
@@ -108,6 +112,7 @@ def test_the_filter_in_force_refuses_and_python_numpy_threads_and_fork_still_wor
             "unshare": errno_of(libc.unshare(0x10000000 | 0x00020000)),
             "memfd": errno_of(libc.syscall(seccomp.DENIED["memfd_create"][0], b"x", 0)),
             "personality": errno_of(libc.personality(0xFFFFFFFF)),
+            "dumpable": errno_of(libc.prctl(seccomp.PR_SET_DUMPABLE, 1, 0, 0, 0)),
             "numpy": float(np.linalg.inv(np.eye(64) * 2).sum()),
         }
         done = []
@@ -126,6 +131,7 @@ def test_the_filter_in_force_refuses_and_python_numpy_threads_and_fork_still_wor
         "unshare": errno.EPERM,
         "memfd": errno.EPERM,
         "personality": "ok",
+        "dumpable": errno.EPERM,
         "numpy": 32.0,
         "thread": True,
         "subprocess": 0,
@@ -180,6 +186,21 @@ def test_a_sandbox_without_the_filter_is_measured_missing_and_refused(no_filter,
     with pytest.raises(UsageError, match=r"lacks a layer here: .*seccomp: no seccomp filter"):
         require_every_layer()
     assert resolve_isolation("auto") == resolve_isolation("sandbox") == "sandbox"
+
+
+def test_grade_with_isolation_sandbox_refuses_a_missing_layer_before_any_learner(
+    no_filter, tmp_path
+):
+    from labctl.faults import project_clean_room
+
+    learner = tmp_path / "class" / "ada"
+    learner.mkdir(parents=True)
+    (learner / "clean_room").symlink_to(project_clean_room())
+    args = ["grade", "class", str(tmp_path / "class"), "--out", str(tmp_path / "out"), "--json"]
+    refused = runner.invoke(app, [*args, "--isolation", "sandbox"])
+    assert refused.exit_code == 2, refused.output
+    assert "lacks a layer here" in json.loads(refused.stdout)["error"]["message"]
+    assert not (tmp_path / "out" / "records").exists()
 
 
 def test_doctor_lists_each_layer_and_fails_on_a_missing_one(no_filter):

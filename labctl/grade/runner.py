@@ -35,6 +35,7 @@ from labctl.grade.rubric import Rubric
 from labctl.grade.score import ItemResult, Row, failed_row, score
 from labctl.i18n import Msg, language
 from labctl.isolation import resolve_isolation
+from labctl.isolation.levels import require_every_layer
 
 RECORD_SCHEMA = "labctl.grade-record.v1"
 RECORDS = "records"
@@ -227,8 +228,11 @@ def grade_learners(
 
     Rows are kept by the learner's place in `learners`: two learners may hand in
     the very same files (the same resume key), and each has its own row."""
-    # Refuse the batch before any learner runs: `sandbox` without a working one is exit 2.
+    # Refuse the batch before any learner runs: `sandbox` without a working one, or without
+    # one of its layers, is exit 2.
     resolve_isolation(options.isolation)
+    if options.isolation == "sandbox":
+        require_every_layer()
     start = time.perf_counter()
     if out.exists() and not out.is_dir():
         raise UsageError(Msg("--out {path} is a file; give a folder", path=str(out)))

@@ -9,7 +9,8 @@ library falls back to `clone`, whose flags the filter can read), mounts, the
 kernel keyring (shared by every process of a uid, so it would carry a string
 from one learner's sandbox to the next), debugging another process, eBPF,
 io_uring, and memory that RLIMIT_AS does not count (`memfd_create`,
-`memfd_secret`, System V shared memory). On an architecture without a table
+`memfd_secret`, System V shared memory), and `prctl(PR_SET_DUMPABLE)` (which
+would let the worker reset the peak memory labctl measures in its /proc). On an architecture without a table
 here the layer is reported missing, never guessed.
 """
 
@@ -65,6 +66,10 @@ DENIED = {
 _CLONE = (56, 220)
 _CLONE3 = (435, 435)
 _PERSONALITY = (135, 92)
+_PRCTL = (157, 167)
+# prctl(PR_SET_DUMPABLE): a worker dropped to uid 65534 is not dumpable, so its /proc files
+# are root's and it cannot reset the peak memory labctl reads there; setting it again would.
+PR_SET_DUMPABLE = 4
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET (CLONE_NEWTIME is 0x80,
 # which clone() reads as part of the exit signal, so it cannot be asked for there).
 CLONE_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
@@ -108,6 +113,7 @@ def _program(arch: str) -> list[tuple[int, int, int, int]]:
         ("jeq", _CLONE[column], "clone", None),
         ("jeq", _CLONE3[column], "enosys", None),
         ("jeq", _PERSONALITY[column], "personality", None),
+        ("jeq", _PRCTL[column], "prctl", None),
         allow,
         "clone",
         ("ld", _ARG0_LOW),
@@ -116,6 +122,10 @@ def _program(arch: str) -> list[tuple[int, int, int, int]]:
         "personality",
         ("ld", _ARG0_LOW),
         ("jeq", _PERSONALITY_QUERY, None, "deny"),
+        allow,
+        "prctl",
+        ("ld", _ARG0_LOW),
+        ("jeq", PR_SET_DUMPABLE, "deny", None),
         allow,
         "enosys",
         ("ret", RET_ERRNO | errno.ENOSYS),
