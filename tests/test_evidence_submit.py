@@ -663,7 +663,7 @@ def test_a_submission_made_from_labctls_own_room_is_refused(repo):
     run = invoke("run", "causal-attention", "--json")
     assert run.exit_code == 0, run.output
     assert json.loads(run.stdout)["clean_room"]["own"] is True
-    assert "is labctl's own clean room (or a copy of it), not yours" in run.stderr
+    assert "is labctl's own clean room (or a copy of it), not yours" in " ".join(run.stderr.split())
     made = invoke("evidence", "template", "--module", TEST_MODULE.id, "--fill")
     assert "the records were made with labctl's own clean room" in made.stderr
     path = repo / "own.yaml"

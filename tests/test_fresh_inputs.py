@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clitools import invoke
+from gradetools import copy_room, rubric_without
 
 from labctl import contract
 from labctl.faults import project_clean_room
@@ -19,8 +21,6 @@ from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
 from labctl.verify.builders import SEED, fresh_seed
 from labctl.verify.functions import CAUSAL_FUNCTIONS
-from tests.clitools import invoke
-from tests.gradetools import copy_room, rubric_without
 
 SEEDS = [1, 2, 77, 4096, 2**32 - 1, *(fresh_seed() for _ in range(15))]
 INT_ONLY = {"causal_mask", "sliding_window_mask", "padding_mask", "sinusoidal_positions"}

@@ -132,7 +132,9 @@ def test_verify_of_labctls_own_room_says_so(workdir):
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["clean_room"]["own"] is True and doc["clean_room"]["path"] == "my_room"
-    assert "note: my_room is labctl's own clean room (or a copy of it), not yours" in result.stderr
+    assert "note: my_room is labctl's own clean room (or a copy of it), not yours" in " ".join(
+        result.stderr.split()
+    )
     folder = workdir / "evidence" / "verify"
     (path,) = [p for p in folder.glob("*.json") if not p.name.endswith("-report.json")]
     record = json.loads(path.read_text())

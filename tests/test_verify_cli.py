@@ -104,7 +104,8 @@ def test_an_unloadable_or_refused_clean_room_is_one_clear_line_and_exit_1(workdi
     (room / "attention.py").write_text("import torch\n", encoding="utf-8")
     result = runner.invoke(app, ["verify", "clean-room", "--path", str(room), "--no-metrics"])
     assert result.exit_code == 1
-    lines = [line for line in result.output.splitlines() if line.strip()]
+    # The report is stdout (stderr begins with the seed the fixtures were drawn with).
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert len(" ".join(lines).split("FAIL")) == 2  # one verdict
     assert "refused" in lines[0] and "room/attention.py:1: imports torch" in " ".join(lines)
     assert read_history(workdir / "evidence" / "verify")[-1]["passed"] is False

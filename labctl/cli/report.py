@@ -57,7 +57,7 @@ def report(
         )
         for lab in labs:
             for problem in lab["problems"]:
-                err.print(f"{lab['id']}: {_(problem)}", markup=False)
+                err.print(f"{lab['id']}: {_(problem)}", markup=False, soft_wrap=True)
     if open_:
         import webbrowser
 

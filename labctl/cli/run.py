@@ -77,9 +77,7 @@ def run(
             effective(isolation),
         )
     if report.clean_room is not None and report.clean_room.own:
-        err.print(
-            _(own_room_note(report.clean_room.path, "--clean-room")), markup=False, soft_wrap=True
-        )
+        err.print(_(own_room_note(report.clean_room.path, "--clean-room")), markup=False)
     if json_:
         print_json(report.to_json(shown_path))
     else:

@@ -149,7 +149,7 @@ def clean_room(
             budget_s=budget,
         )
     if report.clean_room is not None and report.clean_room.own:
-        err.print(_(own_room_note(report.clean_room.path, "--path")), markup=False, soft_wrap=True)
+        err.print(_(own_room_note(report.clean_room.path, "--path")), markup=False)
     if json_:
         print_json(report.to_json(shown_path))
     else:

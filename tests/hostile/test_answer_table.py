@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clitools import invoke
+from gradetools import copy_room, rubric_without
 
 from labctl import contract, reference
 from labctl.verify import fixtures as fx
@@ -20,8 +22,6 @@ from labctl.verify.builders import SEED
 from labctl.verify.functions import CAUSAL_FUNCTIONS
 from labctl.verify.stubs import init_clean_room
 from labctl.verify.verify import template_metrics
-from tests.clitools import invoke
-from tests.gradetools import copy_room, rubric_without
 
 # Written into the room and run here too, so both sides digest a call alike.
 DIGEST = """

@@ -1,0 +1,16 @@
+"""Made before any test runs: the CLI's consoles, with no COLUMNS in the environment.
+
+rich fixes a console's width when the console is made if COLUMNS is set then. A real
+command is one process, so that is its width; a test process makes the consoles once,
+and whichever test first imported the CLI would fix every later test's width (under
+pytest-xdist that depends on how tests are spread over workers). Made here, the width
+comes from each test's own COLUMNS.
+"""
+
+import os
+
+_columns = os.environ.pop("COLUMNS", None)
+import labctl.cli.render  # noqa: E402, F401
+
+if _columns is not None:
+    os.environ["COLUMNS"] = _columns
