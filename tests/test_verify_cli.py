@@ -158,3 +158,18 @@ def test_metrics_of_a_refused_clean_room_are_noted_not_measured(tmp_path, causal
     report = verify_clean_room(room, 20.0, out=None, measure=True)
     assert report.status == "refused"
     assert all(m.actual is None and "refused" in m.note for m in report.metrics)
+
+
+def test_a_room_whose_folder_name_is_not_utf8_is_verified_and_recorded_escaped(workdir):
+    """A name a learner's filesystem allows but UTF-8 cannot carry: verified like any other,
+    shown and recorded with its byte escaped, never an internal error."""
+    room = workdir / "room-\udcff"  # the byte 0xff, as Python names it
+    shutil.copytree(project_clean_room(), room, ignore=shutil.ignore_patterns("__pycache__"))
+    args = ["verify", "clean-room", "--path", "room-\udcff", "--no-metrics", "--seed", "5"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["passed"] is True and document["path"] == "room-\\udcff"
+    (record,) = (workdir / "evidence" / "verify").glob("*-seed5-*[0-9a-f].json")
+    saved = json.loads(record.read_text("utf-8"))
+    assert saved["labctl"]["clean_room"]["path"] == "room-\\udcff"

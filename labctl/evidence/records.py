@@ -25,6 +25,7 @@ from labctl.evidence.models import (
 )
 from labctl.evidence.store import EvidenceStore
 from labctl.isolation.levels import missing_layers
+from labctl.textsafe import valid
 
 LICENSES = (
     License(
@@ -41,9 +42,11 @@ def shown_path(path: Path) -> str:
     """A path as it may appear in output and evidence: relative to the working directory,
     else its name; never an absolute path."""
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        shown = str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
-        return path.name
+        shown = path.name
+    # A name that is not UTF-8 stays text every record can hold: its bytes escaped.
+    return valid(shown)
 
 
 def write_artifact(

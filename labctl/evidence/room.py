@@ -30,6 +30,7 @@ from labctl.evidence.environment import project_root
 from labctl.evidence.models import CleanRoomInfo, files_digest
 from labctl.evidence.records import shown_path
 from labctl.i18n import N_, Msg, declared
+from labctl.textsafe import valid
 
 if TYPE_CHECKING:
     from labctl.evidence.findings import Report
@@ -88,7 +89,7 @@ def room_files(root: Path) -> dict[str, str]:
                         mb=MAX_ROOM_BYTES >> 20,
                     )
                 )
-            files[path.relative_to(root).as_posix()] = _entry_digest(path, mode)
+            files[valid(path.relative_to(root).as_posix())] = _entry_digest(path, mode)
     return files
 
 
@@ -119,7 +120,7 @@ def repository_path(root: Path) -> str:
     """`root` relative to the repository it lies in (what `evidence submit` resolves it
     against), else as shown (`shown_path`)."""
     try:
-        return root.resolve().relative_to(project_root()).as_posix()
+        return valid(root.resolve().relative_to(project_root()).as_posix())
     except ValueError:
         return shown_path(root)
 

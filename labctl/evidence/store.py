@@ -33,6 +33,7 @@ from labctl.evidence.environment import project_root
 from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.times import not_older
 from labctl.i18n import Msg
+from labctl.textsafe import valid
 
 MANIFEST_NAME = "module-manifest-v1.json"
 MANIFEST_SCHEMA = "labctl.module-manifest.v1"
@@ -111,7 +112,8 @@ class EvidenceStore:
 
     def write_record(self, folder: Path, stem: str, record: EvidenceRecord) -> list[Path]:
         """Write `record` as YAML and JSON under `folder` (relative to the root)."""
-        data = record.dump()
+        # valid: a name that is not UTF-8 (a room's folder) is kept escaped, never a crash.
+        data = valid(record.dump())
         target = self.root / folder
         paths = [target / f"{stem}.yaml", target / f"{stem}.json"]
         write_new(paths[0], yaml_text(data).encode("utf-8"))
@@ -153,7 +155,9 @@ class EvidenceStore:
             current = manifest["modules"].get(module)
             if current is None or not_older(entry["verified_at"], current.get("verified_at")):
                 manifest["modules"][module] = entry
-                text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+                text = (
+                    json.dumps(valid(manifest), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+                )
                 replace_atomically(self.manifest_path, text.encode("utf-8"))
 
     def append_line(self, relative: Path, entry: dict) -> Path:
@@ -162,7 +166,7 @@ class EvidenceStore:
         with locked(path):
             path.parent.mkdir(parents=True, exist_ok=True)
             with path.open("a", encoding="utf-8") as handle:
-                handle.write(json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n")
+                handle.write(json.dumps(valid(entry), ensure_ascii=False, sort_keys=True) + "\n")
                 handle.flush()
                 os.fsync(handle.fileno())
         return path

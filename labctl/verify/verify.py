@@ -45,6 +45,7 @@ from labctl.isolation import resolve_isolation
 from labctl.isolation.loader import resolve_package_dir
 from labctl.isolation.sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, CleanRoom
 from labctl.jsonsafe import dumps
+from labctl.textsafe import json_text
 from labctl.verify import fixtures as fx
 from labctl.verify.builders import MAX_SEED, SEED, fresh_seed
 from labctl.verify.checks import CHECK_NAMES, CheckResult, evaluate
@@ -429,7 +430,8 @@ def write_evidence(report: VerifyReport, out: Path) -> None:
     store = EvidenceStore(out.parent)
     folder = Path(out.name)
     stem = record_stem(report.seed)
-    document = dumps(report.to_json(lambda p: os.path.relpath(p, store.root)))
+    # json_text: a room whose folder name is not UTF-8 still has a record (its name escaped).
+    document = json_text(dumps(report.to_json(lambda p: os.path.relpath(p, store.root))))
     artifact_path, artifact = write_artifact(
         store, folder, f"{stem}-report.json", (document + "\n").encode("utf-8")
     )
