@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from clitools import invoke
+from fixturetools import INT_ONLY, arrays
 from gradetools import copy_room, rubric_without
 
 from labctl import contract
@@ -22,19 +23,10 @@ from labctl.verify.bad_input import bad_cases
 from labctl.verify.builders import SEED, fresh_seed
 from labctl.verify.functions import CAUSAL_FUNCTIONS
 
-SEEDS = [1, 2, 77, 4096, 2**32 - 1, *(fresh_seed() for _ in range(15))]
-INT_ONLY = {"causal_mask", "sliding_window_mask", "padding_mask", "sinusoidal_positions"}
-
-
-def _arrays(value):
-    if isinstance(value, np.ndarray):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _arrays(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _arrays(item)
+FIXED = [1, 2, 77, 4096, 2**32 - 1]
+SEEDS = [*FIXED, *(fresh_seed() for _ in range(15))]
+# Named by place, not value: every pytest-xdist worker must collect the same test ids.
+IDS = [*map(str, FIXED), *(f"fresh-{i}" for i in range(15))]
 
 
 def _same(a, b) -> bool:
@@ -57,7 +49,7 @@ def _same(a, b) -> bool:
 # -- the inputs, at many seeds ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", SEEDS[:8])
+@pytest.mark.parametrize("seed", SEEDS[:8], ids=IDS[:8])
 def test_every_input_changes_with_the_seed_and_keeps_its_structure(seed):
     """Same names, same structure; a different value in every fixture, probe, causal variant
     and bad case that holds a float array (the int-only functions: a size or length)."""
@@ -71,13 +63,13 @@ def test_every_input_changes_with_the_seed_and_keeps_its_structure(seed):
             ), (function, new.name)
             if function not in INT_ONLY:
                 # Sizes stay: each is a structural promise (GQA's ratio, Tq < Tk, D = 3).
-                shapes = [a.shape for a in _arrays((old.args, dict(old.kwargs)))]
-                assert shapes == [a.shape for a in _arrays((new.args, dict(new.kwargs)))]
+                shapes = [a.shape for a in arrays((old.args, dict(old.kwargs)))]
+                assert shapes == [a.shape for a in arrays((new.args, dict(new.kwargs)))]
         for old, new in zip(fx.probes(function), fx.probes(function, seed), strict=True):
             assert not _same(old.args, new.args)
         for old, new in zip(bad_cases(function), bad_cases(function, seed), strict=True):
             assert old.name == new.name
-            if list(_arrays(old.args)):
+            if list(arrays(old.args)):
                 assert not _same(old.args, new.args)
     for function in CAUSAL_FUNCTIONS:
         pairs = zip(fx.causal_variants(function), fx.causal_variants(function, seed), strict=True)

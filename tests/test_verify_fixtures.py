@@ -7,6 +7,7 @@ import hashlib
 
 import numpy as np
 import pytest
+from fixturetools import INT_ONLY, arrays
 
 from labctl import contract
 from labctl.verify import fixtures as fx
@@ -21,20 +22,6 @@ def _built_anew():
         cached.cache_clear()
 
 
-INT_ONLY = {"causal_mask", "sliding_window_mask", "padding_mask", "sinusoidal_positions"}
-
-
-def _arrays(value):
-    if isinstance(value, np.ndarray):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _arrays(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _arrays(item)
-
-
 @pytest.mark.parametrize("function", contract.function_names())
 def test_a_probe_is_the_first_fixture_in_float32(function):
     probes = fx.probes(function)
@@ -45,8 +32,8 @@ def test_a_probe_is_the_first_fixture_in_float32(function):
     (probe,) = probes
     assert (probe.function, probe.name) == (function, f"{first.name}-float32")
     assert str(probe.note) == "float32 inputs: the output must stay float32"
-    before = list(_arrays((first.args, dict(first.kwargs))))
-    after = list(_arrays((probe.args, dict(probe.kwargs))))
+    before = list(arrays((first.args, dict(first.kwargs))))
+    after = list(arrays((probe.args, dict(probe.kwargs))))
     assert len(before) == len(after) > 0
     for old, new in zip(before, after, strict=True):
         expected = np.float32 if old.dtype == np.float64 else old.dtype

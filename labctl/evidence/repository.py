@@ -59,8 +59,9 @@ def _check_commit_exists(commit: str, root: Path, report: Report) -> None:
         report.refuse("commit", Msg("{commit} is not a commit of this repository", commit=commit))
 
 
-def check_artifact_path(text: str, root: Path) -> tuple[Path | None, str | None]:
-    """The file `text` names inside `root`, or why it is not acceptable."""
+def resolve_inside(text: str, root: Path) -> tuple[Path | None, str | None]:
+    """The path `text` names inside the repository `root`, resolved, or why it is not
+    acceptable: a record's paths are the learner's text and must stay inside."""
     if "\x00" in text:
         return None, N_("path holds a NUL character")
     if (
@@ -79,6 +80,14 @@ def check_artifact_path(text: str, root: Path) -> tuple[Path | None, str | None]
         return None, N_("path cannot be resolved (a symlink loop?)")
     if not resolved.is_relative_to(root):
         return None, N_("path escapes the repository (a symlink leads out)")
+    return resolved, None
+
+
+def check_artifact_path(text: str, root: Path) -> tuple[Path | None, str | None]:
+    """The file `text` names inside `root`, or why it is not acceptable."""
+    resolved, reason = resolve_inside(text, root)
+    if reason:
+        return None, reason
     if not resolved.exists():
         return None, N_("no such file in the repository")
     if not resolved.is_file():

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import stat
 from dataclasses import dataclass
 from importlib import util
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
@@ -29,6 +28,7 @@ from labctl.errors import CleanRoomError, UsageError
 from labctl.evidence.environment import project_root
 from labctl.evidence.models import CleanRoomInfo, files_digest
 from labctl.evidence.records import shown_path
+from labctl.evidence.repository import resolve_inside
 from labctl.i18n import N_, Msg, declared
 from labctl.textsafe import valid
 
@@ -171,18 +171,9 @@ def changes(recorded: dict[str, str], now: dict[str, str]) -> Changes:
 
 def _room_path(text: str, root: Path) -> tuple[Path | None, str | None]:
     """The directory `text` names inside the repository `root`, or why it is not acceptable."""
-    if "\x00" in text:
-        return None, N_("path holds a NUL character")
-    if PurePosixPath(text).is_absolute() or PureWindowsPath(text).is_absolute():
-        return None, N_("absolute path; give a path relative to the repository")
-    if ".." in re.split(r"[\\/]", text):
-        return None, N_("path has a '..' component; it must stay inside the repository")
-    try:
-        resolved = (root / text).resolve()
-    except (OSError, RuntimeError):
-        return None, N_("path cannot be resolved (a symlink loop?)")
-    if not resolved.is_relative_to(root):
-        return None, N_("path escapes the repository (a symlink leads out)")
+    resolved, reason = resolve_inside(text, root)
+    if reason:
+        return None, reason
     if not resolved.is_dir():
         return None, N_("no such directory in the repository")
     return resolved, None
