@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import unicodedata
 import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
@@ -112,6 +113,29 @@ def test_layout_errors_are_named_per_learner(tmp_path):
     assert found["link"].error.code == "symlink"
     assert found["bad id"].error.code == "bad-id"
     assert found["bad id"].stem.startswith("invalid-")
+
+
+def test_learner_ids_are_letters_and_digits_of_any_script_nfc(tmp_path):
+    """A learner id is Unicode letters and digits (NFC-normalised), '.', '_', '-'; files are
+    named by an ASCII id itself and by a digest of the folder's bytes otherwise."""
+    root = tmp_path / "class"
+    decomposed = unicodedata.normalize("NFD", "Zoë")  # as a zip made on macOS names it
+    for name in ("张三", decomposed, "Zoë", "ana.b_c-1", "x y", "-dash", "a\u202eb", "a" * 129):
+        copy_room(root / name / "clean_room")
+    learners = discover(root)
+    by_folder = {learner.folder.name: learner for learner in learners}
+    assert by_folder["张三"].error is None and by_folder["张三"].id == "张三"
+    assert by_folder[decomposed].error is None and by_folder[decomposed].id == "Zoë"
+    assert by_folder["ana.b_c-1"].stem == "ana.b_c-1"
+    # Two folders whose names normalise alike keep apart in every output file.
+    stems = {learner.stem for learner in learners}
+    assert len(stems) == len(learners)
+    assert by_folder["张三"].stem.startswith("learner-") and by_folder["张三"].stem.isascii()
+    for bad in ("x y", "-dash", "a\u202eb", "a" * 129):
+        error = by_folder[bad].error
+        assert error is not None and error.code == "bad-id", bad
+        assert "letters and digits (any script), '.', '_' and '-'" in error.message
+        assert by_folder[bad].stem.startswith("invalid-")
 
 
 def test_the_inputs_digest_follows_the_files_not_git_or_caches(tmp_path):

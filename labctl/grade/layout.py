@@ -22,6 +22,7 @@ import hashlib
 import os
 import re
 import stat
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +33,11 @@ from labctl.isolation.loader import check_source_only
 
 PACKAGE_DIR = "clean_room"
 SUBMISSION_NAMES = ("submission.yaml", "submission.yml", "submission.json")
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# A learner id: letters and digits of any script (NFC), '.', '_', '-'; an output file is named
+# by the id itself only when it is ASCII, which every file system and zip tool carries.
+ID_PUNCTUATION = "._-"
+MAX_ID_LENGTH = 128
+_ASCII_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 CACHE, GIT = b"__pycache__", b".git"
 # Of `.git/`, what the submission's commit is made of; its config, hooks, index and logs
 # are not inputs (tools rewrite them, and none of them changes what was handed in).
@@ -73,10 +78,21 @@ class Learner:
         return stem(os.fsdecode(self.folder.name))
 
 
-def stem(learner_id: str) -> str:
-    if _ID.match(learner_id):
-        return learner_id
-    return "invalid-" + hashlib.sha256(os.fsencode(learner_id)).hexdigest()[:12]
+def learner_id(name: str) -> str | None:
+    """The learner id a folder's name gives (NFC-normalised), or None when it gives none."""
+    text = unicodedata.normalize("NFC", name)
+    if not text or len(text) > MAX_ID_LENGTH or not text[0].isalnum():
+        return None
+    return text if all(c.isalnum() or c in ID_PUNCTUATION for c in text) else None
+
+
+def stem(name: str) -> str:
+    """Output files' name for the folder `name`: an ASCII id itself, else a digest of the
+    name's real bytes (two names that normalise alike stay apart)."""
+    if _ASCII_ID.match(name):
+        return name
+    prefix = "learner-" if learner_id(name) else "invalid-"
+    return prefix + hashlib.sha256(os.fsencode(name)).hexdigest()[:12]
 
 
 def _counted(parts: list[bytes]) -> bool:
@@ -178,9 +194,16 @@ def _read(path: str) -> bytes:
 
 def check_learner(entry: Path) -> Learner:
     """What the layout of one entry of the class holds, or its named layout error."""
-    name = textsafe.name(entry.name)
-    if not _ID.match(entry.name):
-        why = _(Msg("{name} is not a learner id", name=repr(name)))
+    name = learner_id(entry.name) or textsafe.name(entry.name)
+    if learner_id(entry.name) is None:
+        why = _(
+            Msg(
+                "{name} is not a learner id: use letters and digits (any script), '.', '_' "
+                "and '-', starting with a letter or digit, at most {most} characters",
+                name=repr(name),
+                most=MAX_ID_LENGTH,
+            )
+        )
         return Learner(name, entry, error=LayoutError("bad-id", why))
     if entry.is_symlink() or not entry.is_dir():
         return Learner(
