@@ -62,7 +62,7 @@ class Target:
 def _lab(name: str) -> Target:
     """A lab's module and test file. Its presentation functions are found by name: `_figures`
     and `_figure_*` lay out what `run` measured (the house convention for every lab)."""
-    target = Target(f"labctl/labs/{name}.py", (f"tests/test_lab_{name}.py",))
+    target = Target(f"labs/{name}.py", (f"tests/test_lab_{name}.py",))
     shown = tuple(f for f in target.functions() if f == "_figures" or f.startswith("_figure_"))
     return Target(target.module, target.tests, shown)
 
@@ -162,7 +162,7 @@ TARGETS: dict[str, Target] = {
         )
     },
     "worked_examples_rows": Target(
-        "labctl/labs/worked_examples_rows.py", ("tests/test_lab_worked_examples.py",)
+        "labs/worked_examples_rows.py", ("tests/test_lab_worked_examples.py",)
     ),
 }
 

@@ -36,7 +36,7 @@ def catalog() -> dict[str, str]:
 
 
 def messages(module: str) -> list[str]:
-    tree = ast.parse((ROOT / "labctl" / "labs" / f"{module}.py").read_text("utf-8"))
+    tree = ast.parse((ROOT / "labs" / f"{module}.py").read_text("utf-8"))
     return [
         node.args[0].value
         for node in ast.walk(tree)

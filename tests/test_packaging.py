@@ -71,14 +71,58 @@ def test_the_wheel_installs_only_the_labctl_package(wheel):
 def test_the_top_level_check_catches_a_wheel_that_ships_clean_room(tmp_path):
     source = tmp_path / "faulty"
     shutil.copytree(ROOT, source, ignore=_not_source)
-    shutil.copytree(ROOT / "labctl" / "clean_room", source / "clean_room")
     pyproject = source / "pyproject.toml"
-    pyproject.write_text(
-        pyproject.read_text().replace(
-            'include = ["labctl*"]', 'include = ["labctl*", "clean_room*"]'
-        )
-    )
+    text = pyproject.read_text()
+    # the mapping dropped: clean_room/ becomes a top-level package of its own
+    text = text.replace('"labctl.clean_room" = "clean_room"\n', "")
+    text = text.replace('    "labctl.clean_room",\n', '    "clean_room",\n')
+    pyproject.write_text(text)
     assert top_level(build_wheel(source, tmp_path / "out")) == {"labctl", "clean_room"}
+
+
+def _declared_packages() -> tuple[list[str], dict[str, str]]:
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]
+    return setuptools["packages"], setuptools["package-dir"]
+
+
+def test_the_design_cards_layout_labs_and_clean_room_at_the_top_level():
+    for name in ("labctl", "labs", "clean_room", "tests", "evidence"):
+        assert (ROOT / name).is_dir(), name
+    assert not (ROOT / "labctl" / "labs").exists()
+    assert not (ROOT / "labctl" / "clean_room").exists()
+    packages, mapping = _declared_packages()
+    assert mapping == {"labctl.labs": "labs", "labctl.clean_room": "clean_room"}
+    # every package folder is declared, so a new one cannot be left out of the wheel
+    found = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for init in (ROOT / "labctl").rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
+    found |= {f"labctl.{folder}" for folder in mapping.values()}
+    assert set(packages) == found
+
+
+def test_the_editable_install_finds_labs_and_clean_room_where_the_tree_has_them(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = subprocess.run(
+        [sys.executable, "-c",
+         "import importlib.util as u, labctl.labs, labctl.clean_room\n"
+         "print(labctl.labs.__file__); print(labctl.clean_room.__file__)\n"
+         "print(u.find_spec('clean_room'), u.find_spec('labs'))"],
+        cwd=tmp_path, env=env, check=True, capture_output=True, text=True,
+    ).stdout.splitlines()  # fmt: skip
+    installed = Path(probe[0]).resolve().parents[1]
+    if installed == ROOT:  # an editable install of this checkout
+        assert probe[:2] == [
+            str(ROOT / "labs" / "__init__.py"),
+            str(ROOT / "clean_room" / "__init__.py"),
+        ]
+    else:  # a wheel: both live inside the installed labctl
+        assert Path(probe[0]).parent.parent.name == "labctl"
+    # from a folder of its own, a learner's `import clean_room` never finds the project's
+    assert probe[2] == "None None"
 
 
 def _environment_paths() -> list[str]:

@@ -144,7 +144,7 @@ def test_the_project_clean_room_runs_in_the_sandbox():
     x = rng.standard_normal((2, 3, 5)).astype(np.float32)
     q = rng.standard_normal((1, 4, 3, 2))
     k = rng.standard_normal((1, 2, 3, 2))
-    with CleanRoom(REPO / "labctl" / "clean_room") as room:
+    with CleanRoom(REPO / "clean_room") as room:
         assert room.violations == []
         out = room.softmax(x)
         assert out.dtype == np.float32
@@ -480,7 +480,7 @@ def test_scan_names_a_syntax_error(tmp_path):
 
 
 def test_scan_of_the_project_clean_room_is_clean():
-    assert guard.scan(REPO / "labctl" / "clean_room") == []
+    assert guard.scan(REPO / "clean_room") == []
 
 
 # --------------------------------------------------------------------------

@@ -26,7 +26,8 @@ from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
 from labctl.verify.functions import CAUSAL_FUNCTIONS, RETURNS
 from labctl.verify.observe import Outcome, accepted_refusal
-from labctl.verify.verify import read_history, verify_clean_room
+from labctl.verify.record import read_history
+from labctl.verify.verify import verify_clean_room
 
 ALT_ROOM = '''
 """A second clean room, written from contract v1 alone, in another style than the project's."""

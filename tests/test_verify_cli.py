@@ -13,7 +13,8 @@ from labctl.cli.main import app
 from labctl.evidence.models import EvidenceRecord
 from labctl.faults import get as get_fault
 from labctl.faults import project_clean_room
-from labctl.verify.verify import read_history, verify_clean_room
+from labctl.verify.record import read_history
+from labctl.verify.verify import verify_clean_room
 
 runner = CliRunner()
 

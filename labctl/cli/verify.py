@@ -107,7 +107,8 @@ def clean_room(
     from labctl.evidence.room import own_room_note
     from labctl.runner import local_clean_room
     from labctl.verify.builders import fresh_seed
-    from labctl.verify.verify import check_out_dir, check_seed, verify_clean_room
+    from labctl.verify.record import check_out_dir
+    from labctl.verify.verify import check_seed, verify_clean_room
 
     _positive(timeout, "--timeout")
     _positive(budget, "--budget")

@@ -227,12 +227,14 @@ def remeasure(
     report: Report, clean_room: Path | None, timeout_s: float, isolation: str = "auto"
 ) -> tuple[int | None, str | None, list[Reproduction]]:
     """Re-measure a validated submission's claims on `clean_room`: (seed, isolation used,
-    reproductions). Claims that could never be re-measured are refused in `report`."""
+    reproductions). Claims that could never be re-measured (no room named, no usable seed)
+    are refused in `report`."""
     if not isinstance(report.data, dict):
         return None, None, []
     _submission_module(report)
     seed = report.data.get("seed")
-    if not (is_number(seed) and isinstance(seed, int) and seed >= 0 and not report.flagged("seed")):
+    usable = is_number(seed) and isinstance(seed, int) and seed >= 0
+    if clean_room is None or not usable or report.flagged("seed"):
         _claims(report)
         report.tidy()
         return None, None, []
@@ -305,13 +307,11 @@ def submit(
         if outcome.already is not None:
             return outcome
     clean_room = named_room(report, project_root())
-    if clean_room is None:
-        _claims(report)  # what could never be re-measured is still named
-        report.tidy()
-        return outcome
     outcome.seed, outcome.isolation, outcome.reproductions = remeasure(
         report, clean_room, timeout_s, isolation
     )
+    if clean_room is None:
+        return outcome
     if report.valid:
         _verified(report, clean_room, timeout_s, outcome.isolation or isolation)
         report.tidy()

@@ -54,12 +54,10 @@ def remeasure(path: Path, folder: Path, room: Path, timeout_s: float, isolation:
     claims are re-measured on the learner's own clean room.
     """
     from labctl.evidence.room import named_room
-    from labctl.evidence.submit import _claims
     from labctl.evidence.submit import remeasure as remeasure_claims
     from labctl.evidence.validate import validate_file
 
     # The root is the learner's folder itself: its own `.git`, never one above it.
-    reproduced = []
     report = validate_file(path, root=folder.resolve())
     named = named_room(report, folder.resolve())
     if named is not None and named != room.resolve():
@@ -73,11 +71,7 @@ def remeasure(path: Path, folder: Path, room: Path, timeout_s: float, isolation:
             ),
         )
         named = None
-    if named is None:
-        _claims(report)
-        report.tidy()
-    else:
-        _, _, reproduced = remeasure_claims(report, room, timeout_s, isolation)
+    _, _, reproduced = remeasure_claims(report, named, timeout_s, isolation)
     return {
         "file": path.name,
         "accepted": report.valid,

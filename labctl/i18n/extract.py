@@ -17,12 +17,25 @@ import ast
 import string
 import sys
 from dataclasses import dataclass
+from importlib import util
 from pathlib import Path
 
 from labctl.i18n import DOMAIN, catalog_path, po
 
 MARKERS = ("_", "N_", "Msg")
 PACKAGE = Path(__file__).resolve().parents[1]
+# labs/ and clean_room/ sit beside labctl/ in the repository and inside it once installed.
+SUBPACKAGES = ("labs", "clean_room")
+
+
+def _sources(root: Path) -> list[Path]:
+    """Every .py of the package under `root`, with the subpackages wherever they lie."""
+    roots = [root]
+    if root == PACKAGE:
+        for name in SUBPACKAGES:
+            spec = util.find_spec(f"labctl.{name}")
+            roots.append(Path(spec.origin).resolve().parent)
+    return sorted({path.resolve() for top in roots for path in top.rglob("*.py")})
 
 
 @dataclass(frozen=True)
@@ -35,7 +48,7 @@ def source_messages(root: Path = PACKAGE) -> tuple[list[Found], list[str]]:
     """Marked messages under `root`, and the marks whose text is not a literal (a bug for N_/Msg)."""
     found: list[Found] = []
     problems: list[str] = []
-    for path in sorted(root.rglob("*.py")):
+    for path in _sources(root):
         tree = ast.parse(path.read_text("utf-8"), str(path))
         shown = path.relative_to(root.parent).as_posix()
         for node in ast.walk(tree):

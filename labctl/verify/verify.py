@@ -12,7 +12,8 @@ fix-after record, and show parity with the reference. One call does it:
 4. measure the course template's five metrics (第8章 · Attention 与 Transformer Block, 学习者提交模板) on the clean
    room, through the labs that declare them (`labctl.registry.metric_table`);
 5. write an evidence record and append a line to the history of verify runs,
-   pass or fail, so the failure-before / fix-after record keeps itself.
+   pass or fail, so the failure-before / fix-after record keeps itself
+   (`labctl.verify.record`).
 
 Every input of steps 1 and 4 (fixtures, probes, causal variants, bad input,
 the labs' inputs) is drawn from one seed chosen at run time unless the caller
@@ -22,11 +23,7 @@ record and the history line, so `--seed N` reproduces a run exactly.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import shlex
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,27 +32,22 @@ from pathlib import Path
 from labctl import contract, registry
 from labctl.errors import CleanRoomError, UsageError
 from labctl.evidence.environment import now_iso
-from labctl.evidence.models import CleanRoomInfo, MetricRecord
+from labctl.evidence.models import CleanRoomInfo
 from labctl.evidence.modules import DEFAULT_MODULE, MODULES
-from labctl.evidence.records import machine_record, metric_record, shown_path, write_artifact
+from labctl.evidence.records import shown_path
 from labctl.evidence.room import identify, room_json
-from labctl.evidence.store import EvidenceStore, record_stem
 from labctl.i18n import Msg
 from labctl.isolation import resolve_isolation
 from labctl.isolation.loader import resolve_package_dir
 from labctl.isolation.sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, CleanRoom
-from labctl.jsonsafe import dumps
-from labctl.textsafe import json_text
 from labctl.verify import fixtures as fx
 from labctl.verify.builders import MAX_SEED, SEED, fresh_seed
 from labctl.verify.checks import CHECK_NAMES, CheckResult, evaluate
 from labctl.verify.compare import TOLERANCE_VERSION
 from labctl.verify.diagnosis import Diagnosis, diagnose
-from labctl.verify.observe import PACKAGE, RoomObservation, observe
+from labctl.verify.observe import RoomObservation, observe
+from labctl.verify.record import DEFAULT_OUT, check_out_dir, write_evidence
 
-MODULE_ID = "verify-clean-room"
-DEFAULT_OUT = Path("evidence/verify")
-HISTORY_NAME = "history.jsonl"
 # The wall-clock time one room's calls may take in all (`--budget`). The project's clean room
 # makes its few hundred calls in seconds; a room whose every call sleeps just under the
 # per-call timeout is stopped here instead of running for half an hour.
@@ -371,19 +363,6 @@ def _finish(
     return report
 
 
-# --------------------------------------------------------------------------
-# Evidence: a record per run and a line of history, pass or fail
-# --------------------------------------------------------------------------
-
-
-def _command(report: VerifyReport) -> str:
-    words = ["labctl", "verify", "clean-room", "--path", report.path]
-    if report.timeout_s != DEFAULT_TIMEOUT_S:
-        words += ["--timeout", f"{report.timeout_s:g}"]
-    words += ["--isolation", report.isolation, "--seed", str(report.seed)]
-    return shlex.join(words)
-
-
 def check_seed(seed: int) -> int:
     """Refuse a seed numpy and torch cannot both take (the labs seed both)."""
     if not 0 <= seed <= MAX_SEED:
@@ -391,122 +370,3 @@ def check_seed(seed: int) -> int:
             Msg("--seed must be an integer from 0 to {top}, got {seed}", top=MAX_SEED, seed=seed)
         )
     return seed
-
-
-def check_out_dir(out: Path) -> None:
-    """Refuse, before anything runs, an `--out` that is a file or cannot be written."""
-    existing = next((p for p in (out, *out.parents) if p.exists()), None)
-    if out.exists() and not out.is_dir():
-        raise UsageError(Msg("--out {out}: not a directory (nothing was written)", out=str(out)))
-    if existing is not None and existing != out and not existing.is_dir():
-        raise UsageError(
-            Msg(
-                "--out {out}: {existing} is not a directory (nothing was written)",
-                out=str(out),
-                existing=str(existing),
-            )
-        )
-    if existing is not None and not _writable(existing):
-        raise UsageError(
-            Msg(
-                "--out {out}: {existing} is not writable (nothing was written)",
-                out=str(out),
-                existing=str(existing),
-            )
-        )
-
-
-def _writable(folder: Path) -> bool:
-    """os.access says yes to root everywhere (even /proc); a nameless file asks the filesystem."""
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            return True
-    except OSError:
-        return False
-
-
-def write_evidence(report: VerifyReport, out: Path) -> None:
-    """A learn-llm.evidence.v1 record (YAML and JSON), the report as an artifact, a history line."""
-    store = EvidenceStore(out.parent)
-    folder = Path(out.name)
-    stem = record_stem(report.seed)
-    # json_text: a room whose folder name is not UTF-8 still has a record (its name escaped).
-    document = json_text(dumps(report.to_json(lambda p: os.path.relpath(p, store.root))))
-    artifact_path, artifact = write_artifact(
-        store, folder, f"{stem}-report.json", (document + "\n").encode("utf-8")
-    )
-    failed_checks = sum(1 for c in report.checks if c.failed)
-    metric_records = [
-        metric_record(m)
-        for m in report.metrics
-        if m.actual is not None and m.expected is not None and math.isfinite(m.actual)
-    ]
-    metric_records.append(
-        MetricRecord(
-            name="verify_failed_checks",
-            expected="==0",
-            actual=float(failed_checks),
-            impl="clean-room",
-            passed=failed_checks == 0,
-            unit="count",
-        )
-    )
-    known = report.failures() + [d.message for d in report.diagnosis]
-    if report.over_budget:
-        known.insert(0, report.message)
-    known += [f"{m.name}: {m.note}" for m in report.metrics if m.actual is None and m.note]
-    record = machine_record(
-        module=MODULE_ID,
-        seed=report.seed,
-        command=_command(report),
-        metrics=metric_records,
-        artifacts=[artifact],
-        known_failures=known,
-        tolerances=TOLERANCE_VERSION,
-        impl="clean-room",
-        passed=report.passed,
-        wall_time_s=report.wall_time_s,
-        verified_at=report.verified_at,
-        clean_room=report.clean_room,
-        isolation=report.isolation or None,
-    )
-    paths = store.write_record(folder, stem, record)
-    report.records = [*paths, artifact_path]
-    store.point_manifest(
-        MODULE_ID,
-        {
-            "record": store.relative(paths[1]),
-            "verified_at": report.verified_at,
-            "passed": report.passed,
-            "clean_room": report.path,
-        },
-    )
-    failing = [f for f in report.failing_functions() if f != PACKAGE]
-    report.history = store.append_line(
-        folder / HISTORY_NAME,
-        {
-            "verified_at": report.verified_at,
-            "path": report.path,
-            "passed": report.passed,
-            "status": report.status,
-            "failing_functions": failing,
-            "failed_checks": [f"{c.function}:{c.name}" for c in report.checks if c.failed],
-            "diagnosis": [d.message for d in report.diagnosis],
-            "record": store.relative(paths[1]),
-            "commit": record.commit,
-            "commit_dirty": record.commit_dirty,
-            "contract_sha256": contract.CONTRACT_V1_SHA256,
-            "tolerances": TOLERANCE_VERSION,
-            "isolation": report.isolation,
-            "seed": report.seed,
-            "wall_time_s": round(report.wall_time_s, 3),
-        },
-    )
-
-
-def read_history(out: Path = DEFAULT_OUT) -> list[dict]:
-    """The verify runs recorded under `out`, oldest first (empty when there are none)."""
-    path = out / HISTORY_NAME
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
