@@ -27,13 +27,17 @@ CHAPTERS = (PARTS, CH8, HANDS_ON)
 class Section:
     """One section: `Section(HANDS_ON, "§01.5", "位置编码再讲深一点：RoPE 的旋转矩阵推导")`.
 
-    `number` is as the chapter prints it (`§6.13`, `阶段二`, `§01.5`); `heading`
-    is the chapter's own words, optionally followed by the part a lab uses.
+    `number` is as the chapter prints it (`§6.13`, `阶段二`, `§01.5`); `heading` is
+    the chapter's heading after the number, verbatim; `part`, when a lab uses one
+    passage of a long section, is that passage's own words, verbatim (a sub-heading,
+    a table's title). tests/test_citations.py finds both in the course text.
     """
 
     chapter: Chapter
     number: str
     heading: str
+    part: str = ""
 
     def __str__(self) -> str:
-        return f"{self.chapter.title} {self.number} {self.heading}"
+        cited = f"{self.chapter.title} {self.number} {self.heading}".rstrip()
+        return f"{cited} · {self.part}" if self.part else cited

@@ -16,7 +16,7 @@ import math
 import numpy as np
 from pydantic import Field
 
-from labctl.course import CH8, PARTS, Section
+from labctl.course import CH8, HANDS_ON, PARTS, Section
 from labctl.i18n import N_, Msg
 from labctl.lab import HeatmapFigure, Lab, LabContext, LabOutput, LabParams, Metric
 
@@ -165,7 +165,17 @@ LAB = Lab(
     title=N_("Causal attention, proved by assertions"),
     question=N_("Does the causal mask keep every position from reading its future, exactly?"),
     sections=(
-        Section(PARTS, "§6.13", "动手：用断言验证注意力（实验 03）"),
+        Section(
+            PARTS,
+            "§6.13",
+            "动手：用断言验证注意力，而不是只看热力图",
+            part="实验 03｜Causal Attention",
+        ),
+        Section(PARTS, "§6.2", "Q、K、V 的直觉"),
+        Section(PARTS, "§6.3", "用形状理解注意力"),
+        Section(HANDS_ON, "§02", "Q、K、V 是什么：从线性投影到语义角色"),
+        Section(HANDS_ON, "§03", "Self-Attention 的完整数学推导"),
+        Section(HANDS_ON, "§03.5", "最小 NumPy 版 Attention：完整实现与验证"),
         Section(CH8, "阶段二", "scaled dot-product attention 逐步算"),
     ),
     params=Params,

@@ -383,6 +383,7 @@ LAB = Lab(
         Section(HANDS_ON, "§05.5", "GQA / MQA：参数共享如何降低推理成本"),
         Section(HANDS_ON, "§5.3", "参数量精确计算"),
         Section(HANDS_ON, "§7.4", "显存开销计算"),
+        Section(HANDS_ON, "§9.2", "前向传播核心逻辑", part="repeat_kv"),
     ),
     params=Params,
     metrics=METRICS,

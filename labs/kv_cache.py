@@ -384,6 +384,7 @@ LAB = Lab(
     sections=(
         Section(HANDS_ON, "§07", "KV Cache 原理：推理时为什么可以缓存 K 和 V"),
         Section(HANDS_ON, "§13.2", "代码题"),
+        Section(HANDS_ON, "§9.2", "前向传播核心逻辑", part="KV Cache 更新"),
     ),
     params=Params,
     metrics=METRICS,

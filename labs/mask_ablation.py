@@ -28,7 +28,7 @@ import math
 import numpy as np
 from pydantic import Field, model_validator
 
-from labctl.course import CH8, PARTS, Section
+from labctl.course import CH8, HANDS_ON, PARTS, Section
 from labctl.i18n import N_, Msg
 from labctl.lab import (
     HeatmapFigure,
@@ -527,8 +527,17 @@ LAB = Lab(
     ),
     sections=(
         Section(PARTS, "§6.4", "因果遮罩为什么必须存在"),
-        Section(PARTS, "§6.13", "动手：用断言验证注意力（故意失败的实验：去掉 causal mask）"),
-        Section(CH8, "阶段六", "故障注入与预期信号（mask 加 0；mask 上下三角写反）"),
+        Section(
+            PARTS, "§6.13", "动手：用断言验证注意力，而不是只看热力图", part="去掉 causal mask"
+        ),
+        Section(
+            CH8,
+            "阶段五",
+            "现代长上下文变体深探——滑动窗口注意力（SWA）与推理 Infra 的颠覆",
+            part="故障注入与预期信号",
+        ),
+        Section(HANDS_ON, "§04", "Causal Mask：为什么生成模型不能偷看未来"),
+        Section(HANDS_ON, "§4.2", "Mask 在 softmax 前施加"),
     ),
     params=Params,
     metrics=METRICS,

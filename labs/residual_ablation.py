@@ -25,7 +25,7 @@ import math
 import numpy as np
 from pydantic import Field, model_validator
 
-from labctl.course import CH8, HANDS_ON, Section
+from labctl.course import CH8, HANDS_ON, PARTS, Section
 from labctl.i18n import N_, Msg
 from labctl.lab import (
     Lab,
@@ -391,6 +391,7 @@ LAB = Lab(
     sections=(
         Section(CH8, "阶段四", "组装 Transformer Block"),
         Section(HANDS_ON, "§06.8", "残差连接与深度稳定性"),
+        Section(PARTS, "§6.9", "残差连接"),
         Section(HANDS_ON, "§6.4", "Pre-Norm vs Post-Norm"),
     ),
     params=Params,

@@ -387,8 +387,13 @@ LAB = Lab(
         "removing it saturate the softmax and shrink its gradient?"
     ),
     sections=(
-        Section(PARTS, "§6.13", "动手：用断言验证注意力（故意失败的实验：去掉 sqrt(D)）"),
-        Section(CH8, "阶段二", "第二步：除以 √d_k 缩放"),
+        Section(PARTS, "§6.13", "动手：用断言验证注意力，而不是只看热力图", part="去掉 sqrt(D)"),
+        Section(
+            CH8,
+            "阶段二",
+            "scaled dot-product attention 逐步算",
+            part="第二步：除以 $\\sqrt{d_k}$ 缩放",
+        ),
         Section(HANDS_ON, "§03.2", "为什么要除以 √d_k — 方差分析的严格证明"),
     ),
     params=Params,

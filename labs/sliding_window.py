@@ -250,7 +250,12 @@ LAB = Lab(
     ),
     sections=(
         Section(CH8, "阶段五", "现代长上下文变体深探——滑动窗口注意力（SWA）与推理 Infra 的颠覆"),
-        Section(CH8, "本章验收", "自查清单与闭卷解释题：SWA 的感受野推导与显存截断机制"),
+        Section(
+            CH8,
+            "本章验收",
+            "",
+            part="能解释 SWA 滑动窗口注意力在 L 层堆叠后的理论感受野推导与显存截断机制",
+        ),
     ),
     params=Params,
     metrics=METRICS,

@@ -324,7 +324,12 @@ ROWS: tuple[Row, ...] = (
         fmt="{:,.0f}",
     ),
     Row(
-        Section(CH8, "本章验收", "不看资料，完成这五道闭卷解释题"),
+        Section(
+            CH8,
+            "本章验收",
+            "",
+            part="用 dot_product([1,2,3], [4,5,6]) = 32 解释 attention score 的几何含义",
+        ),
         N_("dot_product([1, 2, 3], [4, 5, 6])"),
         "32",
         (32,),

@@ -238,7 +238,7 @@ def _course_words() -> tuple[str, ...]:
     from labctl import registry
     from labctl.course import CHAPTERS
 
-    headings = {s.heading for lab in registry.discover() for s in lab.sections}
+    headings = {t for lab in registry.discover() for s in lab.sections for t in (s.heading, s.part) if t}
     return (*ALLOWED, *headings, *(c.title for c in CHAPTERS))
 
 

@@ -32,6 +32,7 @@ def citation(section) -> dict[str, str]:
         "chapter": section.chapter.title,
         "number": section.number,
         "heading": section.heading,
+        "part": section.part,
         "text": str(section),
     }
 
