@@ -14,7 +14,7 @@ from labctl.evidence.findings import Report
 
 # Rows of the live table: causal-attention's, and a timing metric of kv-cache.
 FUTURE = "future_weight_max"  # ==0, probability, reference and clean-room
-SDPA = "sdpa_max_error"  # <=1e-5, abs, clean-room only
+SDPA = "sdpa_max_error"  # <=1e-6 (v3; <=1e-5 in v1 and v2), abs, clean-room only
 TIMING = "decode_time_ratio[T=64]"  # >1, ratio-of-times, timing
 
 
@@ -22,8 +22,10 @@ def row(name=FUTURE, **fields) -> dict:
     return {"name": name, "expected": "==0", "actual": 0.0, **fields}
 
 
-def checked(*rows, module: modules.Module | None = None) -> Report:
+def checked(*rows, module: modules.Module | None = None, tolerances: str | None = None) -> Report:
     data = {"metrics": list(rows)}
+    if tolerances is not None:
+        data["labctl"] = {"tolerances": tolerances}
     report = Report(path=Path("e.yaml"), data=data, module=module)
     claims.check_metrics(data, report)
     return report
@@ -42,7 +44,7 @@ def test_a_claim_as_the_table_has_it_raises_nothing():
 
 
 def test_a_claim_on_an_implementation_the_table_does_not_measure_is_refused():
-    report = checked(row(SDPA, expected="<=1e-5", impl="reference"))
+    report = checked(row(SDPA, expected="<=1e-6", impl="reference"))
     assert said(report.problems) == [
         "metrics[0] (sdpa_max_error, reference): impl sdpa_max_error is measured on "
         "clean-room, not reference"
@@ -64,13 +66,13 @@ def test_a_reference_only_claim_is_a_warning_unless_the_record_claims_the_metric
 def test_an_expected_that_is_not_the_table_s_is_refused_and_another_spelling_is_not():
     report = checked(row(expected="<=0.1"))
     assert said(report.problems) == [
-        "metrics[0] (future_weight_max, clean-room): expected '<=0.1' is not the v1 tolerance "
+        "metrics[0] (future_weight_max, clean-room): expected '<=0.1' is not the v3 tolerance "
         "of future_weight_max ('==0')"
     ]
     assert checked(row(expected="== 0.0")).problems == []
     unreadable = checked(row(expected="about zero"))
     assert said(unreadable.problems)[0].endswith(
-        "expected 'about zero' is not the v1 tolerance of future_weight_max ('==0')"
+        "expected 'about zero' is not the v3 tolerance of future_weight_max ('==0')"
     )
 
 
@@ -126,7 +128,7 @@ def test_the_passed_flag_must_say_what_the_actual_does():
 def test_an_unknown_metric_is_a_warning_and_is_judged_by_its_own_expected():
     report = checked(row("my_metric", expected="<=1", actual=2.0))
     assert said(report.warnings) == [
-        "metrics[0] (my_metric): name 'my_metric' is not in the v1 tolerance table; no lab "
+        "metrics[0] (my_metric): name 'my_metric' is not in the tolerance table v3; no lab "
         "measures it, so it cannot be re-measured"
     ]
     assert said(report.problems) == ["metrics[0] (my_metric): actual 2.0 does not satisfy <=1"]
@@ -273,7 +275,7 @@ def test_numbers_courses_and_claimed_rows():
 def test_a_known_metric_s_actual_is_judged_by_the_table_not_by_the_claim():
     report = checked(row(expected="<=1", actual=0.5))
     assert said(report.problems) == [
-        "metrics[0] (future_weight_max, clean-room): expected '<=1' is not the v1 tolerance of "
+        "metrics[0] (future_weight_max, clean-room): expected '<=1' is not the v3 tolerance of "
         "future_weight_max ('==0')",
         "metrics[0] (future_weight_max, clean-room): actual 0.5 does not satisfy ==0",
     ]
@@ -311,3 +313,19 @@ def test_a_problem_one_past_the_last_claim_names_no_claim():
     report = Report(path=Path("e.yaml"), data=data)
     report.refuse("metrics[1].actual", "r")
     assert (report.problems[0].metric, report.problems[0].impl) == (None, None)
+
+
+def test_a_record_is_judged_under_the_tolerance_table_it_names():
+    """v3 tightened sdpa_max_error to the chapter's 1e-6; a record made under v2 keeps 1e-5."""
+    claim = row(SDPA, expected="<=1e-5", actual=5e-6, impl="clean-room", passed=True)
+    assert checked(dict(claim), tolerances="v2").problems == []
+    now = said(checked(dict(claim), tolerances="v3").problems)
+    assert now == [
+        "metrics[0] (sdpa_max_error, clean-room): expected '<=1e-5' is not the v3 tolerance of "
+        "sdpa_max_error ('<=1e-6')",
+        "metrics[0] (sdpa_max_error, clean-room): actual 5e-06 does not satisfy <=1e-6",
+        "metrics[0] (sdpa_max_error, clean-room): passed says True, but 5e-06 does not satisfy "
+        "<=1e-6",
+    ]
+    # a version labctl never had is judged under the live table, not trusted
+    assert said(checked(dict(claim), tolerances="v9").problems) == now

@@ -140,7 +140,7 @@ def test_list_shows_every_lab_and_json_parses():
     listed = json.loads(run_cli("list", "--json").output)
     ids = [lab["id"] for lab in listed["labs"]]
     assert ids == [lab.id for lab in registry.discover()]
-    assert listed["tolerances"] == registry.TOLERANCE_TABLE_VERSION == "v2"
+    assert listed["tolerances"] == registry.TOLERANCE_TABLE_VERSION == "v3"
 
 
 def test_unknown_lab_is_a_usage_error_that_lists_the_known_ones(workdir):

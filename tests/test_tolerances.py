@@ -1,4 +1,4 @@
-"""The tolerance tables are frozen: v1 as it shipped, v2 (the live one) as committed."""
+"""The tolerance tables are frozen: v1 and v2 as they shipped, v3 (the live one) as committed."""
 
 from __future__ import annotations
 
@@ -46,6 +46,13 @@ CHANGED_SINCE_V1: dict[str, str] = {
 }
 
 
+# A v2 tolerance that v3 changes, with the reason; every other v2 entry must be unchanged.
+CHANGED_SINCE_V2: dict[str, str] = {
+    "sdpa_max_error": "issue 24: 逐部件讲透 §6.13 asserts atol=1e-6 between the hand-written "
+    "float32 attention and torch's; measured about 5e-7, so the chapter's own bound holds",
+}
+
+
 def frozen(version: str) -> dict:
     text = resources.files("labctl").joinpath(f"data/tolerances-{version}.json").read_text("utf-8")
     return json.loads(text)
@@ -54,7 +61,7 @@ def frozen(version: str) -> dict:
 def test_the_live_table_matches_the_frozen_table_of_its_version():
     live = registry.tolerance_table()
     table = frozen(registry.TOLERANCE_TABLE_VERSION)
-    assert live["version"] == table["version"] == "v2"
+    assert live["version"] == table["version"] == "v3"
     changed = sorted(
         name
         for name in set(live["metrics"]) | set(table["metrics"])
@@ -62,7 +69,7 @@ def test_the_live_table_matches_the_frozen_table_of_its_version():
     )
     assert not changed, (
         f"tolerances changed for {changed}: regenerate with "
-        "`python -m labctl.registry > labctl/data/tolerances-v2.json` only for new metrics; "
+        "`python -m labctl.registry > labctl/data/tolerances-v3.json` only for new metrics; "
         "a changed tolerance of a released table is a new version"
     )
 
@@ -250,3 +257,15 @@ def test_measured_traces_an_in_process_call_without_a_meter():
     value, peak = Implementation("clean-room", Allocating()).measured("make", 1 << 20, fill=2.0)
     assert value.shape == (1 << 20,) and value[0] == 2.0
     assert peak >= 8 << 20
+
+
+def test_v3_keeps_every_v2_tolerance_unless_the_change_is_stated():
+    v2, v3 = frozen("v2")["metrics"], frozen("v3")["metrics"]
+    moved = sorted(n for n in v2 if n not in CHANGED_SINCE_V2 and v3.get(n) != v2[n])
+    assert not moved, f"v2 tolerances changed without a stated reason: {moved}"
+    assert v2["sdpa_max_error"]["expected"] == "<=1e-5"
+    assert v3["sdpa_max_error"]["expected"] == "<=1e-6"
+    assert registry.TOLERANCE_VERSIONS == ("v1", "v2", "v3")
+    # a record names the version it was judged under; each one named can be read back
+    for version in registry.TOLERANCE_VERSIONS:
+        assert registry.frozen_tolerances(version), version

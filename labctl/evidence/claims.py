@@ -20,11 +20,19 @@ def _same_tolerance(a: str, b: str) -> bool:
         return False
 
 
+def judged_under(data: dict) -> str:
+    """The tolerance table a record names (`labctl.tolerances`), else the live one."""
+    info = data.get("labctl")
+    named = info.get("tolerances") if isinstance(info, dict) else None
+    return named if named in registry.TOLERANCE_VERSIONS else registry.TOLERANCE_TABLE_VERSION
+
+
 def check_metrics(data: dict, report: Report) -> None:
     rows = data.get("metrics")
     if not isinstance(rows, list):
         return
-    table = registry.metric_table()
+    version = judged_under(data)
+    table = registry.metric_table_of(version)
     seen: dict[tuple[str, str], int] = {}
     names: set[str] = set()
     for index, row in enumerate(rows):
@@ -42,16 +50,17 @@ def check_metrics(data: dict, report: Report) -> None:
             report.warn(
                 f"{here}.name",
                 Msg(
-                    "{name!r} is not in the v1 tolerance table; no lab measures it, "
+                    "{name!r} is not in the tolerance table {version}; no lab measures it, "
                     "so it cannot be re-measured",
                     name=name,
+                    version=version,
                 ),
             )
             key = (name, impl if isinstance(impl, str) else "")
         else:
             key = (name, claim_impl(metric, impl))
             claims = sum(isinstance(r, dict) and r.get("name") == name for r in rows)
-            _metric_against_table(row, here, metric, report, claims > 1)
+            _metric_against_table(row, here, metric, report, claims > 1, version)
         if key in seen:
             shown = f"{name!r}" + (f" ({key[1]})" if key[1] else "")
             report.refuse(
@@ -80,7 +89,7 @@ def check_metrics(data: dict, report: Report) -> None:
 
 
 def _metric_against_table(
-    row: dict, here: str, metric: Metric, report: Report, other_rows: bool
+    row: dict, here: str, metric: Metric, report: Report, other_rows: bool, version: str
 ) -> None:
     """Check one claim against the table; `other_rows`: the record claims the metric elsewhere too."""
     impl = row.get("impl")
@@ -111,7 +120,8 @@ def _metric_against_table(
         report.refuse(
             f"{here}.expected",
             Msg(
-                "{expected!r} is not the v1 tolerance of {metric} ({table!r})",
+                "{expected!r} is not the {version} tolerance of {metric} ({table!r})",
+                version=version,
                 expected=expected,
                 metric=metric.name,
                 table=metric.expected,
