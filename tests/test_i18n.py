@@ -238,7 +238,9 @@ def _course_words() -> tuple[str, ...]:
     from labctl import registry
     from labctl.course import CHAPTERS
 
-    headings = {t for lab in registry.discover() for s in lab.sections for t in (s.heading, s.part) if t}
+    headings = {
+        t for lab in registry.discover() for s in lab.sections for t in (s.heading, s.part) if t
+    }
     return (*ALLOWED, *headings, *(c.title for c in CHAPTERS))
 
 
