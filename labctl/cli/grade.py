@@ -293,11 +293,11 @@ def _render_similarity(found) -> None:
     if not found.pairs:
         out.print(escape(_("similarity: no pair of clean rooms above the threshold")))
     for pair in found.pairs:
+        # Each file pair's span; similarity.html shows every region of it.
         files = ", ".join(
-            f"{shown(f.a_file)} ~ {shown(f.b_file)} "
-            + " ".join(
-                f"{r.a_lines[0]}-{r.a_lines[1]}/{r.b_lines[0]}-{r.b_lines[1]}" for r in f.regions
-            )
+            f"{shown(f.a_file)} {min(r.a_lines[0] for r in f.regions)}-"
+            f"{max(r.a_lines[1] for r in f.regions)} ~ {shown(f.b_file)} "
+            f"{min(r.b_lines[0] for r in f.regions)}-{max(r.b_lines[1] for r in f.regions)}"
             for f in pair.files[:3]
         )
         line = Msg(

@@ -98,8 +98,9 @@ class Item(Strict):
 class Rubric(Strict):
     schema_: Literal["labctl.rubric.v1"] = Field(alias="schema")
     name: str
-    # Shared with the late rules: `after_due_date` items are shown from this time on.
-    due: AwareDatetime | None = None
+    # Shared with the late rules: `after_due_date` items are shown from then on. Not strict:
+    # a quoted ISO 8601 time is read as a time.
+    due: AwareDatetime | None = Field(default=None, strict=False)
     items: list[Item] = Field(min_length=1)
 
     @model_validator(mode="after")
