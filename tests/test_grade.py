@@ -247,20 +247,21 @@ def test_hidden_items_never_reach_what_a_learner_sees(graded):
     assert "bad-input" not in seen_text and hidden["message"] not in seen_text
     assert f"of {n_visible} visible items" in results["output"]
     kept_back = [t for t in results["tests"] if t["name"] == HIDDEN_ID]
-    assert [t["visibility"] for t in kept_back] == ["hidden"]
+    assert [t["visibility"] for t in kept_back] == ["after_published"]
 
 
-def test_similarity_lists_copies_and_ignores_the_stubs(graded):
+def test_similarity_counts_labctls_room_and_the_stubs_as_base_code(graded):
     out, doc = graded
-    pairs = doc["similarity"]["pairs"]
-    assert json.loads((out / "similarity.json").read_text())["pairs"] == pairs
-    named = {frozenset((p["a"], p["b"])) for p in pairs}
-    assert frozenset(("(labctl's own clean room)", "no-submission")) in named
+    found = doc["similarity"]
+    assert json.loads((out / "similarity.json").read_text()) == found
+    rooms = found["rooms"]
+    # labctl's own room (with a comment added for "correct") and the stubs are all base.
+    for learner in ("no-submission", "correct", "stubs"):
+        assert rooms[learner]["base_share"] == 1.0, learner
+    named = {frozenset((p["a"], p["b"])) for p in found["pairs"]}
+    assert frozenset(("correct", "no-submission")) not in named
     assert not any("stubs" in pair for pair in named)
-    first = next(
-        p for p in pairs if {p["a"], p["b"]} == {"(labctl's own clean room)", "no-submission"}
-    )
-    assert first["a_share"] == pytest.approx(1.0) and first["regions"]
+    assert (out / "similarity.html").is_file()
 
 
 # -- resume --------------------------------------------------------------------------

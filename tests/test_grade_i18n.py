@@ -1,7 +1,7 @@
 """`labctl grade` speaks the invocation's language to people; its machine outputs stay English.
 
-Two learners (a copy of labctl's own clean room, so `--similarity` lists it
-beside labctl's, and a catalogued fault) are graded once per language. The lines a person reads (the
+Two learners (a copy of labctl's own clean room, so `--similarity` names it
+as base code, and a catalogued fault) are graded once per language. The lines a person reads (the
 summary, the similarity line, usage errors) and the text Gradescope shows a
 learner follow `--lang` / LABCTL_LANG; column names, JSON keys and status
 values are the same in both.
@@ -60,10 +60,10 @@ def test_the_summary_and_similarity_lines_follow_the_language(runs):
     english, _ = runs["en"]
     chinese, _ = runs["zh"]
     assert "2 learners (2 graded, 0 unchanged since the last run)" in english
-    assert "similar: (labctl's own clean room) ~ copycat: 100% / 100%" in english
+    assert "base code: copycat: 100% of its clean room is base code" in english
     assert "2 位学习者（评分 2 位，0 位自上次运行以来未变）" in chinese
-    assert "相似：（labctl 自带的 clean room） ~ copycat：各自 100% / 100%" in chinese
-    assert "learners" not in chinese and "similar:" not in chinese
+    assert "基础代码：copycat：其 clean room 有 100% 是基础代码" in chinese
+    assert "learners" not in chinese and "base code:" not in chinese
     # The table's headers are words; the status value is an identifier in both.
     assert "学习者" in chinese and "隔离方式" in chinese and "graded" in chinese
 

@@ -1,4 +1,4 @@
-"""`labctl grade SUBMISSIONS_DIR`, `labctl grade bundle OUT.zip`, `labctl grade gradescope`.
+"""`labctl grade SUBMISSIONS_DIR`, `grade bundle OUT.zip`, `grade gradescope`, `grade publish OUT`.
 
 `grade` is a group whose default command grades a class, so both
 `labctl grade DIR` and `labctl grade bundle OUT.zip` read as the issue wrote
@@ -137,8 +137,19 @@ def grade_class(
     ] = False,
     threshold: Annotated[
         float,
-        typer.Option("--similarity-threshold", help="Share of matching tokens to list a pair."),
+        typer.Option(
+            "--similarity-threshold",
+            help="Share of either room's code beyond the base that a pair must share to be listed.",
+        ),
     ] = 0.5,
+    base: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--base",
+            help="A folder of starting code every learner was given (repeatable): it never "
+            "counts as similar, like labctl's own clean room and the clean-room init stubs.",
+        ),
+    ] = None,
     seed: Annotated[
         int | None,
         typer.Option(
@@ -163,6 +174,9 @@ def grade_class(
         raise UsageError(
             Msg("--similarity-threshold must be in (0, 1], got {threshold:g}", threshold=threshold)
         )
+    for folder in base or []:
+        if not folder.is_dir():
+            raise UsageError(Msg("--base {path} is not a folder", path=str(folder)))
     rubric = load_rubric(rubric_path)
     options = GradeOptions(
         timeout_s=timeout,
@@ -185,10 +199,10 @@ def grade_class(
     _warn(batch)
     # The grader's to know (stderr, the JSON document): never in a learner-facing file.
     err.print(_(Msg("verify inputs drawn with seed {seed}", seed=batch.seed)), markup=False)
-    pairs = []
+    found = None
     if similarity:
-        from labctl.grade.outputs import write_similarity
         from labctl.grade.similarity import compare
+        from labctl.grade.similarity_report import write_report
 
         with err.status(escape(_("comparing clean rooms…"))):
             rooms = {
@@ -196,8 +210,12 @@ def grade_class(
                 for learner, row in zip(batch.learners, batch.rows, strict=True)
                 if row.status == "graded" and learner.clean_room is not None
             }
-            pairs = compare(rooms, threshold)
-        batch.files.append(write_similarity(pairs, threshold, out_dir))
+            found = compare(rooms, threshold, list(base or []))
+        batch.files.extend(write_report(found, out_dir))
+    else:
+        from labctl.grade.similarity_report import remove_stale
+
+        remove_stale(out_dir)
     for entry in batch.ignored:
         ignored = Msg(
             "ignored {name} ({kind}): at the top of the class folder, not a learner's folder",
@@ -218,11 +236,11 @@ def grade_class(
             files=[str(p.relative_to(out_dir)) for p in batch.files],
             seed=batch.seed,
         )
-        if similarity:
-            document["similarity"] = {"threshold": threshold, "pairs": [p.to_json() for p in pairs]}
+        if found is not None:
+            document["similarity"] = found.to_json()
         print_json(document)
         return
-    _render(batch, rubric, pairs if similarity else None, out_dir)
+    _render(batch, rubric, found, out_dir)
 
 
 def _warn(batch) -> None:
@@ -230,7 +248,7 @@ def _warn(batch) -> None:
         err.print(_(Msg("warning: {warning}", warning=warning)), markup=False, soft_wrap=True)
 
 
-def _render(batch, rubric, pairs, out_dir: Path) -> None:
+def _render(batch, rubric, found, out_dir: Path) -> None:
     table = Table(box=None, pad_edge=False, padding=(0, 1))
     for column, header in COLUMNS:
         table.add_column(escape(_(header)), no_wrap=column != "diagnosis")
@@ -247,22 +265,8 @@ def _render(batch, rubric, pairs, out_dir: Path) -> None:
             escape(diagnosis),
         )
     out.print(table)
-    if pairs is not None:
-        from labctl.grade.similarity import PROJECT
-
-        if not pairs:
-            out.print(escape(_("similarity: no pair of clean rooms above the threshold")))
-        for pair in pairs:
-            line = Msg(
-                "similar: {a} ~ {b}: {a_share:.0%} / {b_share:.0%} of their tokens, "
-                "{regions} matching regions",
-                a=_(pair.a) if pair.a == PROJECT else shown(pair.a),
-                b=_(pair.b) if pair.b == PROJECT else shown(pair.b),
-                a_share=pair.a_share,
-                b_share=pair.b_share,
-                regions=len(pair.regions),
-            )
-            out.print(escape(_(line)), soft_wrap=True)
+    if found is not None:
+        _render_similarity(found)
     summary = Msg(
         "{learners} learners ({graded} graded, {skipped} unchanged since the last run) with "
         "{rubric}, in {seconds:.1f} s; gradebook {gradebook}",
@@ -274,6 +278,38 @@ def _render(batch, rubric, pairs, out_dir: Path) -> None:
         gradebook=str(out_dir / "gradebook.csv"),
     )
     out.print(escape(_(summary)), soft_wrap=True)
+
+
+def _render_similarity(found) -> None:
+    for name, room in found.rooms.items():
+        if room.base_share >= found.threshold:
+            line = Msg(
+                "base code: {learner}: {share:.0%} of its clean room is base code (labctl's own "
+                "clean room, the clean-room init stubs, --base)",
+                learner=shown(name),
+                share=room.base_share,
+            )
+            out.print(escape(_(line)), soft_wrap=True)
+    if not found.pairs:
+        out.print(escape(_("similarity: no pair of clean rooms above the threshold")))
+    for pair in found.pairs:
+        # Each file pair's span; similarity.html shows every region of it.
+        files = ", ".join(
+            f"{shown(f.a_file)} {min(r.a_lines[0] for r in f.regions)}-"
+            f"{max(r.a_lines[1] for r in f.regions)} ~ {shown(f.b_file)} "
+            f"{min(r.b_lines[0] for r in f.regions)}-{max(r.b_lines[1] for r in f.regions)}"
+            for f in pair.files[:3]
+        )
+        line = Msg(
+            "similar: {a} ~ {b}: {a_share:.0%} / {b_share:.0%} of their code beyond the base; "
+            "{files}",
+            a=shown(pair.a),
+            b=shown(pair.b),
+            a_share=pair.a_share,
+            b_share=pair.b_share,
+            files=files,
+        )
+        out.print(escape(_(line)), soft_wrap=True)
 
 
 @app.command("gradescope")
@@ -344,6 +380,39 @@ def bundle_command(
         zip=str(zip_path),
         rubric=rubric.name,
         files=len(names) - 3,
+    )
+    out.print(escape(_(wrote)), soft_wrap=True)
+
+
+@app.command("publish")
+def publish_command(
+    out_dir: Annotated[Path, typer.Argument(help="The --out folder of a graded batch.")],
+    rubric_path: RubricOption = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Publish the grades: each learner's feedback with its after_published items, no regrading."""
+    from labctl.grade.publish import publish
+    from labctl.grade.rubric import load_rubric
+
+    rubric = load_rubric(rubric_path)
+    done = publish(out_dir, rubric)
+    if json_:
+        print_json(
+            {
+                "passed": True,
+                "out": str(out_dir),
+                "learners": done.learners,
+                "due_passed": done.due_passed,
+                "files": [str(p.relative_to(out_dir)) for p in done.files],
+            }
+        )
+        return
+    wrote = Msg(
+        "published the feedback of {learners} learners in {folder}: after_published items "
+        "shown; after_due_date items {due}",
+        learners=done.learners,
+        folder=str(out_dir / "feedback"),
+        due=Msg("shown") if done.due_passed else Msg("not shown before the due date"),
     )
     out.print(escape(_(wrote)), soft_wrap=True)
 

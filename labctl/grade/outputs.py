@@ -15,12 +15,14 @@ For the grader (everything, hidden items included):
 
 For the learner (what a learner may see):
 
-- `feedback/<learner>.json`: the visible items only (hidden ones are absent:
-  their names, messages and how many there are), and the score over them;
+- `feedback/<learner>.json`: the items the learner may see now
+  (`labctl.grade.visibility`: the others are absent, their names, messages and
+  how many there are), and the score over them; `labctl grade publish` writes
+  it again with the items shown once the grades are published;
 - `gradescope/<learner>/results.json`: Gradescope's results format. Every item
-  is a test with Gradescope's `visibility`, so the Gradescope score is the
-  whole score; Gradescope shows a learner no `hidden` or `after_published` test,
-  and the `output` text a learner sees speaks of visible items only.
+  is a test with its rubric `visibility`, which Gradescope applies itself, so
+  the Gradescope score is the whole score; the top `output` (always shown)
+  states why a learner could not be graded once and speaks of visible items only.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from labctl.evidence.store import replace_atomically
 from labctl.grade.layout import Ignored, stem
 from labctl.grade.rubric import Rubric
 from labctl.grade.score import GRADED, Row
+from labctl.grade.visibility import Audience, audience, published_at
 from labctl.i18n import _
 from labctl.jsonsafe import dumps
 from labctl.textsafe import cell, json_text, shown
@@ -119,17 +122,16 @@ def junit_xml(rows: list[Row]) -> bytes:
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
-def _visible(row: Row):
-    return [i for i in row.items if not i.hidden]
-
-
-def feedback(row: Row) -> dict:
-    """What the learner may see now: no hidden item, not even how many there are."""
-    shown = _visible(row)
+def feedback(row: Row, seen: Audience | None = None) -> dict:
+    """What the learner may see (`seen`; default: before the due date, unpublished): no item
+    kept back, not even how many there are."""
+    seen = seen or Audience()
+    shown = [i for i in row.items if seen.sees(i.visibility)]
     document = {
         "schema": FEEDBACK_SCHEMA,
         "learner": row.learner,
         "status": row.status,
+        "published": seen.published,
         "score": round(sum(i.points for i in shown), 6),
         "max_score": round(sum(i.max_points for i in shown), 6),
         "items": [i.to_json() for i in shown],
@@ -140,7 +142,9 @@ def feedback(row: Row) -> dict:
 
 
 def _learner_output(row: Row) -> str:
-    shown = _visible(row)
+    """Gradescope's top `output`, which every learner sees: the cause of a row not graded,
+    once, then the count of the items shown at once."""
+    shown = [i for i in row.items if i.visibility == "visible"]
     passed = sum(1 for i in shown if i.passed)
     lines = [
         _("labctl: {passed} of {total} visible items passed.").format(
@@ -153,10 +157,12 @@ def _learner_output(row: Row) -> str:
 
 
 def gradescope_results(row: Row) -> dict:
-    """Gradescope's results.json for one learner (score, output, tests[])."""
+    """Gradescope's results.json for one learner (score, output, tests[]); a row not graded
+    gives each test its short "not graded" message, the cause being in `output`."""
     return {
         "score": row.score,
         "output": _learner_output(row),
+        "output_format": "text",
         "stdout_visibility": "hidden",
         "tests": [
             {
@@ -164,7 +170,8 @@ def gradescope_results(row: Row) -> dict:
                 "score": item.points,
                 "max_score": item.max_points,
                 "status": "passed" if item.passed else "failed",
-                "output": item.message if row.status == GRADED else row.diagnosis,
+                "output": item.message,
+                "output_format": "text",
                 "visibility": item.visibility,
             }
             for item in row.items
@@ -232,17 +239,10 @@ def write_all(
 
     put(out / "gradebook.csv", gradebook_csv(rows, rubric, identical).encode("utf-8"))
     put(out / "junit.xml", junit_xml(rows))
+    seen = audience(rubric.due, published_at(out) is not None)
     for index, row in enumerate(rows):
         name = stems[index] if stems else stem(row.learner)
-        put(out / "feedback" / f"{name}.json", json_bytes(feedback(row)))
+        put(out / "feedback" / f"{name}.json", json_bytes(feedback(row, seen)))
         put(out / "gradescope" / name / "results.json", json_bytes(gradescope_results(row)))
     put(out / "summary.json", json_bytes(summary(rows, rubric, identical, ignored)))
     return written
-
-
-def write_similarity(pairs, threshold: float, out: Path) -> Path:
-    """`similarity.json`: the pairs for a person to judge (never a score)."""
-    path = out / "similarity.json"
-    document = {"threshold": threshold, "pairs": [p.to_json() for p in pairs]}
-    replace_atomically(path, json_bytes(document))
-    return path

@@ -13,9 +13,11 @@ item scores one thing labctl measures:
 - `submission`: the learner's evidence submission is valid and every claim in it
   is re-measured by labctl and reproduced.
 
-`visibility` follows Gradescope's words: `visible`; `after_due_date`;
-`hidden` (until the grades are published; never in what the learner sees before,
-not even as a count); `after_published` is the same as `hidden`.
+`visibility` is Gradescope's: `visible`; `after_due_date` (after the rubric's
+`due`, an ISO 8601 time with its time zone); `after_published` (once the grades
+are published, `labctl grade publish`); `hidden` (never shown to the learner).
+An item not yet shown is absent from what the learner sees, not even counted
+(`labctl.grade.visibility`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import AwareDatetime, Field, ValidationError, model_validator
 
 from labctl.errors import LabctlError, UsageError
 from labctl.evidence.models import Strict
@@ -36,7 +38,6 @@ from labctl.i18n import Msg, joined
 RUBRIC_SCHEMA = "labctl.rubric.v1"
 KINDS = ("function", "check", "package", "metric", "submission")
 VISIBILITIES = ("visible", "after_due_date", "hidden", "after_published")
-HIDDEN = frozenset({"hidden", "after_published"})
 
 
 class RubricError(LabctlError):
@@ -54,7 +55,8 @@ class Item(Strict):
 
     @property
     def hidden(self) -> bool:
-        return self.visibility in HIDDEN
+        """Not shown to the learner when the batch is graded (later, or never)."""
+        return self.visibility != "visible"
 
     @model_validator(mode="after")
     def _target_exists(self) -> Item:
@@ -96,6 +98,9 @@ class Item(Strict):
 class Rubric(Strict):
     schema_: Literal["labctl.rubric.v1"] = Field(alias="schema")
     name: str
+    # Shared with the late rules: `after_due_date` items are shown from then on. Not strict:
+    # a quoted ISO 8601 time is read as a time.
+    due: AwareDatetime | None = Field(default=None, strict=False)
     items: list[Item] = Field(min_length=1)
 
     @model_validator(mode="after")

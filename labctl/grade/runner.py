@@ -123,7 +123,7 @@ def row_from_record(record: dict) -> Row:
             i["visibility"],
             i["passed"],
             i["message"],
-            i["visibility"] in ("hidden", "after_published"),
+            i["visibility"] != "visible",
         )
         for i in record["items"]
     ]

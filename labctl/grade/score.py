@@ -93,8 +93,22 @@ def _function(item: Item, rubric: Rubric, verify: dict) -> tuple[bool, str]:
     if not bad:
         return True, _("passes every check")
     failed = [c for c in bad if c["status"] == "fail"]
-    shown = failed or bad
-    return False, "; ".join(f"{c['name']}: {c['message']}" for c in shown[:3])
+    return False, listed([f"{c['name']}: {c['message']}" for c in failed or bad])
+
+
+def listed(parts: list[str]) -> str:
+    """Every part, or as many whole parts as fit in a message and how many more there are:
+    a learner is never shown some failing checks with the rest dropped silently."""
+    whole = "; ".join(parts)
+    if len(whole) <= _MESSAGE_CHARS:
+        return whole
+    kept: list[str] = []
+    for count, part in enumerate(parts):
+        more = _("and {n} more").format(n=len(parts) - count)
+        if len("; ".join([*kept, part, more])) > _MESSAGE_CHARS and kept:
+            return "; ".join([*kept, more])
+        kept.append(part)
+    return "; ".join(kept)
 
 
 def _check(item: Item, verify: dict) -> tuple[bool, str]:

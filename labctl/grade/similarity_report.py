@@ -1,0 +1,125 @@
+"""The similarity report in `--out`: `similarity.json` and `similarity.html`, or neither.
+
+`similarity.html` shows each listed pair side by side, file by file, region by
+region, in the style of labctl's report (its CSS, its Content-Security-Policy
+that forbids every script and fetch). Everything in it that a learner wrote
+(code, file names, ids) is escaped: learner code is text here, never markup.
+A run without `--similarity` removes both files, so no report from an earlier
+run stands beside today's gradebook.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from labctl.evidence.store import replace_atomically
+from labctl.grade.outputs import json_bytes
+from labctl.grade.similarity import PROJECT, STUBS, Pair, Room, Similarity
+from labctl.i18n import _, language
+from labctl.report.html import CSP, CSS
+from labctl.textsafe import shown
+
+FILES = ("similarity.json", "similarity.html")
+# Lines of context shown around each matching region.
+CONTEXT = 2
+_STYLE = """
+td.code { text-align: left; vertical-align: top; width: 50%; }
+td.code pre { margin: 0; font-size: 0.8rem; white-space: pre-wrap; }
+.match { background: #fff4ce; } .ln { color: #777; user-select: none; }
+"""
+
+
+def _e(text: object) -> str:
+    """Learner text as inert HTML: control and bidi characters shown escaped, then escaped."""
+    return html.escape(shown(str(text)), quote=True)
+
+
+def _name(name: str) -> str:
+    return _(name) if name in (PROJECT, STUBS) else name
+
+
+def _lines(room: Room, file: str, span: tuple[int, int]) -> str:
+    lines = room.lines[room.files.index(file)]
+    first, last = max(1, span[0] - CONTEXT), min(len(lines), span[1] + CONTEXT)
+    shown_lines = []
+    for number in range(first, last + 1):
+        text = lines[number - 1] if number <= len(lines) else ""
+        cls = "match" if span[0] <= number <= span[1] else ""
+        shown_lines.append(
+            f'<span class="{cls}"><span class="ln">{number:>4} </span>{_e(text)}</span>'
+        )
+    return "<pre>" + "\n".join(shown_lines) + "</pre>"
+
+
+def _pair(index: int, pair: Pair, rooms: dict[str, Room]) -> str:
+    a, b = rooms[pair.a], rooms[pair.b]
+    title = _("{a} ~ {b}: {a_share:.0%} / {b_share:.0%} of their code beyond the base").format(
+        a=pair.a, b=pair.b, a_share=pair.a_share, b_share=pair.b_share
+    )
+    parts = [f'<h2 id="pair-{index}">{index}. {_e(title)}</h2>']
+    for match in pair.files:
+        parts.append(
+            "<table><tr>"
+            f'<th class="text">{_e(pair.a)}: {_e(match.a_file)}</th>'
+            f'<th class="text">{_e(pair.b)}: {_e(match.b_file)}</th></tr>'
+        )
+        for region in match.regions:
+            parts.append(
+                f'<tr><td class="code">{_lines(a, match.a_file, region.a_lines)}</td>'
+                f'<td class="code">{_lines(b, match.b_file, region.b_lines)}</td></tr>'
+            )
+        parts.append("</table>")
+    return "\n".join(parts)
+
+
+def document(result: Similarity) -> str:
+    base = ", ".join(_name(n) for n in result.base)
+    intro = _(
+        "Pairs of clean rooms ranked by the code they share beyond the base code ({base}); "
+        "listed at {threshold:.0%} of either side. For a person to judge: it changes no score."
+    ).format(base=base, threshold=result.threshold)
+    index = "".join(
+        f'<li><a href="#pair-{i}">{_e(p.a)} ~ {_e(p.b)}</a> '
+        f"({p.a_share:.0%} / {p.b_share:.0%}, {p.shared})</li>"
+        for i, p in enumerate(result.pairs, 1)
+    )
+    pairs = "\n".join(_pair(i, p, result.rooms) for i, p in enumerate(result.pairs, 1))
+    empty = "" if result.pairs else f"<p>{_e(_('no pair of clean rooms above the threshold'))}</p>"
+    title = _("labctl grade: similar clean rooms")
+    return f"""<!DOCTYPE html>
+<html lang="{language()}">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<title>{_e(title)}</title>
+<style>{CSS}{_STYLE}</style>
+</head>
+<body>
+<h1>{_e(title)}</h1>
+<p>{_e(intro)}</p>
+<ol>{index}</ol>
+{empty}
+{pairs}
+</body>
+</html>
+"""
+
+
+def write_report(result: Similarity, out: Path) -> list[Path]:
+    """`similarity.json` and `similarity.html` under `out`, each written atomically."""
+    json_path, html_path = (out / name for name in FILES)
+    replace_atomically(json_path, json_bytes(result.to_json()))
+    replace_atomically(html_path, document(result).encode("utf-8"))
+    return [json_path, html_path]
+
+
+def remove_stale(out: Path) -> list[Path]:
+    """The similarity report of an earlier run removed; returns what was removed."""
+    removed = []
+    for name in FILES:
+        path = out / name
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+            removed.append(path)
+    return removed
