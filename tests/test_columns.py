@@ -171,7 +171,9 @@ def test_grade_table_fits_and_shows_whole_diagnosis_clauses(graded, lang):
         first = faulty["diagnosis"].split("; ")[0]
         assert "causal_mask" in first
         assert re.sub(r"\s+", "", first) in flat  # the first clause whole, never cut
-        assert shown.count("…") == sum(r["diagnosis"].count("…") for r in rows)
+        # a "…" only where the grader's own diagnosis holds one (its 600-character cap), and
+        # the clauses left out are counted, not cut
+        assert shown.count("…") <= sum(r["diagnosis"].count("…") for r in rows)
 
 
 # ---- verdict rows --------------------------------------------------------------------------
