@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.cells import cell_len
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -22,7 +23,6 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.cells import cell_len
 from typer.core import TyperGroup
 
 from labctl.cli.isolation import IsolationOption
