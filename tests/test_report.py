@@ -227,6 +227,8 @@ def drawn(evidence, tmp_path_factory) -> list:
 MOST_LEGEND_ENTRIES = 12
 
 
+# drawn again here with Agg, which lays Chinese out with DejaVu Sans; the browser draws it
+@pytest.mark.filterwarnings("ignore:Glyph .* missing from font")
 def test_every_plot_has_labelled_axes_and_a_legible_legend(drawn):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
