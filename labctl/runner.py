@@ -44,6 +44,8 @@ DEFAULT_SEED = 5
 IMPL_CHOICES = ("reference", "clean-room", "both")
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeds are unsigned; one range for both
 MAX_TIMEOUT_S = 3600.0
+# The note of a declared metric row the lab never measured (its value is NaN).
+NOT_MEASURED = "not measured"
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,11 @@ class MetricResult:
     @property
     def decides(self) -> bool:
         return not self.timing
+
+    @property
+    def measured(self) -> bool:
+        """False for a row the lab never reached; a measured NaN (a garbage room's) is measured."""
+        return self.note != NOT_MEASURED
 
     def to_json(self) -> dict:
         return {
@@ -259,7 +266,7 @@ def judge(lab: Lab, output: LabOutput, rows: set[str]) -> list[MetricResult]:
                         False,
                         spec.unit,
                         spec.timing,
-                        "not measured",
+                        NOT_MEASURED,
                     )
                 )
     return results

@@ -51,7 +51,8 @@ def test_only_the_differing_cells_carry_the_mark():
 
 
 def _row_zero(block: str) -> list[float]:
-    line = next(line for line in block.splitlines() if re.match(r"^\s*0 │", line))
+    # the row of query 0, bordered (`0 │`) or compact (`0 1.00 ...`)
+    line = next(line for line in block.splitlines() if re.match(r"^\s*0\s+(│|\d)", line))
     return [float(v) for v in re.findall(r"\d+\.\d+", line)]
 
 

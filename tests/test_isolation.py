@@ -118,17 +118,18 @@ def test_doctor_reports_versions_without_importing_torch():
 @pytest.mark.parametrize(
     ("figures", "said"),
     [
-        ({"matplotlib": None, "cjk_font": None}, "pip install 'labctl[report]'"),
-        ({"matplotlib": "3.9", "cjk_font": None}, "apt-get install fonts-noto-cjk"),
-        ({"matplotlib": "3.9", "cjk_font": "Noto Sans CJK SC"}, "use Noto Sans CJK SC"),
+        ({"matplotlib": None}, "pip install 'labctl[report]'"),
+        ({"matplotlib": "3.9"}, "the browser draws their text"),
     ],
 )
 def test_doctor_says_what_report_figures_will_look_like(monkeypatch, figures, said):
     from labctl.cli import doctor
 
     monkeypatch.setattr(doctor, "_figures", lambda: figures)
-    result = runner.invoke(app, ["doctor"])
+    result = runner.invoke(app, ["doctor"], env={"COLUMNS": "300"})
     assert "figures" in result.stdout and said in result.stdout
+    # the figures' text is the browser's to draw: no missing font makes them unreadable
+    assert "CJK font" not in result.stdout and "boxes" not in result.stdout
     document = json.loads(runner.invoke(app, ["doctor", "--json"]).stdout)
     assert document["figures"] == figures
 

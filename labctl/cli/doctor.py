@@ -32,13 +32,9 @@ def _version(package: str) -> str | None:
 
 
 def _figures() -> dict:
-    """What `labctl report` draws with: matplotlib, and a font for Chinese labels."""
-    found = {"matplotlib": _version("matplotlib"), "cjk_font": None}
-    if found["matplotlib"] is not None:
-        from labctl.report.plots import cjk_fonts
-
-        found["cjk_font"] = next(iter(cjk_fonts()), None)
-    return found
+    """What `labctl report` draws with: matplotlib. Its figures are SVG whose text the
+    browser draws, so no font labctl could find matters."""
+    return {"matplotlib": _version("matplotlib")}
 
 
 def facts() -> dict:
@@ -67,12 +63,10 @@ def facts() -> dict:
 def _figures_line(figures: dict) -> str:
     if figures["matplotlib"] is None:
         return _("labctl report needs matplotlib: pip install 'labctl[report]'")
-    if figures["cjk_font"] is None:
-        return _(
-            "no CJK font: Chinese labels in report figures are drawn as boxes "
-            "(apt-get install fonts-noto-cjk)"
-        )
-    return _("Chinese labels in report figures use {font}").format(font=figures["cjk_font"])
+    return _(
+        "report figures are SVG drawn with matplotlib {version}; the browser draws their "
+        "text, Chinese included, with its own fonts"
+    ).format(version=figures["matplotlib"])
 
 
 def doctor(json_: JsonFlag = False) -> None:

@@ -4,21 +4,23 @@ A lab emits one heatmap per implementation under one name; they are shown
 together, side by side when the terminal is wide enough and one under the
 other otherwise, and every cell of the clean room's matrix that differs from
 the reference's is marked, so a learner sees their own numbers and where they
-go wrong.
+go wrong. A heatmap too wide for the terminal is never cut: it drops its shade
+bars and borders (compact), and if that is still too wide its columns are shown
+in slices, one under the other, each with the row labels.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from rich.columns import Columns
-from rich.console import RenderableType
+from rich import box
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from labctl.cli.render import Column, fit, number
+from labctl.cli.render import Column, Prose, fit, number
 from labctl.i18n import Msg, _
 from labctl.lab import HeatmapFigure, TableFigure
 
@@ -46,19 +48,37 @@ def differing(figure: HeatmapFigure, reference: HeatmapFigure | None) -> set[tup
     }
 
 
-def heatmap(figure: HeatmapFigure, marked: set[tuple[int, int]] = frozenset()) -> Table:
-    """Each cell shows its weight and a shade, so the pattern reads with or without colour."""
-    table = Table(title=escape(text(figure.title)), show_edge=False, pad_edge=False)
+def heatmap(
+    figure: HeatmapFigure,
+    marked: set[tuple[int, int]] = frozenset(),
+    *,
+    compact: bool = False,
+    columns: Sequence[int] | None = None,
+    mark_room: bool = True,
+) -> Table:
+    """Each cell shows its weight and a shade, so the pattern reads with or without colour.
+
+    Compact: the weight alone (its shade is the cell's background where there is colour),
+    no borders. `columns` picks the columns shown (a slice of a wide matrix); `mark_room`
+    keeps a cell's width for the mark though no cell of this slice is marked, so slices align.
+    """
+    table = Table(
+        title=escape(text(figure.title)),
+        show_edge=False,
+        pad_edge=False,
+        box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+        # compact: the box's blank column divider is the only space between cells
+        padding=(0, 0) if compact else (0, 1),
+    )
     table.add_column(f"{figure.row_label}\\{figure.col_label}", justify="right", style="dim")
     width = max((len(row) for row in figure.matrix), default=0)
-    col_ticks = figure.col_ticks if len(figure.col_ticks) == width else range(width)
-    for tick in col_ticks:
-        table.add_column(escape(str(tick)), justify="right", no_wrap=True)
+    col_ticks = list(figure.col_ticks) if len(figure.col_ticks) == width else list(range(width))
+    shown = list(range(width)) if columns is None else list(columns)
+    for j in shown:
+        table.add_column(escape(str(col_ticks[j])), justify="right", no_wrap=True)
     row_ticks = figure.row_ticks if len(figure.row_ticks) == len(figure.matrix) else None
     for i, row in enumerate(figure.matrix):
-        cells = []
-        for j, value in enumerate(row):
-            cells.append(_cell(value, (i, j) in marked))
+        cells = [_cell(row[j], (i, j) in marked, compact, mark_room) for j in shown if j < len(row)]
         table.add_row(escape(str(row_ticks[i] if row_ticks else i)), *cells)
     if marked:
         table.caption = escape(
@@ -69,7 +89,7 @@ def heatmap(figure: HeatmapFigure, marked: set[tuple[int, int]] = frozenset()) -
     return table
 
 
-def _cell(value: float, marked: bool) -> Text:
+def _cell(value: float, marked: bool, compact: bool = False, mark_room: bool = True) -> Text:
     if not math.isfinite(value):
         return Text(f"{value}", style="bold red")
     clipped = min(max(value, 0.0), 1.0)
@@ -77,14 +97,86 @@ def _cell(value: float, marked: bool) -> Text:
     style = f"on color({232 + min(int(clipped * 23), 23)})" if value > 0 else ""
     if marked:
         style = (style + " bold red").strip()
-    return Text(f"{SHADES[level]}{value:.2f}{MARK if marked else ' '}", style=style)
+    bar = "" if compact else SHADES[level]
+    mark = MARK if marked else (" " if mark_room else "")
+    return Text(f"{bar}{value:.2f}{mark}", style=style)
+
+
+class HeatmapGroup:
+    """One name's heatmaps, laid out at render time for the width there is: side by side,
+    one under the other, compact, or compact in column slices; never cut."""
+
+    def __init__(self, figures: list[HeatmapFigure]):
+        reference = next((f for f in figures if f.impl == "reference"), None)
+        self.figures = [(f, differing(f, reference)) for f in figures]
+
+    def layouts(self, width: int, measure) -> list[RenderableType]:
+        full = [heatmap(f, m) for f, m in self.figures]
+        widths = [measure(t) for t in full]
+        if len(full) > 1 and sum(widths) + 3 * (len(full) - 1) <= width:
+            grid = Table.grid(padding=(0, 3))
+            for _table in full:
+                grid.add_column()
+            grid.add_row(*full)
+            return [grid]
+        if max(widths) <= width:
+            return _titled_above(full)
+        room = any(m for _f, m in self.figures)
+        compact = [heatmap(f, m, compact=True, mark_room=room) for f, m in self.figures]
+        if max(measure(t) for t in compact) <= width:
+            return _titled_above(compact)
+        shown: list[Table] = []
+        for figure, marked in self.figures:
+            shown += _slices(figure, marked, room, width, measure)
+        return _titled_above(shown)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        wide = options.update_width(10**4)
+
+        def measure(renderable: RenderableType) -> int:
+            return console.measure(renderable, options=wide).maximum
+
+        yield from self.layouts(options.max_width, measure)
+
+
+def _titled_above(tables: list[Table]) -> list[RenderableType]:
+    """Tables one under the other, each title above its table at the terminal's width (a
+    table's own title wraps at the table's width, a narrow one's into many lines)."""
+    shown: list[RenderableType] = []
+    for table in tables:
+        if table.title:
+            shown.append(Prose(Text.from_markup(str(table.title), style="table.title")))
+            table.title = None
+        shown.append(table)
+    return shown
+
+
+def _slices(figure: HeatmapFigure, marked, room: bool, width: int, measure) -> list[Table]:
+    """The compact heatmap in slices of as many columns as fit `width` (at least one each)."""
+    count = max((len(row) for row in figure.matrix), default=0)
+
+    def part(start: int, end: int) -> Table:
+        return heatmap(figure, marked, compact=True, columns=range(start, end), mark_room=room)
+
+    tables = []
+    start = 0
+    while start < count:
+        end = start + 1
+        while end < count and measure(part(start, end + 1)) <= width:
+            end += 1
+        table = part(start, end)
+        if start:
+            table.title = None
+        if end < count:
+            table.caption = None
+        tables.append(table)
+        start = end
+    return tables
 
 
 def heatmap_group(figures: list[HeatmapFigure]) -> RenderableType:
     """One name's heatmaps: the clean room's marked where it differs from the reference's."""
-    reference = next((f for f in figures if f.impl == "reference"), None)
-    tables = [heatmap(f, differing(f, reference)) for f in figures]
-    return Columns(tables, padding=(0, 3)) if len(tables) > 1 else tables[0]
+    return HeatmapGroup(figures)
 
 
 def table(figure: TableFigure) -> RenderableType:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.cells import cell_len
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -22,11 +23,10 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
 from typer.core import TyperGroup
 
 from labctl.cli.isolation import IsolationOption
-from labctl.cli.render import err, out, print_json
+from labctl.cli.render import Column, Prose, err, fit, out, print_json
 from labctl.errors import UsageError
 from labctl.i18n import N_, Msg, _
 from labctl.textsafe import shown
@@ -68,6 +68,10 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
+
+# The terminal shows whole clauses of a diagnosis up to about this many cells; the gradebook
+# holds them all.
+DIAGNOSIS_CELLS = 200
 
 # The table's column headers: words for a person (the gradebook's columns stay English).
 COLUMNS = (
@@ -248,23 +252,41 @@ def _warn(batch) -> None:
         err.print(_(Msg("warning: {warning}", warning=warning)), markup=False, soft_wrap=True)
 
 
+def _diagnosis_shown(diagnosis: str) -> str:
+    """The diagnosis's whole clauses that fit DIAGNOSIS_CELLS, and how many more the gradebook
+    holds: a clause is never cut."""
+    clauses = diagnosis.split("; ") if diagnosis else []
+    kept = clauses[:1]
+    for clause in clauses[1:]:
+        if cell_len("; ".join([*kept, clause])) > DIAGNOSIS_CELLS:
+            break
+        kept.append(clause)
+    shown_text = "; ".join(kept)
+    if len(kept) < len(clauses):
+        more = Msg("(and {n} more in gradebook.csv)", n=len(clauses) - len(kept))
+        shown_text += " " + _(more)
+    return shown_text
+
+
 def _render(batch, rubric, found, out_dir: Path) -> None:
-    table = Table(box=None, pad_edge=False, padding=(0, 1))
-    for column, header in COLUMNS:
-        table.add_column(escape(_(header)), no_wrap=column != "diagnosis")
+    rows = []
     for row, identical in zip(batch.rows, batch.identical, strict=True):
-        diagnosis = shown(row.diagnosis[:160])
+        diagnosis = shown(_diagnosis_shown(row.diagnosis))
         if identical:
             same = _(Msg("same clean room as {learners}", learners=", ".join(identical)))
             diagnosis = f"{diagnosis} ({same})" if diagnosis else same
-        table.add_row(
-            escape(shown(row.learner)),
-            row.status if row.status == "graded" else f"[bold red]{row.status}[/bold red]",
-            f"{row.score:g}/{row.max_score:g}",
-            row.isolation or "—",
-            escape(diagnosis),
+        rows.append(
+            [
+                escape(shown(row.learner)),
+                row.status if row.status == "graded" else f"[bold red]{row.status}[/bold red]",
+                f"{row.score:g}/{row.max_score:g}",
+                row.isolation or "—",
+                escape(diagnosis),
+            ]
         )
-    out.print(table)
+    columns = [Column(header, identifier=name != "diagnosis", prose=name == "diagnosis")
+               for name, header in COLUMNS]  # fmt: skip
+    out.print(fit(columns, rows, box=None, pad_edge=False, padding=(0, 1)))
     if found is not None:
         _render_similarity(found)
     summary = Msg(
@@ -277,7 +299,7 @@ def _render(batch, rubric, found, out_dir: Path) -> None:
         seconds=batch.wall_time_s,
         gradebook=str(out_dir / "gradebook.csv"),
     )
-    out.print(escape(_(summary)), soft_wrap=True)
+    out.print(Prose(escape(_(summary))))
 
 
 def _render_similarity(found) -> None:
@@ -289,9 +311,9 @@ def _render_similarity(found) -> None:
                 learner=shown(name),
                 share=room.base_share,
             )
-            out.print(escape(_(line)), soft_wrap=True)
+            out.print(Prose(escape(_(line))))
     if not found.pairs:
-        out.print(escape(_("similarity: no pair of clean rooms above the threshold")))
+        out.print(Prose(escape(_("similarity: no pair of clean rooms above the threshold"))))
     for pair in found.pairs:
         # Each file pair's span; similarity.html shows every region of it.
         files = ", ".join(
@@ -309,7 +331,7 @@ def _render_similarity(found) -> None:
             b_share=pair.b_share,
             files=files,
         )
-        out.print(escape(_(line)), soft_wrap=True)
+        out.print(Prose(escape(_(line))))
 
 
 @app.command("gradescope")

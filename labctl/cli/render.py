@@ -5,7 +5,8 @@ prints exactly one JSON document on stdout. Rich honours NO_COLOR by itself.
 
 Identifiers (lab ids, metric names, functions) are never broken: their columns
 do not wrap, and a table too wide for the console is shown stacked instead,
-one record per block (`fit`). Widths are terminal cells (`rich.cells.cell_len`):
+one record per block (`fit`). Prose wraps between words and beside Chinese
+characters (`Prose`), never cut. Widths are terminal cells (`rich.cells.cell_len`):
 a Chinese character takes two.
 """
 
@@ -13,12 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
-from rich.cells import cell_len
-from rich.console import Console, Group, RenderableType
+from rich.cells import cell_len, get_character_cell_size
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.padding import Padding
+from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
@@ -30,7 +34,13 @@ out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
 
 PASS, FAIL, INFO = N_("pass"), N_("FAIL"), N_("info")
+# One wording for a timing row, here and in the report: timing never decides a verdict.
+REPORTED_ONLY = N_("reported only")
+NOT_MEASURED = N_("not measured")
 PROSE_MIN_WIDTH = 24
+# Chinese punctuation that may not start a line, and that may not end one.
+_CLOSING = "，。、；：！？）」』】》〉”’,.;:!?)]}%"
+_OPENING = "（「『【《〈“‘([{"
 
 
 def print_json(document: Any) -> None:
@@ -56,6 +66,21 @@ def verdict(passed: bool | None) -> str:
     return f"[green]{_(PASS)}[/green]" if passed else f"[bold red]{_(FAIL)}[/bold red]"
 
 
+def row_verdict(results: Sequence[Any]) -> str:
+    """The verdict of one metric row, from its sides (runner `MetricResult`s).
+
+    A row is judged on the sides it has a value for: a side never measured (the clean room
+    failed first; that failure is its lab's own line) neither passes nor fails the row. A
+    timing row is reported only, whatever its value.
+    """
+    if any(r.timing for r in results):
+        return f"[dim]{_(REPORTED_ONLY)}[/dim]"
+    measured = [r for r in results if r.measured]
+    if not measured:
+        return f"[dim]{_(NOT_MEASURED)}[/dim]"
+    return verdict(all(r.passed for r in measured))
+
+
 def number(value: float | None) -> str:
     if value is None:
         return "—"
@@ -66,6 +91,87 @@ def number(value: float | None) -> str:
     if 1e-3 <= abs(value) < 1e6:
         return f"{value:.6g}"
     return f"{value:.3e}"
+
+
+def _may_break(text: str, i: int) -> bool:
+    """Whether a line may start at `text[i]`: after a space, or beside a Chinese character
+    (not before closing punctuation, not after opening punctuation)."""
+    before, here = text[i - 1], text[i]
+    if here.isspace():
+        return False
+    if before.isspace():
+        return True
+    if here in _CLOSING or before in _OPENING:
+        return False
+    return get_character_cell_size(before) == 2 or get_character_cell_size(here) == 2
+
+
+def break_offsets(text: str, width: int) -> list[int]:
+    """Where to break one line of `text` so no piece is wider than `width` cells (trailing
+    spaces aside): at the last place a line may start that fits; inside a word only when the
+    word alone is wider than `width`."""
+    starts = [i for i in range(1, len(text)) if _may_break(text, i)]
+    offsets: list[int] = []
+    start = 0
+    while cell_len(text[start:].rstrip()) > width:
+        fitting = [i for i in starts if i > start and cell_len(text[start:i].rstrip()) <= width]
+        if fitting:
+            cut = fitting[-1]
+        else:
+            cut = start + 1
+            while cell_len(text[start : cut + 1]) <= width:
+                cut += 1
+        offsets.append(cut)
+        start = cut
+    return offsets
+
+
+class Prose:
+    """Text (rich markup or `Text`) that wraps to the width it is given: between words and
+    beside Chinese characters, never cut, never wider than that width."""
+
+    def __init__(self, text: str | Text):
+        self.text = Text.from_markup(text) if isinstance(text, str) else text
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        lines = self.text.plain.split("\n")
+        widest = max(cell_len(line) for line in lines)
+        unbreakable = 0
+        for line in lines:
+            edges = [0, *(i for i in range(1, len(line)) if _may_break(line, i)), len(line)]
+            for a, b in pairwise(edges):
+                unbreakable = max(unbreakable, cell_len(line[a:b].rstrip()))
+        return Measurement(unbreakable, widest).with_maximum(options.max_width)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = max(options.max_width, 1)
+        pieces = []
+        for line in self.text.split("\n", allow_blank=True):
+            for piece in line.divide(break_offsets(line.plain, width)):
+                piece.rstrip()
+                pieces.append(piece)
+        shown = Text("\n").join(pieces)
+        shown.no_wrap, shown.overflow = True, "ignore"
+        yield shown
+
+
+class _Heading:
+    def __init__(self, name: str, title: str):
+        self.name, self.title = name, title
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        whole = f"[bold]{escape(self.name)}[/bold]: {escape(self.title)}"
+        # a rule cuts a title it cannot fit: the title then goes under it, wrapped
+        if cell_len(f"{self.name}: {self.title}") + 6 <= options.max_width:
+            yield Rule(whole)
+        else:
+            yield Rule(f"[bold]{escape(self.name)}[/bold]")
+            yield Prose(Text(self.title, style="bold"))
+
+
+def heading(name: str, title: str) -> RenderableType:
+    """A rule naming `name: title` (a lab's id and title, as plain text), whole at any width."""
+    return _Heading(name, title)
 
 
 @dataclass(frozen=True)
@@ -112,7 +218,12 @@ def fit(
             min_width=min(PROSE_MIN_WIDTH, longest) if column.prose else longest,
         )
     for row in rows:
-        table.add_row(*row)
+        table.add_row(
+            *(
+                Prose(cell) if column.prose else cell
+                for column, cell in zip(columns, row, strict=True)
+            )
+        )
     if console.measure(table, options=console.options.update_width(10**4)).minimum <= limit:
         return table
     return stacked(columns, rows, title=title)
@@ -123,17 +234,15 @@ def stacked(
 ) -> RenderableType:
     headers = [_(c.header) for c in columns[1:]]
     pad = max((cell_len(h) for h in headers), default=0)
-    blocks: list[RenderableType] = [Text.from_markup(f"[bold]{title}[/bold]")] if title else []
+    blocks: list[RenderableType] = [Prose(f"[bold]{title}[/bold]")] if title else []
     for row in rows:
         first = row[0] if isinstance(row[0], Text) else Text.from_markup(row[0])
-        first.no_wrap = True
-        first.overflow = "ignore"
         grid = Table.grid(padding=(0, 2))
         grid.add_column(no_wrap=True, style="dim")
-        grid.add_column(overflow="fold")
+        grid.add_column()
         for header, cell in zip(headers, row[1:], strict=True):
             if cell == "" or (isinstance(cell, Text) and not cell.plain):
                 continue
-            grid.add_row(header + " " * (pad - cell_len(header)), cell)
-        blocks += [Text.assemble(first, style="bold"), Padding(grid, (0, 0, 1, 2))]
+            grid.add_row(header + " " * (pad - cell_len(header)), Prose(cell))
+        blocks += [Prose(Text.assemble(first, style="bold")), Padding(grid, (0, 0, 1, 2))]
     return Group(*blocks)

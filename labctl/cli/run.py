@@ -9,7 +9,18 @@ import typer
 from rich.markup import escape
 
 from labctl.cli.isolation import IsolationOption, effective, probe_early
-from labctl.cli.render import Column, err, fit, number, out, print_json, verdict
+from labctl.cli.render import (
+    Column,
+    Prose,
+    err,
+    fit,
+    heading,
+    number,
+    out,
+    print_json,
+    row_verdict,
+    verdict,
+)
 from labctl.errors import EXIT_FAILED
 from labctl.i18n import N_, _
 
@@ -96,7 +107,7 @@ def run(
             seconds=report.wall_time_s,
             where=shown_path(out_dir),
         )
-        out.print(f"{verdict(report.passed)}  {escape(summary)}")
+        out.print(Prose(f"{verdict(report.passed)}  {escape(summary)}"))
     if not report.passed:
         raise typer.Exit(EXIT_FAILED)
 
@@ -107,10 +118,10 @@ def _render_lab(result) -> None:
     from labctl.params import record_values
 
     lab = result.lab
-    out.rule(f"[bold]{lab.id}[/bold]: {escape(_(lab.title))}")
-    out.print(f"[dim]{escape(_(lab.question))}[/dim]")
+    out.print(heading(lab.id, _(lab.title)))
+    out.print(Prose(f"[dim]{escape(_(lab.question))}[/dim]"))
     sections = "; ".join(str(s) for s in lab.sections)
-    out.print(f"[dim]{escape(_('course: {sections}').format(sections=sections))}[/dim]")
+    out.print(Prose(f"[dim]{escape(_('course: {sections}').format(sections=sections))}[/dim]"))
     changed = result.changed_params
     if changed:
         values = record_values(result.params)
@@ -121,7 +132,7 @@ def _render_lab(result) -> None:
             + "[/bold yellow]"
         )
     if result.error:
-        out.print(f"{verdict(False)}  {escape(_(result.shown_error))}")
+        out.print(Prose(f"{verdict(False)}  {escape(_(result.shown_error))}"))
     rows_shown = []
     by_name: dict[str, dict] = {}
     for m in result.metrics:
@@ -130,15 +141,10 @@ def _render_lab(result) -> None:
         first = next(iter(rows.values()))
         label = escape(name) + (f" [dim]({_('timing')})[/dim]" if first.timing else "")
         if "both" in rows:
-            cells = ("[dim]↔[/dim]", _shown(rows["both"].actual))
+            cells = ("[dim]↔[/dim]", _shown(rows["both"]))
         else:
-            cells = tuple(
-                _shown(rows[i].actual) if i in rows else "" for i in ("reference", "clean-room")
-            )
-        passed = all(m.passed for m in rows.values())
-        timing_word = _("ok") if passed else _("slow")
-        shown = verdict(passed) if not first.timing else f"[dim]{timing_word}[/dim]"
-        rows_shown.append([label, *cells, escape(first.expected), shown])
+            cells = tuple(_shown(rows[i]) if i in rows else "" for i in ("reference", "clean-room"))
+        rows_shown.append([label, *cells, escape(first.expected), row_verdict(list(rows.values()))])
     # Metric names are identifiers a learner copies into a submission: never broken.
     table = fit(
         [
@@ -157,11 +163,12 @@ def _render_lab(result) -> None:
     for figure in result.figures:
         if isinstance(figure, Note):
             mark = "[bold yellow]![/bold yellow]" if figure.flag else "[dim]·[/dim]"
-            out.print(f"{mark} {escape(text(figure.text))}")
+            out.print(Prose(f"{mark} {escape(text(figure.text))}"))
     footer = _("{lab} in {seconds:.2f} s").format(lab=lab.id, seconds=result.wall_time_s)
     out.print(f"{verdict(result.passed)}  {footer}\n")
 
 
-def _shown(value: float) -> str:
-    """A metric's value; one not measured (the clean room failed first) shows as a dash."""
-    return "—" if value != value else number(value)
+def _shown(row) -> str:
+    """A metric's value; one not measured (the clean room failed first) shows as a dash, a
+    measured NaN as nan."""
+    return number(row.actual) if row.measured else "—"

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.text import Text
 
-from labctl.cli.render import Column, fit, out, print_json, text
+from labctl.cli.render import Column, fit, heading, out, print_json, text
 from labctl.i18n import N_, Msg, _
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
@@ -158,7 +158,7 @@ def show(
     if json_:
         print_json(document)
         return
-    out.rule(f"[bold]{escape(lab.id)}[/bold]: {text(lab.title)}")
+    out.print(heading(lab.id, _(lab.title)))
     out.print(text(lab.question))
     out.print()
     out.print(f"[bold]{_('Course sections')}[/bold]")

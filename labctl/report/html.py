@@ -1,12 +1,12 @@
-"""The report as one self-contained HTML document: CSS inline, figures as data: PNGs, a
-Content-Security-Policy that forbids every fetch, so it opens offline and leaks nothing."""
+"""The report as one self-contained HTML document: CSS inline, figures as data: SVGs whose
+text the browser draws, a Content-Security-Policy that forbids every fetch, so it opens
+offline and leaks nothing."""
 
 from __future__ import annotations
 
 import base64
 import html
 import math
-import re
 from collections.abc import Callable
 
 import labctl
@@ -62,9 +62,9 @@ def _cell(text: str) -> str:
     return _num(value) if len(text) > 10 else text
 
 
-def _img(png: bytes, alt: str) -> str:
-    data = base64.b64encode(png).decode("ascii")
-    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
+def _img(svg: bytes, alt: str) -> str:
+    data = base64.b64encode(svg).decode("ascii")
+    return f'<img alt="{_e(alt)}" src="data:image/svg+xml;base64,{data}">'
 
 
 def _table(columns: list[str], rows: list[list[str]], numeric: list[bool] | None = None) -> str:
@@ -308,21 +308,6 @@ def _history(evidence: Evidence) -> str:
     return f"<h2>{_e(_('verify clean-room history'))}</h2>" + _table(columns, rows)
 
 
-_CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
-
-
-def _has_cjk(runs) -> bool:
-    """Whether a figure of these runs draws CJK characters (a title, a label or a tick)."""
-    for run in runs:
-        for f in run.figures:
-            if f.kind == "note":
-                continue
-            text = [f.title, f.row_label, f.col_label, *f.columns, *f.row_ticks, *f.col_ticks]
-            if any(_CJK.search(_(t)) for t in text if t):
-                return True
-    return False
-
-
 def document(evidence: Evidence, plots, now: Callable[[], str]) -> str:
     """The whole report."""
     known = [lab.id for lab in registry.discover()]
@@ -347,18 +332,6 @@ def document(evidence: Evidence, plots, now: Callable[[], str]) -> str:
         warning = (
             '<p class="changed">'
             + _e(_("made with non-default parameters: {labs}").format(labs=", ".join(changed)))
-            + "</p>"
-        )
-    if _has_cjk(runs) and not plots.cjk_fonts():
-        warning += (
-            '<p class="changed">'
-            + _e(
-                _(
-                    "No CJK font is installed, so Chinese text inside the figures is drawn as "
-                    "boxes (the tables beside them are intact). Install one and run labctl "
-                    "report again, e.g. apt-get install fonts-noto-cjk."
-                )
-            )
             + "</p>"
         )
     title = _("labctl report")

@@ -1,5 +1,7 @@
-"""The report's figures, drawn with matplotlib (Agg) into PNG bytes for inlining.
+"""The report's figures, drawn with matplotlib (Agg) into SVG bytes for inlining.
 
+Text stays text (`svg.fonttype: none`): the browser draws it, Chinese included, with its
+own fonts, so no font needs to be installed for matplotlib and no font cache matters.
 Only `labctl report` imports this module, so matplotlib stays out of every other
 command. A heatmap group is drawn side by side (the clean room's cells that
 differ from the reference's outlined); a table is drawn as a line plot when its
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import warnings
 
 from labctl.i18n import _
@@ -21,15 +24,13 @@ DIFFERS = 1e-9  # as the terminal: far above float64 rounding, far below what th
 MAX_ANNOTATED = 12  # cells get their value written in them up to this many per side
 
 
-CJK_FONTS = ("Noto Sans CJK SC", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Droid Sans Fallback")
-
-
-def cjk_fonts() -> list[str]:
-    """The installed fonts of `CJK_FONTS`: without one, Chinese in a figure is drawn as boxes."""
-    from matplotlib import font_manager
-
-    installed = {f.name for f in font_manager.fontManager.ttflist}
-    return [f for f in CJK_FONTS if f in installed]
+# The browser picks the first it has; DejaVu Sans is also what matplotlib lays text out with.
+FONTS = ["DejaVu Sans", "Noto Sans CJK SC", "Source Han Sans SC", "Microsoft YaHei",
+         "PingFang SC", "WenQuanYi Micro Hei", "sans-serif"]  # fmt: skip
+COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf"]  # fmt: skip
+LINESTYLES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "D", "v", "x"]
 
 
 def _pyplot():
@@ -38,22 +39,46 @@ def _pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    # Chinese labels need a CJK font; name only those installed, so no lookup fails per glyph.
-    plt.rcParams.update({"font.size": 9, "font.sans-serif": [*cjk_fonts(), "DejaVu Sans"]})
+    plt.rcParams.update(
+        {
+            "font.size": 9,
+            "font.family": "sans-serif",
+            "font.sans-serif": FONTS,
+            "svg.fonttype": "none",
+            # ids inside the SVG derive from this salt, not from a random one: same input,
+            # same bytes
+            "svg.hashsalt": "labctl",
+        }
+    )
     return plt
 
 
-def _png(fig) -> bytes:
+def _svg(fig) -> bytes:
     import matplotlib.pyplot as plt
 
     buffer = io.BytesIO()
     with warnings.catch_warnings():
-        # Without a CJK font installed, Chinese labels are drawn as boxes; matplotlib's warning
-        # per glyph would flood the learner's terminal (the HTML text around them is intact).
+        # matplotlib lays text out with DejaVu Sans, which has no Chinese glyphs; the browser
+        # draws the text with its own fonts, so the warning per glyph says nothing
         warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font")
-        fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
     plt.close(fig)
     return buffer.getvalue()
+
+
+def style(index: int) -> dict:
+    """The look of the `index`-th line: no two lines of a plot share colour, dash and marker."""
+    return {
+        "color": COLOURS[index % len(COLOURS)],
+        "linestyle": LINESTYLES[(index // len(COLOURS)) % len(LINESTYLES)],
+        "marker": MARKERS[index % len(MARKERS)],
+    }
+
+
+def _legend_outside(ax, count: int) -> None:
+    """The legend right of the axes, never over the lines."""
+    if count > 1:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
 
 
 def heatmaps(group: list[Figure]) -> bytes:
@@ -106,7 +131,7 @@ def heatmaps(group: list[Figure]) -> bytes:
             fontsize=8,
             color="red",
         )
-    return _png(fig)
+    return _svg(fig)
 
 
 def _differing(matrix, reference: Figure | None, figure: Figure) -> set[tuple[int, int]]:
@@ -155,6 +180,7 @@ def _series(figure: Figure) -> list[tuple[str, list[float], list[float]]]:
             text.append(j)
     if not numeric:
         return []
+    names = _distinct(figure.columns)
     group_by = text[0] if text and len({r[text[0]] for r in rows}) <= 6 else None
     groups = sorted({r[group_by] for r in rows}) if group_by is not None else [None]
     lines = []
@@ -164,9 +190,22 @@ def _series(figure: Figure) -> list[tuple[str, list[float], list[float]]]:
             points = [(number(r[0]), number(r[j])) for r in chosen]
             points = [(x, y) for x, y in points if y is not None]
             if points:
-                label = figure.columns[j] + (f" — {group}" if group is not None else "")
+                label = names[j] + (f" — {group}" if group is not None else "")
                 lines.append((label, [p[0] for p in points], [p[1] for p in points]))
     return lines
+
+
+def _distinct(columns: list[str]) -> list[str]:
+    """Column names as legend labels: a header used twice ("course" beside each quantity it
+    gives the course's value of) is named with the column before it, so no two lines share a
+    label."""
+    names = []
+    for j, column in enumerate(columns):
+        if columns.count(column) > 1:
+            before = next((c for c in reversed(columns[:j]) if c != column), "")
+            column = f"{column} — {before.split(' (')[0]}" if before else column
+        names.append(column)
+    return names
 
 
 def bars(figure: Figure) -> list[tuple[str, list[str], list[float]]]:
@@ -196,16 +235,17 @@ def bar_plot(figure: Figure) -> bytes:
     height = 0.8 / len(series)
     rows = np.arange(len(labels))
     for k, (column, _labels, values) in enumerate(series):
-        ax.barh(rows + k * height, values, height=height, label=column)
+        ax.barh(rows + k * height, values, height=height, label=column, color=style(k)["color"])
     ax.set_yticks(rows + height * (len(series) - 1) / 2, labels, fontsize=7)
     ax.invert_yaxis()
     magnitudes = [abs(v) for v in series[0][2] if v]
     if magnitudes and _wide(magnitudes):
         ax.set_xscale("log")
     ax.grid(True, axis="x", alpha=0.3)
-    if len(series) > 1:
-        ax.legend(fontsize=7, loc="best")
-    return _png(fig)
+    ax.set_ylabel(figure.columns[0])
+    ax.set_xlabel(_quantities([column for column, _labels, _values in series]))
+    _legend_outside(ax, len(series))
+    return _svg(fig)
 
 
 def _wide(values: list[float]) -> bool:
@@ -213,13 +253,20 @@ def _wide(values: list[float]) -> bool:
     return len(positive) == len(values) and max(positive) / min(positive) >= 100
 
 
+def _quantities(labels: list[str]) -> str:
+    """What the y values are: the distinct quantities plotted, each without its variant
+    ("(impl)", ", no √", " — group")."""
+    stems = dict.fromkeys(re.split(r" — | \(|, ", label)[0] for label in labels)
+    return " / ".join(stems)
+
+
 def line_plot(figure: Figure) -> bytes:
     """Every numeric column against the first; log axes where the values span 100x or more."""
     plt = _pyplot()
     lines = _series(figure)
-    fig, ax = plt.subplots(figsize=(6.4, 3.8), layout="constrained")
-    for label, x, y in lines:
-        ax.plot(x, y, marker="o", markersize=3, label=label)
+    fig, ax = plt.subplots(figsize=(7.6, 3.8), layout="constrained")
+    for index, (label, x, y) in enumerate(lines):
+        ax.plot(x, y, markersize=3, label=label, **style(index))
     xs = [v for _, x, _ in lines for v in x]
     ys = [v for _, _, y in lines for v in y]
     if xs and _wide(xs):
@@ -227,6 +274,7 @@ def line_plot(figure: Figure) -> bytes:
     if ys and _wide(ys):
         ax.set_yscale("log")
     ax.set_xlabel(figure.columns[0])
+    ax.set_ylabel(_quantities([label for label, _x, _y in lines]))
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
-    return _png(fig)
+    _legend_outside(ax, len(lines))
+    return _svg(fig)
