@@ -46,6 +46,33 @@ LABS_V2: tuple[Fault, ...] = (
             return (x / np.sqrt(ms + eps) * weight + bias).astype(_float_dtype(x), copy=False)
         """,
     ),
+    Fault(
+        name="alibi-slopes-from-one",
+        function="alibi_slopes",
+        module="positions",
+        description=N_(
+            "alibi_slopes counts heads from 0: m_h = 2 ** (-8 h / H), so head 0 gets slope 1"
+        ),
+        course="Transformer 手撕与注意力机制 §01.5: ALiBi score - λ·|m-n|",
+        source="""
+        def alibi_slopes(n_heads):
+            H = _as_size(n_heads, "n_heads", minimum=1)
+            return 2.0 ** (-8.0 * np.arange(H) / H)
+        """,
+    ),
+    Fault(
+        name="alibi-bias-sign",
+        function="alibi_bias",
+        module="positions",
+        description=N_("alibi_bias adds +m_h · distance: farther keys are favoured, not penalised"),
+        course="Transformer 手撕与注意力机制 §01.5: ALiBi score - λ·|m-n|, 距离越远惩罚越大",
+        source="""
+        _correct_alibi_bias = alibi_bias
+
+        def alibi_bias(n_heads, t_q, t_k=None):
+            return -_correct_alibi_bias(n_heads, t_q, t_k)
+        """,
+    ),
 )
 
 
