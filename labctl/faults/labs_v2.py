@@ -73,6 +73,32 @@ LABS_V2: tuple[Fault, ...] = (
             return -_correct_alibi_bias(n_heads, t_q, t_k)
         """,
     ),
+    Fault(
+        name="gelu-tanh-ignored",
+        function="gelu",
+        module="ffn",
+        description=N_("gelu ignores `approximate`: 'tanh' gives the exact erf form"),
+        course="Transformer 逐部件讲透 §6.8 MLP(x) = W_2 GELU(W_1 x)",
+        source="""
+        _correct_gelu = _gelu
+
+        def _gelu(z, approximate):
+            return _correct_gelu(z, "none")
+        """,
+    ),
+    Fault(
+        name="glu-gate-on-up",
+        function="glu_ffn",
+        module="ffn",
+        description=N_("glu_ffn puts the sigmoid on x W_up, not on the gate x W_gate"),
+        course="Transformer 手撕与注意力机制 §6.5.2 GLU(x) = (W_1 · x) ⊙ σ(W_gate · x)",
+        source="""
+        _correct_glu = glu_ffn
+
+        def glu_ffn(x, w_gate, w_up, w_down):
+            return _correct_glu(x, w_up, w_gate, w_down)
+        """,
+    ),
 )
 
 
