@@ -49,7 +49,7 @@ METRICS = (
     Metric(
         "gelu_tanh_vs_exact_max", "abs", "in [1e-4, 1e-3]",
         N_("largest |gelu(x, 'tanh') - gelu(x)| on [-6, 6], both from the implementation"),
-        why=N_("the approximation's known worst error is about 4.7e-4 near |x| ≈ 2; 0 means "
+        why=N_("the approximation's known worst error is about 4.7e-4 near |x| ≈ 2.7; 0 means "
                "one mode answers for both"),
     ),
     Metric(
