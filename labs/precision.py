@@ -202,7 +202,9 @@ def _figures(rows, exact, kept, impls) -> list:
             ),
         ),
     ]  # fmt: skip
-    naive_nan = sum(int(np.sum(np.isnan(w))) for w in written[N_("float16, no max subtracted")].values())
+    naive_nan = sum(
+        int(np.sum(np.isnan(w))) for w in written[N_("float16, no max subtracted")].values()
+    )
     figures.append(
         Note(
             Msg("手撕 §9.3: softmax(..., dtype=float32) 精度保护. Measured: float16's exp is inf "

@@ -87,8 +87,10 @@ def _pe_formula(impl) -> np.ndarray:
 FIGURE_ROWS: tuple[Row, ...] = (
     Row(
         Section(CH8, "阶段二", "scaled dot-product attention 逐步算", part="因果遮罩 (-inf)"),
-        N_("figure: the causal-mask weights of The, cat, sat (0.85 / 0.40 0.60 / 0.10 0.75 0.15) "
-           "against the causal softmax rows nearest to them"),
+        N_(
+            "figure: the causal-mask weights of The, cat, sat (0.85 / 0.40 0.60 / 0.10 0.75 0.15) "
+            "against the causal softmax rows nearest to them"
+        ),
         "0.85; 0.40, 0.60; 0.10, 0.75, 0.15",
         tuple(np.ravel(CH8_MASK_FIGURE)),
         0.005,
@@ -103,8 +105,10 @@ FIGURE_ROWS: tuple[Row, ...] = (
     ),
     Row(
         Section(CH8, "阶段五", "位置从哪里来", part="完整权重矩阵（行=query，列=key）"),
-        N_("figure: the attention widget's weight matrix (1.0 / 0.5 0.5 / 0.3 0.3 0.3) against "
-           "the causal softmax rows nearest to it"),
+        N_(
+            "figure: the attention widget's weight matrix (1.0 / 0.5 0.5 / 0.3 0.3 0.3) against "
+            "the causal softmax rows nearest to it"
+        ),
         "1.0; 0.5, 0.5; 0.3, 0.3, 0.3",
         tuple(np.ravel(CH8_WIDGET_MATRIX)),
         0.05,
@@ -115,9 +119,11 @@ FIGURE_ROWS: tuple[Row, ...] = (
     ),
     Row(
         Section(HANDS_ON, "§3.6", "完整公式一览", part="注意力分数矩阵示意"),
-        N_("figure: Step 4's A and its diagram (1.00 / 0.33 0.67 / 0.04 0.26 0.70) against the "
-           "causal softmax rows nearest to them (whether the values are right is the Step 4 "
-           "rows' question)"),
+        N_(
+            "figure: Step 4's A and its diagram (1.00 / 0.33 0.67 / 0.04 0.26 0.70) against the "
+            "causal softmax rows nearest to them (whether the values are right is the Step 4 "
+            "rows' question)"
+        ),
         "1.00; 0.33, 0.67; 0.04, 0.26, 0.70",
         tuple(np.ravel(HANDS_ON_A)),
         0.005,
@@ -128,8 +134,10 @@ FIGURE_ROWS: tuple[Row, ...] = (
     ),
     Row(
         Section(HANDS_ON, "§3.6", "完整公式一览"),
-        N_("formula: Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k)·V as printed (no mask), on 我 and "
-           "想, against the section's own outputs [0.20, 0.10], [0.40, 0.23]"),
+        N_(
+            "formula: Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k)·V as printed (no mask), on 我 and "
+            "想, against the section's own outputs [0.20, 0.10], [0.40, 0.23]"
+        ),
         "softmax(Q·K^T / √d_k)·V",
         (0.2, 0.1, 0.4, 0.23),
         0.005,
@@ -144,8 +152,10 @@ FIGURE_ROWS: tuple[Row, ...] = (
     ),
     Row(
         Section(CH8, "阶段二", "scaled dot-product attention 逐步算"),
-        N_("formula: softmax(Q Kᵀ / √d_k + M) V with M the causal mask, on 手撕 §3.6's 我 and 想, "
-           "against that section's outputs [0.20, 0.10], [0.40, 0.23]"),
+        N_(
+            "formula: softmax(Q Kᵀ / √d_k + M) V with M the causal mask, on 手撕 §3.6's 我 and 想, "
+            "against that section's outputs [0.20, 0.10], [0.40, 0.23]"
+        ),
         "softmax(QKᵀ/√d_k + M)V",
         (0.2, 0.1, 0.4, 0.23),
         0.005,
@@ -156,8 +166,10 @@ FIGURE_ROWS: tuple[Row, ...] = (
     ),
     Row(
         Section(CH8, "阶段五", "位置从哪里来"),
-        N_("formula: PE(p, 2i) = sin(p ω_i), PE(p, 2i+1) = cos(p ω_i), ω_i = 10000^(-2i/D), "
-           "against sinusoidal_positions(16, 32): largest difference"),
+        N_(
+            "formula: PE(p, 2i) = sin(p ω_i), PE(p, 2i+1) = cos(p ω_i), ω_i = 10000^(-2i/D), "
+            "against sinusoidal_positions(16, 32): largest difference"
+        ),
         "PE(p,2i) = sin(p ω_i) …",
         (0.0,),
         1e-12,
@@ -168,8 +180,10 @@ FIGURE_ROWS: tuple[Row, ...] = (
     ),
     Row(
         Section(HANDS_ON, "§01.5", "位置编码再讲深一点：RoPE 的旋转矩阵推导"),
-        N_("formula: (R(mθ)·q)ᵀ · (R(nθ)·k) = qᵀ · R((n-m)θ) · k, through rope at D = 2: largest "
-           "difference over four (m, n)"),
+        N_(
+            "formula: (R(mθ)·q)ᵀ · (R(nθ)·k) = qᵀ · R((n-m)θ) · k, through rope at D = 2: largest "
+            "difference over four (m, n)"
+        ),
         "q^T · R((n-m)θ) · k",
         (0.0, 0.0, 0.0, 0.0),
         1e-12,

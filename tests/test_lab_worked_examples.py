@@ -189,7 +189,9 @@ def test_a_figure_a_causal_softmax_can_make_agrees_and_one_it_cannot_does_not():
     assert nearest_causal(CH8_MASK_FIGURE)[0].tolist() == [1.0, 0.0, 0.0]
     fixed = dataclasses.replace(row, claimed=(1.0, 0, 0, 0.4, 0.6, 0, 0.1, 0.75, 0.15))
     assert fixed.verdict(fixed.recompute(reference)) == "agrees"
-    leaky = dataclasses.replace(row, arithmetic=lambda: np.array([1.0, 0.1, 0, 0.4, 0.6, 0, 0.1, 0.75, 0.15]))
+    leaky = dataclasses.replace(
+        row, arithmetic=lambda: np.array([1.0, 0.1, 0, 0.4, 0.6, 0, 0.1, 0.75, 0.15])
+    )
     assert leaky.verdict(leaky.recompute(None)) == "disagrees"  # a weight above the diagonal
 
 
@@ -205,4 +207,6 @@ def test_the_llama_claim_points_at_the_handson_decoder_metric(tmp_path, monkeypa
 
     lab, _ = cli_run_json("worked-examples", tmp_path, monkeypatch)
     (note,) = [n for n in lab["notes"] if "完全一致" in n["text"]]
-    assert "handson_llama_rope_change" in note["text"] and HANDSON.metric("handson_llama_rope_change")
+    assert "handson_llama_rope_change" in note["text"] and HANDSON.metric(
+        "handson_llama_rope_change"
+    )
