@@ -17,6 +17,7 @@ what the printed numbers can be checked for is that they sum to 100%.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -97,12 +98,12 @@ def run(ctx: LabContext) -> LabOutput:
         kept[name] = weights  # (len(TEMPERATURES), n)
         output.add(
             "temperature_max_error", name,
-            max(float(np.max(np.abs(w - written(x, t)))) for w, t in zip(weights, TEMPERATURES)),
+            max(float(np.max(np.abs(w - written(x, t)))) for w, t in zip(weights, TEMPERATURES, strict=True)),
         )  # fmt: skip
         entropies = [entropy(w) for w in weights]
         output.add(
             "temperature_entropy_falls", name,
-            sum(not b > a for a, b in zip(entropies, entropies[1:])),
+            sum(not b > a for a, b in itertools.pairwise(entropies)),
         )  # fmt: skip
         output.add("temperature_cold_gap", name, 1.0 - float(weights[0].max()))
         output.add("temperature_hot_gap", name, math.log(n) - entropies[-1])
