@@ -14,7 +14,6 @@ axis, and on the rows a padded batch blocks entirely.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from labctl.course import HANDS_ON, Section
