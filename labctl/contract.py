@@ -8,8 +8,8 @@ below, and so are the bytes of v2's document: an edit of either is detected, and
 a change to an interface means a new version and a new pin, never an edit.
 
 v2 holds every v1 function with the same name and meaning, with keyword
-parameters added last: a v2 room answers every v1 call, so a room is checked
-against the version asked for with the signatures of the version it declares.
+parameters added last: a v2 room answers every v1 call, so a function checked
+against v1 may have v1's signature or v2's.
 """
 
 from __future__ import annotations
@@ -180,21 +180,20 @@ def _same_default(expected: Any, observed: Any) -> bool:
     return type(expected) is type(observed) and expected == observed
 
 
-def check_signatures(
-    observed: dict[str, dict], version: int = CONTRACT_VERSION, declared: int = CONTRACT_VERSION
-) -> list[Deviation]:
+def check_signatures(observed: dict[str, dict], version: int = CONTRACT_VERSION) -> list[Deviation]:
     """Compare observed signatures with contract `version`.
 
     `observed` maps a function name to what the clean room exposes:
     `{"present": bool, "callable": bool, "params": [{"name", "kind", "default"?}]}`
     with `default` present only when the parameter has one (JSON values; a
-    default that is not JSON arrives as `{"repr": "..."}`). A room that declares
-    a later version than the one checked is held to its own version's
-    signatures (v2's added keyword parameters keep every v1 call valid).
+    default that is not JSON arrives as `{"repr": "..."}`). A function may have
+    the signature of a later version instead (v2 only adds keyword parameters
+    with v1's behaviour as default, so it answers every v1 call); the deviations
+    named are those from `version`'s own signature.
     """
     deviations: list[Deviation] = []
-    own = {f.name: f for f in functions(max(check_version(version), check_version(declared)))}
-    for fn in (own[f.name] for f in functions(version)):
+    later = [{f.name: f for f in functions(v)} for v in VERSIONS if v > check_version(version)]
+    for fn in functions(version):
         seen = observed.get(fn.name, {"present": False})
         if not seen.get("present"):
             deviations.append(Deviation(fn.name, Msg("missing: the package does not expose it")))
@@ -205,7 +204,11 @@ def check_signatures(
         if seen.get("params") is None:
             deviations.append(Deviation(fn.name, Msg("signature cannot be inspected")))
             continue
-        deviations.extend(_compare_params(fn, seen["params"]))
+        problems = _compare_params(fn, seen["params"])
+        if problems and not any(
+            fn.name in spec and not _compare_params(spec[fn.name], seen["params"]) for spec in later
+        ):
+            deviations.extend(problems)
     return deviations
 
 

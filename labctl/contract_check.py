@@ -125,7 +125,7 @@ def check_clean_room(
     version = declared if version is None else contract.check_version(version)
     digest = contract.verify_pin(version=version)
     with CleanRoom(path, timeout_s, isolation=isolation, guard=False) as room:
-        deviations = contract.check_signatures(room.signatures, version, declared)
+        deviations = contract.check_signatures(room.signatures, version)
         level = room.isolation
     return ContractReport(
         path=shown or str(path),

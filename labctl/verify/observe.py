@@ -411,7 +411,7 @@ def observe(
         seen.load_error = Located("", str(exc))
         return seen
     with room:
-        seen.deviations = contract.check_signatures(room.signatures, seen.contract, seen.declared)
+        seen.deviations = contract.check_signatures(room.signatures, seen.contract)
         timed_out: set[str] = set()
         for function in functions or contract.function_names(seen.contract):
             if progress:
