@@ -83,12 +83,9 @@ def test_a_v1_room_verified_against_v2_fails_by_name(tmp_path):
     room = tmp_path / "v1room"
     init = CliRunner().invoke(app, ["clean-room", "init", str(room)])
     assert init.exit_code == 0, init.output
-    result = CliRunner().invoke(
-        app,
-        ["verify", "clean-room", "--path", str(room), "--no-metrics", "--contract", "2"]
-        + ["--seed", "5", "--out", str(tmp_path / "ev")],
-        env={"COLUMNS": "250"},
-    )
+    args = ["verify", "clean-room", "--path", str(room), "--no-metrics", "--contract", "2"]
+    args += ["--seed", "5", "--out", str(tmp_path / "ev")]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
     assert result.exit_code == 1
     text = " ".join(result.output.split())
     assert "0/26 functions pass every check (transformer-block-v2" in text
