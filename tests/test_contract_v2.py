@@ -109,14 +109,14 @@ def test_a_v1_room_checked_against_v2_fails_by_name(tmp_path):
     room = _init(tmp_path, None, "v1room")
     code, report = _check(room, "--contract", "2")
     assert code == 1 and report["contract"]["id"] == "transformer-block-v2"
-    assert report["contract"]["declared"] == "transformer-block-v1"
+    assert report["declared"] == "transformer-block-v1"
     failed = {f["function"]: f["deviations"] for f in report["functions"] if not f["passed"]}
     assert set(failed) == {*NEW, "softmax", "rope", "multi_head_attention", "attention_decode"}
     assert failed["gelu"] == ["missing: the package does not expose it"]
     assert failed["rope"] == ["parameters: missing scaling, factor"]
     # Undeclared, it is checked against v1 and passes.
     code, report = _check(room)
-    assert code == 0 and report["contract"]["version"] == 1
+    assert code == 0 and report["contract"]["id"] == "transformer-block-v1"
 
 
 def test_a_v2_room_passes_both(tmp_path):
@@ -124,8 +124,8 @@ def test_a_v2_room_passes_both(tmp_path):
     for extra, version in (((), 2), (("--contract", "1"), 1), (("--contract", "2"), 2)):
         code, report = _check(room, *extra)
         assert code == 0, report
-        assert report["contract"]["version"] == version
-        assert report["contract"]["declared"] == "transformer-block-v2"
+        assert report["contract"]["id"] == f"transformer-block-v{version}"
+        assert report["declared"] == "transformer-block-v2"
     # labctl's own room implements v2 (declaring nothing, it is checked as v1 by default).
     code, report = _check(REPO / "clean_room", "--contract", "2")
     assert code == 0 and len(report["functions"]) == 26
