@@ -1,8 +1,10 @@
-"""`labctl contract check`: does a clean room expose the 19 functions exactly as contract v1 says?
+"""`labctl contract check`: does a clean room expose the functions exactly as its contract says?
 
 The clean room is loaded in a worker process (a hang or crash at import time
 is named, never inherited); only names, parameter order and defaults are
 compared here. The import policy and the numbers are `verify`'s business.
+Which contract a room implements is read from its `__init__.py` as text
+(`contract.declared_version`), never by running it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labctl import contract
+from labctl.contract import declared_version
 from labctl.isolation.sandbox import CleanRoom
+
+__all__ = ["ContractReport", "check_clean_room", "declared_version"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +27,8 @@ class ContractReport:
     checked: tuple[str, ...]
     deviations: tuple[contract.Deviation, ...]
     isolation: str = ""
+    version: int = contract.CONTRACT_VERSION
+    declared: int = contract.CONTRACT_VERSION
 
     @property
     def passed(self) -> bool:
@@ -32,6 +39,8 @@ class ContractReport:
             "passed": self.passed,
             "path": self.path,
             "contract": {"id": self.contract_id, "sha256": self.digest},
+            # The contract the room declares (undeclared: v1); "contract" is the one checked.
+            "declared": contract.contract_id(self.declared),
             "isolation": self.isolation,
             "functions": [
                 {
@@ -49,23 +58,29 @@ def check_clean_room(
     timeout_s: float = 20.0,
     shown: str | None = None,
     isolation: str = "auto",
+    version: int | None = None,
 ) -> ContractReport:
-    """Load the clean room at `path` in a worker and compare its signatures with the contract.
+    """Load the clean room at `path` in a worker and compare its signatures with a contract:
+    `version`, or the one the room declares when None.
 
     The worker observes the signatures (`inspect`, where the code runs) and
     sends them as plain data; the comparison happens here. The import policy
     is verify's business, so the worker's import guard is off; the isolation
     level is not. `shown` is how the report names the path (never absolute).
     """
-    digest = contract.verify_pin()
+    declared = declared_version(path)
+    version = declared if version is None else contract.check_version(version)
+    digest = contract.verify_pin(version=version)
     with CleanRoom(path, timeout_s, isolation=isolation, guard=False) as room:
-        deviations = contract.check_signatures(room.signatures)
+        deviations = contract.check_signatures(room.signatures, version)
         level = room.isolation
     return ContractReport(
         path=shown or str(path),
-        contract_id=contract.CONTRACT_ID,
+        contract_id=contract.contract_id(version),
         digest=digest,
-        checked=contract.function_names(),
+        checked=contract.function_names(version),
         deviations=tuple(deviations),
         isolation=level,
+        version=version,
+        declared=declared,
     )

@@ -11,7 +11,9 @@ ORDER = (
     "residual-ablation",
     "gqa",
     "kv-cache",
+    "precision",
     "positions",
+    "temperature",
     "alibi",
     "rope-scaling",
     "norms-ffn",
@@ -23,4 +25,5 @@ ORDER = (
     "decoder",
     "handson-decoder",
     "attention-inspect",
+    "entropy",
 )

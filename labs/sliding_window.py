@@ -206,7 +206,7 @@ def _figures(p: Params, seen, moved, sizes) -> list:
     )  # fmt: skip
     figures.append(
         Note(
-            Msg("L x W is the approximation: each layer adds W - 1 positions, not W, because "
+            Msg("L x W disagrees: each layer adds W - 1 positions, not W, because "
                 "the window counts the current token. The exact field is L(W - 1) + 1, which "
                 "L x W overstates by L - 1: {over} positions for the chapter's L = 32, W = 4096 "
                 "(131,072 vs {exact:,}), under 0.03%.", over=31, exact=32 * 4095 + 1)

@@ -15,6 +15,11 @@ in a table and a note. What decides the lab is the implementations: each must
 match the arithmetic on the rows it computes, the two must match each other,
 and no row may get a different verdict from the clean room than from the
 reference.
+
+Printed figures and formulas get the same audit (`worked_examples_figures`): a
+figure of attention weights must have rows a causal softmax can produce, and a
+formula evaluated as printed must give what the chapter's own walk-through and
+the contract give.
 """
 
 from __future__ import annotations
@@ -34,7 +39,13 @@ from labctl.lab import (
     TableFigure,
     reference_max_error,
 )
+from labctl.labs.handson_decoder import LAB as HANDSON_DECODER
+from labctl.labs.worked_examples_figures import FIGURE_ROWS
 from labctl.labs.worked_examples_rows import PE_SHAPE, ROWS, UNCHECKED, Row
+
+AUDITED = ROWS + FIGURE_ROWS
+# 手撕 §08's claim is measured where its decoder is built: that lab's metric, not a copy of it.
+LLAMA_CLAIM_METRIC = "handson_llama_rope_change"
 
 ORDER = {"disagrees": 0, "approximation": 1, "agrees": 2}
 
@@ -78,7 +89,7 @@ def run(ctx: LabContext) -> LabOutput:
     judged = []  # (row, verdict by impl, value by impl)
     worst = dict.fromkeys(names, 0.0)
     apart, differing = 0.0, 0
-    for row in ROWS:
+    for row in AUDITED:
         values = {name: row.recompute(impl) for name, impl in ctx.impls.items()}
         verdicts = {name: row.verdict(value) for name, value in values.items()}
         if row.contract is not None:
@@ -122,7 +133,7 @@ def _figures(judged, names: list[str]) -> list:
                 "{n} printed examples recomputed: {agrees} agree with the chapter, {disagrees} "
                 "disagree, {approx} approximate as the chapter itself says (verdicts of the "
                 "{impl})",
-                n=len(ROWS), agrees=counts["agrees"], disagrees=counts["disagrees"],
+                n=len(AUDITED), agrees=counts["agrees"], disagrees=counts["disagrees"],
                 approx=counts["approximation"], impl=shown,
             ),
             flag=counts["disagrees"] > 0,
@@ -175,6 +186,15 @@ def _figures(judged, names: list[str]) -> list:
         )
     )  # fmt: skip
     figures.extend(Note(text) for text in UNCHECKED)
+    claim = HANDSON_DECODER.metric(LLAMA_CLAIM_METRIC)
+    figures.append(
+        Note(
+            Msg("not recomputed here: 手撕 §08's claim that its decoder's forward pass is 完全一致 "
+                "with a real Llama is measured by lab {lab}, metric {metric} (bound {bound}): "
+                "run `labctl run {lab}` for its verdict.",
+                lab=HANDSON_DECODER.id, metric=claim.name, bound=claim.expected),
+        )
+    )  # fmt: skip
     return figures
 
 

@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 from labctl import reference
 from labctl.cli.main import app
 from labctl.lab import Implementation
+from labctl.labs.worked_examples import AUDITED as ROWS
 from labctl.labs.worked_examples import LAB
-from labctl.labs.worked_examples_rows import ROWS
+from labctl.labs.worked_examples_figures import CH8_MASK_FIGURE, FIGURE_ROWS, nearest_causal
 from labctl.runner import run_lab
 
 # The rows the chapters get wrong, by what they compute, with the true value checked by hand
@@ -33,6 +34,11 @@ WRONG = {
     "KV cache of Llama 2 70B at 4096 tokens: 2 x 4096 x 8 x 128 x 2 B x 80 layers, in GB",
     "the softmax denominator e^2 + e^1 + e^0",
     "softmax([2, 1, 0])",
+    # formulas and figures
+    "figure: the causal-mask weights of The, cat, sat (0.85 / 0.40 0.60 / 0.10 0.75 0.15) "
+    "against the causal softmax rows nearest to them",
+    "formula: Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k)·V as printed (no mask), on 我 and "
+    "想, against the section's own outputs [0.20, 0.10], [0.40, 0.23]",
 }
 APPROXIMATE = {"SwiGLU hidden width ≈ 8/3·D at D = 4096 (the chapter takes 11008)"}
 
@@ -163,3 +169,44 @@ def test_a_value_half_a_unit_off_agrees_and_one_and_a_half_units_off_does_not():
     row = dataclasses.replace(ROWS[0], claimed=(0.61,), tol=0.005, approximation=False)
     assert row.verdict(np.array([0.615])) == "agrees"
     assert row.verdict(np.array([0.6175])) == "disagrees"
+
+
+def test_figures_and_formulas_flag_the_wrong_ones_only():
+    """Both directions: the two wrong ones disagree, the five right ones agree, on every impl."""
+    from labctl.runner import implementations
+
+    wrong = {row.what for row in FIGURE_ROWS} & WRONG
+    assert len(wrong) == 2 and len(FIGURE_ROWS) == 7
+    with implementations("both", ROOM) as impls:
+        for impl in (None, *impls.values()):
+            judged = {row.what: row.verdict(row.recompute(impl)) for row in FIGURE_ROWS}
+            assert {w for w, v in judged.items() if v == "disagrees"} == wrong
+            assert sum(v == "agrees" for v in judged.values()) == 5
+
+
+def test_a_figure_a_causal_softmax_can_make_agrees_and_one_it_cannot_does_not():
+    (row,) = [r for r in FIGURE_ROWS if r.what.startswith("figure: the causal-mask")]
+    assert nearest_causal(CH8_MASK_FIGURE)[0].tolist() == [1.0, 0.0, 0.0]
+    fixed = dataclasses.replace(row, claimed=(1.0, 0, 0, 0.4, 0.6, 0, 0.1, 0.75, 0.15))
+    assert fixed.verdict(fixed.recompute(reference)) == "agrees"
+    leaky = dataclasses.replace(
+        row, arithmetic=lambda: np.array([1.0, 0.1, 0, 0.4, 0.6, 0, 0.1, 0.75, 0.15])
+    )
+    assert leaky.verdict(leaky.recompute(None)) == "disagrees"  # a weight above the diagonal
+
+
+def test_the_softmax_widget_row_is_unchecked_with_its_reason():
+    from labctl.labs.worked_examples_rows import UNCHECKED
+
+    assert not any("widget at temperature 1" in row.what for row in ROWS)
+    assert any("63.1%" in text and "check nothing" in text for text in UNCHECKED)
+
+
+def test_the_llama_claim_points_at_the_handson_decoder_metric(tmp_path, monkeypatch):
+    from labctl.labs.handson_decoder import LAB as HANDSON
+
+    lab, _ = cli_run_json("worked-examples", tmp_path, monkeypatch)
+    (note,) = [n for n in lab["notes"] if "完全一致" in n["text"]]
+    assert "handson_llama_rope_change" in note["text"] and HANDSON.metric(
+        "handson_llama_rope_change"
+    )

@@ -1,0 +1,75 @@
+"""Lab `temperature`: softmax(x, temperature=T) against softmax(x / T), entropy against T."""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+
+import numpy as np
+import pytest
+from labtools import rows, run
+
+from labctl import faults
+from labctl.lab import Implementation
+from labctl.labs.temperature import LAB
+from labctl.reference import v2 as reference_v2
+from labctl.runner import run_lab
+
+
+def test_passes_with_the_limits_measured():
+    result = run(LAB)
+    assert result.error is None and result.passed, result.failures()
+    got = rows(result)
+    for impl in ("reference", "clean-room"):
+        assert got[("temperature_cold_gap", impl)].actual <= 1e-12  # one-hot at T = 0.01
+        assert got[("temperature_hot_gap", impl)].actual == pytest.approx(4.6e-9, rel=0.01)
+    table = result.figures[0]
+    assert table.rows[4][0] == 1.0 and table.rows[4][1] == pytest.approx(0.99302, abs=1e-5)
+    assert table.rows[-1][1] == pytest.approx(math.log(4), abs=1e-8)
+
+
+class Faulty:
+    def __init__(self, softmax):
+        self.softmax = softmax
+
+    def __getattr__(self, fn):
+        return getattr(reference_v2, fn)
+
+
+@pytest.mark.parametrize(
+    ("softmax", "caught"),
+    [
+        (  # x · T instead of x / T
+            lambda x, axis=-1, temperature=1.0: reference_v2.softmax(x * temperature**2, axis, temperature),
+            {"temperature_max_error", "temperature_entropy_falls", "temperature_cold_gap",
+             "temperature_hot_gap", "temperature_reference_max_error"},
+        ),
+        (  # the temperature ignored
+            lambda x, axis=-1, temperature=1.0: reference_v2.softmax(x, axis),
+            {"temperature_max_error", "temperature_entropy_falls", "temperature_cold_gap",
+             "temperature_hot_gap", "temperature_reference_max_error"},
+        ),
+    ],
+)  # fmt: skip
+def test_each_fault_fails_its_metrics(softmax, caught):
+    impls = {
+        "reference": Implementation("reference", reference_v2),
+        "clean-room": Implementation("clean-room", Faulty(softmax)),
+    }
+    result = run_lab(LAB, 5, impls)
+    assert {m.name for m in result.metrics if not m.passed} == caught
+
+
+def test_a_v1_room_is_told_it_needs_v2_and_the_reference_still_shows(tmp_path):
+    room = faults.project_clean_room()
+    copy = tmp_path / "v1_room"
+    shutil.copytree(room, copy)
+    init = copy / "__init__.py"
+    init.write_text(re.sub(r"(?m)^CONTRACT = .*$", "", init.read_text("utf-8")), "utf-8")
+    result = run(LAB, copy)
+    assert result.error is not None and "needs contract v2" in result.error
+    got = rows(result)
+    assert got[("temperature_max_error", "reference")].passed
+    assert got[("temperature_max_error", "clean-room")].note == "needs contract v2"
+    assert np.isfinite(got[("temperature_max_error", "reference")].actual)
