@@ -1,10 +1,13 @@
-"""The project's own clean room: contract v1 (`transformer-block-v1`) in NumPy only.
+"""The project's own clean room: contract v2 (`transformer-block-v2`) in NumPy only.
 
-Every contract function is re-exported here; `labctl verify clean-room`
-checks this package like any learner's.
+v2 holds every function of contract v1 with the same meaning, so this room
+serves v1's checks too. Every contract function is re-exported here;
+`labctl verify clean-room` checks this package like any learner's.
 """
 
-from .attention import scaled_dot_product_attention, tiled_attention
+from .attention import attention_entropy, scaled_dot_product_attention, tiled_attention
+from .ffn import geglu_ffn, gelu, glu_ffn
+from .positions import alibi_bias, alibi_slopes, learned_positions
 from .primitives import (
     causal_mask,
     layer_norm,
@@ -27,11 +30,21 @@ from .transformer_block import (
     transformer_block,
 )
 
+# The contract this room implements; a room that declares none is read as v1.
+CONTRACT = "transformer-block-v2"
+
 __all__ = [
+    "alibi_bias",
+    "alibi_slopes",
     "attention_decode",
+    "attention_entropy",
     "causal_mask",
     "decoder_forward",
+    "geglu_ffn",
+    "gelu",
+    "glu_ffn",
     "layer_norm",
+    "learned_positions",
     "merge_heads",
     "multi_head_attention",
     "padding_mask",

@@ -90,3 +90,15 @@ def tiled_attention(q, k, v, block_size, causal=True, scale=None):
         running_max = new_max
     out = np.divide(acc, running_sum, out=np.zeros_like(acc), where=running_sum > 0)
     return out.astype(_float_dtype(q), copy=False)
+
+
+def attention_entropy(weights, axis=-1):
+    """-sum(w ln w) over `axis` (removed), in nats, with 0 ln 0 = 0: an all-zero row gives 0."""
+    w = _as_float(weights, "weights")
+    if not -w.ndim <= axis < max(w.ndim, 1):
+        _fail("axis", f"out of range for an array of {w.ndim} dimensions")
+    if np.any(w < 0):
+        _fail("weights", "attention weights must be >= 0")
+    safe = np.where(w > 0, w, 1.0)
+    terms = np.where(w > 0, -w * np.log(safe), 0.0)
+    return np.sum(terms, axis=axis).astype(_float_dtype(w), copy=False)

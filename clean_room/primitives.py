@@ -1,8 +1,9 @@
 """Primitives of the clean room: softmax, masks, heads, positions, norms, feed-forward.
 
 NumPy and the standard library only, written from the formulas of contract v1
-(`shared/contract-v1.md`). Shapes use the course's letters: B batch, T
-sequence, C model width, H heads, Hkv key/value heads, D head width.
+(`shared/contract-v1.md`) and the parameters contract v2 adds to softmax and
+RoPE (`labctl/data/contract-v2.md`). Shapes use the course's letters: B batch,
+T sequence, C model width, H heads, Hkv key/value heads, D head width.
 """
 
 from __future__ import annotations
@@ -35,13 +36,24 @@ def _as_size(n, arg: str, minimum: int = 0) -> int:
     return int(n)
 
 
-def softmax(x, axis=-1):
-    """Softmax along `axis`, stable: the max is subtracted first.
+def _number(value, arg: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{arg}: expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+def softmax(x, axis=-1, temperature=1.0):
+    """Softmax of x / temperature along `axis`, stable: the max is subtracted first.
 
     A slice that is entirely -inf (every key blocked) gives zeros, not NaN.
+    A temperature above 1 flattens the weights, below 1 sharpens them.
     """
     x = _as_float(x, "x")
+    temperature = _number(temperature, "temperature")
+    if not temperature > 0 or temperature == np.inf:
+        _fail("temperature", f"must be > 0, got {temperature!r}")
     dtype = _float_dtype(x)
+    x = x / temperature
     m = np.max(x, axis=axis, keepdims=True)
     m = np.where(m == -np.inf, 0.0, m)
     e = np.exp(x - m)
@@ -107,23 +119,60 @@ def repeat_kv(x, n_rep):
     return np.repeat(x, n_rep, axis=1)
 
 
-def rope(x, positions, theta=10000.0):
+def _rope_base(theta, scaling, factor, D: int) -> tuple[float, float]:
+    """(base, position divisor): interpolation divides the positions, NTK widens the base."""
+    if scaling not in (None, "linear", "ntk"):
+        _fail("scaling", f"expected None, 'linear' or 'ntk', got {scaling!r}")
+    factor = _number(factor, "factor")
+    if not 1.0 <= factor < np.inf:
+        _fail("factor", f"must be >= 1, got {factor!r}")
+    theta = _number(theta, "theta")
+    if not 0 < theta < np.inf:
+        _fail("theta", f"must be > 0, got {theta!r}")
+    if scaling == "linear":
+        return theta, factor
+    if scaling == "ntk":
+        if D < 4:
+            _fail("x", f"NTK scaling needs a head width D >= 4 (exponent D / (D - 2)), got D={D}")
+        return theta * factor ** (D / (D - 2)), 1.0
+    return theta, 1.0
+
+
+def _check_positions(positions, shape: tuple[int, ...]) -> np.ndarray:
+    """positions int (T,), or (B, T) for x (B, ..., T, D)."""
+    positions = np.asarray(positions)
+    if not np.issubdtype(positions.dtype, np.integer):
+        raise TypeError(f"positions: expected integers, got dtype {positions.dtype}")
+    T = shape[-2]
+    if positions.shape == (T,):
+        return positions
+    if len(shape) >= 3 and positions.shape == (shape[0], T):
+        return positions
+    want = f"({T},) or ({shape[0]}, {T})" if len(shape) >= 3 else f"({T},)"
+    _fail("positions", f"expected shape {want} to match x {shape}, got {positions.shape}")
+
+
+def rope(x, positions, theta=10000.0, scaling=None, factor=1.0):
     """Rotate interleaved pairs (x[..., 2i], x[..., 2i+1]) of row t by positions[t] * theta**(-2i/D).
 
-    x (..., T, D) with D even; positions int (T,), any values.
+    x (..., T, D) with D even; positions int (T,), or (B, T) for x (B, ..., T, D)
+    (batch b's row t uses positions[b, t]). scaling "linear" rotates by
+    positions / factor (position interpolation); "ntk" keeps the positions and
+    raises the base to theta * factor ** (D / (D - 2)).
     """
     x = _as_float(x, "x")
     if x.ndim < 2:
         _fail("x", f"expected (..., T, D), got shape {x.shape}")
-    T, D = x.shape[-2:]
+    D = x.shape[-1]
     if D % 2:
         _fail("x", f"RoPE needs an even head width D, got D={D}")
-    positions = np.asarray(positions)
-    if positions.shape != (T,):
-        _fail("positions", f"expected shape ({T},) to match T, got {positions.shape}")
+    base, divisor = _rope_base(theta, scaling, factor, D)
+    positions = _check_positions(positions, x.shape)
     i = np.arange(D // 2)
-    inv_freq = float(theta) ** (-2.0 * i / D)  # (D/2,)
-    angle = positions.astype(np.float64)[:, None] * inv_freq[None, :]  # (T, D/2)
+    inv_freq = base ** (-2.0 * i / D)  # (D/2,)
+    angle = (positions.astype(np.float64) / divisor)[..., None] * inv_freq  # (.., T, D/2)
+    if positions.ndim == 2:
+        angle = angle.reshape(angle.shape[0], *([1] * (x.ndim - 3)), *angle.shape[1:])
     cos, sin = np.cos(angle), np.sin(angle)
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., T, D/2) each
     out = np.empty(x.shape, dtype=_float_dtype(x))

@@ -12,17 +12,21 @@ from collections.abc import Mapping
 import numpy as np
 
 from .attention import scaled_dot_product_attention
+from .positions import alibi_bias, learned_positions
 from .primitives import (
     _as_float,
     _as_size,
+    _check_positions,
     _fail,
     _float_dtype,
     causal_mask,
     merge_heads,
+    repeat_kv,
     rms_norm,
     rope,
     sinusoidal_positions,
     sliding_window_mask,
+    softmax,
     split_heads,
     swiglu_ffn,
 )
@@ -64,10 +68,55 @@ def _mask(t_q: int, t_k: int, causal: bool, window) -> np.ndarray | None:
     return causal_mask(t_q, t_k) if causal else None
 
 
+def _positions(positions, B: int, T: int, start: int) -> np.ndarray:
+    """Token positions for RoPE: (T,) or (B, T), default start .. start+T-1."""
+    if positions is None:
+        return np.arange(start, start + T)
+    return _check_positions(positions, (B, 1, T, 1))
+
+
+def _attend(q, k, v, mask, bias) -> np.ndarray:
+    """Attention output (B, H, Tq, Dv); `bias` (H, Tq, Tk) is ALiBi's, added to the scaled scores."""
+    if bias is None:
+        return scaled_dot_product_attention(q, k, v, mask)[0]
+    n_rep = q.shape[1] // k.shape[1]
+    k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, Tk, D)
+    scores = (q @ k.swapaxes(-1, -2)) / np.sqrt(q.shape[-1]) + bias  # (B, H, Tq, Tk)
+    if mask is not None:
+        scores = np.where(mask, -np.inf, scores)
+    return (softmax(scores, axis=-1) @ v).astype(_float_dtype(q), copy=False)
+
+
+def _mha(x, wq, wk, wv, wo, H, Hkv, causal, window, rope_theta, positions, bias=None):
+    B, T, C = x.shape
+    q = split_heads(x @ wq, H)  # (B, H, T, D)
+    k = split_heads(x @ wk, Hkv)  # (B, Hkv, T, D)
+    v = split_heads(x @ wv, Hkv)  # (B, Hkv, T, D)
+    if rope_theta is not None:
+        q = rope(q, positions, rope_theta)
+        k = rope(k, positions, rope_theta)
+    out = _attend(q, k, v, _mask(T, T, causal, window), bias)
+    return merge_heads(out) @ wo  # (B, T, C)
+
+
 def multi_head_attention(
-    x, wq, wk, wv, wo, n_heads, n_kv_heads=None, causal=True, window=None, rope_theta=None
+    x,
+    wq,
+    wk,
+    wv,
+    wo,
+    n_heads,
+    n_kv_heads=None,
+    causal=True,
+    window=None,
+    rope_theta=None,
+    positions=None,
 ):
-    """x (B, T, C) -> (B, T, C): project, split heads, RoPE at 0..T-1, mask, attend, merge, @ wo."""
+    """x (B, T, C) -> (B, T, C): project, split heads, RoPE, mask, attend, merge, @ wo.
+
+    RoPE rotates at `positions`, int (T,) or (B, T), default 0..T-1; the mask
+    stays by index.
+    """
     x = _as_float(x, "x", ndim=3)
     B, T, C = x.shape
     H, Hkv, D = _heads(C, n_heads, n_kv_heads)
@@ -75,25 +124,29 @@ def multi_head_attention(
     wq, wk, wv, wo = _check_projections(C, H, Hkv, D, _float_dtype(x), wq, wk, wv, wo)
     if window is not None:
         _as_size(window, "window", minimum=1)
-    q = split_heads(x @ wq, H)  # (B, H, T, D)
-    k = split_heads(x @ wk, Hkv)  # (B, Hkv, T, D)
-    v = split_heads(x @ wv, Hkv)  # (B, Hkv, T, D)
-    if rope_theta is not None:
-        positions = np.arange(T)
-        q = rope(q, positions, rope_theta)
-        k = rope(k, positions, rope_theta)
-    out, _ = scaled_dot_product_attention(q, k, v, _mask(T, T, causal, window))
-    return merge_heads(out) @ wo  # (B, T, C)
+    p = _positions(positions, B, T, 0)
+    return _mha(x, wq, wk, wv, wo, H, Hkv, causal, window, rope_theta, p)
 
 
 def attention_decode(
-    x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads=None, window=None, rope_theta=None
+    x_new,
+    past_k,
+    past_v,
+    wq,
+    wk,
+    wv,
+    wo,
+    n_heads,
+    n_kv_heads=None,
+    window=None,
+    rope_theta=None,
+    positions=None,
 ):
     """Attend the next Tn tokens to the cache; return (out (B, Tn, C), k_all, v_all).
 
     past_k / past_v are (B, Hkv, Tp, D) or None; the new tokens sit at
-    positions Tp .. Tp+Tn-1 and the returned caches (B, Hkv, Tp+Tn, D) hold
-    their keys (RoPE applied) and values appended.
+    `positions`, int (Tn,) or (B, Tn), default Tp .. Tp+Tn-1, and the returned
+    caches (B, Hkv, Tp+Tn, D) hold their keys (RoPE applied) and values appended.
     """
     x_new = _as_float(x_new, "x_new", ndim=3)
     B, Tn, C = x_new.shape
@@ -113,11 +166,11 @@ def attention_decode(
         if past_v.shape != past_k.shape:
             _fail("past_v", f"expected shape {past_k.shape} like past_k, got {past_v.shape}")
         Tp = past_k.shape[2]
+    positions = _positions(positions, B, Tn, Tp)
     q = split_heads(x_new @ wq, H)  # (B, H, Tn, D)
     k_new = split_heads(x_new @ wk, Hkv)  # (B, Hkv, Tn, D)
     v_new = split_heads(x_new @ wv, Hkv)  # (B, Hkv, Tn, D)
     if rope_theta is not None:
-        positions = np.arange(Tp, Tp + Tn)
         q = rope(q, positions, rope_theta)
         k_new = rope(k_new, positions, rope_theta)
     k_all = k_new if past_k is None else np.concatenate([past_k.astype(k_new.dtype), k_new], axis=2)
@@ -134,21 +187,51 @@ def _check_block_params(params) -> None:
         _fail("params", f"missing {', '.join(missing)}")
 
 
+def _block(x, p, n_heads, n_kv_heads, eps, rope_theta, window, positions=None, bias=None):
+    """h = x + attention(rms_norm(x, norm1)) (causal); out = h + swiglu_ffn(rms_norm(h, norm2))."""
+    x = _as_float(x, "x", ndim=3)
+    _check_block_params(p)
+    B, T, C = x.shape
+    H, Hkv, D = _heads(C, n_heads, n_kv_heads)
+    _check_rope(D, rope_theta)
+    wq, wk, wv, wo = _check_projections(
+        C, H, Hkv, D, _float_dtype(x), p["wq"], p["wk"], p["wv"], p["wo"]
+    )
+    if window is not None:
+        _as_size(window, "window", minimum=1)
+    positions = np.arange(T) if positions is None else positions
+    attended = _mha(
+        rms_norm(x, p["norm1"], eps), wq, wk, wv, wo, H, Hkv, True, window, rope_theta,
+        positions, bias,
+    )  # fmt: skip
+    h = x + attended
+    return h + swiglu_ffn(rms_norm(h, p["norm2"], eps), p["w_gate"], p["w_up"], p["w_down"])
+
+
 def transformer_block(x, params, n_heads, n_kv_heads=None, eps=1e-6, rope_theta=None, window=None):
     """Pre-norm decoder block, x (B, T, C) -> (B, T, C).
 
     h = x + multi_head_attention(rms_norm(x, norm1), ...)   (causal)
     out = h + swiglu_ffn(rms_norm(h, norm2), ...)
     """
-    x = _as_float(x, "x", ndim=3)
-    _check_block_params(params)
-    p = params
-    attended = multi_head_attention(
-        rms_norm(x, p["norm1"], eps), p["wq"], p["wk"], p["wv"], p["wo"],
-        n_heads, n_kv_heads, causal=True, window=window, rope_theta=rope_theta,
-    )  # fmt: skip
-    h = x + attended
-    return h + swiglu_ffn(rms_norm(h, p["norm2"], eps), p["w_gate"], p["w_up"], p["w_down"])
+    return _block(x, params, n_heads, n_kv_heads, eps, rope_theta, window)
+
+
+def _positional(params, positional, x: np.ndarray, n_heads) -> tuple[np.ndarray, object]:
+    """x with the absolute positions added, and ALiBi's bias (H, T, T) or None."""
+    T, C = x.shape[1:]
+    if positional == "sinusoidal":
+        return x + sinusoidal_positions(T, C).astype(x.dtype), None
+    if positional == "learned":
+        table = _as_float(params["pos_embed"], "pos_embed", ndim=2)
+        if table.shape[1] != C:
+            _fail("pos_embed", f"expected shape (Tmax, {C}), got {table.shape}")
+        if table.shape[0] < T:
+            _fail("token_ids", f"T={T} is longer than pos_embed's {table.shape[0]} positions")
+        return x + learned_positions(np.arange(T), table).astype(x.dtype), None
+    if positional == "alibi":
+        return x, alibi_bias(_as_size(n_heads, "n_heads", minimum=1), T)
+    return x, None
 
 
 def decoder_forward(
@@ -161,15 +244,32 @@ def decoder_forward(
     rope_theta=10000.0,
     window=None,
 ):
-    """token_ids int (B, T) -> logits (B, T, V), with tied embedding and unembedding."""
-    if positional not in ("sinusoidal", "rope", "none"):
-        _fail("positional", f"expected 'sinusoidal', 'rope' or 'none', got {positional!r}")
+    """token_ids int (B, T) -> logits (B, T, V).
+
+    Positions: "sinusoidal" or "learned" (pos_embed (Tmax, C)) added to the
+    embeddings, "rope" inside attention, "alibi" as a bias on the scores,
+    "none". Logits are x @ lm_head (C, V) when params hold one (untied), else
+    x @ embed.T (tied).
+    """
+    if positional not in ("sinusoidal", "rope", "none", "learned", "alibi"):
+        _fail(
+            "positional",
+            f"expected 'sinusoidal', 'rope', 'none', 'learned' or 'alibi', got {positional!r}",
+        )
     if not isinstance(params, Mapping) or any(
         k not in params for k in ("embed", "blocks", "final_norm")
     ):
         _fail("params", "expected a mapping with embed, blocks and final_norm")
+    if positional == "learned" and "pos_embed" not in params:
+        _fail("params", "positional='learned' needs pos_embed (Tmax, C)")
     embed = _as_float(params["embed"], "embed", ndim=2)
     V, C = embed.shape
+    head = embed.T
+    if "lm_head" in params:
+        head = _as_float(params["lm_head"], "lm_head", ndim=2)
+        if head.shape != (C, V):
+            _fail("lm_head", f"expected shape ({C}, {V}), got {head.shape}")
+        head = head.astype(_float_dtype(embed), copy=False)
     ids = np.asarray(token_ids)
     if not np.issubdtype(ids.dtype, np.integer):
         raise TypeError(f"token_ids: expected integers, got dtype {ids.dtype}")
@@ -177,11 +277,9 @@ def decoder_forward(
         _fail("token_ids", f"expected shape (B, T), got {ids.shape}")
     if ids.size and (ids.min() < 0 or ids.max() >= V):
         _fail("token_ids", f"ids must lie in [0, {V}), got [{ids.min()}, {ids.max()}]")
-    x = embed[ids]  # (B, T, C)
-    if positional == "sinusoidal":
-        x = x + sinusoidal_positions(ids.shape[1], C).astype(x.dtype)
+    x, bias = _positional(params, positional, embed[ids], n_heads)  # (B, T, C)
     theta = rope_theta if positional == "rope" else None
     for block in params["blocks"]:
-        x = transformer_block(x, block, n_heads, n_kv_heads, eps, rope_theta=theta, window=window)
+        x = _block(x, block, n_heads, n_kv_heads, eps, theta, window, bias=bias)
     x = rms_norm(x, params["final_norm"], eps)
-    return x @ embed.T  # (B, T, V)
+    return x @ head  # (B, T, V)

@@ -24,6 +24,17 @@ from labctl.course import Section
 from labctl.i18n import Msg
 
 IMPLS = ("reference", "clean-room")
+# Contract v2's functions that v1 has not (notes/v2-signatures): a room's worker answers them by
+# name, so a lab reaches them on a clean room as it reaches v1's.
+V2_FUNCTIONS = (
+    "alibi_slopes",
+    "alibi_bias",
+    "learned_positions",
+    "gelu",
+    "glu_ffn",
+    "geglu_ffn",
+    "attention_entropy",
+)
 TIMING_UNITS = ("s", "ms", "us", "ratio-of-times")
 
 
@@ -198,13 +209,29 @@ class Implementation:
     pipe between processes is not counted).
     """
 
-    def __init__(self, name: str, target: Any, meter: Callable[..., tuple[Any, int]] | None = None):
+    def __init__(
+        self,
+        name: str,
+        target: Any,
+        meter: Callable[..., tuple[Any, int]] | None = None,
+        later: Mapping[int, Any] | None = None,
+    ):
         self.name = name
         self._target = target
         self._meter = meter
+        self._later = dict(later or {})
 
     def __getattr__(self, fn: str) -> Any:
+        invoke = getattr(self._target, "invoke", None)
+        if invoke is not None and fn in V2_FUNCTIONS:
+            return lambda *args, **kwargs: invoke(fn, *args, echo_args=False, **kwargs).value
         return getattr(self._target, fn)
+
+    def for_contract(self, version: int) -> Implementation:
+        """This implementation as a lab needing contract `version` calls it: the reference's v2
+        module for v2 (a superset of v1); a clean room is itself, whichever it implements."""
+        target = self._later.get(version)
+        return self if target is None else Implementation(self.name, target, self._meter)
 
     def timed(self, fn: str, *args: Any, **kwargs: Any) -> tuple[Any, float]:
         invoke = getattr(self._target, "invoke", None)
@@ -263,6 +290,9 @@ class Lab:
     params: type[LabParams]
     metrics: tuple[Metric, ...]
     run: Callable[[LabContext], LabOutput]
+    # The contract a clean room must declare for this lab's clean-room rows: a v2 lab on a v1
+    # room shows the reference's numbers and says the room needs v2 (runner.run_lab).
+    contract: int = 1
 
     def metric(self, name: str) -> Metric:
         for metric in self.metrics:

@@ -9,9 +9,11 @@ other labs still run.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import math
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -44,6 +46,7 @@ DEFAULT_SEED = 5
 IMPL_CHOICES = ("reference", "clean-room", "both")
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeds are unsigned; one range for both
 MAX_TIMEOUT_S = 3600.0
+_MAX_INIT_BYTES = 1 << 20  # a room's __init__.py read for its CONTRACT line, at most
 
 
 @dataclass(frozen=True)
@@ -210,6 +213,7 @@ def implementations(
             import torch
 
             from labctl import reference
+            from labctl.reference import v2 as reference_v2
             from labctl.reference.memory import peak_bytes
 
             # One thread, like the clean-room worker: float64 reductions then sum in one
@@ -217,15 +221,20 @@ def implementations(
             threads = torch.get_num_threads()
             torch.set_num_threads(1)
             stack.callback(torch.set_num_threads, threads)
-            chosen["reference"] = Implementation("reference", reference, meter=peak_bytes)
+            chosen["reference"] = Implementation(
+                "reference", reference, meter=peak_bytes, later={2: reference_v2}
+            )
         if room is not None:
             room.wait_loaded()
             chosen["clean-room"] = Implementation("clean-room", room)
         yield chosen
 
 
-def judge(lab: Lab, output: LabOutput, rows: set[str]) -> list[MetricResult]:
-    """Attach each measurement's tolerance and verdict; a declared metric left unmeasured fails."""
+def judge(
+    lab: Lab, output: LabOutput, rows: set[str], unmeasured: str = "not measured"
+) -> list[MetricResult]:
+    """Attach each measurement's tolerance and verdict; a declared metric left unmeasured fails,
+    with `unmeasured` as its note."""
     results = []
     for m in output.measurements:
         try:
@@ -259,7 +268,7 @@ def judge(lab: Lab, output: LabOutput, rows: set[str]) -> list[MetricResult]:
                         False,
                         spec.unit,
                         spec.timing,
-                        "not measured",
+                        unmeasured,
                     )
                 )
     return results
@@ -271,7 +280,25 @@ def run_lab(
     """Run one lab (with its default parameters unless given) and judge it; writes nothing."""
     rows = set(impls) | ({"both"} if all(name in impls for name in IMPLS) else set())
     result = LabResult(lab, params=params or lab.params())
+    impls = {name: impl.for_contract(lab.contract) for name, impl in impls.items()}
     start = time.perf_counter()
+    room = impls.get("clean-room")
+    # An in-process clean room (a test's) has no folder to read: it is what the lab needs.
+    path = getattr(room, "path", None) if room is not None and lab.contract > 1 else None
+    declared = room_contract(path) if path is not None else lab.contract
+    if declared < lab.contract:
+        result.fail(
+            Msg(
+                "needs contract v{need}: the clean room declares v{have} (CONTRACT in its "
+                "__init__.py); the reference's numbers are shown",
+                need=lab.contract,
+                have=declared,
+            )
+        )
+        if "reference" in impls:
+            _keep_reference(result, lab, seed, impls, rows, f"needs contract v{lab.contract}")
+        result.wall_time_s = time.perf_counter() - start
+        return result
     try:
         output = lab.run(LabContext(params=result.params, seed=seed, impls=impls))
         result.metrics = judge(lab, output, rows)
@@ -291,7 +318,12 @@ def run_lab(
 
 
 def _keep_reference(
-    result: LabResult, lab: Lab, seed: int, impls: dict[str, Implementation], rows: set[str]
+    result: LabResult,
+    lab: Lab,
+    seed: int,
+    impls: dict[str, Implementation],
+    rows: set[str],
+    unmeasured: str = "not measured",
 ) -> None:
     """The clean room failed: run the reference alone so its numbers and figures still show;
     the clean room's rows stay, unmeasured and failing."""
@@ -307,8 +339,31 @@ def _keep_reference(
             )
         )
         return
-    result.metrics = judge(lab, output, rows)
+    result.metrics = judge(lab, output, rows, unmeasured)
     result.figures = output.figures
+
+
+def room_contract(path: Path) -> int:
+    """The contract version a room declares: `CONTRACT = "transformer-block-vN"` at the top level
+    of its `__init__.py`, read as text (never run here); a room that declares none is v1."""
+    init = Path(path) / "__init__.py"
+    try:
+        if not init.is_file():
+            return 1
+        with init.open("rb") as handle:
+            tree = ast.parse(handle.read(_MAX_INIT_BYTES))
+    except (OSError, SyntaxError, ValueError):
+        return 1
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and [getattr(t, "id", None) for t in node.targets] == ["CONTRACT"]
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            match = re.fullmatch(r"transformer-block-v([1-9])", node.value.value)
+            return int(match[1]) if match else 1
+    return 1
 
 
 def check_options(seed: int, impl: str, timeout_s: float, out: Path) -> None:

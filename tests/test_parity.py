@@ -854,7 +854,9 @@ def test_float32_in_float32_out(fn_name, impl_name):
 def test_float32_coverage_is_every_float_function():
     # Masks and sinusoidal_positions take only ints; every other function is covered.
     int_only = {"causal_mask", "sliding_window_mask", "padding_mask", "sinusoidal_positions"}
-    assert set(F32_FUNCTIONS) | int_only == set(reference.__all__) == set(clean_room.__all__)
+    assert set(F32_FUNCTIONS) | int_only == set(reference.__all__)
+    # labctl's own room is a v2 room: it holds v1's 19 and more (tests/test_reference_v2.py).
+    assert set(reference.__all__) < set(clean_room.__all__)
     assert len(reference.__all__) == 19
 
 

@@ -1,0 +1,109 @@
+"""Faults the labs of contract v2's wave (`handson-decoder`, `alibi`, `rope-scaling`,
+`ffn-variants`) are proved on.
+
+Like `labs_wave2`, each is source appended to a module of the project's clean
+room, a mistake a learner makes in a function these labs exercise; they stay
+out of `CATALOGUE` (verify's fault matrix) and the lab tests use them by name.
+"""
+
+from __future__ import annotations
+
+from labctl.faults.base import Fault
+from labctl.i18n import N_
+
+LABS_V2: tuple[Fault, ...] = (
+    Fault(
+        name="decoder-positional-ignored",
+        function="decoder_forward",
+        module="transformer_block",
+        description=N_(
+            "decoder_forward adds the sinusoidal table whatever `positional` says: "
+            "'rope' and 'none' give the sinusoidal model"
+        ),
+        course="Transformer 手撕与注意力机制 §08 完整最小 Transformer Decoder（纯 NumPy）",
+        source="""
+        _correct_decoder_forward = decoder_forward
+
+        def decoder_forward(token_ids, params, n_heads, n_kv_heads=None, eps=1e-6, positional="sinusoidal", rope_theta=10000.0, window=None):
+            return _correct_decoder_forward(token_ids, params, n_heads, n_kv_heads, eps, "sinusoidal", rope_theta, window)
+        """,
+    ),
+    Fault(
+        name="layer-norm-as-rms",
+        function="layer_norm",
+        module="primitives",
+        description=N_(
+            "layer_norm never subtracts the mean: x / sqrt(mean(x²) + eps) * weight + bias, "
+            "RMSNorm with a bias"
+        ),
+        course="Transformer 手撕与注意力机制 §6.1 LayerNorm(x)_i = γ_i (x_i - μ) / sqrt(σ² + ε) + β_i",
+        source="""
+        def layer_norm(x, weight, bias, eps=1e-5):
+            x = _as_float(x, "x")
+            weight = _check_vector(weight, "weight", x.shape[-1])
+            bias = _check_vector(bias, "bias", x.shape[-1])
+            ms = np.mean(x * x, axis=-1, keepdims=True)
+            return (x / np.sqrt(ms + eps) * weight + bias).astype(_float_dtype(x), copy=False)
+        """,
+    ),
+    Fault(
+        name="alibi-slopes-from-one",
+        function="alibi_slopes",
+        module="positions",
+        description=N_(
+            "alibi_slopes counts heads from 0: m_h = 2 ** (-8 h / H), so head 0 gets slope 1"
+        ),
+        course="Transformer 手撕与注意力机制 §01.5: ALiBi score - λ·|m-n|",
+        source="""
+        def alibi_slopes(n_heads):
+            H = _as_size(n_heads, "n_heads", minimum=1)
+            return 2.0 ** (-8.0 * np.arange(H) / H)
+        """,
+    ),
+    Fault(
+        name="alibi-bias-sign",
+        function="alibi_bias",
+        module="positions",
+        description=N_("alibi_bias adds +m_h · distance: farther keys are favoured, not penalised"),
+        course="Transformer 手撕与注意力机制 §01.5: ALiBi score - λ·|m-n|, 距离越远惩罚越大",
+        source="""
+        _correct_alibi_bias = alibi_bias
+
+        def alibi_bias(n_heads, t_q, t_k=None):
+            return -_correct_alibi_bias(n_heads, t_q, t_k)
+        """,
+    ),
+    Fault(
+        name="gelu-tanh-ignored",
+        function="gelu",
+        module="ffn",
+        description=N_("gelu ignores `approximate`: 'tanh' gives the exact erf form"),
+        course="Transformer 逐部件讲透 §6.8 MLP(x) = W_2 GELU(W_1 x)",
+        source="""
+        _correct_gelu = _gelu
+
+        def _gelu(z, approximate):
+            return _correct_gelu(z, "none")
+        """,
+    ),
+    Fault(
+        name="glu-gate-on-up",
+        function="glu_ffn",
+        module="ffn",
+        description=N_("glu_ffn puts the sigmoid on x W_up, not on the gate x W_gate"),
+        course="Transformer 手撕与注意力机制 §6.5.2 GLU(x) = (W_1 · x) ⊙ σ(W_gate · x)",
+        source="""
+        _correct_glu = glu_ffn
+
+        def glu_ffn(x, w_gate, w_up, w_down):
+            return _correct_glu(x, w_up, w_gate, w_down)
+        """,
+    ),
+)
+
+
+def get(name: str) -> Fault:
+    for fault in LABS_V2:
+        if fault.name == name:
+            return fault
+    raise KeyError(name)

@@ -1,0 +1,106 @@
+"""Lab `alibi`: the slopes and bias against the formulas, and attention past the trained length.
+
+Faulty clean rooms are written into tmp_path; evidence goes under tmp_path too.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from labtools import ROOM, cli_run_json, failing, faulty_room, rows, run, values
+
+from labctl.faults import labs_v2
+from labctl.labs.alibi import LAB, paper_slopes, written_bias
+from labctl.runner import room_contract
+
+BOTH = ("alibi_reference_max_error", "both")
+
+
+@pytest.fixture(scope="module")
+def seed5():
+    return run(LAB)
+
+
+def test_passes_on_both_implementations(seed5):
+    assert seed5.error is None
+    assert seed5.passed, seed5.failures()
+    got = rows(seed5)
+    for impl in ("reference", "clean-room"):
+        assert got[("alibi_slopes_max_error", impl)].actual <= 1e-15
+        # 8 heads, Ttrain 64, 4x: ALiBi leaves the far keys about a quarter of their share
+        assert 0.15 < got[("alibi_far_mass_over_content", impl)].actual < 0.4
+
+
+def test_the_papers_slopes_by_hand():
+    assert paper_slopes(8).tolist() == [2.0**-k for k in range(1, 9)]  # 1/2 .. 1/256
+    # 12 heads: the 8 slopes of 8, then slopes 1, 3, 5, 7 of 16 (2^-0.5, 2^-1.5, ...)
+    twelve = paper_slopes(12)
+    assert twelve[:8].tolist() == [2.0**-k for k in range(1, 9)]
+    assert np.allclose(twelve[8:], [2.0**-0.5, 2.0**-1.5, 2.0**-2.5, 2.0**-3.5], rtol=0, atol=1e-15)
+
+
+def test_the_bias_is_bottom_right_aligned():
+    bias = written_bias(np.array([0.5]), 2, 4)  # queries at positions 2 and 3
+    assert bias[0].tolist() == [[-1.0, -0.5, 0.0, 0.5], [-1.5, -1.0, -0.5, 0.0]]
+
+
+@pytest.mark.parametrize(
+    ("fault", "caught"),
+    [
+        ("alibi-slopes-from-one", {"alibi_slopes_max_error", "alibi_bias_max_error"}),
+        (
+            "alibi-bias-sign",
+            {"alibi_bias_max_error", "alibi_weight_rises", "alibi_far_mass_over_content"},
+        ),
+    ],
+)
+def test_each_fault_is_caught_at_its_metrics_only(tmp_path, fault, caught):
+    result = run(LAB, faulty_room(tmp_path, labs_v2.get(fault)))
+    assert result.error is None
+    assert failing(result) == {(name, "clean-room") for name in caught} | {BOTH}
+
+
+def test_a_v1_room_is_told_it_needs_v2_and_the_reference_still_shows(tmp_path):
+    room = tmp_path / "v1_room"
+    faulty = labs_v2.LABS_V2[0]  # any copy of the project's room will do; its CONTRACT goes
+    faulty.materialize(room)
+    init = room / "__init__.py"
+    init.write_text(re.sub(r"(?m)^CONTRACT = .*$", "", init.read_text("utf-8")), "utf-8")
+    assert room_contract(room) == 1 and room_contract(ROOM) == 2
+    result = run(LAB, room)
+    assert result.error is not None and "needs contract v2" in result.error
+    got = rows(result)
+    assert got[("alibi_slopes_max_error", "reference")].passed  # the reference side shown
+    room_row = got[("alibi_slopes_max_error", "clean-room")]
+    assert not room_row.passed and room_row.note == "needs contract v2"
+    assert result.figures  # the reference's tables
+
+
+def test_a_declaration_that_is_not_a_contract_reads_as_v1(tmp_path):
+    for text in ('CONTRACT = "transformer-block-v9x"\n', "CONTRACT = 2\n", "def (:\n", ""):
+        (tmp_path / "__init__.py").write_text(text, "utf-8")
+        assert room_contract(tmp_path) == 1
+
+
+def test_same_seed_same_values_other_seed_other_values():
+    first, again, other = (values(run(LAB, seed=seed, impl="reference")) for seed in (5, 5, 6))
+    assert first == again
+    key = ("alibi_far_mass_over_content", "reference")
+    assert first[key] != other[key]
+
+
+def test_the_lab_module_imports_without_torch():
+    code = "import sys, labctl.labs.alibi; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_cli_run_json(tmp_path, monkeypatch):
+    lab, _ = cli_run_json("alibi", tmp_path, monkeypatch)
+    slopes, far, _heads = lab["tables"]
+    assert slopes["rows"][0][1] == 0.5
+    assert far["rows"][0][2] == 0.0  # at 1x no key is farther than Ttrain
+    assert any("ALiBi" in note["text"] and not note["flag"] for note in lab["notes"])
