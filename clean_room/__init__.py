@@ -3,6 +3,11 @@
 v2 holds every function of contract v1 with the same meaning, so this room
 serves v1's checks too. Every contract function is re-exported here;
 `labctl verify clean-room` checks this package like any learner's.
+
+It declares no CONTRACT, so it is verified against v1 unless asked for v2
+(`--contract 2`): the fault catalogue's v1 faults and every copy of this room
+with a v1 function appended keep v1's verdicts. A v2 fault declares v2 in its
+copy (`labctl.faults.v2`).
 """
 
 from .attention import attention_entropy, scaled_dot_product_attention, tiled_attention
@@ -29,9 +34,6 @@ from .transformer_block import (
     multi_head_attention,
     transformer_block,
 )
-
-# The contract this room implements; a room that declares none is read as v1.
-CONTRACT = "transformer-block-v2"
 
 __all__ = [
     "alibi_bias",

@@ -187,34 +187,34 @@ def _check_block_params(params) -> None:
         _fail("params", f"missing {', '.join(missing)}")
 
 
-def _block(x, p, n_heads, n_kv_heads, eps, rope_theta, window, positions=None, bias=None):
-    """h = x + attention(rms_norm(x, norm1)) (causal); out = h + swiglu_ffn(rms_norm(h, norm2))."""
-    x = _as_float(x, "x", ndim=3)
-    _check_block_params(p)
-    B, T, C = x.shape
-    H, Hkv, D = _heads(C, n_heads, n_kv_heads)
-    _check_rope(D, rope_theta)
-    wq, wk, wv, wo = _check_projections(
-        C, H, Hkv, D, _float_dtype(x), p["wq"], p["wk"], p["wv"], p["wo"]
-    )
-    if window is not None:
-        _as_size(window, "window", minimum=1)
-    positions = np.arange(T) if positions is None else positions
-    attended = _mha(
-        rms_norm(x, p["norm1"], eps), wq, wk, wv, wo, H, Hkv, True, window, rope_theta,
-        positions, bias,
-    )  # fmt: skip
-    h = x + attended
-    return h + swiglu_ffn(rms_norm(h, p["norm2"], eps), p["w_gate"], p["w_up"], p["w_down"])
-
-
 def transformer_block(x, params, n_heads, n_kv_heads=None, eps=1e-6, rope_theta=None, window=None):
     """Pre-norm decoder block, x (B, T, C) -> (B, T, C).
 
     h = x + multi_head_attention(rms_norm(x, norm1), ...)   (causal)
     out = h + swiglu_ffn(rms_norm(h, norm2), ...)
     """
-    return _block(x, params, n_heads, n_kv_heads, eps, rope_theta, window)
+    x = _as_float(x, "x", ndim=3)
+    _check_block_params(params)
+    p = params
+    attended = multi_head_attention(
+        rms_norm(x, p["norm1"], eps), p["wq"], p["wk"], p["wv"], p["wo"],
+        n_heads, n_kv_heads, causal=True, window=window, rope_theta=rope_theta,
+    )  # fmt: skip
+    h = x + attended
+    return h + swiglu_ffn(rms_norm(h, p["norm2"], eps), p["w_gate"], p["w_up"], p["w_down"])
+
+
+def _alibi_block(x, p, n_heads, n_kv_heads, eps, window, bias) -> np.ndarray:
+    """transformer_block with ALiBi's bias (H, T, T) on the attention scores and no RoPE."""
+    _check_block_params(p)
+    B, T, C = x.shape
+    H, Hkv, D = _heads(C, n_heads, n_kv_heads)
+    wq, wk, wv, wo = _check_projections(
+        C, H, Hkv, D, _float_dtype(x), p["wq"], p["wk"], p["wv"], p["wo"]
+    )
+    normed = rms_norm(x, p["norm1"], eps)
+    h = x + _mha(normed, wq, wk, wv, wo, H, Hkv, True, window, None, None, bias)
+    return h + swiglu_ffn(rms_norm(h, p["norm2"], eps), p["w_gate"], p["w_up"], p["w_down"])
 
 
 def _positional(params, positional, x: np.ndarray, n_heads) -> tuple[np.ndarray, object]:
@@ -279,7 +279,14 @@ def decoder_forward(
         _fail("token_ids", f"ids must lie in [0, {V}), got [{ids.min()}, {ids.max()}]")
     x, bias = _positional(params, positional, embed[ids], n_heads)  # (B, T, C)
     theta = rope_theta if positional == "rope" else None
+    if window is not None:
+        _as_size(window, "window", minimum=1)
     for block in params["blocks"]:
-        x = _block(x, block, n_heads, n_kv_heads, eps, theta, window, bias=bias)
+        if bias is None:
+            x = transformer_block(
+                x, block, n_heads, n_kv_heads, eps, rope_theta=theta, window=window
+            )
+        else:
+            x = _alibi_block(x, block, n_heads, n_kv_heads, eps, window, bias)
     x = rms_norm(x, params["final_norm"], eps)
     return x @ head  # (B, T, V)

@@ -1,9 +1,15 @@
-"""Contract v1 (`transformer-block-v1`) as data, pinned by digest.
+"""The contracts (`transformer-block-v1`, `transformer-block-v2`) as data, pinned by digest.
 
-The frozen interface lives in `labctl/data/contract_v1.json`, transcribed from
-`shared/contract-v1.md`. Its sha256 (over canonical JSON, so a reformat of the
-file does not count as an edit) is pinned below: an edit of v1 is detected,
-and a change to the interface means a v2 file and a new pin, never an edit.
+v1, the frozen interface, lives in `labctl/data/contract_v1.json`, transcribed
+from `shared/contract-v1.md`; v2 in `labctl/data/contract_v2.json`, transcribed
+from `labctl/data/contract-v2.md` (shipped beside it). Each JSON's sha256 (over
+canonical JSON, so a reformat of the file does not count as an edit) is pinned
+below, and so are the bytes of v2's document: an edit of either is detected, and
+a change to an interface means a new version and a new pin, never an edit.
+
+v2 holds every v1 function with the same name and meaning, with keyword
+parameters added last: a v2 room answers every v1 call, so a function checked
+against v1 may have v1's signature or v2's.
 """
 
 from __future__ import annotations
@@ -21,6 +27,13 @@ from labctl.i18n import Msg, joined
 CONTRACT_ID = "transformer-block-v1"
 CONTRACT_VERSION = 1
 CONTRACT_V1_SHA256 = "07323ccf8fa8de839983bce3fea8630486942195283e81335fcfed60e96d5464"
+CONTRACT_V2_SHA256 = "a082f5e9ed54c1f45dceac59110fd55d93e3217e5b76c6d152e1229960d7159b"
+# The bytes of the document a learner reads (labctl/data/contract-v2.md, in the wheel).
+CONTRACT_V2_DOCUMENT_SHA256 = "a0b69c9de9b4f4cf54ea325010226891ffe335e9061a42fc50e6ea861c4c8a86"
+
+VERSIONS = (1, 2)
+LATEST = VERSIONS[-1]
+PINS = {1: CONTRACT_V1_SHA256, 2: CONTRACT_V2_SHA256}
 
 _MISSING = object()
 
@@ -71,8 +84,39 @@ class Deviation:
             object.__setattr__(self, "shown", self.message)
 
 
-def _raw_text() -> str:
-    return resources.files("labctl").joinpath("data/contract_v1.json").read_text("utf-8")
+def contract_id(version: int = CONTRACT_VERSION) -> str:
+    return f"transformer-block-v{check_version(version)}"
+
+
+def check_version(version: object) -> int:
+    """`version` as one of VERSIONS, or a ContractError naming the known ones."""
+    if isinstance(version, bool) or version not in VERSIONS:
+        raise ContractError(
+            Msg(
+                "no contract version {version}: labctl knows {known}",
+                version=str(version),
+                known=", ".join(str(v) for v in VERSIONS),
+            )
+        )
+    return int(version)
+
+
+def _raw_text(version: int = CONTRACT_VERSION) -> str:
+    name = f"data/contract_v{check_version(version)}.json"
+    return resources.files("labctl").joinpath(name).read_text("utf-8")
+
+
+def document_text() -> str:
+    """contract-v2.md, the document v2's JSON is transcribed from (pin verified)."""
+    raw = resources.files("labctl").joinpath("data/contract-v2.md").read_bytes()
+    actual = hashlib.sha256(raw).hexdigest()
+    if actual != CONTRACT_V2_DOCUMENT_SHA256:
+        raise ContractError(
+            f"contract document labctl/data/contract-v2.md has sha256 {actual[:16]}…, "
+            f"but v2 is pinned at {CONTRACT_V2_DOCUMENT_SHA256[:16]}…: v2 is frozen, "
+            "a changed interface needs a v3"
+        )
+    return raw.decode("utf-8")
 
 
 def digest(raw: dict) -> str:
@@ -80,27 +124,29 @@ def digest(raw: dict) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def raw_contract() -> dict:
-    return json.loads(_raw_text())
+def raw_contract(version: int = CONTRACT_VERSION) -> dict:
+    return json.loads(_raw_text(version))
 
 
-def verify_pin(raw: dict | None = None) -> str:
+def verify_pin(raw: dict | None = None, version: int = CONTRACT_VERSION) -> str:
     """Return the digest, or raise ContractError when the data no longer matches the pin."""
-    actual = digest(raw if raw is not None else raw_contract())
-    if actual != CONTRACT_V1_SHA256:
+    version = check_version(version)
+    actual = digest(raw if raw is not None else raw_contract(version))
+    pinned = PINS[version]
+    if actual != pinned:
         raise ContractError(
-            f"contract data labctl/data/contract_v1.json has sha256 {actual[:16]}…, "
-            f"but v1 is pinned at {CONTRACT_V1_SHA256[:16]}…: v1 is frozen, "
-            "a changed interface needs a v2"
+            f"contract data labctl/data/contract_v{version}.json has sha256 {actual[:16]}…, "
+            f"but v{version} is pinned at {pinned[:16]}…: v{version} is frozen, "
+            f"a changed interface needs a v{version + 1}"
         )
     return actual
 
 
 @cache
-def functions() -> tuple[Function, ...]:
-    """The 19 contract functions, in contract order (pin verified first)."""
-    raw = raw_contract()
-    verify_pin(raw)
+def functions(version: int = CONTRACT_VERSION) -> tuple[Function, ...]:
+    """The contract's functions (19 in v1, 26 in v2), in contract order (pin verified first)."""
+    raw = raw_contract(version)
+    verify_pin(raw, version)
     return tuple(
         Function(
             number=f["number"],
@@ -115,8 +161,14 @@ def functions() -> tuple[Function, ...]:
     )
 
 
-def function_names() -> tuple[str, ...]:
-    return tuple(f.name for f in functions())
+def function_names(version: int = CONTRACT_VERSION) -> tuple[str, ...]:
+    return tuple(f.name for f in functions(version))
+
+
+def added_in(version: int) -> tuple[str, ...]:
+    """The functions `version` has that the one before it has not."""
+    before = set(function_names(version - 1)) if version > VERSIONS[0] else set()
+    return tuple(n for n in function_names(version) if n not in before)
 
 
 def _same_default(expected: Any, observed: Any) -> bool:
@@ -128,16 +180,20 @@ def _same_default(expected: Any, observed: Any) -> bool:
     return type(expected) is type(observed) and expected == observed
 
 
-def check_signatures(observed: dict[str, dict]) -> list[Deviation]:
-    """Compare observed signatures with the contract.
+def check_signatures(observed: dict[str, dict], version: int = CONTRACT_VERSION) -> list[Deviation]:
+    """Compare observed signatures with contract `version`.
 
     `observed` maps a function name to what the clean room exposes:
     `{"present": bool, "callable": bool, "params": [{"name", "kind", "default"?}]}`
     with `default` present only when the parameter has one (JSON values; a
-    default that is not JSON arrives as `{"repr": "..."}`).
+    default that is not JSON arrives as `{"repr": "..."}`). A function may have
+    the signature of a later version instead (v2 only adds keyword parameters
+    with v1's behaviour as default, so it answers every v1 call); the deviations
+    named are those from `version`'s own signature.
     """
     deviations: list[Deviation] = []
-    for fn in functions():
+    later = [{f.name: f for f in functions(v)} for v in VERSIONS if v > check_version(version)]
+    for fn in functions(version):
         seen = observed.get(fn.name, {"present": False})
         if not seen.get("present"):
             deviations.append(Deviation(fn.name, Msg("missing: the package does not expose it")))
@@ -148,7 +204,11 @@ def check_signatures(observed: dict[str, dict]) -> list[Deviation]:
         if seen.get("params") is None:
             deviations.append(Deviation(fn.name, Msg("signature cannot be inspected")))
             continue
-        deviations.extend(_compare_params(fn, seen["params"]))
+        problems = _compare_params(fn, seen["params"])
+        if problems and not any(
+            fn.name in spec and not _compare_params(spec[fn.name], seen["params"]) for spec in later
+        ):
+            deviations.extend(problems)
     return deviations
 
 

@@ -202,8 +202,9 @@ CASES = [
     # --- positions length mismatch
     ("rope positions short", lambda m: m.rope(arr(T, 4), np.arange(T - 1)), ("positions",)),
     (
+        # (B, T) positions are v2's batched form (labctl's own room is v2): a batch of 3 for 2.
         "rope positions 2d",
-        lambda m: m.rope(arr(2, T, 4), np.zeros((2, T), dtype=int)),
+        lambda m: m.rope(arr(2, T, 4), np.zeros((3, T), dtype=int)),
         ("positions",),
     ),
     # --- weight shape mismatch in norms and feed-forward

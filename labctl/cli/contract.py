@@ -14,18 +14,37 @@ from labctl.cli.render import Column, fit, out, print_json, text, verdict
 from labctl.errors import EXIT_FAILED
 from labctl.i18n import N_, Msg, _
 
-app = typer.Typer(help="The frozen clean-room interface, contract v1.", no_args_is_help=True)
+app = typer.Typer(
+    help="The frozen clean-room interfaces, contracts v1 and v2.", no_args_is_help=True
+)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+ContractOption = Annotated[
+    int | None,
+    typer.Option(
+        "--contract",
+        min=contract.VERSIONS[0],
+        max=contract.LATEST,
+        help="Contract version, 1 or 2 [default: the one the clean room declares, else 1].",
+        show_default=False,
+    ),
+]
 
 
 @app.command()
-def show(json_: JsonFlag = False) -> None:
-    """Print the 19 contract functions: signature, returns, meaning."""
-    digest = contract.verify_pin()
-    functions = contract.functions()
+def show(contract_version: ContractOption = None, json_: JsonFlag = False) -> None:
+    """Print the contract's functions (v1: 19, v2: 26): signature, returns, meaning."""
+    version = contract_version or contract.CONTRACT_VERSION
+    digest = contract.verify_pin(version=version)
+    functions = contract.functions(version)
     if json_:
-        print_json({"id": contract.CONTRACT_ID, "sha256": digest, **contract.raw_contract()})
+        print_json(
+            {
+                "id": contract.contract_id(version),
+                "sha256": digest,
+                **contract.raw_contract(version),
+            }
+        )
         return
     # A signature is code a learner copies: it is never broken; too wide, the table stacks.
     table = fit(
@@ -38,7 +57,7 @@ def show(json_: JsonFlag = False) -> None:
             (f"{fn.number}. {escape(fn.signature())}", escape(fn.returns), escape(fn.meaning))
             for fn in functions
         ],
-        title=f"{contract.CONTRACT_ID} (sha256 {digest[:12]}…)",
+        title=f"{contract.contract_id(version)} (sha256 {digest[:12]}…)",
         show_lines=True,
     )
     out.print(table)
@@ -55,6 +74,7 @@ def check(
         ),
     ] = None,
     isolation: IsolationOption = "auto",
+    contract_version: ContractOption = None,
     json_: JsonFlag = False,
 ) -> None:
     """Check that a clean room exposes every contract function with the exact signature."""
@@ -64,7 +84,9 @@ def check(
 
     room = path or default_clean_room()
     level = effective(isolation)
-    report = check_clean_room(room, shown=shown_path(room), isolation=level)
+    report = check_clean_room(
+        room, shown=shown_path(room), isolation=level, version=contract_version
+    )
     if json_:
         print_json(report.to_json())
     else:

@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from labctl.cli.contract import ContractOption
 from labctl.cli.isolation import IsolationOption, effective
 from labctl.cli.render import err, learner_text, number, out, print_json, verdict
 from labctl.errors import EXIT_FAILED, UsageError
@@ -17,7 +18,8 @@ from labctl.i18n import Msg, _
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
 verify_app = typer.Typer(
-    help="Prove a clean room against contract v1 and the reference.", no_args_is_help=True
+    help="Prove a clean room against its contract (v1, v2) and the reference.",
+    no_args_is_help=True,
 )
 clean_room_app = typer.Typer(help="Start a clean room of your own.", no_args_is_help=True)
 
@@ -91,6 +93,7 @@ def clean_room(
         ),
     ] = True,
     isolation: IsolationOption = "auto",
+    contract_version: ContractOption = None,
     seed: Annotated[
         int | None,
         typer.Option(
@@ -148,6 +151,7 @@ def clean_room(
             isolation=level,
             seed=seed,
             budget_s=budget,
+            contract_version=contract_version,
         )
     if report.clean_room is not None and report.clean_room.own:
         err.print(_(own_room_note(report.clean_room.path, "--path")), markup=False)
@@ -193,7 +197,7 @@ def _render_report(report, shown) -> None:
     table.add_column(_("function"), no_wrap=True)
     for name in names:
         table.add_column(_SHORT[name], justify="left" if name == "parity" else "center")
-    for function in contract.function_names():
+    for function in contract.function_names(report.contract):
         cells = []
         for name in names:
             result = by_cell.get((function, name))
@@ -215,7 +219,7 @@ def _render_report(report, shown) -> None:
         out.print(f"[bold]{_('diagnosis')}[/bold]")
         stubs = [d.function for d in report.diagnosis if d.kind == "not-implemented"]
         if stubs:
-            total = len(contract.function_names())
+            total = len(contract.function_names(report.contract))
             shown = (
                 _(Msg("all {total} functions", total=total))
                 if len(stubs) == total
@@ -248,7 +252,7 @@ def _render_report(report, shown) -> None:
         "timeout {timeout:g} s) in {seconds:.1f} s{where}; isolation {isolation}",
         passed=passed,
         total=total,
-        contract=contract.CONTRACT_ID,
+        contract=contract.contract_id(report.contract),
         tolerances=registry.TOLERANCE_TABLE_VERSION,
         timeout=report.timeout_s,
         seconds=report.wall_time_s,
@@ -265,26 +269,29 @@ def init(
     directory: Annotated[
         Path, typer.Argument(help="A new or empty directory for the package.", show_default=False)
     ],
+    contract_version: ContractOption = None,
     json_: JsonFlag = False,
 ) -> None:
     """Write every contract function as a stub (signature, shapes, formula, NotImplementedError)."""
     from labctl import contract
     from labctl.verify.stubs import init_clean_room
 
-    written = init_clean_room(directory)
+    version = contract_version or contract.CONTRACT_VERSION
+    written = init_clean_room(directory, version)
     if json_:
         print_json(
             {
                 "path": str(directory),
                 "files": [str(p) for p in written],
-                "functions": list(contract.function_names()),
+                "contract": contract.contract_id(version),
+                "functions": list(contract.function_names(version)),
             }
         )
         return
     wrote = Msg(
         "wrote {n} stubs of {contract} to {files}",
-        n=len(contract.function_names()),
-        contract=contract.CONTRACT_ID,
+        n=len(contract.function_names(version)),
+        contract=contract.contract_id(version),
         files=", ".join(str(p) for p in written),
     )
     out.print(_(wrote), soft_wrap=True)

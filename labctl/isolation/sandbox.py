@@ -145,8 +145,11 @@ class CleanRoom:
         self._copy: Path | None = None
         self._output: _Output | None = None
         self._loading: tuple[dict, float, float] | None = None
-        self._names = contract.function_names()
-        self._arg_names = {f.name: [p.name for p in f.params] for f in contract.functions()}
+        # Every version's functions (v2 holds v1's): the checks ask for the version they check.
+        self._names = contract.function_names(contract.LATEST)
+        self._arg_names = {
+            f.name: [p.name for p in f.params] for f in contract.functions(contract.LATEST)
+        }
         if self.isolation == "process":
             limits.become_subreaper()
         self._start()
@@ -392,7 +395,7 @@ class CleanRoom:
         return self.invoke(name, *args, echo_args=False, **kwargs).value
 
     def __getattr__(self, name: str):
-        if name.startswith("_") or name not in contract.function_names():
+        if name.startswith("_") or name not in self._names:
             raise AttributeError(name)
         return lambda *args, **kwargs: self.call(name, *args, **kwargs)
 

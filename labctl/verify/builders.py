@@ -43,6 +43,7 @@ class Fixture:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     note: str = ""
     seed: int = SEED  # the seed it was drawn with: its reference output is kept under it
+    contract: int = 1  # the contract version whose reference computes it (v2: reference.v2)
 
     def call(self) -> tuple[tuple, dict]:
         """Fresh copies of the arguments, so no caller ever shares an array with another."""

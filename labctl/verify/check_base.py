@@ -89,9 +89,11 @@ def _skipped_reason(run: FunctionRun | None) -> str | None:
 
 def returned(run: FunctionRun, with_probes: bool = True):
     """(fixture, outcome) for every call that returned, fixtures then probes."""
-    pairs = [(f, run.fixtures.get(f.name)) for f in fx.fixtures(run.function, run.seed)]
+    fixtures = fx.fixtures(run.function, run.seed, run.contract)
+    pairs = [(f, run.fixtures.get(f.name)) for f in fixtures]
     if with_probes:
-        pairs += [(f, run.probes.get(f.name)) for f in fx.probes(run.function, run.seed)]
+        probes = fx.probes(run.function, run.seed, run.contract)
+        pairs += [(f, run.probes.get(f.name)) for f in probes]
     return [(f, o) for f, o in pairs if o is not None and o.ok]
 
 

@@ -85,7 +85,7 @@ def evaluate(seen: RoomObservation, functions: tuple[str, ...] | None = None) ->
     if seen.load_error is not None and seen.load_error.function != PACKAGE:
         # A syntax error inside a function's body: that function fails to load too.
         results.append(check_loads(seen, seen.load_error.function))
-    for function in functions or contract.function_names():
+    for function in functions or contract.function_names(seen.contract):
         if any(v.function == function for v in seen.violations):
             results.append(check_import_policy(seen, function))
         for c in applicable(function):
@@ -96,4 +96,4 @@ def evaluate(seen: RoomObservation, functions: tuple[str, ...] | None = None) ->
 def failing_functions(results: list[CheckResult]) -> list[str]:
     """Contract functions with at least one failing check, in contract order."""
     failing = {r.function for r in results if r.failed}
-    return [f for f in contract.function_names() if f in failing]
+    return [f for f in contract.function_names(contract.LATEST) if f in failing]

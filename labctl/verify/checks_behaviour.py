@@ -72,7 +72,13 @@ def check_finite(seen: RoomObservation, function: str) -> CheckResult:
 
 
 def _has_array_input(function: str) -> bool:
-    return function not in ("causal_mask", "sliding_window_mask", "sinusoidal_positions")
+    return function not in (
+        "causal_mask",
+        "sliding_window_mask",
+        "sinusoidal_positions",
+        "alibi_slopes",
+        "alibi_bias",
+    )
 
 
 def check_pure(seen: RoomObservation, function: str) -> CheckResult:

@@ -182,13 +182,13 @@ def same_behaviour(function: str, a: FunctionRun | None, b: FunctionRun | None) 
     (value, exception, timeout, crash), the same inputs edited, outputs equal within tolerance."""
     if a is None or b is None:
         return a is None and b is None
-    for fixture in fx.fixtures(function, a.seed):
+    for fixture in fx.fixtures(function, a.seed, a.contract):
         oa, ob = a.fixtures.get(fixture.name), b.fixtures.get(fixture.name)
         if (oa is None) != (ob is None):
             return False
         if oa is not None and not _same_outcome(function, fixture, oa, ob, probe=False):
             return False
-    for fixture in fx.probes(function, a.seed):
+    for fixture in fx.probes(function, a.seed, a.contract):
         oa, ob = a.probes.get(fixture.name), b.probes.get(fixture.name)
         if (oa is None) != (ob is None):
             return False

@@ -51,18 +51,29 @@ from labctl.i18n import N_
 from labctl.verify.builders import SEED, Fixture, rng
 from labctl.verify.fixtures_composed import COMPOSED
 from labctl.verify.fixtures_primitives import PRIMITIVES
+from labctl.verify.fixtures_v2 import EXTENDED, NEW
 
 FIXTURES_VERSION = "v1"
 
-_BY_FUNCTION = {**PRIMITIVES, **COMPOSED}
+_BY_FUNCTION = {**PRIMITIVES, **COMPOSED, **NEW}
 
 # Functions with float inputs get a float32 probe; masks and the sinusoidal table take ints.
-_NO_PROBE = {"causal_mask", "sliding_window_mask", "padding_mask", "sinusoidal_positions"}
+_NO_PROBE = {
+    "causal_mask",
+    "sliding_window_mask",
+    "padding_mask",
+    "sinusoidal_positions",
+    "alibi_slopes",
+    "alibi_bias",
+}
 
 
-def _fixtures(function: str, seed: int = SEED) -> tuple[Fixture, ...]:
-    """The float64 fixtures of `function` drawn from `seed`, built once per process."""
+def _fixtures(function: str, seed: int = SEED, contract: int = 1) -> tuple[Fixture, ...]:
+    """The float64 fixtures of `function` drawn from `seed`, built once per process; checked
+    against contract v2, a widened function's v2 fixtures follow v1's."""
     built = _BY_FUNCTION[function](seed)
+    if contract >= 2 and function in EXTENDED:
+        built = [*built, *EXTENDED[function](seed)]
     for fixture in built:
         fixture.seed = seed
     return tuple(built)
@@ -80,11 +91,11 @@ def _float32(value: Any) -> Any:
     return value
 
 
-def _probes(function: str, seed: int = SEED) -> tuple[Fixture, ...]:
+def _probes(function: str, seed: int = SEED, contract: int = 1) -> tuple[Fixture, ...]:
     """The first fixture again with every float64 array as float32 (none for int-only inputs)."""
     if function in _NO_PROBE:
         return ()
-    first = fixtures(function, seed)[0]
+    first = fixtures(function, seed, contract)[0]
     return (
         Fixture(
             function,
@@ -93,6 +104,7 @@ def _probes(function: str, seed: int = SEED) -> tuple[Fixture, ...]:
             _float32(dict(first.kwargs)),
             N_("float32 inputs: the output must stay float32"),
             seed,
+            first.contract,
         ),
     )
 
@@ -102,7 +114,9 @@ def causal_base(function: str, seed: int = SEED) -> Fixture:
     return fixtures(function, seed)[0]
 
 
-def _causal_variants(function: str, seed: int = SEED) -> tuple[tuple[int, Fixture], ...]:
+def _causal_variants(
+    function: str, seed: int = SEED, contract: int = 1
+) -> tuple[tuple[int, Fixture], ...]:
     """(t, fixture) pairs: the base fixture with every input after position t replaced."""
     base = causal_base(function, seed)
     r = rng(seed, f"{function}/causal")
@@ -134,14 +148,14 @@ class _PerSeed:
     """`build(function, seed)` kept per process, under one key whether the seed is given or
     left to its default (so a fixture is the same object however it was asked for)."""
 
-    def __init__(self, build: Callable[[str, int], Any]) -> None:
+    def __init__(self, build: Callable[[str, int, int], Any]) -> None:
         self._build = build
-        self._kept: dict[tuple[str, int], Any] = {}
+        self._kept: dict[tuple[str, int, int], Any] = {}
 
-    def __call__(self, function: str, seed: int = SEED) -> Any:
-        key = (function, seed)
+    def __call__(self, function: str, seed: int = SEED, contract: int = 1) -> Any:
+        key = (function, seed, contract)
         if key not in self._kept:
-            self._kept[key] = self._build(function, seed)
+            self._kept[key] = self._build(function, seed, contract)
         return self._kept[key]
 
     def cache_clear(self) -> None:
@@ -166,14 +180,17 @@ def reference_output(fixture: Fixture) -> Any:
     (a tuple when several)."""
     key = (fixture.seed, fixture.function, fixture.name)
     if key not in _REFERENCE:
-        from labctl import reference
+        if fixture.contract >= 2:
+            import labctl.reference.v2 as reference
+        else:
+            from labctl import reference
 
         args, kwargs = fixture.call()
         _REFERENCE[key] = getattr(reference, fixture.function)(*args, **kwargs)
     return _REFERENCE[key]
 
 
-def warm_reference(functions: tuple[str, ...], seed: int = SEED) -> None:
+def warm_reference(functions: tuple[str, ...], seed: int = SEED, contract: int = 1) -> None:
     """Compute every reference output the given functions need at `seed` (before any threads
     start).
 
@@ -186,7 +203,7 @@ def warm_reference(functions: tuple[str, ...], seed: int = SEED) -> None:
     reference_cache.load(_REFERENCE, seed)
     before = len(_REFERENCE)
     for function in functions:
-        for fixture in (*fixtures(function, seed), *probes(function, seed)):
+        for fixture in (*fixtures(function, seed, contract), *probes(function, seed, contract)):
             reference_output(fixture)
     if len(_REFERENCE) > before:
         reference_cache.save(_REFERENCE, seed)

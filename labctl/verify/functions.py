@@ -28,6 +28,13 @@ RETURNS: dict[str, tuple[str, ...]] = {
     "tiled_attention": ("out (B, H, Tq, Dv)",),
     "transformer_block": ("(B, T, C)",),
     "decoder_forward": ("logits (B, T, V)",),
+    "alibi_slopes": ("float64 (H,)",),
+    "alibi_bias": ("float64 (H, Tq, Tk)",),
+    "learned_positions": ("(T, C) or (B, T, C)",),
+    "gelu": ("same shape as x",),
+    "glu_ffn": ("same shape as x",),
+    "geglu_ffn": ("same shape as x",),
+    "attention_entropy": ("weights' shape without axis",),
 }
 
 # Which contract functions each one is built from, by the contract's own words
@@ -55,6 +62,7 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     ),
     "transformer_block": ("rms_norm", "multi_head_attention", "swiglu_ffn"),
     "decoder_forward": ("sinusoidal_positions", "rms_norm", "transformer_block"),
+    "geglu_ffn": ("gelu",),
 }
 
 # The functions whose future-token invariance is checked: the contract makes each causal.

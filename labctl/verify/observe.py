@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from labctl import contract
+from labctl.contract_check import declared_version
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError, LabctlError
 from labctl.i18n import Msg
 from labctl.isolation import guard, resolve_isolation
@@ -113,6 +114,7 @@ class FunctionRun:
     timed_out: bool = False
     elapsed_s: float = 0.0
     seed: int = SEED  # the seed every input of these calls was drawn with
+    contract: int = 1  # the contract version checked: v2 adds fixtures to widened functions
 
     def outcomes(self) -> list[Outcome]:
         return [
@@ -159,6 +161,8 @@ class RoomObservation:
     # is kept for them, so their checks are "not run", never a pass.
     over_budget: list[str] = field(default_factory=list)
     budget_s: float | None = None
+    contract: int = 1  # the contract version checked
+    declared: int = 1  # the one the room declares (`contract_check.declared_version`)
 
     @property
     def loaded(self) -> bool:
@@ -190,7 +194,7 @@ def function_at(root: Path, where: str) -> str:
     if found is None:
         return PACKAGE
     path, line = found
-    names = set(contract.function_names())
+    names = set(contract.function_names(contract.LATEST))
     text = path.read_text("utf-8", errors="replace")
     try:
         tree = ast.parse(text)
@@ -293,6 +297,7 @@ def run_function(
     timed_out: set[str],
     seed: int = SEED,
     deadline: float | None = None,
+    contract: int = 1,
 ) -> FunctionRun:
     """Every call `function` needs; after a timeout its remaining calls are skipped.
 
@@ -301,7 +306,7 @@ def run_function(
     from it (it would hang the same way), so a hanging `softmax` costs one
     timeout, not one per fixture of every function that calls it.
     """
-    run = FunctionRun(function, seed=seed)
+    run = FunctionRun(function, seed=seed, contract=contract)
 
     def one(args: tuple, kwargs: dict) -> Outcome:
         if function in timed_out:
@@ -319,9 +324,9 @@ def run_function(
             run.timed_out = True
         return outcome
 
-    for fixture in fx.fixtures(function, seed):
+    for fixture in fx.fixtures(function, seed, contract):
         run.fixtures[fixture.name] = one(*fixture.call())
-    for fixture in fx.probes(function, seed):
+    for fixture in fx.probes(function, seed, contract):
         run.probes[fixture.name] = one(*fixture.call())
     implemented = not run.not_implemented and not any(
         o.kind == "missing" for o in run.fixtures.values()
@@ -350,6 +355,7 @@ def observe(
     isolation: str = "auto",
     seed: int = SEED,
     budget_s: float | None = None,
+    contract_version: int | None = None,
 ) -> RoomObservation:
     """Scan, load and run the clean room at `root` (already resolved) on inputs drawn from `seed`.
 
@@ -359,12 +365,15 @@ def observe(
     there), unless the budget ran out. `budget_s` is the wall-clock time the
     whole room may take, counted in labctl's process from here: past it, no
     call starts, the call running is stopped, and the functions left are
-    `over_budget`.
+    `over_budget`. `contract_version` is the contract checked (None: the one the room
+    declares).
     """
     deadline = None if budget_s is None else time.monotonic() + budget_s
     seen = RoomObservation(
         root, isolation=resolve_isolation(isolation), seed=seed, budget_s=budget_s
     )
+    seen.declared = declared_version(root)
+    seen.contract = seen.declared if contract_version is None else contract_version
     seen.files_scanned = len(source_files(root))
     # Syntax errors are the loader's to report (a stray file that is never
     # imported does not stop a load); everything else the scan finds is a refusal.
@@ -402,9 +411,9 @@ def observe(
         seen.load_error = Located("", str(exc))
         return seen
     with room:
-        seen.deviations = contract.check_signatures(room.signatures)
+        seen.deviations = contract.check_signatures(room.signatures, seen.contract)
         timed_out: set[str] = set()
-        for function in functions or contract.function_names():
+        for function in functions or contract.function_names(seen.contract):
             if progress:
                 progress(function)
             if deadline is not None and time.monotonic() >= deadline:
@@ -412,7 +421,9 @@ def observe(
                 continue
             before = len(room.violations)
             try:
-                seen.runs[function] = run_function(room, function, timed_out, seed, deadline)
+                seen.runs[function] = run_function(
+                    room, function, timed_out, seed, deadline, seen.contract
+                )
             except _OverBudget:
                 seen.over_budget.append(function)
                 continue

@@ -1,4 +1,4 @@
-"""`labctl verify clean-room`: prove a clean room against contract v1, keep the record.
+"""`labctl verify clean-room`: prove a clean room against its contract (v1, v2), keep the record.
 
 The course's L3 requirement (第8章 · Attention 与 Transformer Block, "L3 clean-room 要求"): rewrite the block from
 the frozen interface without importing the reference, keep a failure-before /
@@ -102,6 +102,8 @@ class VerifyReport:
     clean_room: CleanRoomInfo | None = None
     budget_s: float | None = None
     over_budget: list[str] = field(default_factory=list)  # functions whose calls were not run
+    contract: int = 1  # the version checked
+    declared: int = 1  # the version the room declares
     # What the terminal shows, translated there with `_()`: the Msg (or text) given as message.
     shown: str | Msg = field(init=False, repr=False, compare=False)
 
@@ -124,7 +126,7 @@ class VerifyReport:
         return [f"{c.function} {c.name}: {c.message}" for c in self.checks if c.failed]
 
     def functions_passed(self) -> tuple[int, int]:
-        names = contract.function_names()
+        names = contract.function_names(self.contract)
         bad = {c.function for c in self.checks if not c.passed}
         return sum(1 for n in names if n not in bad), len(names)
 
@@ -134,7 +136,12 @@ class VerifyReport:
             "path": self.path,
             "status": self.status,
             "message": self.message,
-            "contract": {"id": contract.CONTRACT_ID, "sha256": contract.CONTRACT_V1_SHA256},
+            "contract": {
+                "id": contract.contract_id(self.contract),
+                "version": self.contract,
+                "sha256": contract.PINS[self.contract],
+                "declared": contract.contract_id(self.declared),
+            },
             "tolerances": TOLERANCE_VERSION,
             "fixtures": fx.FIXTURES_VERSION,
             "seed": self.seed,
@@ -250,6 +257,7 @@ def verify_clean_room(
     isolation: str = "auto",
     seed: int | None = None,
     budget_s: float | None = DEFAULT_BUDGET_S,
+    contract_version: int | None = None,
 ) -> VerifyReport:
     """Verify the clean room at `path`; write evidence under `out` unless it is None.
 
@@ -262,8 +270,11 @@ def verify_clean_room(
     breaks the import policy, hangs, crashes, is wrong, sends a forged reply)
     is a failing check of the report. Past `budget_s` (None: no budget) the calls
     left are not run and the report's status is `over-budget`, which never passes.
+    `contract_version` is the contract checked; None: the one the room declares.
     """
     start = time.perf_counter()
+    if contract_version is not None:
+        contract.check_version(contract_version)
     contract.verify_pin()
     seed = check_seed(fresh_seed() if seed is None else seed)
     level = resolve_isolation(isolation)
@@ -299,10 +310,14 @@ def verify_clean_room(
         isolation=level,
         seed=seed,
         budget_s=budget_s,
+        contract_version=contract_version,
     )
+    contract.verify_pin(version=seen.contract)
     # The reference (torch) only where there is something to compare with it, and before
     # the diagnosis starts its threads: a clean room that does not load costs no torch.
-    fx.warm_reference(tuple(f for f, run in seen.runs.items() if not run.not_implemented), seed)
+    fx.warm_reference(
+        tuple(f for f, run in seen.runs.items() if not run.not_implemented), seed, seen.contract
+    )
     if measure and not metrics:
         metrics = [
             TemplateMetric(
@@ -356,6 +371,8 @@ def _finish(
         clean_room=room,
         budget_s=seen.budget_s,
         over_budget=list(seen.over_budget),
+        contract=seen.contract,
+        declared=seen.declared,
     )
     report.wall_time_s = time.perf_counter() - start
     if out is not None:

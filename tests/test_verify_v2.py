@@ -1,0 +1,111 @@
+"""verify against contract v2: the version a room declares is the one used, and said; a v2
+room passes v2 and v1; a v1 room asked for v2 fails by name; every v2 fault is caught."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from labctl import contract
+from labctl.cli.main import app
+from labctl.faults.v2 import DECLARATION, V2
+from labctl.verify.checks import evaluate
+from labctl.verify.fixtures_v2 import EXTENDED, NEW
+from labctl.verify.observe import observe
+from labctl.verify.verify import verify_clean_room
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def v2_room(tmp_path: Path) -> Path:
+    """labctl's own room, declaring v2."""
+    room = tmp_path / "room"
+    shutil.copytree(REPO / "clean_room", room, ignore=shutil.ignore_patterns("__pycache__"))
+    with (room / "__init__.py").open("a", encoding="utf-8") as handle:
+        handle.write(DECLARATION)
+    return room
+
+
+def test_every_v2_function_and_widened_parameter_has_fixtures():
+    assert set(NEW) == set(contract.added_in(2))
+    assert set(EXTENDED) == {
+        "softmax",
+        "rope",
+        "multi_head_attention",
+        "attention_decode",
+        "decoder_forward",
+    }
+    from labctl.verify import fixtures as fx
+
+    keywords = {
+        key
+        for function in EXTENDED
+        for f in fx.fixtures(function, 5, 2)
+        if f.name.startswith("v2-")
+        for key, value in f.kwargs.items()
+    }
+    assert {"temperature", "positions", "scaling", "factor", "positional"} <= keywords
+    # A v1 room is never asked for v2's fixtures.
+    assert not any(f.name.startswith("v2-") for f in fx.fixtures("rope", 5))
+
+
+def test_a_declared_v2_room_is_verified_against_v2_and_says_so(tmp_path):
+    room = v2_room(tmp_path)
+    report = verify_clean_room(room, 5.0, out=tmp_path / "ev", measure=False, seed=5)
+    assert report.passed, report.failures()
+    assert report.contract == 2 and report.functions_passed() == (26, 26)
+    document = report.to_json()
+    assert document["contract"]["id"] == "transformer-block-v2"
+    assert document["contract"]["sha256"] == contract.CONTRACT_V2_SHA256
+    parity = {c.function for c in report.checks if c.name == "parity" and c.passed}
+    assert parity == set(contract.function_names(2))
+
+
+def test_the_cli_says_which_contract_it_used(tmp_path):
+    room = v2_room(tmp_path)
+    base = ["verify", "clean-room", "--path", str(room), "--no-metrics", "--seed", "5"]
+    base += ["--out", str(tmp_path / "ev")]
+    result = CliRunner().invoke(app, [*base, "--contract", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["contract"]["id"] == "transformer-block-v1"
+    assert document["contract"]["declared"] == "transformer-block-v2"
+    assert {c["function"] for c in document["checks"]} - {"(package)"} == set(
+        contract.function_names(1)
+    )
+
+
+def test_a_v1_room_verified_against_v2_fails_by_name(tmp_path):
+    room = tmp_path / "v1room"
+    init = CliRunner().invoke(app, ["clean-room", "init", str(room)])
+    assert init.exit_code == 0, init.output
+    args = ["verify", "clean-room", "--path", str(room), "--no-metrics", "--contract", "2"]
+    args += ["--seed", "5", "--out", str(tmp_path / "ev")]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
+    assert result.exit_code == 1
+    text = " ".join(result.output.split())
+    assert "0/26 functions pass every check (transformer-block-v2" in text
+    assert "gelu · contract: missing: the package does not expose it" in text
+    assert "rope · contract: parameters: missing scaling, factor" in text
+
+
+@pytest.mark.parametrize("fault", V2, ids=lambda f: f.name)
+def test_each_v2_fault_is_caught_by_its_signal(tmp_path, fault):
+    room = fault.materialize(tmp_path / "clean_room").resolve()
+    seen = observe(room, 5.0, 4096, functions=(fault.function,), seed=5)
+    assert seen.contract == 2
+    failed = {c.name for c in evaluate(seen, (fault.function,)) if c.failed}
+    assert fault.signal in failed, failed
+    # The same calls on the room without the fault pass: the check is the fault's doing.
+    clean = observe(v2_room(tmp_path / "clean").resolve(), 5.0, 4096, (fault.function,), seed=5)
+    assert not [c for c in evaluate(clean, (fault.function,)) if c.failed]
+
+
+def test_every_new_function_has_a_v2_fault():
+    assert {f.function for f in V2} >= set(contract.added_in(2))
+    for fault in V2:
+        assert fault.description and fault.course
