@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, declared
 from labctl.lab import Note, TableFigure
 
 METHODS = ("plain", "pi", "ntk")
@@ -64,7 +64,9 @@ def figures(p, kept: dict[str, dict[str, np.ndarray]]) -> list:
     speed = {n: {m: kept[n][m][-1] / (longest * p.trained - 1) for m in METHODS} for n in names}
     i = np.arange(p.D // 2)
     method_columns = tuple(
-        Msg("{method}, {impl}", method=Msg(METHOD_NAMES[m]), impl=n) for m in METHODS for n in names
+        Msg("{method}, {impl}", method=declared(METHOD_NAMES[m]), impl=n)
+        for m in METHODS
+        for n in names
     )
     out: list = [
         TableFigure(
