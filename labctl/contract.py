@@ -14,11 +14,13 @@ against v1 may have v1's signature or v2's.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from labctl.errors import ContractError
@@ -101,9 +103,13 @@ def check_version(version: object) -> int:
     return int(version)
 
 
-def _raw_text(version: int = CONTRACT_VERSION) -> str:
+def _file_text(version: int) -> str:
     name = f"data/contract_v{check_version(version)}.json"
     return resources.files("labctl").joinpath(name).read_text("utf-8")
+
+
+def _raw_text() -> str:
+    return _file_text(CONTRACT_VERSION)
 
 
 def document_text() -> str:
@@ -125,13 +131,19 @@ def digest(raw: dict) -> str:
 
 
 def raw_contract(version: int = CONTRACT_VERSION) -> dict:
-    return json.loads(_raw_text(version))
+    # v1 is read through the no-argument calls it always had (tests replace them).
+    return json.loads(_raw_text() if version == CONTRACT_VERSION else _file_text(version))
+
+
+def data(version: int) -> dict:
+    """The contract's data, as `raw_contract` reads it."""
+    return raw_contract() if version == CONTRACT_VERSION else raw_contract(version)
 
 
 def verify_pin(raw: dict | None = None, version: int = CONTRACT_VERSION) -> str:
     """Return the digest, or raise ContractError when the data no longer matches the pin."""
     version = check_version(version)
-    actual = digest(raw if raw is not None else raw_contract(version))
+    actual = digest(raw if raw is not None else data(version))
     pinned = PINS[version]
     if actual != pinned:
         raise ContractError(
@@ -145,7 +157,8 @@ def verify_pin(raw: dict | None = None, version: int = CONTRACT_VERSION) -> str:
 @cache
 def functions(version: int = CONTRACT_VERSION) -> tuple[Function, ...]:
     """The contract's functions (19 in v1, 26 in v2), in contract order (pin verified first)."""
-    raw = raw_contract(version)
+    version = check_version(version)
+    raw = data(version)
     verify_pin(raw, version)
     return tuple(
         Function(
@@ -292,3 +305,54 @@ def _compare_params(fn: Function, params: list[dict]) -> list[Deviation]:
                 )
             )
     return out
+
+
+# An __init__.py larger than this is not read for a declaration (it stays v1); verify
+# refuses a room of that kind on its own terms.
+_MAX_INIT_BYTES = 1 << 20
+
+
+def _declared_id(source: bytes) -> str | None:
+    """The string a top-level `CONTRACT = "..."` assigns, or None."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    found = None
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == "CONTRACT"
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            found = node.value.value  # the last assignment wins, as when Python runs it
+    return found
+
+
+def declared_version(path: str | Path) -> int:
+    """The contract version the room at `path` declares (`CONTRACT = "transformer-block-vN"`
+    in its `__init__.py`); 1 when it declares none. An id labctl does not know is a
+    ContractError naming it."""
+    init = Path(path) / "__init__.py"
+    try:
+        if not init.is_file() or init.stat().st_size > _MAX_INIT_BYTES:
+            return 1
+        source = init.read_bytes()
+    except OSError:
+        return 1
+    declared = _declared_id(source)
+    if declared is None:
+        return 1
+    for version in VERSIONS:
+        if declared == contract_id(version):
+            return version
+    raise ContractError(
+        Msg(
+            "the clean room declares CONTRACT = {declared!r}; labctl knows {known}",
+            declared=declared[:80],
+            known=", ".join(contract_id(v) for v in VERSIONS),
+        )
+    )

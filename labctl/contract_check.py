@@ -4,69 +4,19 @@ The clean room is loaded in a worker process (a hang or crash at import time
 is named, never inherited); only names, parameter order and defaults are
 compared here. The import policy and the numbers are `verify`'s business.
 Which contract a room implements is read from its `__init__.py` as text
-(`declared_version`), never by running it.
+(`contract.declared_version`), never by running it.
 """
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from pathlib import Path
 
 from labctl import contract
-from labctl.errors import ContractError
-from labctl.i18n import Msg
+from labctl.contract import declared_version
 from labctl.isolation.sandbox import CleanRoom
 
-# An __init__.py larger than this is not read for a declaration (it stays v1); verify
-# refuses a room of that kind on its own terms.
-_MAX_INIT_BYTES = 1 << 20
-
-
-def _declared_id(source: bytes) -> str | None:
-    """The string a top-level `CONTRACT = "..."` assigns, or None."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    found = None
-    for node in tree.body:
-        if (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-            and node.targets[0].id == "CONTRACT"
-            and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str)
-        ):
-            found = node.value.value  # the last assignment wins, as when Python runs it
-    return found
-
-
-def declared_version(path: str | Path) -> int:
-    """The contract version the room at `path` declares (`CONTRACT = "transformer-block-vN"`
-    in its `__init__.py`); 1 when it declares none. An id labctl does not know is a
-    ContractError naming it."""
-    init = Path(path) / "__init__.py"
-    try:
-        if not init.is_file() or init.stat().st_size > _MAX_INIT_BYTES:
-            return 1
-        source = init.read_bytes()
-    except OSError:
-        return 1
-    declared = _declared_id(source)
-    if declared is None:
-        return 1
-    for version in contract.VERSIONS:
-        if declared == contract.contract_id(version):
-            return version
-    raise ContractError(
-        Msg(
-            "the clean room declares CONTRACT = {declared!r}; labctl knows {known}",
-            declared=declared[:80],
-            known=", ".join(contract.contract_id(v) for v in contract.VERSIONS),
-        )
-    )
+__all__ = ["ContractReport", "check_clean_room", "declared_version"]
 
 
 @dataclass(frozen=True)
@@ -88,12 +38,9 @@ class ContractReport:
         return {
             "passed": self.passed,
             "path": self.path,
-            "contract": {
-                "id": self.contract_id,
-                "version": self.version,
-                "sha256": self.digest,
-                "declared": contract.contract_id(self.declared),
-            },
+            "contract": {"id": self.contract_id, "sha256": self.digest},
+            # The contract the room declares (undeclared: v1); "contract" is the one checked.
+            "declared": contract.contract_id(self.declared),
             "isolation": self.isolation,
             "functions": [
                 {

@@ -109,14 +109,14 @@ def test_a_v1_room_checked_against_v2_fails_by_name(tmp_path):
     room = _init(tmp_path, None, "v1room")
     code, report = _check(room, "--contract", "2")
     assert code == 1 and report["contract"]["id"] == "transformer-block-v2"
-    assert report["contract"]["declared"] == "transformer-block-v1"
+    assert report["declared"] == "transformer-block-v1"
     failed = {f["function"]: f["deviations"] for f in report["functions"] if not f["passed"]}
     assert set(failed) == {*NEW, "softmax", "rope", "multi_head_attention", "attention_decode"}
     assert failed["gelu"] == ["missing: the package does not expose it"]
     assert failed["rope"] == ["parameters: missing scaling, factor"]
     # Undeclared, it is checked against v1 and passes.
     code, report = _check(room)
-    assert code == 0 and report["contract"]["version"] == 1
+    assert code == 0 and report["contract"]["id"] == "transformer-block-v1"
 
 
 def test_a_v2_room_passes_both(tmp_path):
@@ -124,8 +124,8 @@ def test_a_v2_room_passes_both(tmp_path):
     for extra, version in (((), 2), (("--contract", "1"), 1), (("--contract", "2"), 2)):
         code, report = _check(room, *extra)
         assert code == 0, report
-        assert report["contract"]["version"] == version
-        assert report["contract"]["declared"] == "transformer-block-v2"
+        assert report["contract"]["id"] == f"transformer-block-v{version}"
+        assert report["declared"] == "transformer-block-v2"
     # labctl's own room implements v2 (declaring nothing, it is checked as v1 by default).
     code, report = _check(REPO / "clean_room", "--contract", "2")
     assert code == 0 and len(report["functions"]) == 26
@@ -169,3 +169,66 @@ def test_an_unknown_declaration_is_refused_by_name(tmp_path):
     result = invoke("contract", "check", "--path", str(room), "--json")
     assert result.exit_code == 1
     assert "transformer-block-v9" in json.loads(result.stdout)["error"]["message"]
+
+
+# -- the rubric and the records ---------------------------------------------------------
+
+
+def test_the_v2_default_rubric_targets_v2():
+    from labctl.grade.rubric import load_rubric
+
+    rubric = load_rubric(version=2)
+    assert rubric.contract == 2 and rubric.max_score == 100
+    targets = {i.target for i in rubric.items if i.kind == "function"}
+    assert targets == set(contract.function_names(2))
+    assert [i.id for i in rubric.items if i.hidden] == ["check.bad-input"]
+    # The v1 default is unchanged: no contract key in what it dumps (so its digest stays).
+    assert load_rubric().contract == 1 and "contract" not in load_rubric().dump()
+    assert rubric.dump()["contract"] == 2
+
+
+@pytest.mark.parametrize(
+    ("head", "reason"),
+    [
+        ("", "alibi_slopes is not a function of contract v1"),
+        ("contract: 3\n", "contract"),
+    ],
+)
+def test_a_rubric_target_outside_its_contract_is_refused(head, reason):
+    from labctl.grade.rubric import RubricError, parse_rubric
+
+    text = (
+        f"schema: labctl.rubric.v1\nname: a\n{head}items:\n"
+        "  - {id: x, kind: function, target: alibi_slopes, points: 1}\n"
+    )
+    with pytest.raises(RubricError, match=reason):
+        parse_rubric(text)
+
+
+def test_grade_verifies_against_the_rubrics_contract(tmp_path):
+    from labctl.grade.rubric import load_rubric
+    from labctl.grade.runner import _job
+
+    class Learner:
+        id = "a"
+        folder = clean_room = tmp_path
+        submission = None
+
+    class Options:
+        timeout_s, memory_mb, isolation, seed = 1.0, 512, "process", 5
+
+    assert _job(Learner(), load_rubric(version=2), Options())["contract"] == 2
+    assert _job(Learner(), load_rubric(), Options())["contract"] == 1
+
+
+def test_records_say_which_contract_the_room_declares(tmp_path):
+    from labctl.evidence.models import CleanRoomInfo
+    from labctl.evidence.room import identify, room_json
+
+    own = identify(REPO / "clean_room")
+    assert own.contract == 1 and room_json(own)["contract"] == 1
+    v2 = _init(tmp_path, "2", "v2room")
+    assert identify(v2).contract == 2
+    # A record written before rooms declared a contract stays valid, as v1.
+    old = own.model_dump(exclude={"contract"})
+    assert CleanRoomInfo.model_validate(old).contract == 1

@@ -73,7 +73,7 @@ def test_the_cli_says_which_contract_it_used(tmp_path):
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document["contract"]["id"] == "transformer-block-v1"
-    assert document["contract"]["declared"] == "transformer-block-v2"
+    assert document["declared"] == "transformer-block-v2"
     assert {c["function"] for c in document["checks"]} - {"(package)"} == set(
         contract.function_names(1)
     )

@@ -42,7 +42,7 @@ def show(contract_version: ContractOption = None, json_: JsonFlag = False) -> No
             {
                 "id": contract.contract_id(version),
                 "sha256": digest,
-                **contract.raw_contract(version),
+                **contract.data(version),
             }
         )
         return

@@ -116,13 +116,15 @@ def files_digest(files: dict[str, str]) -> str:
 
 class CleanRoomInfo(Strict):
     """Which clean room a record's code ran: its path (relative to the repository), the
-    sha256 over its files, each file's sha256 (so a change can be named), and whether it is
-    labctl's own clean room rather than a learner's."""
+    sha256 over its files, each file's sha256 (so a change can be named), whether it is
+    labctl's own clean room rather than a learner's, and the contract version it declares
+    (1 when it declares none, and in records written before rooms declared one)."""
 
     path: str = Field(min_length=1)
     sha256: str
     own: bool
     files: dict[str, str]
+    contract: Literal[1, 2] = 1
 
     @field_validator("sha256")
     @classmethod

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from labctl.contract import declared_version
 from labctl.errors import CleanRoomError, UsageError
 from labctl.evidence.environment import project_root
 from labctl.evidence.models import CleanRoomInfo, files_digest
@@ -103,7 +104,7 @@ def is_own(root: Path, files: dict[str, str]) -> bool:
 
 def room_json(room: CleanRoomInfo | None) -> dict | None:
     """A room's identity as `--json` shows it: path, digest, and whether it is labctl's own."""
-    return None if room is None else room.model_dump(include={"path", "sha256", "own"})
+    return None if room is None else room.model_dump(include={"path", "sha256", "own", "contract"})
 
 
 def own_room_note(path: str, option: str) -> Msg:
@@ -133,6 +134,7 @@ def identify(root: Path) -> CleanRoomInfo:
         sha256=files_digest(files),
         own=is_own(root, files),
         files=files,
+        contract=declared_version(root),
     )
 
 

@@ -13,6 +13,10 @@ item scores one thing labctl measures:
 - `submission`: the learner's evidence submission is valid and every claim in it
   is re-measured by labctl and reproduced.
 
+`contract` (1 or 2, default 1) is the contract version every learner's room is
+verified against (`labctl/data/rubric-default-v2.yaml` targets v2); a
+`function` item's target must be one of that version's functions.
+
 `visibility` follows Gradescope's words: `visible`; `after_due_date`;
 `hidden` (until the grades are published; never in what the learner sees before,
 not even as a count); `after_published` is the same as `hidden`.
@@ -63,7 +67,8 @@ class Item(Strict):
         from labctl.verify.checks import CHECK_NAMES
 
         known = {
-            "function": contract.function_names(),
+            # Any version's: the rubric checks its items against its own `contract`.
+            "function": contract.function_names(contract.LATEST),
             "check": CHECK_NAMES,
             "metric": next(m for m in MODULES if m.id == DEFAULT_MODULE).required,
         }
@@ -96,15 +101,28 @@ class Item(Strict):
 class Rubric(Strict):
     schema_: Literal["labctl.rubric.v1"] = Field(alias="schema")
     name: str
+    contract: Literal[1, 2] = 1
     items: list[Item] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Rubric:
+        from labctl import contract
+
         seen: set[str] = set()
+        names = contract.function_names(self.contract)
         for item in self.items:
             if item.id in seen:
                 raise ValueError(Msg("item id {id} appears twice", id=repr(item.id)))
             seen.add(item.id)
+            if item.kind == "function" and item.target not in names:
+                raise ValueError(
+                    Msg(
+                        "function item {id}: {target} is not a function of contract v{version}",
+                        id=repr(item.id),
+                        target=item.target,
+                        version=self.contract,
+                    )
+                )
         return self
 
     @property
@@ -129,7 +147,11 @@ class Rubric(Strict):
         return tuple(c for c in CHECK_NAMES if c not in apart)
 
     def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if self.contract == 1:
+            # A v1 rubric dumps (and so digests) as it did before rubrics named a contract.
+            data.pop("contract")
+        return data
 
     def sha256(self) -> str:
         """The digest of the rubric's content (not its file's layout): part of the resume key."""
@@ -190,14 +212,15 @@ def _problem(error: dict) -> str | Msg:
     return error["msg"]
 
 
-def default_rubric_text() -> str:
-    return resources.files("labctl").joinpath("data/rubric-default.yaml").read_text("utf-8")
+def default_rubric_text(version: int = 1) -> str:
+    name = "data/rubric-default.yaml" if version == 1 else f"data/rubric-default-v{version}.yaml"
+    return resources.files("labctl").joinpath(name).read_text("utf-8")
 
 
-def load_rubric(path: Path | None = None) -> Rubric:
-    """The rubric at `path`, or the default one that ships with labctl."""
+def load_rubric(path: Path | None = None, version: int = 1) -> Rubric:
+    """The rubric at `path`, or the default one that ships with labctl for contract `version`."""
     if path is None:
-        return parse_rubric(default_rubric_text(), Msg("the default rubric"))
+        return parse_rubric(default_rubric_text(version), Msg("the default rubric"))
     if not path.is_file():
         raise UsageError(Msg("rubric {path} is not a file", path=str(path)))
     try:

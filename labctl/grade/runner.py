@@ -201,6 +201,7 @@ def _job(learner: Learner, rubric: Rubric, options: GradeOptions) -> dict:
         "measure": rubric.needs_metrics,
         "remeasure": rubric.needs_submission,
         "seed": options.seed,
+        "contract": rubric.contract,
     }
 
 

@@ -27,6 +27,7 @@ def run_verify(
     measure: bool,
     seed: int,
     budget_s: float | None = None,
+    contract_version: int = 1,
 ):
     """`verify_clean_room` at the batch's seed with no evidence written, under the learner's
     time budget (the rule of `verify --budget`); returns (report, isolation used)."""
@@ -42,6 +43,7 @@ def run_verify(
         isolation=isolation,
         seed=seed,
         budget_s=budget_s,
+        contract_version=contract_version,
     )
     return report, report.isolation
 
@@ -150,6 +152,7 @@ def observe_learner(job: dict, started: Callable[[str], None] | None = None) -> 
             None
             if job.get("budget_s") is None
             else job["budget_s"] - (time.perf_counter() - start),
+            job.get("contract", 1),
         )
         facts["isolation"] = used
         facts["verify"] = _verify_facts(report)

@@ -54,7 +54,7 @@ def _stub(fn: contract.Function, version: int = 1) -> str:
 
 
 def module_source(version: int = contract.CONTRACT_VERSION) -> str:
-    raw = contract.raw_contract(version)
+    raw = contract.data(version)
     conventions = "\n".join(
         textwrap.fill(c, 88, initial_indent="- ", subsequent_indent="  ")
         for c in raw["conventions"]

@@ -138,10 +138,10 @@ class VerifyReport:
             "message": self.message,
             "contract": {
                 "id": contract.contract_id(self.contract),
-                "version": self.contract,
                 "sha256": contract.PINS[self.contract],
-                "declared": contract.contract_id(self.declared),
             },
+            # The contract the room declares (undeclared: v1); "contract" is the one checked.
+            "declared": contract.contract_id(self.declared),
             "tolerances": TOLERANCE_VERSION,
             "fixtures": fx.FIXTURES_VERSION,
             "seed": self.seed,
