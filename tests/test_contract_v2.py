@@ -169,3 +169,66 @@ def test_an_unknown_declaration_is_refused_by_name(tmp_path):
     result = invoke("contract", "check", "--path", str(room), "--json")
     assert result.exit_code == 1
     assert "transformer-block-v9" in json.loads(result.stdout)["error"]["message"]
+
+
+# -- the rubric and the records ---------------------------------------------------------
+
+
+def test_the_v2_default_rubric_targets_v2():
+    from labctl.grade.rubric import load_rubric
+
+    rubric = load_rubric(version=2)
+    assert rubric.contract == 2 and rubric.max_score == 100
+    targets = {i.target for i in rubric.items if i.kind == "function"}
+    assert targets == set(contract.function_names(2))
+    assert [i.id for i in rubric.items if i.hidden] == ["check.bad-input"]
+    # The v1 default is unchanged: no contract key in what it dumps (so its digest stays).
+    assert load_rubric().contract == 1 and "contract" not in load_rubric().dump()
+    assert rubric.dump()["contract"] == 2
+
+
+@pytest.mark.parametrize(
+    ("head", "reason"),
+    [
+        ("", "alibi_slopes is not a function of contract v1"),
+        ("contract: 3\n", "contract"),
+    ],
+)
+def test_a_rubric_target_outside_its_contract_is_refused(head, reason):
+    from labctl.grade.rubric import RubricError, parse_rubric
+
+    text = (
+        f"schema: labctl.rubric.v1\nname: a\n{head}items:\n"
+        "  - {id: x, kind: function, target: alibi_slopes, points: 1}\n"
+    )
+    with pytest.raises(RubricError, match=reason):
+        parse_rubric(text)
+
+
+def test_grade_verifies_against_the_rubrics_contract(tmp_path):
+    from labctl.grade.rubric import load_rubric
+    from labctl.grade.runner import _job
+
+    class Learner:
+        id = "a"
+        folder = clean_room = tmp_path
+        submission = None
+
+    class Options:
+        timeout_s, memory_mb, isolation, seed = 1.0, 512, "process", 5
+
+    assert _job(Learner(), load_rubric(version=2), Options())["contract"] == 2
+    assert _job(Learner(), load_rubric(), Options())["contract"] == 1
+
+
+def test_records_say_which_contract_the_room_declares(tmp_path):
+    from labctl.evidence.models import CleanRoomInfo
+    from labctl.evidence.room import identify, room_json
+
+    own = identify(REPO / "clean_room")
+    assert own.contract == 1 and room_json(own)["contract"] == 1
+    v2 = _init(tmp_path, "2", "v2room")
+    assert identify(v2).contract == 2
+    # A record written before rooms declared a contract stays valid, as v1.
+    old = own.model_dump(exclude={"contract"})
+    assert CleanRoomInfo.model_validate(old).contract == 1

@@ -9,6 +9,7 @@ out of `CATALOGUE` (verify's fault matrix) and the lab tests use them by name.
 from __future__ import annotations
 
 from labctl.faults.base import Fault
+from labctl.faults.v2 import FaultV2
 from labctl.i18n import N_
 
 LABS_V2: tuple[Fault, ...] = (
@@ -97,6 +98,25 @@ LABS_V2: tuple[Fault, ...] = (
 
         def glu_ffn(x, w_gate, w_up, w_down):
             return _correct_glu(x, w_up, w_gate, w_down)
+        """,
+    ),
+    # rope takes v2's keywords only in a room that declares v2, so this copy declares it
+    FaultV2(
+        name="rope-linear-multiplies",
+        function="rope",
+        module="primitives",
+        description=N_(
+            "position interpolation multiplies the positions by the factor instead of dividing: "
+            "every pair turns s times faster, not s times slower"
+        ),
+        course="Transformer 逐部件讲透 §6.7 RoPE scaling; contract v2 rope ('linear'): positions / factor",
+        source="""
+        _correct_rope = rope
+
+        def rope(x, positions, theta=10000.0, scaling=None, factor=1.0):
+            if scaling == "linear":
+                positions = np.asarray(positions) * int(factor) ** 2
+            return _correct_rope(x, positions, theta, scaling, factor)
         """,
     ),
 )

@@ -87,13 +87,19 @@ def _skipped_reason(run: FunctionRun | None) -> str | None:
     return None
 
 
+def of_run(build, run: FunctionRun):
+    """`build` (fixtures or probes) for the run's function, seed and contract; v1's calls
+    keep their two arguments."""
+    if run.contract == 1:
+        return build(run.function, run.seed)
+    return build(run.function, run.seed, run.contract)
+
+
 def returned(run: FunctionRun, with_probes: bool = True):
     """(fixture, outcome) for every call that returned, fixtures then probes."""
-    fixtures = fx.fixtures(run.function, run.seed, run.contract)
-    pairs = [(f, run.fixtures.get(f.name)) for f in fixtures]
+    pairs = [(f, run.fixtures.get(f.name)) for f in of_run(fx.fixtures, run)]
     if with_probes:
-        probes = fx.probes(run.function, run.seed, run.contract)
-        pairs += [(f, run.probes.get(f.name)) for f in probes]
+        pairs += [(f, run.probes.get(f.name)) for f in of_run(fx.probes, run)]
     return [(f, o) for f, o in pairs if o is not None and o.ok]
 
 

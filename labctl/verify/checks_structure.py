@@ -16,6 +16,7 @@ from labctl.verify.check_base import (
     files_msg,
     not_loaded,
     num,
+    of_run,
     returned,
     run_or_skip,
 )
@@ -210,7 +211,7 @@ def check_dtype(seen: RoomObservation, function: str) -> CheckResult:
             if item.dtype != ref.dtype:
                 inputs = (
                     Msg("float32 inputs")
-                    if fixture in fx.probes(function, run.seed, run.contract)
+                    if fixture in of_run(fx.probes, run)
                     else Msg("its inputs")
                 )
                 label = f" ({spec.split(' ')[0]})" if len(RETURNS[function]) > 1 else ""
@@ -232,7 +233,7 @@ def check_dtype(seen: RoomObservation, function: str) -> CheckResult:
         checked += 1
     if not checked:
         return CheckResult(function, "dtype", NOT_RUN, N_("not run: no usable return value"))
-    probes = len(fx.probes(function, run.seed, run.contract))
+    probes = len(of_run(fx.probes, run))
     extra = Msg(", float32 kept on {n} probe", n=probes) if probes else ""
     return CheckResult(
         function, "dtype", PASS, Msg("dtypes as the reference's{extra}", extra=extra)
@@ -262,7 +263,7 @@ def check_parity(seen: RoomObservation, function: str) -> CheckResult:
         return CheckResult(function, "parity", NOT_RUN, N_("not run: no fixture returned"))
     uncompared = [(n, r) for n, r in results if isinstance(r, Msg)]
     compared = [(n, r) for n, r in results if not isinstance(r, Msg)]
-    skipped = len(fx.fixtures(function, run.seed, run.contract)) - len(results)
+    skipped = len(of_run(fx.fixtures, run)) - len(results)
     worst_name, worst = max(compared, key=lambda nr: nr[1].margin) if compared else (None, None)
     bad = [(n, r) for n, r in compared if not r.ok]
     common = dict(
