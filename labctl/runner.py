@@ -9,11 +9,9 @@ other labs still run.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import math
 import os
-import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labctl import registry
+from labctl.contract import VERSIONS, ContractError, declared_version
 from labctl.errors import CallError, LabctlError, UsageError, message_of
 from labctl.evidence.models import CleanRoomInfo
 from labctl.evidence.room import identify, own_room, room_json
@@ -46,11 +45,8 @@ DEFAULT_SEED = 5
 IMPL_CHOICES = ("reference", "clean-room", "both")
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeds are unsigned; one range for both
 MAX_TIMEOUT_S = 3600.0
-# The notes of a declared metric row the lab never measured (its value is NaN): not reached,
-# or not run at all because the clean room implements an older contract than the lab needs.
+# The note of a declared metric row the lab never measured (its value is NaN).
 NOT_MEASURED = "not measured"
-NEEDS_CONTRACT = "needs contract v{version}"
-_MAX_INIT_BYTES = 1 << 20  # a room's __init__.py read for its CONTRACT line, at most
 
 
 @dataclass(frozen=True)
@@ -71,8 +67,7 @@ class MetricResult:
     @property
     def measured(self) -> bool:
         """False for a row the lab never reached; a measured NaN (a garbage room's) is measured."""
-        needs = NEEDS_CONTRACT.partition("{")[0]
-        return self.note != NOT_MEASURED and not self.note.startswith(needs)
+        return self.note != NOT_MEASURED
 
     def to_json(self) -> dict:
         return {
@@ -240,11 +235,8 @@ def implementations(
         yield chosen
 
 
-def judge(
-    lab: Lab, output: LabOutput, rows: set[str], unmeasured: str = NOT_MEASURED
-) -> list[MetricResult]:
-    """Attach each measurement's tolerance and verdict; a declared metric left unmeasured fails,
-    with `unmeasured` as its note."""
+def judge(lab: Lab, output: LabOutput, rows: set[str]) -> list[MetricResult]:
+    """Attach each measurement's tolerance and verdict; a declared metric left unmeasured fails."""
     results = []
     for m in output.measurements:
         try:
@@ -278,7 +270,7 @@ def judge(
                         False,
                         spec.unit,
                         spec.timing,
-                        unmeasured,
+                        NOT_MEASURED,
                     )
                 )
     return results
@@ -292,29 +284,20 @@ def run_lab(
     result = LabResult(lab, params=params or lab.params())
     impls = {name: impl.for_contract(lab.contract) for name, impl in impls.items()}
     start = time.perf_counter()
-    room = impls.get("clean-room")
-    # An in-process clean room (a test's) has no folder to read: it is what the lab needs.
-    path = getattr(room, "path", None) if room is not None and lab.contract > 1 else None
-    declared = room_contract(path) if path is not None else lab.contract
-    if declared < lab.contract:
-        result.fail(
-            Msg(
-                "needs contract v{need}: the clean room declares v{have} (CONTRACT in its "
-                "__init__.py); the reference's numbers are shown",
-                need=lab.contract,
-                have=declared,
-            )
-        )
-        if "reference" in impls:
-            _keep_reference(
-                result, lab, seed, impls, rows, NEEDS_CONTRACT.format(version=lab.contract)
-            )
+    older = _older_room(lab, impls.get("clean-room"))
+    if older is not None and "reference" in impls:
+        # A v1 room keeps working everywhere: a lab it cannot take runs on the reference
+        # alone, as `--impl reference` does, and says so; no clean-room row is invented.
+        impls = {"reference": impls["reference"]}
+        rows = {"reference"}
+    elif older is not None:
+        result.fail(older)
         result.wall_time_s = time.perf_counter() - start
         return result
     try:
         output = lab.run(LabContext(params=result.params, seed=seed, impls=impls))
         result.metrics = judge(lab, output, rows)
-        result.figures = output.figures
+        result.figures = ([Note(older, flag=True)] if older is not None else []) + output.figures
     except CallError as exc:
         result.fail(Msg("clean room failed: {error}", error=exc.message))
         if "reference" in impls and len(impls) > 1:
@@ -335,7 +318,6 @@ def _keep_reference(
     seed: int,
     impls: dict[str, Implementation],
     rows: set[str],
-    unmeasured: str = NOT_MEASURED,
 ) -> None:
     """The clean room failed: run the reference alone so its numbers and figures still show;
     the clean room's rows stay, unmeasured and failing."""
@@ -351,31 +333,37 @@ def _keep_reference(
             )
         )
         return
-    result.metrics = judge(lab, output, rows, unmeasured)
+    result.metrics = judge(lab, output, rows)
     result.figures = output.figures
 
 
 def room_contract(path: Path) -> int:
-    """The contract version a room declares: `CONTRACT = "transformer-block-vN"` at the top level
-    of its `__init__.py`, read as text (never run here); a room that declares none is v1."""
-    init = Path(path) / "__init__.py"
+    """The contract a lab may call on the room at `path`: the one it declares (read as text,
+    never run here), and the newest for labctl's own room, which implements every version
+    but declares none, so that verify and the v1 fault catalogue check it against v1."""
+    if Path(path).resolve() == own_room().resolve():
+        return max(VERSIONS)
+    return declared_version(path)
+
+
+def _older_room(lab: Lab, room: Implementation | None) -> Msg | None:
+    """Why the clean room cannot take `lab` (it declares an older contract), or None. An
+    in-process room (a test's) has no folder to read: it is what the lab needs."""
+    path = getattr(room, "path", None) if room is not None and lab.contract > 1 else None
+    if path is None:
+        return None
     try:
-        if not init.is_file():
-            return 1
-        with init.open("rb") as handle:
-            tree = ast.parse(handle.read(_MAX_INIT_BYTES))
-    except (OSError, SyntaxError, ValueError):
-        return 1
-    for node in tree.body:
-        if (
-            isinstance(node, ast.Assign)
-            and [getattr(t, "id", None) for t in node.targets] == ["CONTRACT"]
-            and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str)
-        ):
-            match = re.fullmatch(r"transformer-block-v([1-9])", node.value.value)
-            return int(match[1]) if match else 1
-    return 1
+        declared = room_contract(path)
+    except ContractError as exc:
+        return exc.args[0] if len(exc.args) == 1 else str(exc)
+    if declared >= lab.contract:
+        return None
+    return Msg(
+        "needs contract v{need}: the clean room declares v{have} (CONTRACT in its __init__.py), "
+        "so this lab ran on the reference alone",
+        need=lab.contract,
+        have=declared,
+    )
 
 
 def check_options(seed: int, impl: str, timeout_s: float, out: Path) -> None:
