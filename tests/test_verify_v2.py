@@ -63,6 +63,14 @@ def test_a_declared_v2_room_is_verified_against_v2_and_says_so(tmp_path):
     assert document["contract"]["sha256"] == contract.CONTRACT_V2_SHA256
     parity = {c.function for c in report.checks if c.name == "parity" and c.passed}
     assert parity == set(contract.function_names(2))
+    # The record and the history line keep the version.
+    from labctl.verify.record import read_history
+
+    line = read_history(tmp_path / "ev")[-1]
+    assert line["contract"] == "transformer-block-v2"
+    assert line["contract_sha256"] == contract.CONTRACT_V2_SHA256
+    record = json.loads((tmp_path / "ev" / Path(line["record"]).name).read_text("utf-8"))
+    assert record["labctl"]["clean_room"]["contract"] == 2
 
 
 def test_the_cli_says_which_contract_it_used(tmp_path):
