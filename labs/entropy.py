@@ -31,7 +31,7 @@ METRICS = (
                "44%, an ignored axis by O(1)"),
     ),
     Metric(
-        "entropy_bound_violations", "rows", "==0",
+        "entropy_fn_bound_violations", "rows", "==0",
         N_("rows whose attention_entropy lies outside [0, log(visible keys)] (query i sees i + 1 "
            "keys)"),
         why=N_("a distribution over n keys has entropy between 0 and log n: exact up to rounding "
@@ -77,7 +77,7 @@ def run(ctx: LabContext) -> LabOutput:
         errors = [np.abs(g - want) if g.shape == want.shape else np.inf for g in (got, across)]
         output.add("entropy_max_error", name, float(np.max([np.max(e) for e in errors])))
         bad = (got < -1e-12) | (got > limit + 1e-12) if got.shape == want.shape else np.ones(1)
-        output.add("entropy_bound_violations", name, int(np.sum(bad)))
+        output.add("entropy_fn_bound_violations", name, int(np.sum(bad)))
         blocked = _blocked(impl, T)
         dead = ~blocked.any(axis=-1)  # (B, 1, T): rows with no visible key
         output.add(

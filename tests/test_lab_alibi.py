@@ -82,10 +82,19 @@ def test_a_v1_room_is_told_it_needs_v2_and_the_reference_still_shows(tmp_path):
     assert {impl for _, impl in got} == {"reference"}
 
 
-def test_a_declaration_that_is_not_a_contract_reads_as_v1(tmp_path):
-    for text in ('CONTRACT = "transformer-block-v9x"\n', "CONTRACT = 2\n", "def (:\n", ""):
+def test_a_declaration_that_is_not_a_contract_reads_as_v1_and_an_unknown_one_is_named(tmp_path):
+    for text in ("CONTRACT = 2\n", "def (:\n", ""):
         (tmp_path / "__init__.py").write_text(text, "utf-8")
         assert room_contract(tmp_path) == 1
+    room = tmp_path / "room"
+    labs_v2.LABS_V2[0].materialize(room)
+    init = room / "__init__.py"
+    init.write_text(init.read_text("utf-8").replace("-v2", "-v9x"), "utf-8")
+    result = run(LAB, room)
+    # the reference's numbers, and a note naming the declaration labctl does not know
+    assert {impl for _, impl in rows(result)} == {"reference"}
+    note = str(next(f for f in result.figures if isinstance(f, Note)).text)
+    assert "transformer-block-v9x" in note
 
 
 def test_same_seed_same_values_other_seed_other_values():

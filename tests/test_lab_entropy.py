@@ -48,7 +48,7 @@ def _axis_ignored(weights, axis=-1):
 @pytest.mark.parametrize(
     ("fn", "caught"),
     [
-        (_bits, {"entropy_max_error", "entropy_bound_violations", "entropy_reference_max_error"}),
+        (_bits, {"entropy_max_error", "entropy_fn_bound_violations", "entropy_reference_max_error"}),
         (_nan_on_zero, {"entropy_max_error", "entropy_blocked_row_max_abs",
                         "entropy_reference_max_error"}),
         (_axis_ignored, {"entropy_max_error"}),

@@ -8,12 +8,13 @@ out of `CATALOGUE` (verify's fault matrix) and the lab tests use them by name.
 
 from __future__ import annotations
 
-from labctl.faults.base import Fault
 from labctl.faults.v2 import FaultV2
 from labctl.i18n import N_
 
-LABS_V2: tuple[Fault, ...] = (
-    Fault(
+# Every room declares v2: the labs these faults prove need it, and v2's functions and keywords
+# are called only on a room that declares it.
+LABS_V2: tuple[FaultV2, ...] = (
+    FaultV2(
         name="decoder-positional-ignored",
         function="decoder_forward",
         module="transformer_block",
@@ -29,7 +30,7 @@ LABS_V2: tuple[Fault, ...] = (
             return _correct_decoder_forward(token_ids, params, n_heads, n_kv_heads, eps, "sinusoidal", rope_theta, window)
         """,
     ),
-    Fault(
+    FaultV2(
         name="layer-norm-as-rms",
         function="layer_norm",
         module="primitives",
@@ -47,7 +48,7 @@ LABS_V2: tuple[Fault, ...] = (
             return (x / np.sqrt(ms + eps) * weight + bias).astype(_float_dtype(x), copy=False)
         """,
     ),
-    Fault(
+    FaultV2(
         name="alibi-slopes-from-one",
         function="alibi_slopes",
         module="positions",
@@ -61,7 +62,7 @@ LABS_V2: tuple[Fault, ...] = (
             return 2.0 ** (-8.0 * np.arange(H) / H)
         """,
     ),
-    Fault(
+    FaultV2(
         name="alibi-bias-sign",
         function="alibi_bias",
         module="positions",
@@ -74,7 +75,7 @@ LABS_V2: tuple[Fault, ...] = (
             return -_correct_alibi_bias(n_heads, t_q, t_k)
         """,
     ),
-    Fault(
+    FaultV2(
         name="gelu-tanh-ignored",
         function="gelu",
         module="ffn",
@@ -87,7 +88,7 @@ LABS_V2: tuple[Fault, ...] = (
             return _correct_gelu(z, "none")
         """,
     ),
-    Fault(
+    FaultV2(
         name="glu-gate-on-up",
         function="glu_ffn",
         module="ffn",
@@ -100,7 +101,6 @@ LABS_V2: tuple[Fault, ...] = (
             return _correct_glu(x, w_up, w_gate, w_down)
         """,
     ),
-    # rope takes v2's keywords only in a room that declares v2, so this copy declares it
     FaultV2(
         name="rope-linear-multiplies",
         function="rope",
@@ -122,7 +122,7 @@ LABS_V2: tuple[Fault, ...] = (
 )
 
 
-def get(name: str) -> Fault:
+def get(name: str) -> FaultV2:
     for fault in LABS_V2:
         if fault.name == name:
             return fault
