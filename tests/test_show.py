@@ -44,11 +44,11 @@ def test_show_json_has_the_question_citations_parameters_and_tolerances():
     shown = json.loads(result.output)
     lab = registry.get("causal-attention")
     assert shown["question"] == lab.question
-    assert [s["chapter"] for s in shown["sections"]] == [
-        "Transformer 逐部件讲透",
-        "第8章 · Attention 与 Transformer Block",
-    ]
+    assert [s["chapter"] for s in shown["sections"]] == [s.chapter.title for s in lab.sections]
     assert shown["sections"][0]["number"] == "§6.13"
+    # the heading is the course's own; the passage the lab uses is a part of its own
+    assert shown["sections"][0]["heading"] == "动手：用断言验证注意力，而不是只看热力图"
+    assert shown["sections"][0]["part"] == "实验 03｜Causal Attention"
     params = {p["name"]: p for p in shown["params"]}
     assert set(params) == set(lab.params.model_fields)
     # T needs one past and one future position; the model says so and show repeats it.
