@@ -26,7 +26,7 @@ from checktools import HF_ROPE_WITHOUT_ODD_CHECK, learner_room
 from labctl import contract, faults
 from labctl.errors import CallError
 from labctl.i18n import Msg
-from labctl.isolation import guard, loader, replies
+from labctl.isolation import calltrace, guard, loader, replies
 from labctl.isolation.loader import observe_signatures
 from labctl.verify import diagnosis as dg
 from labctl.verify import fixtures as fx
@@ -53,19 +53,26 @@ class InProcessRoom:
         self.package = package
         self.root = root
         self.violations: list[str] = []
+        self.recorder = calltrace.Recorder()
+        calltrace.install(package, contract.function_names(), self.recorder)
 
-    def invoke(self, name: str, *args, **kwargs):
+    def invoke(self, name: str, *args, trace: bool = False, **kwargs):
         fn = getattr(self.package, name, None)
         if fn is None:
             raise CallError(name, "missing", f"the clean room has no {name}")
         sent = copy.deepcopy((list(args), kwargs))
+        if trace:
+            self.recorder.start()
         try:
             value = fn(*args, **kwargs)
         except Exception as exc:  # the worker reports every exception the same way
             place = loader.where(self.root, exc.__traceback__)
-            raise CallError(name, "exception", str(exc), place, type(exc).__name__) from None
+            error = CallError(name, "exception", str(exc), place, type(exc).__name__)
+            error.trace = self.recorder.stop()
+            raise error from None
         changed = replies.mutated(*sent, [list(args), kwargs])
-        return SimpleNamespace(value=value, mutated=changed, elapsed_s=0.0)
+        found = self.recorder.stop()
+        return SimpleNamespace(value=value, mutated=changed, elapsed_s=0.0, trace=found)
 
 
 # A learner's softmax at temperature 1/2: an unknown bug everything built on softmax inherits.

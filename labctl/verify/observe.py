@@ -28,6 +28,7 @@ from labctl.isolation.sandbox import CleanRoom
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
 from labctl.verify.builders import SEED
+from labctl.verify.calls import Call, calls_of
 from labctl.verify.functions import CAUSAL_FUNCTIONS, DEPENDS
 
 PACKAGE = "(package)"
@@ -50,6 +51,7 @@ class Outcome:
     where: str | None = None
     mutated: tuple[str, ...] = ()
     elapsed_s: float = 0.0
+    calls: tuple[Call, ...] = ()  # the room's contract functions it reached, in order
 
     @property
     def ok(self) -> bool:
@@ -224,17 +226,24 @@ def _located(root: Path, text: str) -> Located:
 # --------------------------------------------------------------------------
 
 
-def call(room: CleanRoom, name: str, args: tuple, kwargs: dict) -> Outcome:
-    """One call through the sandbox; every failure of the clean room becomes an Outcome."""
+def call(room: CleanRoom, name: str, args: tuple, kwargs: dict, trace: bool = False) -> Outcome:
+    """One call through the sandbox; every failure of the clean room becomes an Outcome.
+    With `trace`, the calls it made to the room's contract functions are kept (`calls`)."""
     try:
-        result = room.invoke(name, *args, **kwargs)
+        # Asked only when wanted: a room that records nothing need not know the option.
+        options = {"trace": True} if trace else {}
+        result = room.invoke(name, *args, **options, **kwargs)
     except CallError as exc:
         return _failed(name, exc)
     except LabctlError as exc:
         # The worker could not be restarted (the clean room no longer loads, say).
         return Outcome("crash", message=str(exc))
     return Outcome(
-        "value", value=result.value, mutated=tuple(result.mutated), elapsed_s=result.elapsed_s
+        "value",
+        value=result.value,
+        mutated=tuple(result.mutated),
+        elapsed_s=result.elapsed_s,
+        calls=calls_of(result.trace),
     )
 
 
@@ -242,7 +251,9 @@ def _failed(name: str, exc: CallError) -> Outcome:
     body = exc.detail
     if exc.kind == "exception":
         kind = "not-implemented" if exc.exc_type == "NotImplementedError" else "exception"
-        return Outcome(kind, message=body, exc_type=exc.exc_type, where=exc.where)
+        return Outcome(
+            kind, message=body, exc_type=exc.exc_type, where=exc.where, calls=calls_of(exc.trace)
+        )
     if exc.kind == "timeout":
         return Outcome("timeout", message=Msg("did not return: {body}", body=body))
     if exc.kind == "missing":
@@ -268,18 +279,20 @@ class _OverBudget(Exception):
     """The room's time budget ran out before this function's calls were done."""
 
 
-def _within(room: CleanRoom, deadline: float | None, name: str, args: tuple, kwargs: dict):
+def _within(
+    room: CleanRoom, deadline: float | None, name: str, args: tuple, kwargs: dict, trace: bool
+):
     """`call`, its timeout cut to what is left of the budget; a call the cut stops, or one
     that cannot start, is over budget rather than a timeout of the function's own."""
     if deadline is None:
-        return call(room, name, args, kwargs)
+        return call(room, name, args, kwargs, trace)
     left = deadline - time.monotonic()
     if left <= 0:
         raise _OverBudget
     full = room.timeout_s
     room.timeout_s = min(full, left)
     try:
-        outcome = call(room, name, args, kwargs)
+        outcome = call(room, name, args, kwargs, trace)
     finally:
         room.timeout_s = full
     if outcome.kind == "timeout" and left < full:
@@ -303,7 +316,7 @@ def run_function(
     """
     run = FunctionRun(function, seed=seed)
 
-    def one(args: tuple, kwargs: dict) -> Outcome:
+    def one(args: tuple, kwargs: dict, trace: bool = True) -> Outcome:
         if function in timed_out:
             return Outcome("skipped", message=Msg("not run: it timed out on an earlier fixture"))
         hung = next((d for d in depends_on(function) if d in timed_out), None)
@@ -312,7 +325,7 @@ def run_function(
                 "skipped",
                 message=Msg("not run: it is built from {hung}, which timed out", hung=hung),
             )
-        outcome = _within(room, deadline, function, args, kwargs)
+        outcome = _within(room, deadline, function, args, kwargs, trace)
         run.elapsed_s += outcome.elapsed_s
         if outcome.kind == "timeout":
             timed_out.add(function)
@@ -331,7 +344,7 @@ def run_function(
             run.causal[t] = one(*fixture.call())
     if implemented:
         for case in bad_cases(function, seed):
-            run.bad[case.name] = one(*case.call())
+            run.bad[case.name] = one(*case.call(), trace=False)
     return run
 
 
