@@ -156,7 +156,7 @@ def _float64_source(function: str, run: FunctionRun) -> Msg:
             )
             if wide is not None:
                 return Msg(
-                    "; the float64 starts in the {argument} it passes to {callee}",
+                    " (first seen in the {argument} it passes to {callee})",
                     argument=wide,
                     callee=call.function,
                 )
@@ -172,9 +172,9 @@ def said_own(function: str, run: FunctionRun, own: tuple[str, ...]) -> list[Msg]
         elif check == "dtype":
             phrases.append(
                 Msg(
-                    "it returns float64 for float32 input{source}: an array it builds itself "
-                    "is float64 (np.tri, np.zeros and np.ones make float64 unless given "
-                    "dtype=), so build its masks and caches in the input's dtype",
+                    "it returns float64 for float32 input{source}: something it makes itself is "
+                    "float64 (np.tri, np.zeros and np.ones unless given dtype=, np.sqrt of an "
+                    "int), so make its masks, caches and constants in the input's dtype",
                     source=_float64_source(function, run),
                 )
             )
