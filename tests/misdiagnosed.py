@@ -204,6 +204,39 @@ def rms_norm(x, weight, eps=1e-6):
 # The same, without the cast back: float32 out of a float64 call.
 RMS_NORM_RETURNS_FLOAT32 = RMS_NORM_IN_FLOAT32.replace(".astype(x.dtype)", "")
 
+# Correct, written otherwise than labctl's room: heads in a loop, einsum, softmax inline.
+EINSUM_LOOP_SDPA = """
+def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
+    q, k, v, n_rep = _check_qkv(q, k, v)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != np.bool_:
+            raise TypeError("mask must be boolean")
+    B, H, Tq, D = q.shape
+    Tk, Dv = k.shape[2], v.shape[3]
+    s = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    out = np.zeros((B, H, Tq, Dv), dtype=q.dtype)
+    weights = np.zeros((B, H, Tq, Tk), dtype=q.dtype)
+    for h in range(H):
+        kh, vh = k[:, h // n_rep], v[:, h // n_rep]
+        scores = np.einsum("bqd,bkd->bqk", q[:, h], kh) * s
+        if mask is not None:
+            blocked = np.broadcast_to(mask, (B, H, Tq, Tk))[:, h]
+            scores = np.where(blocked, -np.inf, scores)
+        top = scores.max(axis=-1, keepdims=True)
+        top = np.where(np.isneginf(top), 0.0, top)
+        e = np.exp(scores - top)
+        total = e.sum(axis=-1, keepdims=True)
+        w = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+        weights[:, h] = w
+        out[:, h] = np.einsum("bqk,bkd->bqd", w, vh)
+    return out, weights
+"""
+
+# Correct RoPE whose tables are computed in the input's own dtype: float32 inside a float32
+# call, which the contract allows.
+ROPE_TABLES_IN_INPUT_DTYPE = ROPE_FLOAT32_TABLES.replace("np.float32", "x.dtype")
+
 
 def room(directory: Path, *parts: tuple[str, str]) -> Path:
     """The project's clean room with each (module, source) appended, under `directory`."""

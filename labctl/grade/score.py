@@ -94,7 +94,13 @@ def _function(item: Item, rubric: Rubric, verify: dict) -> tuple[bool, str]:
         return True, _("passes every check")
     failed = [c for c in bad if c["status"] == "fail"]
     shown = failed or bad
-    return False, "; ".join(f"{c['name']}: {c['message']}" for c in shown[:3])
+    checks = "; ".join(f"{c['name']}: {c['message']}" for c in shown[:3])
+    # The diagnosis's own sentence first (the line JUnit shows), unless it names what a
+    # hidden item checks.
+    said = next((d["message"] for d in verify["diagnosis"] if d["function"] == item.target), "")
+    if any(i.target in said for i in rubric.items if i.hidden):
+        said = ""
+    return False, f"{said}\n{checks}" if said else checks
 
 
 def _check(item: Item, verify: dict) -> tuple[bool, str]:
