@@ -28,8 +28,11 @@ from labctl.errors import CallError
 from labctl.i18n import Msg
 from labctl.isolation import calltrace, guard, loader, replies
 from labctl.isolation.loader import observe_signatures
+from labctl.verify import blame
 from labctl.verify import diagnosis as dg
 from labctl.verify import fixtures as fx
+from labctl.verify import likeness as lk
+from labctl.verify.calls import Call
 from labctl.verify.check_base import FAIL, CheckResult
 from labctl.verify.checks import evaluate
 from labctl.verify.observe import (
@@ -224,7 +227,10 @@ def test_an_unknown_bug_matches_nothing_and_names_its_failing_checks(tmp_path):
     found, rooms, _, _ = diagnose(tmp_path, room)
     (d,) = [d for d in found if d.function == "relu_ffn"]
     assert d.kind == "unmatched" and d.fault is None
-    assert d.message == "relu_ffn: fails parity; no catalogued fault matches it"
+    assert (
+        d.message
+        == "relu_ffn: its values differ from the reference; no catalogued fault matches it"
+    )
     assert d.to_json() == {"function": "relu_ffn", "kind": "unmatched", "message": d.message}
     assert set(rooms.asked) == {f.name for f in faults.CATALOGUE if f.function == "relu_ffn"}
 
@@ -424,15 +430,15 @@ def _run(**outcomes: Outcome) -> FunctionRun:
 
 
 def test_same_behaviour_needs_both_runs_or_neither():
-    assert dg.same_behaviour("softmax", None, None)
-    assert not dg.same_behaviour("softmax", None, _run())
-    assert not dg.same_behaviour("softmax", _run(), None)
+    assert lk.same_behaviour("softmax", None, None)
+    assert not lk.same_behaviour("softmax", None, _run())
+    assert not lk.same_behaviour("softmax", _run(), None)
 
 
 def test_same_behaviour_compares_outcomes_edits_and_values(tmp_path):
     seen = observe_here(faults.project_clean_room(), ("softmax",))
     base = seen.runs["softmax"]
-    assert dg.same_behaviour("softmax", base, copy.deepcopy(base))
+    assert lk.same_behaviour("softmax", base, copy.deepcopy(base))
     name = next(iter(base.fixtures))
     for changed in (
         Outcome("exception", message="boom", exc_type="ValueError"),
@@ -443,26 +449,26 @@ def test_same_behaviour_compares_outcomes_edits_and_values(tmp_path):
     ):
         other = copy.deepcopy(base)
         other.fixtures[name] = changed
-        assert not dg.same_behaviour("softmax", base, other), changed
+        assert not lk.same_behaviour("softmax", base, other), changed
     other = copy.deepcopy(base)
     del other.fixtures[name]
-    assert not dg.same_behaviour("softmax", base, other)
+    assert not lk.same_behaviour("softmax", base, other)
     probe = next(iter(base.probes))
     other = copy.deepcopy(base)
     del other.probes[probe]
-    assert not dg.same_behaviour("softmax", base, other)
+    assert not lk.same_behaviour("softmax", base, other)
     other = copy.deepcopy(base)
     other.probes[probe] = Outcome("timeout", message="hung")
-    assert not dg.same_behaviour("softmax", base, other)
+    assert not lk.same_behaviour("softmax", base, other)
     # A fixture is compared at the parity tolerance, not a probe's float32 one.
     close = copy.deepcopy(base)
     close.fixtures[name] = Outcome("value", value=base.fixtures[name].value * (1 + 1e-6))
-    assert not dg.same_behaviour("softmax", base, close)
+    assert not lk.same_behaviour("softmax", base, close)
     # Two runs that raise the same way behave alike, whatever the message says.
     a, b = copy.deepcopy(base), copy.deepcopy(base)
     a.fixtures[name] = Outcome("exception", message="one", exc_type="ValueError")
     b.fixtures[name] = Outcome("exception", message="two", exc_type="TypeError")
-    assert dg.same_behaviour("softmax", a, b)
+    assert lk.same_behaviour("softmax", a, b)
 
 
 def test_a_probe_is_compared_at_float32_precision_relative_to_the_reference(tmp_path):
@@ -474,18 +480,18 @@ def test_a_probe_is_compared_at_float32_precision_relative_to_the_reference(tmp_
     near, far = copy.deepcopy(base), copy.deepcopy(base)
     near.probes[probe] = Outcome("value", value=value + 0.5e-4 * scale)
     far.probes[probe] = Outcome("value", value=value + 2e-4 * scale)
-    assert dg.same_behaviour("softmax", base, near)
-    assert not dg.same_behaviour("softmax", base, far)
+    assert lk.same_behaviour("softmax", base, near)
+    assert not lk.same_behaviour("softmax", base, far)
 
 
 def test_malformed_outputs_are_alike_only_with_the_same_types_and_shapes():
-    assert dg._shape_signature([1, (2.0,)]) == ("list", ("int", ("tuple", ("float",))))
+    assert lk._shape_signature([1, (2.0,)]) == ("list", ("int", ("tuple", ("float",))))
     import numpy as np
 
     a = np.zeros((2, 3))
-    assert dg._shape_signature(a) == ("array", (2, 3), "float64")
-    assert dg._shape_signature(a) != dg._shape_signature(a.T)
-    assert dg._shape_signature(a) != dg._shape_signature(a.astype("float32"))
+    assert lk._shape_signature(a) == ("array", (2, 3), "float64")
+    assert lk._shape_signature(a) != lk._shape_signature(a.T)
+    assert lk._shape_signature(a) != lk._shape_signature(a.astype("float32"))
 
 
 def test_bad_inputs_are_alike_when_each_is_refused_the_same_way():
@@ -494,12 +500,12 @@ def test_bad_inputs_are_alike_when_each_is_refused_the_same_way():
 
     refused = Outcome("exception", message="x", exc_type="ValueError")
     accepted = Outcome("value", value=1.0)
-    assert dg._same_bad_input(None, None)
-    assert not dg._same_bad_input(run(), None) and not dg._same_bad_input(None, run())
-    assert dg._same_bad_input(run(a=refused), run(a=refused))
-    assert not dg._same_bad_input(run(a=refused), run(a=accepted))
-    assert not dg._same_bad_input(run(a=refused), run(b=refused))
-    assert not dg._same_bad_input(run(a=refused, b=refused), run(a=refused))
+    assert lk._same_bad_input(None, None)
+    assert not lk._same_bad_input(run(), None) and not lk._same_bad_input(None, run())
+    assert lk._same_bad_input(run(a=refused), run(a=refused))
+    assert not lk._same_bad_input(run(a=refused), run(a=accepted))
+    assert not lk._same_bad_input(run(a=refused), run(b=refused))
+    assert not lk._same_bad_input(run(a=refused, b=refused), run(a=refused))
 
 
 def test_matches_requires_the_same_failing_checks_and_side_symptoms(tmp_path):
@@ -507,13 +513,13 @@ def test_matches_requires_the_same_failing_checks_and_side_symptoms(tmp_path):
     fault_seen = observe_here(fault.materialize(tmp_path / "fault"))
     learner_seen = observe_here(fault.materialize(tmp_path / "learner"))
     results = evaluate(learner_seen)
-    assert dg.matches("causal_mask", learner_seen, results, fault_seen) == set()
+    assert lk.matches("causal_mask", learner_seen, results, fault_seen) == set()
     # A clean room's run of the function does not match a fault's.
     clean = observe_here(faults.project_clean_room())
-    assert dg.matches("causal_mask", clean, evaluate(clean), fault_seen) is None
+    assert lk.matches("causal_mask", clean, evaluate(clean), fault_seen) is None
     # The same failing checks but other values: no match.
     other = observe_here(faults.get("causal-top-left").materialize(tmp_path / "other"))
-    assert dg.matches("causal_mask", other, evaluate(other), fault_seen) is None
+    assert lk.matches("causal_mask", other, evaluate(other), fault_seen) is None
 
 
 def test_an_import_violation_matches_only_the_same_violation(tmp_path):
@@ -522,12 +528,12 @@ def test_an_import_violation_matches_only_the_same_violation(tmp_path):
     assert fault_seen.status == "refused"
     learner_seen = copy.deepcopy(fault_seen)
     results = evaluate(learner_seen)
-    assert dg.matches("merge_heads", learner_seen, results, fault_seen) is not None
+    assert lk.matches("merge_heads", learner_seen, results, fault_seen) is not None
     learner_seen.violations = [
         Located(v.where, v.what.replace("torch", "socket"), v.function)
         for v in learner_seen.violations
     ]
-    assert dg.matches("merge_heads", learner_seen, evaluate(learner_seen), fault_seen) is None
+    assert lk.matches("merge_heads", learner_seen, evaluate(learner_seen), fault_seen) is None
 
 
 def test_a_signature_deviation_matches_only_the_same_deviation(tmp_path):
@@ -535,12 +541,12 @@ def test_a_signature_deviation_matches_only_the_same_deviation(tmp_path):
     fault_seen = observe_here(fault.materialize(tmp_path / "fault"))
     learner_seen = observe_here(fault.materialize(tmp_path / "learner"))
     assert any(d.function == "rms_norm" for d in fault_seen.deviations)
-    assert dg.matches("rms_norm", learner_seen, evaluate(learner_seen), fault_seen) is not None
+    assert lk.matches("rms_norm", learner_seen, evaluate(learner_seen), fault_seen) is not None
     learner_seen.deviations = [
         contract.Deviation(d.function, d.message + " (another)") if d.function == "rms_norm" else d
         for d in learner_seen.deviations
     ]
-    assert dg.matches("rms_norm", learner_seen, evaluate(learner_seen), fault_seen) is None
+    assert lk.matches("rms_norm", learner_seen, evaluate(learner_seen), fault_seen) is None
 
 
 # -- the chain and its words ---------------------------------------------------------
@@ -554,16 +560,18 @@ def test_dependencies_are_listed_nearest_first_each_once():
     assert dg.transitive_dependencies("softmax") == []
 
 
-def test_the_chain_follows_the_first_broken_dependency_and_stops_at_a_cycle(monkeypatch):
-    broken = {"multi_head_attention", "scaled_dot_product_attention", "softmax", "rope"}
-    assert dg.failure_chain("transformer_block", broken) == (
-        "transformer_block",
-        "multi_head_attention",
-        "rope",
+def test_a_chain_of_calls_is_followed_to_the_function_at_fault_and_stops_at_a_cycle(
+    monkeypatch,
+):
+    sent = {"a": "b", "b": "c", "c": "b"}
+    monkeypatch.setattr(
+        blame, "blamed", lambda seen, results, f: Call(sent[f], 1, (), {}) if f in sent else None
     )
-    assert dg.failure_chain("softmax", broken) == ("softmax",)
-    monkeypatch.setattr(dg, "DEPENDS", {"a": ("b",), "b": ("a",)})
-    assert dg.failure_chain("a", {"a", "b"}) == ("a", "b")
+    d = dg._sent_on(RoomObservation(Path(".")), [], "a", Call("b", 1, (), {}))
+    assert d.chain == ("a", "b", "c")
+    assert d.message == (
+        "a fails because b fails, which fails because c fails: it is built on it; fix c first"
+    )
 
 
 def test_a_fault_of_the_function_itself_is_described_without_the_inlined_note():
@@ -718,7 +726,8 @@ def test_diagnoses_are_root_causes_first_each_group_in_contract_order(tmp_path):
         ("decoder_forward", "dependency"),
     ]
     assert found[0].message == (
-        "softmax: fails finite, parity, rows-sum; no catalogued fault matches it"
+        "softmax: its output holds NaN or inf; its values differ from the reference; its "
+        "attention weights do not sum to 1 over each row; no catalogued fault matches it"
     )
 
 
@@ -743,17 +752,17 @@ def test_a_probe_s_float32_tolerance_grows_with_the_reference_s_scale():
     out, weights = reference = fx.reference_output(probe)
     scale = float(np.max(np.abs(out)))
     assert 1.0 < scale < 2.0  # between the floor of 1 and twice it: both ends matter
-    tolerance = dg.FLOAT32_DIAGNOSIS_RELATIVE * scale
-    inside, beyond = 0.9 * tolerance, (tolerance + dg.FLOAT32_DIAGNOSIS_RELATIVE * 2.0) / 2
-    assert dg._same_value(function, probe, reference, (out + inside, weights), probe=True)
-    assert not dg._same_value(function, probe, reference, (out + beyond, weights), probe=True)
+    tolerance = lk.FLOAT32_DIAGNOSIS_RELATIVE * scale
+    inside, beyond = 0.9 * tolerance, (tolerance + lk.FLOAT32_DIAGNOSIS_RELATIVE * 2.0) / 2
+    assert lk._same_value(function, probe, reference, (out + inside, weights), probe=True)
+    assert not lk._same_value(function, probe, reference, (out + beyond, weights), probe=True)
 
 
 def test_malformed_outputs_of_the_same_form_behave_alike():
     fixture = fx.fixtures("softmax")[0]
-    assert dg._same_value("softmax", fixture, [1.0], [2.0], probe=False)
-    assert not dg._same_value("softmax", fixture, [1.0], (1.0,), probe=False)
-    assert not dg._same_value("softmax", fixture, [1.0], fx.reference_output(fixture), False)
+    assert lk._same_value("softmax", fixture, [1.0], [2.0], probe=False)
+    assert not lk._same_value("softmax", fixture, [1.0], (1.0,), probe=False)
+    assert not lk._same_value("softmax", fixture, [1.0], fx.reference_output(fixture), False)
 
 
 def test_a_clean_room_that_does_not_load_is_diagnosed_before_its_functions(tmp_path):
@@ -789,7 +798,7 @@ def test_a_fault_that_fails_nothing_matches_nothing(sdpa_seen):
         CheckResult(SDPA, "contract", FAIL, "a parameter renamed"),
         *(r for r in evaluate(seen, (SDPA,)) if r.name != "contract"),
     ]
-    assert dg.matches(SDPA, seen, results, fault_seen) is None
+    assert lk.matches(SDPA, seen, results, fault_seen) is None
 
 
 def test_a_fault_whose_bad_input_differs_from_the_learner_s_does_not_match(sdpa_seen):
@@ -800,7 +809,7 @@ def test_a_fault_whose_bad_input_differs_from_the_learner_s_does_not_match(sdpa_
     fault_seen.runs[SDPA].bad["head-width-mismatch"] = Outcome("value")
     results = evaluate(seen, (SDPA,))
     assert "bad-input" in {r.name for r in results if r.failed}
-    assert dg.matches(SDPA, seen, results, fault_seen) is None
+    assert lk.matches(SDPA, seen, results, fault_seen) is None
     fault_seen.runs[SDPA].bad["head-width-mismatch"] = seen.runs[SDPA].bad["head-width-mismatch"]
     fault_seen.runs[SDPA].bad["batch-mismatch"] = Outcome("value")
-    assert dg.matches(SDPA, seen, results, fault_seen) == set()
+    assert lk.matches(SDPA, seen, results, fault_seen) == set()
