@@ -19,6 +19,7 @@ import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
+import misdiagnosed
 import numpy as np
 import pytest
 from checktools import HF_ROPE_WITHOUT_ODD_CHECK, learner_room
@@ -813,3 +814,101 @@ def test_a_fault_whose_bad_input_differs_from_the_learner_s_does_not_match(sdpa_
     fault_seen.runs[SDPA].bad["head-width-mismatch"] = seen.runs[SDPA].bad["head-width-mismatch"]
     fault_seen.runs[SDPA].bad["batch-mismatch"] = Outcome("value")
     assert lk.matches(SDPA, seen, results, fault_seen) == set()
+
+
+# --------------------------------------------------------------------------
+# Blame from the calls each fixture made (issue 21's rooms, in this process)
+# --------------------------------------------------------------------------
+
+ATTENTION = ("rope", "multi_head_attention", "attention_decode", "transformer_block")
+
+
+def seen_in(tmp_path: Path, functions: tuple[str, ...], *parts):
+    seen = observe_here(misdiagnosed.room(tmp_path, *parts), functions)
+    return seen, evaluate(seen, functions)
+
+
+def test_a_stub_reached_on_some_fixtures_explains_those_and_nothing_else(tmp_path):
+    seen, results = seen_in(
+        tmp_path,
+        ATTENTION,
+        ("primitives", misdiagnosed.ROPE_STUB),
+        ("transformer_block", misdiagnosed.LEAKY_MHA),
+    )
+    failed = [r.name for r in results if r.function == "multi_head_attention" and r.failed]
+    found = blame.explain("multi_head_attention", seen.runs["multi_head_attention"], failed)
+    # The raise on the RoPE fixture is rope's; the leak and the values are its own.
+    assert [c.function for c in found.by] == ["rope"]
+    assert set(found.own) == {"parity", "causal"}
+    assert blame.blamed(seen, results, "multi_head_attention") is None
+    own = dg._own(seen, results, "multi_head_attention")
+    assert own.message == (
+        "multi_head_attention: the future leaks: an earlier output changes when a later token "
+        "changes; its values differ from the reference; it also fails bad-input; no catalogued "
+        "fault matches it"
+    )
+    # The project's decode reaches the stub and fails nowhere else: "only because it calls a stub".
+    call = blame.blamed(seen, results, "attention_decode")
+    assert (call.function, call.raised) == ("rope", "NotImplementedError")
+    assert dg._sent_on(seen, results, "attention_decode", call).message == (
+        "attention_decode fails only because it calls a stub: rope (not implemented yet); "
+        "fix rope first"
+    )
+    block = blame.blamed(seen, results, "transformer_block")
+    assert dg._sent_on(seen, results, "transformer_block", block).chain == (
+        "transformer_block",
+        "multi_head_attention",
+    )
+
+
+def test_a_function_never_called_is_never_blamed_and_the_float64_source_is_named(tmp_path):
+    seen, results = seen_in(
+        tmp_path,
+        ATTENTION,
+        ("primitives", misdiagnosed.ROPE_STUB),
+        ("transformer_block", misdiagnosed.TRI_MASK_MHA),
+    )
+    run = seen.runs["multi_head_attention"]
+    reached = {c.function for o in run.outcomes() for c in o.calls}
+    assert "rope" not in reached and "softmax" not in reached
+    assert blame.explain("multi_head_attention", run, ["dtype"]).by == ()
+    message = dg._own(seen, results, "multi_head_attention").message
+    assert message.startswith(
+        "multi_head_attention: it returns float64 for float32 input (first seen in the x it "
+        "passes to merge_heads): "
+    )
+
+
+def test_float32_rounding_names_the_first_call_whose_precision_dropped(tmp_path):
+    functions = ("rms_norm", "transformer_block")
+    seen, results = seen_in(
+        tmp_path, functions, ("primitives", misdiagnosed.RMS_NORM_RETURNS_FLOAT32)
+    )
+    assert blame.blamed(seen, results, "transformer_block") is None  # dtype explains no parity
+    block = dg._own(seen, results, "transformer_block")
+    assert block.kind == "precision"
+    assert ", first in rms_norm, which it calls; " in block.message
+    assert 1e-9 < block.to_json()["numbers"]["relative_error"] <= 1e-5
+    norm = dg._own(seen, results, "rms_norm")
+    assert (norm.kind, ", in its own code; " in norm.message) == ("precision", True)
+
+
+def test_a_parity_error_beyond_float32_rounding_is_not_called_precision(tmp_path):
+    seen, results = seen_in(
+        tmp_path,
+        ("rope",),
+        ("primitives", misdiagnosed.ROPE_FLOAT32_TABLES.replace("theta)", "theta * 1.001)")),
+    )
+    assert blame.float32_rounding("rope", seen.runs["rope"]) is None
+    assert dg._own(seen, results, "rope").kind == "unmatched"
+
+
+def test_a_function_not_run_because_a_dependency_hung_is_sent_to_that_dependency():
+    seen = RoomObservation(Path("."))
+    skipped = Outcome("skipped", message="not run", skipped_for="sinusoidal_positions")
+    seen.runs["decoder_forward"] = FunctionRun("decoder_forward", fixtures={"default": skipped})
+    results = [CheckResult("decoder_forward", "runs", FAIL, "not run")]
+    call = blame.blamed(seen, results, "decoder_forward")
+    assert (call.function, call.raised) == ("sinusoidal_positions", "timeout")
+    seen.runs["decoder_forward"].fixtures["default"] = Outcome("skipped", message="not run")
+    assert blame.blamed(seen, results, "decoder_forward") is None

@@ -120,6 +120,10 @@ def blamed(seen: RoomObservation, results: list[CheckResult], function: str) -> 
     run = seen.runs.get(function)
     if run is None:
         return None
+    # Not run at all, as built from a function that hung: that function is the cause.
+    hung = next((o.skipped_for for o in run.outcomes() if o.skipped_for), None)
+    if hung is not None:
+        return Call(hung, 1, (), {}, raised="timeout")
     failed = [r.name for r in results if r.function == function and r.failed]
     if not any(name in EXPLAINS for name in failed):
         return None

@@ -1,18 +1,28 @@
-"""Diagnosis: name a learner's failure after the catalogued fault it behaves like.
+"""Diagnosis: name a learner's failure after its cause, in one sentence a learner can act on.
 
-For each failing function the diagnosis does one of three things:
+For each failing function the diagnosis does one of four things:
 
-1. Localise: when a function it is built on (`functions.DEPENDS`) fails too,
-   the failure most likely comes from there, so it says so and points at the
-   first failing function down the chain ("transformer_block fails because
-   multi_head_attention fails, which fails because causal_mask fails").
+1. Send it on: when every failing check of the function shows, on the very
+   fixtures it fails, a call it made to another contract function that fails
+   the same kind of check on the inputs it received (`labctl.verify.blame`),
+   the failure is that function's; it follows the calls down to the function
+   at fault ("transformer_block fails because multi_head_attention fails, ...;
+   fix rope first"), or says it "fails only because it calls a stub". A
+   function the failing calls never reached is never named.
 2. Match: otherwise it runs each catalogued fault of that function (and,
    when none matches, the faults of the functions it is built on, which a
    learner may have inlined) on the same fixtures, in a clean room of its own,
-   and compares: the same checks fail, the same calls raise or hang, and every
-   output agrees within the parity tolerance. A match is named with its course
-   reference ("matches fault `mask-reversed`: ...; see 第8章 · Attention 与 Transformer Block, 故障注入与预期信号").
-3. Otherwise it says that no catalogued fault matches.
+   and compares (`labctl.verify.likeness`): the same checks fail, the same
+   calls raise or hang, and every output agrees, at the precision the room
+   computed in. A match is named with its course reference ("matches fault
+   `mask-reversed`: ...; see 第8章 · Attention 与 Transformer Block, 故障注入与预期信号").
+3. Precision: values off by float32 rounding only are said to be computed in
+   float32 inside a float64 path, first where the call trace shows it.
+4. Otherwise it says in words what goes wrong in the function's own code,
+   and that no catalogued fault matches it.
+
+Each sentence is made here once; `--json`, the terminal, the gradebook,
+feedback and JUnit all carry it. Numbers stay out of it (`numbers`, in `--json`).
 
 Fault rooms are materialized once per process and their observations cached,
 so `labctl faults` (which has already observed every fault) diagnoses for free.

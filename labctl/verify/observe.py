@@ -52,6 +52,7 @@ class Outcome:
     mutated: tuple[str, ...] = ()
     elapsed_s: float = 0.0
     calls: tuple[Call, ...] = ()  # the room's contract functions it reached, in order
+    skipped_for: str | None = None  # not run: built from this function, which timed out
 
     @property
     def ok(self) -> bool:
@@ -324,6 +325,7 @@ def run_function(
             return Outcome(
                 "skipped",
                 message=Msg("not run: it is built from {hung}, which timed out", hung=hung),
+                skipped_for=hung,
             )
         outcome = _within(room, deadline, function, args, kwargs, trace)
         run.elapsed_s += outcome.elapsed_s
