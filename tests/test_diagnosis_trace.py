@@ -172,3 +172,11 @@ def test_a_fault_computed_in_float32_matches_nearer_it_than_the_reference():
     close = reference + 1e-7
     assert not likeness._nearer_at_float32(reference, close, reference)
     assert not likeness._nearer_at_float32(np.array([True]), np.array([True]), np.array([True]))
+
+
+def test_a_forged_call_too_large_to_be_a_fixture_s_is_not_judged():
+    """Judging runs the reference here: a trace asking for a huge mask costs nothing."""
+    assert judge(Call("causal_mask", 1, (300,), {}, out=np.zeros((2, 2), bool))).kind is None
+    wide = np.ones(calltrace.MAX_ELEMENTS + 1)
+    assert judge(Call("softmax", 1, (wide,), {}, out=wide)).kind is None
+    assert judge(Call("causal_mask", 1, (3,), {}, out=np.zeros((3, 3), bool))).kind == "parity"

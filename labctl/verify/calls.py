@@ -23,6 +23,10 @@ from labctl.verify.compare import compare, elements, parity_tolerance, structure
 # reference by float32 rounding: float32's unit roundoff is 6e-8, and a fixture's chain of
 # a few hundred operations on O(1) values stays within 1e-5 of it.
 FLOAT32_ROUNDING = 1e-5
+# A recorded call is a claim of the learner's process, and judging it runs the reference
+# here: only on inputs the size of a fixture's (the largest int there is 14, the largest
+# array 384 elements), so a forged trace cannot make labctl allocate much.
+MAX_INT_ARGUMENT = 256
 
 
 @dataclass(eq=False)
@@ -106,6 +110,19 @@ def reference_on(call: Call) -> tuple[Any, bool]:
     return value, True
 
 
+def _small(value: Any) -> tuple[bool, int]:
+    """(every int within MAX_INT_ARGUMENT, the number of array elements) of `value`."""
+    if isinstance(value, np.ndarray):
+        return True, value.size
+    if isinstance(value, bool) or not isinstance(value, (int, list, tuple, dict)):
+        return True, 0
+    if isinstance(value, int):
+        return abs(value) <= MAX_INT_ARGUMENT, 0
+    items = value.values() if isinstance(value, dict) else value
+    found = [_small(v) for v in items]
+    return all(ok for ok, _ in found), sum(n for _, n in found)
+
+
 def _float_dtypes(value: Any) -> set[np.dtype]:
     if isinstance(value, np.ndarray):
         return {value.dtype} if value.dtype.kind == "f" else set()
@@ -140,6 +157,9 @@ def _tolerance(reference: np.ndarray) -> float:
 def judge(call: Call) -> Judged:
     """How the call's own outcome differs from the reference's on the inputs it received."""
     if not (complete(list(call.args)) and complete(call.kwargs)):
+        return Judged(None)
+    small, size = _small([list(call.args), call.kwargs])
+    if not small or size > calltrace.MAX_ELEMENTS:
         return Judged(None)
     expected, accepted = reference_on(call)
     if not accepted:
