@@ -78,6 +78,8 @@ class CallError(LabctlError):
         self.detail = message
         self.where = where
         self.exc_type = exc_type
+        # The calls it reached before it raised, where labctl asked for them (`calltrace`).
+        self.trace: list[dict] = []
         place = f" at {where}" if where else ""
         shown = f"raised {exc_type}: {message}" if exc_type else message
         super().__init__(f"{function}: {shown}{place}")

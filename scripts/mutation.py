@@ -142,6 +142,15 @@ TARGETS: dict[str, Target] = {
         ),
     ),
     "diagnosis": Target("labctl/verify/diagnosis.py", ("tests/test_verify_diagnosis.py",)),
+    "likeness": Target(
+        "labctl/verify/likeness.py",
+        ("tests/test_verify_diagnosis.py", "tests/test_diagnosis_trace.py"),
+    ),
+    "blame": Target("labctl/verify/blame.py", ("tests/test_verify_diagnosis.py",)),
+    "calls": Target(
+        "labctl/verify/calls.py",
+        ("tests/test_diagnosis_trace.py", "tests/test_verify_diagnosis.py"),
+    ),
     **{
         lab: _lab(lab)
         for lab in (
@@ -326,19 +335,19 @@ EQUIVALENT.update(
     }
 )
 
-# verify/diagnosis.py
+# verify/diagnosis.py and verify/likeness.py (split from it)
 EQUIVALENT.update(
     {
         **{
-            f"labctl.verify.diagnosis.x__same_value__mutmut_{n}": "zip(strict=...): "
+            f"labctl.verify.likeness.x__same_value__mutmut_{n}": "zip(strict=...): "
             "structure_problem has already matched the lengths"
             for n in (22, 26, 30)
         },
-        "labctl.verify.diagnosis.x__same_value__mutmut_36": "every probe's reference is "
+        "labctl.verify.likeness.x__same_value__mutmut_36": "every probe's reference is "
         "floating point (the probes are the float32 cases): the dtype test is always true",
-        "labctl.verify.diagnosis.x_same_behaviour__mutmut_22": "probe=None is falsy, as False",
+        "labctl.verify.likeness.x_same_behaviour__mutmut_22": "probe=None is falsy, as False",
         **{
-            f"labctl.verify.diagnosis.x_matches__mutmut_{n}": "evaluating every function "
+            f"labctl.verify.likeness.x_matches__mutmut_{n}": "evaluating every function "
             "instead of one: only that function's results are read"
             for n in (12, 14)
         },

@@ -19,6 +19,7 @@ import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
+import misdiagnosed
 import numpy as np
 import pytest
 from checktools import HF_ROPE_WITHOUT_ODD_CHECK, learner_room
@@ -26,10 +27,13 @@ from checktools import HF_ROPE_WITHOUT_ODD_CHECK, learner_room
 from labctl import contract, faults
 from labctl.errors import CallError
 from labctl.i18n import Msg
-from labctl.isolation import guard, loader, replies
+from labctl.isolation import calltrace, guard, loader, replies
 from labctl.isolation.loader import observe_signatures
+from labctl.verify import blame
 from labctl.verify import diagnosis as dg
 from labctl.verify import fixtures as fx
+from labctl.verify import likeness as lk
+from labctl.verify.calls import Call
 from labctl.verify.check_base import FAIL, CheckResult
 from labctl.verify.checks import evaluate
 from labctl.verify.observe import (
@@ -53,19 +57,26 @@ class InProcessRoom:
         self.package = package
         self.root = root
         self.violations: list[str] = []
+        self.recorder = calltrace.Recorder()
+        calltrace.install(package, contract.function_names(), self.recorder)
 
-    def invoke(self, name: str, *args, **kwargs):
+    def invoke(self, name: str, *args, trace: bool = False, **kwargs):
         fn = getattr(self.package, name, None)
         if fn is None:
             raise CallError(name, "missing", f"the clean room has no {name}")
         sent = copy.deepcopy((list(args), kwargs))
+        if trace:
+            self.recorder.start()
         try:
             value = fn(*args, **kwargs)
         except Exception as exc:  # the worker reports every exception the same way
             place = loader.where(self.root, exc.__traceback__)
-            raise CallError(name, "exception", str(exc), place, type(exc).__name__) from None
+            error = CallError(name, "exception", str(exc), place, type(exc).__name__)
+            error.trace = self.recorder.stop()
+            raise error from None
         changed = replies.mutated(*sent, [list(args), kwargs])
-        return SimpleNamespace(value=value, mutated=changed, elapsed_s=0.0)
+        found = self.recorder.stop()
+        return SimpleNamespace(value=value, mutated=changed, elapsed_s=0.0, trace=found)
 
 
 # A learner's softmax at temperature 1/2: an unknown bug everything built on softmax inherits.
@@ -217,7 +228,10 @@ def test_an_unknown_bug_matches_nothing_and_names_its_failing_checks(tmp_path):
     found, rooms, _, _ = diagnose(tmp_path, room)
     (d,) = [d for d in found if d.function == "relu_ffn"]
     assert d.kind == "unmatched" and d.fault is None
-    assert d.message == "relu_ffn: fails parity; no catalogued fault matches it"
+    assert (
+        d.message
+        == "relu_ffn: its values differ from the reference; no catalogued fault matches it"
+    )
     assert d.to_json() == {"function": "relu_ffn", "kind": "unmatched", "message": d.message}
     assert set(rooms.asked) == {f.name for f in faults.CATALOGUE if f.function == "relu_ffn"}
 
@@ -417,15 +431,15 @@ def _run(**outcomes: Outcome) -> FunctionRun:
 
 
 def test_same_behaviour_needs_both_runs_or_neither():
-    assert dg.same_behaviour("softmax", None, None)
-    assert not dg.same_behaviour("softmax", None, _run())
-    assert not dg.same_behaviour("softmax", _run(), None)
+    assert lk.same_behaviour("softmax", None, None)
+    assert not lk.same_behaviour("softmax", None, _run())
+    assert not lk.same_behaviour("softmax", _run(), None)
 
 
 def test_same_behaviour_compares_outcomes_edits_and_values(tmp_path):
     seen = observe_here(faults.project_clean_room(), ("softmax",))
     base = seen.runs["softmax"]
-    assert dg.same_behaviour("softmax", base, copy.deepcopy(base))
+    assert lk.same_behaviour("softmax", base, copy.deepcopy(base))
     name = next(iter(base.fixtures))
     for changed in (
         Outcome("exception", message="boom", exc_type="ValueError"),
@@ -436,26 +450,26 @@ def test_same_behaviour_compares_outcomes_edits_and_values(tmp_path):
     ):
         other = copy.deepcopy(base)
         other.fixtures[name] = changed
-        assert not dg.same_behaviour("softmax", base, other), changed
+        assert not lk.same_behaviour("softmax", base, other), changed
     other = copy.deepcopy(base)
     del other.fixtures[name]
-    assert not dg.same_behaviour("softmax", base, other)
+    assert not lk.same_behaviour("softmax", base, other)
     probe = next(iter(base.probes))
     other = copy.deepcopy(base)
     del other.probes[probe]
-    assert not dg.same_behaviour("softmax", base, other)
+    assert not lk.same_behaviour("softmax", base, other)
     other = copy.deepcopy(base)
     other.probes[probe] = Outcome("timeout", message="hung")
-    assert not dg.same_behaviour("softmax", base, other)
+    assert not lk.same_behaviour("softmax", base, other)
     # A fixture is compared at the parity tolerance, not a probe's float32 one.
     close = copy.deepcopy(base)
     close.fixtures[name] = Outcome("value", value=base.fixtures[name].value * (1 + 1e-6))
-    assert not dg.same_behaviour("softmax", base, close)
+    assert not lk.same_behaviour("softmax", base, close)
     # Two runs that raise the same way behave alike, whatever the message says.
     a, b = copy.deepcopy(base), copy.deepcopy(base)
     a.fixtures[name] = Outcome("exception", message="one", exc_type="ValueError")
     b.fixtures[name] = Outcome("exception", message="two", exc_type="TypeError")
-    assert dg.same_behaviour("softmax", a, b)
+    assert lk.same_behaviour("softmax", a, b)
 
 
 def test_a_probe_is_compared_at_float32_precision_relative_to_the_reference(tmp_path):
@@ -467,18 +481,18 @@ def test_a_probe_is_compared_at_float32_precision_relative_to_the_reference(tmp_
     near, far = copy.deepcopy(base), copy.deepcopy(base)
     near.probes[probe] = Outcome("value", value=value + 0.5e-4 * scale)
     far.probes[probe] = Outcome("value", value=value + 2e-4 * scale)
-    assert dg.same_behaviour("softmax", base, near)
-    assert not dg.same_behaviour("softmax", base, far)
+    assert lk.same_behaviour("softmax", base, near)
+    assert not lk.same_behaviour("softmax", base, far)
 
 
 def test_malformed_outputs_are_alike_only_with_the_same_types_and_shapes():
-    assert dg._shape_signature([1, (2.0,)]) == ("list", ("int", ("tuple", ("float",))))
+    assert lk._shape_signature([1, (2.0,)]) == ("list", ("int", ("tuple", ("float",))))
     import numpy as np
 
     a = np.zeros((2, 3))
-    assert dg._shape_signature(a) == ("array", (2, 3), "float64")
-    assert dg._shape_signature(a) != dg._shape_signature(a.T)
-    assert dg._shape_signature(a) != dg._shape_signature(a.astype("float32"))
+    assert lk._shape_signature(a) == ("array", (2, 3), "float64")
+    assert lk._shape_signature(a) != lk._shape_signature(a.T)
+    assert lk._shape_signature(a) != lk._shape_signature(a.astype("float32"))
 
 
 def test_bad_inputs_are_alike_when_each_is_refused_the_same_way():
@@ -487,12 +501,12 @@ def test_bad_inputs_are_alike_when_each_is_refused_the_same_way():
 
     refused = Outcome("exception", message="x", exc_type="ValueError")
     accepted = Outcome("value", value=1.0)
-    assert dg._same_bad_input(None, None)
-    assert not dg._same_bad_input(run(), None) and not dg._same_bad_input(None, run())
-    assert dg._same_bad_input(run(a=refused), run(a=refused))
-    assert not dg._same_bad_input(run(a=refused), run(a=accepted))
-    assert not dg._same_bad_input(run(a=refused), run(b=refused))
-    assert not dg._same_bad_input(run(a=refused, b=refused), run(a=refused))
+    assert lk._same_bad_input(None, None)
+    assert not lk._same_bad_input(run(), None) and not lk._same_bad_input(None, run())
+    assert lk._same_bad_input(run(a=refused), run(a=refused))
+    assert not lk._same_bad_input(run(a=refused), run(a=accepted))
+    assert not lk._same_bad_input(run(a=refused), run(b=refused))
+    assert not lk._same_bad_input(run(a=refused, b=refused), run(a=refused))
 
 
 def test_matches_requires_the_same_failing_checks_and_side_symptoms(tmp_path):
@@ -500,13 +514,13 @@ def test_matches_requires_the_same_failing_checks_and_side_symptoms(tmp_path):
     fault_seen = observe_here(fault.materialize(tmp_path / "fault"))
     learner_seen = observe_here(fault.materialize(tmp_path / "learner"))
     results = evaluate(learner_seen)
-    assert dg.matches("causal_mask", learner_seen, results, fault_seen) == set()
+    assert lk.matches("causal_mask", learner_seen, results, fault_seen) == set()
     # A clean room's run of the function does not match a fault's.
     clean = observe_here(faults.project_clean_room())
-    assert dg.matches("causal_mask", clean, evaluate(clean), fault_seen) is None
+    assert lk.matches("causal_mask", clean, evaluate(clean), fault_seen) is None
     # The same failing checks but other values: no match.
     other = observe_here(faults.get("causal-top-left").materialize(tmp_path / "other"))
-    assert dg.matches("causal_mask", other, evaluate(other), fault_seen) is None
+    assert lk.matches("causal_mask", other, evaluate(other), fault_seen) is None
 
 
 def test_an_import_violation_matches_only_the_same_violation(tmp_path):
@@ -515,12 +529,12 @@ def test_an_import_violation_matches_only_the_same_violation(tmp_path):
     assert fault_seen.status == "refused"
     learner_seen = copy.deepcopy(fault_seen)
     results = evaluate(learner_seen)
-    assert dg.matches("merge_heads", learner_seen, results, fault_seen) is not None
+    assert lk.matches("merge_heads", learner_seen, results, fault_seen) is not None
     learner_seen.violations = [
         Located(v.where, v.what.replace("torch", "socket"), v.function)
         for v in learner_seen.violations
     ]
-    assert dg.matches("merge_heads", learner_seen, evaluate(learner_seen), fault_seen) is None
+    assert lk.matches("merge_heads", learner_seen, evaluate(learner_seen), fault_seen) is None
 
 
 def test_a_signature_deviation_matches_only_the_same_deviation(tmp_path):
@@ -528,12 +542,12 @@ def test_a_signature_deviation_matches_only_the_same_deviation(tmp_path):
     fault_seen = observe_here(fault.materialize(tmp_path / "fault"))
     learner_seen = observe_here(fault.materialize(tmp_path / "learner"))
     assert any(d.function == "rms_norm" for d in fault_seen.deviations)
-    assert dg.matches("rms_norm", learner_seen, evaluate(learner_seen), fault_seen) is not None
+    assert lk.matches("rms_norm", learner_seen, evaluate(learner_seen), fault_seen) is not None
     learner_seen.deviations = [
         contract.Deviation(d.function, d.message + " (another)") if d.function == "rms_norm" else d
         for d in learner_seen.deviations
     ]
-    assert dg.matches("rms_norm", learner_seen, evaluate(learner_seen), fault_seen) is None
+    assert lk.matches("rms_norm", learner_seen, evaluate(learner_seen), fault_seen) is None
 
 
 # -- the chain and its words ---------------------------------------------------------
@@ -547,16 +561,18 @@ def test_dependencies_are_listed_nearest_first_each_once():
     assert dg.transitive_dependencies("softmax") == []
 
 
-def test_the_chain_follows_the_first_broken_dependency_and_stops_at_a_cycle(monkeypatch):
-    broken = {"multi_head_attention", "scaled_dot_product_attention", "softmax", "rope"}
-    assert dg.failure_chain("transformer_block", broken) == (
-        "transformer_block",
-        "multi_head_attention",
-        "rope",
+def test_a_chain_of_calls_is_followed_to_the_function_at_fault_and_stops_at_a_cycle(
+    monkeypatch,
+):
+    sent = {"a": "b", "b": "c", "c": "b"}
+    monkeypatch.setattr(
+        blame, "blamed", lambda seen, results, f: Call(sent[f], 1, (), {}) if f in sent else None
     )
-    assert dg.failure_chain("softmax", broken) == ("softmax",)
-    monkeypatch.setattr(dg, "DEPENDS", {"a": ("b",), "b": ("a",)})
-    assert dg.failure_chain("a", {"a", "b"}) == ("a", "b")
+    d = dg._sent_on(RoomObservation(Path(".")), [], "a", Call("b", 1, (), {}))
+    assert d.chain == ("a", "b", "c")
+    assert d.message == (
+        "a fails because b fails, which fails because c fails: it is built on it; fix c first"
+    )
 
 
 def test_a_fault_of_the_function_itself_is_described_without_the_inlined_note():
@@ -711,7 +727,8 @@ def test_diagnoses_are_root_causes_first_each_group_in_contract_order(tmp_path):
         ("decoder_forward", "dependency"),
     ]
     assert found[0].message == (
-        "softmax: fails finite, parity, rows-sum; no catalogued fault matches it"
+        "softmax: its output holds NaN or inf; its values differ from the reference; its "
+        "attention weights do not sum to 1 over each row; no catalogued fault matches it"
     )
 
 
@@ -736,17 +753,17 @@ def test_a_probe_s_float32_tolerance_grows_with_the_reference_s_scale():
     out, weights = reference = fx.reference_output(probe)
     scale = float(np.max(np.abs(out)))
     assert 1.0 < scale < 2.0  # between the floor of 1 and twice it: both ends matter
-    tolerance = dg.FLOAT32_DIAGNOSIS_RELATIVE * scale
-    inside, beyond = 0.9 * tolerance, (tolerance + dg.FLOAT32_DIAGNOSIS_RELATIVE * 2.0) / 2
-    assert dg._same_value(function, probe, reference, (out + inside, weights), probe=True)
-    assert not dg._same_value(function, probe, reference, (out + beyond, weights), probe=True)
+    tolerance = lk.FLOAT32_DIAGNOSIS_RELATIVE * scale
+    inside, beyond = 0.9 * tolerance, (tolerance + lk.FLOAT32_DIAGNOSIS_RELATIVE * 2.0) / 2
+    assert lk._same_value(function, probe, reference, (out + inside, weights), probe=True)
+    assert not lk._same_value(function, probe, reference, (out + beyond, weights), probe=True)
 
 
 def test_malformed_outputs_of_the_same_form_behave_alike():
     fixture = fx.fixtures("softmax")[0]
-    assert dg._same_value("softmax", fixture, [1.0], [2.0], probe=False)
-    assert not dg._same_value("softmax", fixture, [1.0], (1.0,), probe=False)
-    assert not dg._same_value("softmax", fixture, [1.0], fx.reference_output(fixture), False)
+    assert lk._same_value("softmax", fixture, [1.0], [2.0], probe=False)
+    assert not lk._same_value("softmax", fixture, [1.0], (1.0,), probe=False)
+    assert not lk._same_value("softmax", fixture, [1.0], fx.reference_output(fixture), False)
 
 
 def test_a_clean_room_that_does_not_load_is_diagnosed_before_its_functions(tmp_path):
@@ -782,7 +799,7 @@ def test_a_fault_that_fails_nothing_matches_nothing(sdpa_seen):
         CheckResult(SDPA, "contract", FAIL, "a parameter renamed"),
         *(r for r in evaluate(seen, (SDPA,)) if r.name != "contract"),
     ]
-    assert dg.matches(SDPA, seen, results, fault_seen) is None
+    assert lk.matches(SDPA, seen, results, fault_seen) is None
 
 
 def test_a_fault_whose_bad_input_differs_from_the_learner_s_does_not_match(sdpa_seen):
@@ -793,7 +810,105 @@ def test_a_fault_whose_bad_input_differs_from_the_learner_s_does_not_match(sdpa_
     fault_seen.runs[SDPA].bad["head-width-mismatch"] = Outcome("value")
     results = evaluate(seen, (SDPA,))
     assert "bad-input" in {r.name for r in results if r.failed}
-    assert dg.matches(SDPA, seen, results, fault_seen) is None
+    assert lk.matches(SDPA, seen, results, fault_seen) is None
     fault_seen.runs[SDPA].bad["head-width-mismatch"] = seen.runs[SDPA].bad["head-width-mismatch"]
     fault_seen.runs[SDPA].bad["batch-mismatch"] = Outcome("value")
-    assert dg.matches(SDPA, seen, results, fault_seen) == set()
+    assert lk.matches(SDPA, seen, results, fault_seen) == set()
+
+
+# --------------------------------------------------------------------------
+# Blame from the calls each fixture made (issue 21's rooms, in this process)
+# --------------------------------------------------------------------------
+
+ATTENTION = ("rope", "multi_head_attention", "attention_decode", "transformer_block")
+
+
+def seen_in(tmp_path: Path, functions: tuple[str, ...], *parts):
+    seen = observe_here(misdiagnosed.room(tmp_path, *parts), functions)
+    return seen, evaluate(seen, functions)
+
+
+def test_a_stub_reached_on_some_fixtures_explains_those_and_nothing_else(tmp_path):
+    seen, results = seen_in(
+        tmp_path,
+        ATTENTION,
+        ("primitives", misdiagnosed.ROPE_STUB),
+        ("transformer_block", misdiagnosed.LEAKY_MHA),
+    )
+    failed = [r.name for r in results if r.function == "multi_head_attention" and r.failed]
+    found = blame.explain("multi_head_attention", seen.runs["multi_head_attention"], failed)
+    # The raise on the RoPE fixture is rope's; the leak and the values are its own.
+    assert [c.function for c in found.by] == ["rope"]
+    assert set(found.own) == {"parity", "causal"}
+    assert blame.blamed(seen, results, "multi_head_attention") is None
+    own = dg._own(seen, results, "multi_head_attention")
+    assert own.message == (
+        "multi_head_attention: the future leaks: an earlier output changes when a later token "
+        "changes; its values differ from the reference; it also fails bad-input; no catalogued "
+        "fault matches it"
+    )
+    # The project's decode reaches the stub and fails nowhere else: "only because it calls a stub".
+    call = blame.blamed(seen, results, "attention_decode")
+    assert (call.function, call.raised) == ("rope", "NotImplementedError")
+    assert dg._sent_on(seen, results, "attention_decode", call).message == (
+        "attention_decode fails only because it calls a stub: rope (not implemented yet); "
+        "fix rope first"
+    )
+    block = blame.blamed(seen, results, "transformer_block")
+    assert dg._sent_on(seen, results, "transformer_block", block).chain == (
+        "transformer_block",
+        "multi_head_attention",
+    )
+
+
+def test_a_function_never_called_is_never_blamed_and_the_float64_source_is_named(tmp_path):
+    seen, results = seen_in(
+        tmp_path,
+        ATTENTION,
+        ("primitives", misdiagnosed.ROPE_STUB),
+        ("transformer_block", misdiagnosed.TRI_MASK_MHA),
+    )
+    run = seen.runs["multi_head_attention"]
+    reached = {c.function for o in run.outcomes() for c in o.calls}
+    assert "rope" not in reached and "softmax" not in reached
+    assert blame.explain("multi_head_attention", run, ["dtype"]).by == ()
+    message = dg._own(seen, results, "multi_head_attention").message
+    assert message.startswith(
+        "multi_head_attention: it returns float64 for float32 input (first seen in the x it "
+        "passes to merge_heads): "
+    )
+
+
+def test_float32_rounding_names_the_first_call_whose_precision_dropped(tmp_path):
+    functions = ("rms_norm", "transformer_block")
+    seen, results = seen_in(
+        tmp_path, functions, ("primitives", misdiagnosed.RMS_NORM_RETURNS_FLOAT32)
+    )
+    assert blame.blamed(seen, results, "transformer_block") is None  # dtype explains no parity
+    block = dg._own(seen, results, "transformer_block")
+    assert block.kind == "precision"
+    assert ", first in rms_norm, which it calls; " in block.message
+    assert 1e-9 < block.to_json()["numbers"]["relative_error"] <= 1e-5
+    norm = dg._own(seen, results, "rms_norm")
+    assert (norm.kind, ", in its own code; " in norm.message) == ("precision", True)
+
+
+def test_a_parity_error_beyond_float32_rounding_is_not_called_precision(tmp_path):
+    seen, results = seen_in(
+        tmp_path,
+        ("rope",),
+        ("primitives", misdiagnosed.ROPE_FLOAT32_TABLES.replace("theta)", "theta * 1.001)")),
+    )
+    assert blame.float32_rounding("rope", seen.runs["rope"]) is None
+    assert dg._own(seen, results, "rope").kind == "unmatched"
+
+
+def test_a_function_not_run_because_a_dependency_hung_is_sent_to_that_dependency():
+    seen = RoomObservation(Path("."))
+    skipped = Outcome("skipped", message="not run", skipped_for="sinusoidal_positions")
+    seen.runs["decoder_forward"] = FunctionRun("decoder_forward", fixtures={"default": skipped})
+    results = [CheckResult("decoder_forward", "runs", FAIL, "not run")]
+    call = blame.blamed(seen, results, "decoder_forward")
+    assert (call.function, call.raised) == ("sinusoidal_positions", "timeout")
+    seen.runs["decoder_forward"].fixtures["default"] = Outcome("skipped", message="not run")
+    assert blame.blamed(seen, results, "decoder_forward") is None

@@ -93,7 +93,13 @@ def _function(item: Item, rubric: Rubric, verify: dict) -> tuple[bool, str]:
     if not bad:
         return True, _("passes every check")
     failed = [c for c in bad if c["status"] == "fail"]
-    return False, listed([f"{c['name']}: {c['message']}" for c in failed or bad])
+    checks = listed([f"{c['name']}: {c['message']}" for c in failed or bad])
+    # The diagnosis's own sentence first (the line JUnit shows), unless it names what a
+    # hidden item checks.
+    said = next((d["message"] for d in verify["diagnosis"] if d["function"] == item.target), "")
+    if any(i.target in said for i in rubric.items if i.hidden):
+        said = ""
+    return False, f"{said}\n{checks}" if said else checks
 
 
 def listed(parts: list[str]) -> str:

@@ -60,6 +60,10 @@ def problem(reply: Any, request: dict) -> str | None:
         return f"an answer to request {reply.get('seq')!r}, not to request {request['seq']}"
     if "violations" in reply and not _is_str_list(reply["violations"]):
         return "violations that are not text"
+    if "trace" in reply and not request.get("trace"):
+        return "a trace of calls, which was not asked for"
+    if "trace" in reply and not _trace_ok(reply["trace"]):
+        return "a trace that is not a list of calls"
     load = request["op"] == "load"
     if not reply["ok"]:
         return _error_problem(reply, LOAD_ERROR_KINDS if load else ERROR_KINDS)
@@ -85,6 +89,24 @@ def problem(reply: Any, request: dict) -> str | None:
     if not (isinstance(after, list) and len(after) == 2 and isinstance(after[1], dict)):
         return "no arguments after the call"
     return None
+
+
+_TRACE_KEYS = frozenset({"function", "depth", "args", "kwargs", "out", "raised"})
+
+
+def _trace_ok(trace: Any) -> bool:
+    """`[{"function": str, "depth": int >= 1, "args": list, "kwargs": dict, "out"?, "raised"?}]`."""
+    return isinstance(trace, list) and all(
+        isinstance(e, dict)
+        and set(e) <= _TRACE_KEYS
+        and isinstance(e.get("function"), str)
+        and type(e.get("depth")) is int
+        and e["depth"] >= 1
+        and isinstance(e.get("args"), list)
+        and isinstance(e.get("kwargs"), dict)
+        and isinstance(e.get("raised", ""), str)
+        for e in trace
+    )
 
 
 _KINDS = frozenset(

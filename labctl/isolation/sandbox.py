@@ -66,6 +66,7 @@ class CallResult:
     elapsed_s: float
     mutated: list[str] = field(default_factory=list)
     peak_bytes: int | None = None
+    trace: list[dict] = field(default_factory=list)
 
 
 class _Output:
@@ -342,6 +343,7 @@ class CleanRoom:
         measure_memory: bool = False,
         echo_args: bool = True,
         want_value: bool = True,
+        trace: bool = False,
         **kwargs: Any,
     ) -> CallResult:
         """Call `name` in the worker; return its value, compute time and the inputs it edited.
@@ -352,6 +354,8 @@ class CleanRoom:
         callers that never read it (the labs), whose large inputs would otherwise
         cross the pipe twice. Without `want_value` the value stays behind too
         (`CallResult.value` is None): for a call made only for its time or memory.
+        With `trace`, the calls it made to the room's other contract functions come back
+        (`CallResult.trace`, or `CallError.trace` when it raised; see `calltrace`).
         """
         if self._proc is None:
             self._start()
@@ -364,6 +368,8 @@ class CleanRoom:
             "echo_args": echo_args,
             "want_value": want_value,
         }
+        if trace:
+            request["trace"] = True
         peak = None
         if measure_memory:
             with PeakMeter(worker_pid(self._proc.pid)) as meter:
@@ -376,12 +382,14 @@ class CleanRoom:
         if not reply["ok"]:
             error = reply["error"]
             if error["kind"] == "exception":
-                raise CallError(
+                failure = CallError(
                     name, "exception", error["message"], error.get("where"), error["type"]
                 )
+                failure.trace = reply.get("trace", [])
+                raise failure
             raise CallError(name, error["kind"], error["message"])
         if not echo_args:
-            return CallResult(reply["value"], reply["elapsed_s"], [], peak)
+            return CallResult(reply["value"], reply["elapsed_s"], [], peak, reply.get("trace", []))
         mutated = replies.mutated(list(args), kwargs, reply["args_after"])
         if mutated is None:
             self.close()
@@ -389,7 +397,7 @@ class CleanRoom:
                 name, "malformed", f"{replies.MALFORMED}: the arguments came back changed in kind"
             )
         names = [replies.argument_name(path, self._arg_names.get(name, [])) for path in mutated]
-        return CallResult(reply["value"], reply["elapsed_s"], names, peak)
+        return CallResult(reply["value"], reply["elapsed_s"], names, peak, reply.get("trace", []))
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         return self.invoke(name, *args, echo_args=False, **kwargs).value

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from labctl.errors import LabctlError
 from labctl.i18n import Msg
-from labctl.isolation import guard, limits, loader, seccomp, wire
+from labctl.isolation import calltrace, guard, limits, loader, seccomp, wire
 
 _MESSAGE_LIMIT = 500
 
@@ -37,6 +37,7 @@ class Worker:
         self.guard: guard.RuntimeGuard | None = None
         self.reported = 0
         self.privileges = privileges
+        self.recorder = calltrace.Recorder()
 
     def _new_violations(self) -> list[str]:
         if self.guard is None:
@@ -60,7 +61,9 @@ class Worker:
             if isinstance(given, Msg) and given.template == loader.SYNTAX_ERROR.template:
                 error["syntax"] = given.args
             return {"ok": False, "error": error}
-        signatures = loader.observe_signatures(self.module, tuple(request.get("names", ())))
+        names = tuple(request.get("names", ()))
+        signatures = loader.observe_signatures(self.module, names)
+        calltrace.install(self.module, names, self.recorder)
         return {
             "ok": True,
             "signatures": signatures,
@@ -77,11 +80,14 @@ class Worker:
                 "error": {"kind": "missing", "message": "not a callable of the package"},
             }
         args, kwargs = request.get("args", []), request.get("kwargs", {})
+        traced = request.get("trace", False)
+        if traced:
+            self.recorder.start()
         start = time.perf_counter()
         try:
             value = fn(*args, **kwargs)
         except BaseException as exc:
-            return {
+            reply = {
                 "ok": False,
                 "error": {
                     "kind": "exception",
@@ -91,15 +97,20 @@ class Worker:
                 },
                 "violations": self._new_violations(),
             }
+        else:
+            reply = {
+                "ok": True,
+                "value": value if request.get("want_value", True) else None,
+                "args_after": [args, kwargs] if request.get("echo_args", True) else None,
+                "violations": self._new_violations(),
+            }
         finally:
             elapsed = time.perf_counter() - start
-        return {
-            "ok": True,
-            "value": value if request.get("want_value", True) else None,
-            "args_after": [args, kwargs] if request.get("echo_args", True) else None,
-            "elapsed_s": elapsed,
-            "violations": self._new_violations(),
-        }
+        if reply["ok"]:
+            reply["elapsed_s"] = elapsed
+        if traced:
+            reply["trace"] = self.recorder.stop()
+        return reply
 
     def handle(self, request: dict) -> dict:
         op = request.get("op")

@@ -1,18 +1,28 @@
-"""Diagnosis: name a learner's failure after the catalogued fault it behaves like.
+"""Diagnosis: name a learner's failure after its cause, in one sentence a learner can act on.
 
-For each failing function the diagnosis does one of three things:
+For each failing function the diagnosis does one of four things:
 
-1. Localise: when a function it is built on (`functions.DEPENDS`) fails too,
-   the failure most likely comes from there, so it says so and points at the
-   first failing function down the chain ("transformer_block fails because
-   multi_head_attention fails, which fails because causal_mask fails").
+1. Send it on: when every failing check of the function shows, on the very
+   fixtures it fails, a call it made to another contract function that fails
+   the same kind of check on the inputs it received (`labctl.verify.blame`),
+   the failure is that function's; it follows the calls down to the function
+   at fault ("transformer_block fails because multi_head_attention fails, ...;
+   fix rope first"), or says it "fails only because it calls a stub". A
+   function the failing calls never reached is never named.
 2. Match: otherwise it runs each catalogued fault of that function (and,
    when none matches, the faults of the functions it is built on, which a
    learner may have inlined) on the same fixtures, in a clean room of its own,
-   and compares: the same checks fail, the same calls raise or hang, and every
-   output agrees within the parity tolerance. A match is named with its course
-   reference ("matches fault `mask-reversed`: ...; see 第8章 · Attention 与 Transformer Block, 故障注入与预期信号").
-3. Otherwise it says that no catalogued fault matches.
+   and compares (`labctl.verify.likeness`): the same checks fail, the same
+   calls raise or hang, and every output agrees, at the precision the room
+   computed in. A match is named with its course reference ("matches fault
+   `mask-reversed`: ...; see 第8章 · Attention 与 Transformer Block, 故障注入与预期信号").
+3. Precision: values off by float32 rounding only are said to be computed in
+   float32 inside a float64 path, first where the call trace shows it.
+4. Otherwise it says in words what goes wrong in the function's own code,
+   and that no catalogued fault matches it.
+
+Each sentence is made here once; `--json`, the terminal, the gradebook,
+feedback and JUnit all carry it. Numbers stay out of it (`numbers`, in `--json`).
 
 Fault rooms are materialized once per process and their observations cached,
 so `labctl faults` (which has already observed every fault) diagnoses for free.
@@ -29,30 +39,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from labctl import contract
 from labctl import faults as catalogue
 from labctl.faults import Fault
 from labctl.i18n import Msg, declared
-from labctl.verify import fixtures as fx
+from labctl.verify import blame
 from labctl.verify.builders import SEED
-from labctl.verify.checks import CheckResult, evaluate, failing_functions
-from labctl.verify.compare import compare, elements, parity_tolerance, structure_problem
+from labctl.verify.checks import CheckResult, failing_functions
 from labctl.verify.functions import DEPENDS
+from labctl.verify.likeness import failed_checks, matches
 from labctl.verify.observe import (
     PACKAGE,
     FunctionRun,
-    Outcome,
     RoomObservation,
     function_at,
     observe,
 )
 
 DIAGNOSIS_TIMEOUT_S = 2.0
-FLOAT32_DIAGNOSIS_RELATIVE = 1e-4
-# Checks whose failure in a dependency explains a failure of what is built on it.
-LOCALISING = ("runs", "shape", "dtype", "parity", "finite", "rows-sum", "causal")
 
 
 @dataclass
@@ -64,6 +68,7 @@ class Diagnosis:
     fault_function: str | None = None
     course: str | None = None
     chain: tuple[str, ...] = ()
+    numbers: dict[str, float] = field(default_factory=dict)  # for --json, never in the sentence
     # What the terminal shows, translated there with `_()`: the Msg (or text) given as message.
     shown: str | Msg = field(init=False, repr=False, compare=False)
 
@@ -77,6 +82,8 @@ class Diagnosis:
             data.update(fault=self.fault, fault_function=self.fault_function, course=self.course)
         if self.chain:
             data["chain"] = list(self.chain)
+        if self.numbers:
+            data["numbers"] = dict(self.numbers)
         return data
 
 
@@ -141,122 +148,6 @@ ROOMS = FaultRooms()
 
 
 # --------------------------------------------------------------------------
-# Comparing behaviour
-# --------------------------------------------------------------------------
-
-
-def _same_value(function: str, fixture: fx.Fixture, a, b, probe: bool) -> bool:
-    reference = fx.reference_output(fixture)
-    if structure_problem(function, a, reference) or structure_problem(function, b, reference):
-        # Both malformed: the same malformation (types and shapes) counts as the same.
-        return _shape_signature(a) == _shape_signature(b)
-    for x, y, ref in zip(elements(a), elements(b), elements(reference), strict=True):
-        if x.dtype != y.dtype:
-            return False
-        tolerance = parity_tolerance(ref)
-        if probe and np.issubdtype(ref.dtype, np.floating):
-            tolerance = FLOAT32_DIAGNOSIS_RELATIVE * max(1.0, float(np.max(np.abs(ref))))
-        if not compare(x, y, tolerance).ok:
-            return False
-    return True
-
-
-def _shape_signature(value) -> object:
-    if isinstance(value, np.ndarray):
-        return ("array", value.shape, str(value.dtype))
-    if isinstance(value, (tuple, list)):
-        return (type(value).__name__, tuple(_shape_signature(v) for v in value))
-    return type(value).__name__
-
-
-def _same_outcome(function: str, fixture: fx.Fixture, a: Outcome, b: Outcome, probe: bool) -> bool:
-    if a.kind != b.kind or set(a.mutated) != set(b.mutated):
-        return False
-    if a.kind != "value":
-        return True
-    return _same_value(function, fixture, a.value, b.value, probe)
-
-
-def same_behaviour(function: str, a: FunctionRun | None, b: FunctionRun | None) -> bool:
-    """Two runs of `function` behave alike on the fixtures and probes: the same outcomes
-    (value, exception, timeout, crash), the same inputs edited, outputs equal within tolerance."""
-    if a is None or b is None:
-        return a is None and b is None
-    for fixture in fx.fixtures(function, a.seed, a.contract):
-        oa, ob = a.fixtures.get(fixture.name), b.fixtures.get(fixture.name)
-        if (oa is None) != (ob is None):
-            return False
-        if oa is not None and not _same_outcome(function, fixture, oa, ob, probe=False):
-            return False
-    for fixture in fx.probes(function, a.seed, a.contract):
-        oa, ob = a.probes.get(fixture.name), b.probes.get(fixture.name)
-        if (oa is None) != (ob is None):
-            return False
-        if oa is not None and not _same_outcome(function, fixture, oa, ob, probe=True):
-            return False
-    return True
-
-
-def _same_bad_input(a: FunctionRun | None, b: FunctionRun | None) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    names = set(a.bad) | set(b.bad)
-    return all(
-        name in a.bad
-        and name in b.bad
-        and a.bad[name].bad_input_class() == b.bad[name].bad_input_class()
-        for name in names
-    )
-
-
-def _failed_checks(results: list[CheckResult], function: str) -> set[str]:
-    return {r.name for r in results if r.function == function and r.failed}
-
-
-# Checks a fault is compared on only when they are among its own symptoms: a learner who
-# makes the same formula mistake may check arguments, or name a default, differently.
-SIDE_CHECKS = frozenset({"contract", "import-policy", "bad-input", "loads"})
-
-
-def matches(
-    function: str,
-    seen: RoomObservation,
-    results: list[CheckResult],
-    fault_seen: RoomObservation,
-) -> set[str] | None:
-    """Does the learner's `function` fail as it does in the fault's room?
-
-    The same checks fail among those the fixtures decide (runs, shape, dtype,
-    parity, finite, pure, rows-sum, causal), every fixture behaves alike, and
-    each of the fault's other symptoms (a signature deviation, an import
-    violation, an accepted bad input) is the learner's too. Returns the
-    learner's failing checks the fault does not explain (empty for an exact
-    match), or None when it does not match.
-    """
-    failed = _failed_checks(results, function)
-    fault_failed = _failed_checks(evaluate(fault_seen, (function,)), function)
-    if not fault_failed or (failed - SIDE_CHECKS) != (fault_failed - SIDE_CHECKS):
-        return None
-    side = fault_failed & SIDE_CHECKS
-    if not side <= failed:
-        return None
-    if "import-policy" in side and {v.what for v in seen.violations if v.function == function} != {
-        v.what for v in fault_seen.violations if v.function == function
-    }:
-        return None
-    if "contract" in side and {d.message for d in seen.deviations if d.function == function} != {
-        d.message for d in fault_seen.deviations if d.function == function
-    }:
-        return None
-    learner_run, fault_run = seen.runs.get(function), fault_seen.runs.get(function)
-    if "bad-input" in side and not _same_bad_input(learner_run, fault_run):
-        return None
-    if not same_behaviour(function, learner_run, fault_run):
-        return None
-    return failed - fault_failed
-
-
-# --------------------------------------------------------------------------
 # Localising and naming
 # --------------------------------------------------------------------------
 
@@ -271,16 +162,6 @@ def transitive_dependencies(function: str) -> list[str]:
             order.append(name)
             frontier.extend(DEPENDS.get(name, ()))
     return order
-
-
-def failure_chain(function: str, broken: set[str]) -> tuple[str, ...]:
-    """function -> its first broken dependency -> that one's first broken dependency ..."""
-    chain = [function]
-    while True:
-        nxt = next((d for d in DEPENDS.get(chain[-1], ()) if d in broken), None)
-        if nxt is None or nxt in chain:
-            return tuple(chain)
-        chain.append(nxt)
 
 
 def describe(fault: Fault, function: str) -> Msg:
@@ -315,7 +196,7 @@ def _prefetch(
 
 def _not_implemented(seen: RoomObservation, run: FunctionRun) -> Diagnosis:
     """A stub, or a function whose every call reaches another function's stub."""
-    order = contract.function_names()
+    order = contract.function_names(contract.LATEST)
     raised_in = {
         function_at(seen.root, o.where)
         for o in [*run.fixtures.values(), *run.probes.values()]
@@ -342,6 +223,91 @@ def _not_implemented(seen: RoomObservation, run: FunctionRun) -> Diagnosis:
     )
 
 
+def _sent_on(seen: RoomObservation, results: list[CheckResult], function: str, first) -> Diagnosis:
+    """`function` fails only where it called `first` (a Call), which fails there too: follow
+    each called function's own blame down to the one whose failure is its own."""
+    chain = [function, first.function]
+    while (nxt := blame.blamed(seen, results, chain[-1])) is not None:
+        if nxt.function in chain:
+            break
+        chain.append(nxt.function)
+    last = seen.runs.get(chain[-1])
+    if last is not None and last.not_implemented:
+        return Diagnosis(
+            function,
+            "dependency",
+            Msg(
+                "{function} fails only because it calls a stub: {stubs} (not implemented yet); "
+                "fix {first} first",
+                function=function,
+                stubs=chain[-1],
+                first=chain[-1],
+            ),
+            chain=tuple(chain),
+        )
+    steps = Msg("{function} fails", function=chain[-1])
+    for b in reversed(chain[1:-1]):
+        steps = Msg("{function} fails, which fails because {steps}", function=b, steps=steps)
+    return Diagnosis(
+        function,
+        "dependency",
+        Msg(
+            "{function} fails because {steps}: it is built on it; fix {first} first",
+            function=function,
+            steps=steps,
+            first=chain[-1],
+        ),
+        chain=tuple(chain),
+    )
+
+
+def _own(seen: RoomObservation, results: list[CheckResult], function: str) -> Diagnosis:
+    """No catalogued fault matches: what goes wrong in the function's own code, in words."""
+    failed = sorted(failed_checks(results, function))
+    run = seen.runs.get(function)
+    # What a call it made explains (a stub's raise on some fixtures) is not said here.
+    own = list(blame.explain(function, run, failed).own) if run is not None else []
+    if run is not None and "parity" in own:
+        rounding = blame.float32_rounding(function, run)
+        if rounding is not None:
+            error, where = rounding
+            place = (
+                Msg("in its own code")
+                if where is None
+                else Msg("first in {callee}, which it calls", callee=where)
+            )
+            return Diagnosis(
+                function,
+                "precision",
+                Msg(
+                    "{function}: its values differ from the reference by float32 rounding: it "
+                    "computes in float32 inside a float64 path, {place}; keep the input's float "
+                    "dtype through every step (tables, casts, intermediate arrays)",
+                    function=function,
+                    place=place,
+                ),
+                numbers={"relative_error": error},
+            )
+    phrases = blame.said_own(function, run, tuple(own)) if run is not None else []
+    others = [c for c in failed if c not in blame.EXPLAINS]
+    if not phrases:
+        message = Msg(
+            "{function}: fails {checks}; no catalogued fault matches it",
+            function=function,
+            checks=", ".join(failed),
+        )
+    else:
+        said = phrases[0]
+        for phrase in phrases[1:]:
+            said = Msg("{said}; {phrase}", said=said, phrase=phrase)
+        if others:
+            said = Msg("{said}; it also fails {checks}", said=said, checks=", ".join(others))
+        message = Msg(
+            "{function}: {said}; no catalogued fault matches it", function=function, said=said
+        )
+    return Diagnosis(function, "unmatched", message)
+
+
 def diagnose(
     seen: RoomObservation,
     results: list[CheckResult],
@@ -361,9 +327,6 @@ def diagnose(
             )
         )
     failing = failing_functions(results)
-    broken = {
-        r.function for r in results if r.failed and r.name in LOCALISING and r.function in failing
-    }
     fault_timeout = min(timeout_s, DIAGNOSIS_TIMEOUT_S)
     plans: list[tuple[str, list[Fault], list[Fault]]] = []
     for function in failing:
@@ -380,26 +343,9 @@ def diagnose(
                 )
             )
             continue
-        chain = failure_chain(function, broken)
-        if len(chain) > 1:
-            steps = Msg("{function} fails", function=chain[-1])
-            for b in reversed(chain[1:-1]):
-                steps = Msg(
-                    "{function} fails, which fails because {steps}", function=b, steps=steps
-                )
-            found.append(
-                Diagnosis(
-                    function,
-                    "dependency",
-                    Msg(
-                        "{function} fails because {steps}: it is built on it; fix {first} first",
-                        function=function,
-                        steps=steps,
-                        first=chain[-1],
-                    ),
-                    chain=chain,
-                )
-            )
+        first = blame.blamed(seen, results, function)
+        if first is not None:
+            found.append(_sent_on(seen, results, function, first))
             continue
         own = [f for f in catalogue.CATALOGUE if f.function == function]
         deps = set(transitive_dependencies(function))
@@ -435,18 +381,7 @@ def diagnose(
                 Diagnosis(function, "fault", message, first.name, first.function, first.course)
             )
         else:
-            failed = sorted(_failed_checks(results, function))
-            found.append(
-                Diagnosis(
-                    function,
-                    "unmatched",
-                    Msg(
-                        "{function}: fails {checks}; no catalogued fault matches it",
-                        function=function,
-                        checks=", ".join(failed),
-                    ),
-                )
-            )
+            found.append(_own(seen, results, function))
     # Root causes first, then what they explain, each in contract order.
-    order = {name: i for i, name in enumerate(contract.function_names())}
+    order = {name: i for i, name in enumerate(contract.function_names(contract.LATEST))}
     return sorted(found, key=lambda d: (d.kind == "dependency", order.get(d.function, -1)))

@@ -11,7 +11,6 @@ clean room: its failures become outcomes.
 
 from __future__ import annotations
 
-import ast
 import re
 import time
 from collections.abc import Callable
@@ -29,9 +28,9 @@ from labctl.isolation.sandbox import CleanRoom
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
 from labctl.verify.builders import SEED
+from labctl.verify.calls import Call, calls_of
 from labctl.verify.functions import CAUSAL_FUNCTIONS, DEPENDS
-
-PACKAGE = "(package)"
+from labctl.verify.places import PACKAGE, function_at
 
 # Exception names that are ValueError or TypeError: the builtins' own subclasses
 # and numpy's. A class the clean room defines itself is taken on trust.
@@ -51,6 +50,8 @@ class Outcome:
     where: str | None = None
     mutated: tuple[str, ...] = ()
     elapsed_s: float = 0.0
+    calls: tuple[Call, ...] = ()  # the room's contract functions it reached, in order
+    skipped_for: str | None = None  # not run: built from this function, which timed out
 
     @property
     def ok(self) -> bool:
@@ -170,51 +171,10 @@ class RoomObservation:
 
 
 # --------------------------------------------------------------------------
-# Where in the source: file:line -> the contract function it sits in
+# Where in the source: a load error or a violation, with the function it sits in
 # --------------------------------------------------------------------------
 
-_WHERE = re.compile(r"^(?P<file>.+?\.py):(?P<line>\d+)$")
 _SYNTAX = re.compile(r"syntax error in (?P<where>\S+?\.py:\d+)")
-
-
-def _file_of(root: Path, where: str) -> tuple[Path, int] | None:
-    match = _WHERE.match(where)
-    if not match:
-        return None
-    shown, line = match["file"], int(match["line"])
-    # `where` is "<package dir name>/<path inside it>.py".
-    relative = shown.split("/", 1)[1] if "/" in shown else shown
-    path = root / relative
-    return (path, line) if path.is_file() else None
-
-
-def function_at(root: Path, where: str) -> str:
-    """The contract function whose body holds `where` (dir/file.py:LINE), else PACKAGE."""
-    found = _file_of(root, where)
-    if found is None:
-        return PACKAGE
-    path, line = found
-    names = set(contract.function_names(contract.LATEST))
-    text = path.read_text("utf-8", errors="replace")
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        # No tree to read: the nearest `def` above the line, at the left margin.
-        for source_line in reversed(text.splitlines()[:line]):
-            match = re.match(r"def\s+(\w+)\s*\(", source_line)
-            if match:
-                return match[1] if match[1] in names else PACKAGE
-        return PACKAGE
-    best = PACKAGE
-    best_span = None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
-            end = getattr(node, "end_lineno", node.lineno)
-            if node.lineno <= line <= end:
-                span = end - node.lineno
-                if best_span is None or span < best_span:
-                    best, best_span = node.name, span
-    return best
 
 
 def _located(root: Path, text: str) -> Located:
@@ -228,17 +188,24 @@ def _located(root: Path, text: str) -> Located:
 # --------------------------------------------------------------------------
 
 
-def call(room: CleanRoom, name: str, args: tuple, kwargs: dict) -> Outcome:
-    """One call through the sandbox; every failure of the clean room becomes an Outcome."""
+def call(room: CleanRoom, name: str, args: tuple, kwargs: dict, trace: bool = False) -> Outcome:
+    """One call through the sandbox; every failure of the clean room becomes an Outcome.
+    With `trace`, the calls it made to the room's contract functions are kept (`calls`)."""
     try:
-        result = room.invoke(name, *args, **kwargs)
+        # Asked only when wanted: a room that records nothing need not know the option.
+        options = {"trace": True} if trace else {}
+        result = room.invoke(name, *args, **options, **kwargs)
     except CallError as exc:
         return _failed(name, exc)
     except LabctlError as exc:
         # The worker could not be restarted (the clean room no longer loads, say).
         return Outcome("crash", message=str(exc))
     return Outcome(
-        "value", value=result.value, mutated=tuple(result.mutated), elapsed_s=result.elapsed_s
+        "value",
+        value=result.value,
+        mutated=tuple(result.mutated),
+        elapsed_s=result.elapsed_s,
+        calls=calls_of(result.trace),
     )
 
 
@@ -246,7 +213,9 @@ def _failed(name: str, exc: CallError) -> Outcome:
     body = exc.detail
     if exc.kind == "exception":
         kind = "not-implemented" if exc.exc_type == "NotImplementedError" else "exception"
-        return Outcome(kind, message=body, exc_type=exc.exc_type, where=exc.where)
+        return Outcome(
+            kind, message=body, exc_type=exc.exc_type, where=exc.where, calls=calls_of(exc.trace)
+        )
     if exc.kind == "timeout":
         return Outcome("timeout", message=Msg("did not return: {body}", body=body))
     if exc.kind == "missing":
@@ -272,18 +241,20 @@ class _OverBudget(Exception):
     """The room's time budget ran out before this function's calls were done."""
 
 
-def _within(room: CleanRoom, deadline: float | None, name: str, args: tuple, kwargs: dict):
+def _within(
+    room: CleanRoom, deadline: float | None, name: str, args: tuple, kwargs: dict, trace: bool
+):
     """`call`, its timeout cut to what is left of the budget; a call the cut stops, or one
     that cannot start, is over budget rather than a timeout of the function's own."""
     if deadline is None:
-        return call(room, name, args, kwargs)
+        return call(room, name, args, kwargs, trace)
     left = deadline - time.monotonic()
     if left <= 0:
         raise _OverBudget
     full = room.timeout_s
     room.timeout_s = min(full, left)
     try:
-        outcome = call(room, name, args, kwargs)
+        outcome = call(room, name, args, kwargs, trace)
     finally:
         room.timeout_s = full
     if outcome.kind == "timeout" and left < full:
@@ -308,7 +279,7 @@ def run_function(
     """
     run = FunctionRun(function, seed=seed, contract=contract)
 
-    def one(args: tuple, kwargs: dict) -> Outcome:
+    def one(args: tuple, kwargs: dict, trace: bool = True) -> Outcome:
         if function in timed_out:
             return Outcome("skipped", message=Msg("not run: it timed out on an earlier fixture"))
         hung = next((d for d in depends_on(function) if d in timed_out), None)
@@ -316,8 +287,9 @@ def run_function(
             return Outcome(
                 "skipped",
                 message=Msg("not run: it is built from {hung}, which timed out", hung=hung),
+                skipped_for=hung,
             )
-        outcome = _within(room, deadline, function, args, kwargs)
+        outcome = _within(room, deadline, function, args, kwargs, trace)
         run.elapsed_s += outcome.elapsed_s
         if outcome.kind == "timeout":
             timed_out.add(function)
@@ -336,7 +308,7 @@ def run_function(
             run.causal[t] = one(*fixture.call())
     if implemented:
         for case in bad_cases(function, seed):
-            run.bad[case.name] = one(*case.call())
+            run.bad[case.name] = one(*case.call(), trace=False)
     return run
 
 

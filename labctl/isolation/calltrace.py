@@ -1,0 +1,111 @@
+"""Which contract functions a call reached, recorded inside the worker.
+
+After a load, every module of the clean room that holds one of its exported
+contract functions under a global name gets a recording wrapper in its place,
+so a call from the learner's `multi_head_attention` to the room's own `rope`
+(however it was imported) passes through it. While labctl asks for a trace,
+each call below the one labctl made is recorded in order: its function, its
+depth, the arguments it received and what it returned or raised. Arrays travel
+as data up to a bound; past it (or for a value the wire does not carry) only
+a marker does, and labctl judges nothing from it. A trace is a claim of the
+learner's process: labctl uses it to choose which function a diagnosis names,
+never to decide a check.
+
+Standard library and numpy only: this runs in the process that holds a learner's code.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from types import ModuleType
+
+import numpy as np
+
+# What one traced call may send back: entries, and array elements over all of them.
+MAX_ENTRIES = 48
+MAX_ELEMENTS = 1 << 15
+MAX_DEPTH = 8
+TOO_LARGE = "$too-large"
+
+
+class Recorder:
+    """The trace of the call in progress (none between calls)."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict] | None = None
+        self.depth = 0
+        self.elements = 0
+
+    def start(self) -> None:
+        self.entries, self.depth, self.elements = [], 0, 0
+
+    def stop(self) -> list[dict]:
+        found, self.entries = self.entries or [], None
+        return found
+
+    def _kept(self, value, level: int = 0):
+        """`value` as plain data the wire carries, arrays copied while the budget lasts."""
+        if isinstance(value, (np.ndarray, np.generic)):
+            array = np.asarray(value)
+            if array.dtype.kind not in "biuf" or self.elements + array.size > MAX_ELEMENTS:
+                return {TOO_LARGE: [list(array.shape), str(array.dtype)]}
+            self.elements += array.size
+            return array.copy()
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if level < 4 and isinstance(value, (tuple, list)):
+            return [self._kept(v, level + 1) for v in value]
+        if level < 4 and isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return {k: self._kept(v, level + 1) for k, v in value.items()}
+        return {TOO_LARGE: [[], type(value).__name__]}
+
+    def wrap(self, name: str, fn):
+        @functools.wraps(fn)
+        def traced(*args, **kwargs):
+            entries = self.entries
+            if entries is None or self.depth > MAX_DEPTH:
+                return fn(*args, **kwargs)
+            entry = None
+            if self.depth > 0 and len(entries) < MAX_ENTRIES:
+                entry = {
+                    "function": name,
+                    "depth": self.depth,
+                    "args": self._kept(list(args)),
+                    "kwargs": self._kept(kwargs),
+                }
+                entries.append(entry)
+            self.depth += 1
+            try:
+                value = fn(*args, **kwargs)
+            except BaseException as exc:
+                if entry is not None:
+                    entry["raised"] = type(exc).__name__
+                raise
+            finally:
+                self.depth -= 1
+            if entry is not None:
+                entry["out"] = self._kept(value)
+            return value
+
+        return traced
+
+
+def install(package: ModuleType, names: tuple[str, ...], recorder: Recorder) -> None:
+    """Put a recording wrapper wherever the room's modules hold one of its contract functions."""
+    originals = {
+        id(fn): (name, fn)
+        for name in names
+        if callable(fn := getattr(package, name, None)) and not isinstance(fn, type)
+    }
+    wrapped = {key: recorder.wrap(name, fn) for key, (name, fn) in originals.items()}
+    prefix = package.__name__ + "."
+    modules = [
+        m
+        for key, m in list(sys.modules.items())
+        if isinstance(m, ModuleType) and (key == package.__name__ or key.startswith(prefix))
+    ]
+    for module in modules:
+        for attr, value in list(vars(module).items()):
+            if id(value) in originals and originals[id(value)][1] is value:
+                setattr(module, attr, wrapped[id(value)])

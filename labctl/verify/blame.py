@@ -1,0 +1,215 @@
+"""Whose fault a failure is: the function's own, or a function it called on that fixture.
+
+A failing function's failure is sent to another contract function only when
+the record of its calls (`labctl.verify.calls`) shows that function reached on
+the fixtures that fail, and failing the same kind of check there, on the
+inputs it actually received, against the reference run here: a raise the
+reference does not make, a wrong dtype, a wrong shape, values off (which is
+also how a mask that lets the future in, or a NaN, shows on its inputs).
+Every failing check of the function must be explained so, else the failure is
+its own, and is said in words: what goes wrong, and where the float64 or the
+float32 rounding comes from when that is the fault. A function the failing
+call never reached is never named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from labctl import contract
+from labctl.i18n import Msg
+from labctl.verify import fixtures as fx
+from labctl.verify.calls import FLOAT32_ROUNDING, Call, relative_error
+from labctl.verify.check_base import CheckResult
+from labctl.verify.compare import compare, elements, parity_tolerance, structure_problem
+from labctl.verify.observe import FunctionRun, Outcome, RoomObservation
+
+# Checks whose failure a called function can explain, and the kinds of its own failure
+# (on the inputs it received) that explain each.
+EXPLAINS: dict[str, frozenset[str]] = {
+    "runs": frozenset({"runs"}),
+    "shape": frozenset({"shape"}),
+    "dtype": frozenset({"dtype"}),
+    "parity": frozenset({"parity", "shape"}),
+    "finite": frozenset({"parity", "shape"}),
+    "rows-sum": frozenset({"parity", "shape"}),
+    "causal": frozenset({"parity", "shape"}),
+}
+# The kind of per-fixture failure each check is read from.
+_SHOWN_AS = {"finite": "parity", "rows-sum": "parity"}
+
+_SAID = {
+    "shape": Msg("its output has the wrong shape"),
+    "parity": Msg("its values differ from the reference"),
+    "finite": Msg("its output holds NaN or inf"),
+    "rows-sum": Msg("its attention weights do not sum to 1 over each row"),
+    "causal": Msg("the future leaks: an earlier output changes when a later token changes"),
+}
+
+
+def own_kinds(function: str, fixture: fx.Fixture, outcome: Outcome, probe: bool) -> set[str]:
+    """What is wrong with one call of the function itself, compared with the reference."""
+    if outcome.kind in ("exception", "not-implemented"):
+        return {"runs"}
+    if outcome.kind != "value":
+        return set()
+    expected = fx.reference_output(fixture)
+    if structure_problem(function, outcome.value, expected):
+        return {"shape"}
+    pairs = list(zip(elements(outcome.value), elements(expected), strict=True))
+    kinds = {"dtype"} if any(x.dtype != r.dtype for x, r in pairs) else set()
+    if not probe and not all(compare(x, r, parity_tolerance(r)).ok for x, r in pairs):
+        kinds.add("parity")
+    return kinds
+
+
+def _traced(function: str, run: FunctionRun, check: str) -> list[tuple[fx.Fixture, Outcome]]:
+    """The calls of `function` on which `check` fails, with their fixtures."""
+    if check == "causal":
+        return [(f, run.causal[t]) for t, f in fx.causal_variants(function, run.seed)]
+    kind = _SHOWN_AS.get(check, check)
+    found = []
+    for probe, fixtures, outcomes in (
+        (False, fx.fixtures(function, run.seed, run.contract), run.fixtures),
+        (True, fx.probes(function, run.seed, run.contract), run.probes),
+    ):
+        for fixture in fixtures:
+            outcome = outcomes.get(fixture.name)
+            if outcome is not None and kind in own_kinds(function, fixture, outcome, probe):
+                found.append((fixture, outcome))
+    return found
+
+
+def culprit(outcome: Outcome, kinds: frozenset[str]) -> Call | None:
+    """The first call the function made itself that fails one of `kinds` on its inputs."""
+    return next(
+        (c for c in outcome.calls if c.depth == 1 and c.judged.kind in kinds),
+        None,
+    )
+
+
+@dataclass(frozen=True)
+class Explained:
+    """A failing function's checks, split into those a called function explains and the rest."""
+
+    by: tuple[Call, ...]  # the calls that explain, the first one first
+    own: tuple[str, ...]  # the failing checks nothing it called explains
+
+
+def explain(function: str, run: FunctionRun, failed: list[str]) -> Explained:
+    by: list[Call] = []
+    own: list[str] = []
+    for check in failed:
+        if check not in EXPLAINS:
+            continue
+        traced = _traced(function, run, check)
+        found = [culprit(o, EXPLAINS[check]) for _, o in traced]
+        if check == "causal":
+            found = [c for c in found if c is not None][:1]
+        if found and all(c is not None for c in found):
+            by.extend(c for c in found if c not in by)
+        else:
+            own.append(check)
+    return Explained(tuple(by), tuple(own))
+
+
+def blamed(seen: RoomObservation, results: list[CheckResult], function: str) -> Call | None:
+    """The call a failing `function`'s every failure is sent to, or None (its own)."""
+    run = seen.runs.get(function)
+    if run is None:
+        return None
+    # Not run at all, as built from a function that hung: that function is the cause.
+    hung = next((o.skipped_for for o in run.outcomes() if o.skipped_for), None)
+    if hung is not None:
+        return Call(hung, 1, (), {}, raised="timeout")
+    failed = [r.name for r in results if r.function == function and r.failed]
+    if not any(name in EXPLAINS for name in failed):
+        return None
+    found = explain(function, run, failed)
+    return found.by[0] if found.by and not found.own else None
+
+
+# --------------------------------------------------------------------------
+# A function's own failure, said
+# --------------------------------------------------------------------------
+
+
+def _raised(function: str, run: FunctionRun) -> Msg:
+    for _, outcome in _traced(function, run, "runs"):
+        if culprit(outcome, EXPLAINS["runs"]) is None:
+            at = Msg(" at {where}", where=outcome.where) if outcome.where else ""
+            return Msg("it raises {exc_type}{at}", exc_type=outcome.exc_type, at=at)
+    return Msg("it raises")
+
+
+def _float64_source(function: str, run: FunctionRun) -> Msg:
+    """Where the float64 of a float32 call starts: an argument it passes on, or its own arrays."""
+    names = {f.name: [p.name for p in f.params] for f in contract.functions(contract.LATEST)}
+    for _, outcome in _traced(function, run, "dtype"):
+        for call in outcome.calls:
+            if call.depth != 1:
+                continue
+            given = [
+                *zip(names.get(call.function, []), call.args, strict=False),
+                *call.kwargs.items(),
+            ]
+            wide = next(
+                (n for n, v in given if isinstance(v, np.ndarray) and v.dtype == np.float64), None
+            )
+            if wide is not None:
+                return Msg(
+                    " (first seen in the {argument} it passes to {callee})",
+                    argument=wide,
+                    callee=call.function,
+                )
+    return ""
+
+
+def said_own(function: str, run: FunctionRun, own: tuple[str, ...]) -> list[Msg]:
+    """A phrase for each failing check of the function's own, in the order given."""
+    phrases: list[Msg] = []
+    for check in own:
+        if check == "runs":
+            phrases.append(_raised(function, run))
+        elif check == "dtype":
+            phrases.append(
+                Msg(
+                    "it returns float64 for float32 input{source}: something it makes itself is "
+                    "float64 (np.tri, np.zeros and np.ones unless given dtype=, np.sqrt of an "
+                    "int), so make its masks, caches and constants in the input's dtype",
+                    source=_float64_source(function, run),
+                )
+            )
+        elif check in _SAID:
+            phrases.append(_SAID[check])
+    return phrases
+
+
+# --------------------------------------------------------------------------
+# float32 rounding on a float64 path
+# --------------------------------------------------------------------------
+
+
+def float32_rounding(function: str, run: FunctionRun) -> tuple[float, str | None] | None:
+    """When every fixture the function fails parity on is off by float32 rounding only:
+    (the worst relative error, the first function it called whose output dropped to float32
+    or to float32's precision, or None when its own code did). Otherwise None."""
+    traced = _traced(function, run, "parity")
+    if not traced:
+        return None
+    worst = 0.0
+    for fixture, outcome in traced:
+        error = relative_error(outcome.value, fx.reference_output(fixture))
+        if not error <= FLOAT32_ROUNDING:
+            return None
+        worst = max(worst, error)
+    for _, outcome in traced:
+        for call in outcome.calls:
+            if call.depth != 1:
+                continue
+            judged = call.judged
+            if judged.kind in ("dtype", "parity") and judged.relative_error <= FLOAT32_ROUNDING:
+                return worst, call.function
+    return worst, None

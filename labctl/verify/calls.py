@@ -1,0 +1,182 @@
+"""The calls a learner's function made to the room's other contract functions, judged here.
+
+The worker records them (`labctl.isolation.calltrace`); this module reads the
+record and judges each call in labctl's process: the reference runs on the
+very inputs the call received, and the call's outcome is compared with it.
+A call whose inputs or output did not travel in full (too large, or of a type
+the wire does not carry) is judged by nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from labctl import contract
+from labctl.isolation import calltrace, wire
+from labctl.verify.compare import compare, elements, parity_tolerance, structure_problem
+
+# Relative error (to max(1, max |reference|)) up to which an output differs from the
+# reference by float32 rounding: float32's unit roundoff is 6e-8, and a fixture's chain of
+# a few hundred operations on O(1) values stays within 1e-5 of it.
+FLOAT32_ROUNDING = 1e-5
+# A recorded call is a claim of the learner's process, and judging it runs the reference
+# here: only on inputs the size of a fixture's (the largest int there is 14, the largest
+# array 384 elements), so a forged trace cannot make labctl allocate much.
+MAX_INT_ARGUMENT = 256
+
+
+@dataclass(eq=False)
+class Call:
+    """One call recorded below the call labctl made: `depth` 1 is made by that function."""
+
+    function: str
+    depth: int
+    args: tuple
+    kwargs: dict
+    out: Any = None
+    raised: str | None = None
+
+    @cached_property
+    def judged(self) -> Judged:
+        return judge(self)
+
+
+def calls_of(trace: list[dict]) -> tuple[Call, ...]:
+    """The recorded calls of contract functions, in the order they started."""
+    names = set(contract.function_names(contract.LATEST))
+    return tuple(
+        Call(
+            e["function"],
+            e["depth"],
+            tuple(e["args"]),
+            e["kwargs"],
+            e.get("out"),
+            e.get("raised"),
+        )
+        for e in trace
+        if e["function"] in names
+    )
+
+
+def complete(value: Any) -> bool:
+    """Did `value` travel whole (no array cut for size, no value the wire does not carry)?"""
+    if isinstance(value, wire.Unsupported):
+        return False
+    if isinstance(value, dict):
+        return calltrace.TOO_LARGE not in value and all(complete(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(complete(v) for v in value)
+    return True
+
+
+def _fresh(value: Any) -> Any:
+    """A writable copy: the arrays decoded from a reply are views of its buffer."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, list):
+        return [_fresh(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    return value
+
+
+def _as_returned(value: Any) -> Any:
+    """A recorded output in the reference's form: the wire turns tuples into lists."""
+    if isinstance(value, list) and all(isinstance(v, np.ndarray) for v in value):
+        return tuple(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What a recorded call did wrong on its own inputs: a kind of check, or nothing."""
+
+    kind: str | None  # runs | shape | dtype | parity | None (correct, or not judged)
+    relative_error: float = 0.0
+
+
+def reference_on(call: Call) -> tuple[Any, bool]:
+    """The reference on the call's inputs: (value, True), or (None, False) when it refuses."""
+    from labctl import reference
+
+    try:
+        value = getattr(reference, call.function)(*_fresh(list(call.args)), **_fresh(call.kwargs))
+    except Exception:  # the reference refuses what the caller passed: the caller's doing
+        return None, False
+    return value, True
+
+
+def _small(value: Any) -> tuple[bool, int]:
+    """(every int within MAX_INT_ARGUMENT, the number of array elements) of `value`."""
+    if isinstance(value, np.ndarray):
+        return True, value.size
+    if isinstance(value, bool) or not isinstance(value, (int, list, tuple, dict)):
+        return True, 0
+    if isinstance(value, int):
+        return abs(value) <= MAX_INT_ARGUMENT, 0
+    items = value.values() if isinstance(value, dict) else value
+    found = [_small(v) for v in items]
+    return all(ok for ok, _ in found), sum(n for _, n in found)
+
+
+def _float_dtypes(value: Any) -> set[np.dtype]:
+    if isinstance(value, np.ndarray):
+        return {value.dtype} if value.dtype.kind == "f" else set()
+    if isinstance(value, (list, tuple)):
+        return set().union(*(_float_dtypes(v) for v in value))
+    if isinstance(value, dict):
+        return _float_dtypes(list(value.values()))
+    return set()
+
+
+def relative_error(value: Any, expected: Any) -> float:
+    """max |value - expected| over max(1, max |expected|), over every float element."""
+    worst = 0.0
+    for x, ref in zip(elements(value), elements(expected), strict=True):
+        if not np.issubdtype(ref.dtype, np.floating) or ref.size == 0:
+            continue
+        scale = max(1.0, float(np.max(np.abs(ref))))
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.abs(np.asarray(x, dtype=np.float64) - ref.astype(np.float64))
+        worst = max(worst, float(np.max(np.where(np.isnan(diff), np.inf, diff))) / scale)
+    return worst
+
+
+def _tolerance(reference: np.ndarray) -> float:
+    """Parity v1 for a float64 call; float32 rounding for a call the caller made in float32,
+    where two honest implementations differ by exactly that."""
+    if reference.dtype.kind == "f" and reference.dtype.itemsize < 8 and reference.size:
+        return FLOAT32_ROUNDING * max(1.0, float(np.max(np.abs(reference))))
+    return parity_tolerance(reference)
+
+
+def judge(call: Call) -> Judged:
+    """How the call's own outcome differs from the reference's on the inputs it received."""
+    if not (complete(list(call.args)) and complete(call.kwargs)):
+        return Judged(None)
+    small, size = _small([list(call.args), call.kwargs])
+    if not small or size > calltrace.MAX_ELEMENTS:
+        return Judged(None)
+    expected, accepted = reference_on(call)
+    if not accepted:
+        return Judged(None)
+    if call.raised is not None:
+        return Judged("runs")
+    value = _as_returned(call.out)
+    if not complete(value):
+        return Judged(None)
+    if structure_problem(call.function, value, expected):
+        return Judged("shape")
+    if any(x.dtype != r.dtype for x, r in zip(elements(value), elements(expected), strict=True)):
+        # Handed float32 and float64 arrays at once, any dtype it returns is the caller's doing.
+        mixed = len(_float_dtypes([*call.args, *call.kwargs.values()])) > 1
+        return Judged(None if mixed else "dtype", relative_error(value, expected))
+    ok = all(
+        compare(x, r, _tolerance(r)).ok
+        for x, r in zip(elements(value), elements(expected), strict=True)
+    )
+    return Judged(None if ok else "parity", relative_error(value, expected))

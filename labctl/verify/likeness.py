@@ -1,0 +1,144 @@
+"""Do two clean rooms behave alike? The comparison a catalogued fault is matched by.
+
+A learner's function matches a fault when the same checks fail and every
+fixture behaves alike: the same outcome (a value, a raise, a hang), the same
+inputs edited, and outputs that agree. Outputs agree within the parity
+tolerance, or, for a room that computes in float32 inside a float64 path,
+when they are nearer the fault's output than the reference's and within
+float32 rounding of it: the same formula mistake, computed at lower precision.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labctl.verify import fixtures as fx
+from labctl.verify.calls import FLOAT32_ROUNDING
+from labctl.verify.checks import CheckResult, evaluate
+from labctl.verify.compare import compare, elements, parity_tolerance, structure_problem
+from labctl.verify.observe import FunctionRun, Outcome, RoomObservation
+
+FLOAT32_DIAGNOSIS_RELATIVE = 1e-4
+
+
+def _same_value(function: str, fixture: fx.Fixture, a, b, probe: bool) -> bool:
+    reference = fx.reference_output(fixture)
+    if structure_problem(function, a, reference) or structure_problem(function, b, reference):
+        # Both malformed: the same malformation (types and shapes) counts as the same.
+        return _shape_signature(a) == _shape_signature(b)
+    for x, y, ref in zip(elements(a), elements(b), elements(reference), strict=True):
+        if x.dtype != y.dtype:
+            return False
+        tolerance = parity_tolerance(ref)
+        if probe and np.issubdtype(ref.dtype, np.floating):
+            tolerance = FLOAT32_DIAGNOSIS_RELATIVE * max(1.0, float(np.max(np.abs(ref))))
+        if not (compare(x, y, tolerance).ok or _nearer_at_float32(x, y, ref)):
+            return False
+    return True
+
+
+def _nearer_at_float32(x: np.ndarray, fault: np.ndarray, reference: np.ndarray) -> bool:
+    """`x` is the fault's output computed at float32 precision: within float32 rounding of it,
+    and nearer to it than to the reference."""
+    if not np.issubdtype(reference.dtype, np.floating) or reference.size == 0:
+        return False
+    scale = max(1.0, float(np.max(np.abs(reference))))
+    with np.errstate(invalid="ignore", over="ignore"):
+        to_fault = float(np.max(np.abs(x - fault), initial=0.0))
+        to_reference = float(np.max(np.abs(x - reference), initial=0.0))
+    return to_fault <= FLOAT32_ROUNDING * scale and to_fault < to_reference
+
+
+def _shape_signature(value) -> object:
+    if isinstance(value, np.ndarray):
+        return ("array", value.shape, str(value.dtype))
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_shape_signature(v) for v in value))
+    return type(value).__name__
+
+
+def _same_outcome(function: str, fixture: fx.Fixture, a: Outcome, b: Outcome, probe: bool) -> bool:
+    if a.kind != b.kind or set(a.mutated) != set(b.mutated):
+        return False
+    if a.kind != "value":
+        return True
+    return _same_value(function, fixture, a.value, b.value, probe)
+
+
+def same_behaviour(function: str, a: FunctionRun | None, b: FunctionRun | None) -> bool:
+    """Two runs of `function` behave alike on the fixtures and probes: the same outcomes
+    (value, exception, timeout, crash), the same inputs edited, outputs equal within tolerance."""
+    if a is None or b is None:
+        return a is None and b is None
+    for fixture in fx.fixtures(function, a.seed, a.contract):
+        oa, ob = a.fixtures.get(fixture.name), b.fixtures.get(fixture.name)
+        if (oa is None) != (ob is None):
+            return False
+        if oa is not None and not _same_outcome(function, fixture, oa, ob, probe=False):
+            return False
+    for fixture in fx.probes(function, a.seed, a.contract):
+        oa, ob = a.probes.get(fixture.name), b.probes.get(fixture.name)
+        if (oa is None) != (ob is None):
+            return False
+        if oa is not None and not _same_outcome(function, fixture, oa, ob, probe=True):
+            return False
+    return True
+
+
+def _same_bad_input(a: FunctionRun | None, b: FunctionRun | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    names = set(a.bad) | set(b.bad)
+    return all(
+        name in a.bad
+        and name in b.bad
+        and a.bad[name].bad_input_class() == b.bad[name].bad_input_class()
+        for name in names
+    )
+
+
+def failed_checks(results: list[CheckResult], function: str) -> set[str]:
+    return {r.name for r in results if r.function == function and r.failed}
+
+
+# Checks a fault is compared on only when they are among its own symptoms: a learner who
+# makes the same formula mistake may check arguments, or name a default, differently.
+SIDE_CHECKS = frozenset({"contract", "import-policy", "bad-input", "loads"})
+
+
+def matches(
+    function: str,
+    seen: RoomObservation,
+    results: list[CheckResult],
+    fault_seen: RoomObservation,
+) -> set[str] | None:
+    """Does the learner's `function` fail as it does in the fault's room?
+
+    The same checks fail among those the fixtures decide (runs, shape, dtype,
+    parity, finite, pure, rows-sum, causal), every fixture behaves alike, and
+    each of the fault's other symptoms (a signature deviation, an import
+    violation, an accepted bad input) is the learner's too. Returns the
+    learner's failing checks the fault does not explain (empty for an exact
+    match), or None when it does not match.
+    """
+    failed = failed_checks(results, function)
+    fault_failed = failed_checks(evaluate(fault_seen, (function,)), function)
+    if not fault_failed or (failed - SIDE_CHECKS) != (fault_failed - SIDE_CHECKS):
+        return None
+    side = fault_failed & SIDE_CHECKS
+    if not side <= failed:
+        return None
+    if "import-policy" in side and {v.what for v in seen.violations if v.function == function} != {
+        v.what for v in fault_seen.violations if v.function == function
+    }:
+        return None
+    if "contract" in side and {d.message for d in seen.deviations if d.function == function} != {
+        d.message for d in fault_seen.deviations if d.function == function
+    }:
+        return None
+    learner_run, fault_run = seen.runs.get(function), fault_seen.runs.get(function)
+    if "bad-input" in side and not _same_bad_input(learner_run, fault_run):
+        return None
+    if not same_behaviour(function, learner_run, fault_run):
+        return None
+    return failed - fault_failed

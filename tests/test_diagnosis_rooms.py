@@ -1,0 +1,221 @@
+"""issue 21's misdiagnoses, each reproduced by a room of `misdiagnosed` and verified end to end.
+
+Each room runs through `labctl verify clean-room` (its worker records what each
+fixture call reached); the test reads the sentence verify gives, in `--json`
+and in the text a learner reads, and checks that it names the function whose
+code is at fault and never a function the failing calls did not reach (the old
+diagnosis sent all of these to an unwritten or broken `rope`, or to `softmax`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import xml.etree.ElementTree as ET
+
+import misdiagnosed as m
+import pytest
+from clitools import invoke
+from gradetools import rubric_without
+
+from labctl import contract
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+ROOMS = {
+    "leaky-mha-decode-zeros": [
+        ("primitives", m.ROPE_STUB),
+        ("transformer_block", m.LEAKY_MHA),
+        ("transformer_block", m.ZEROS_CACHE_DECODE),
+    ],
+    "scale-by-d": [("primitives", m.ROPE_STUB), ("transformer_block", m.SCALED_BY_D_MHA)],
+    "tri-mask": [("primitives", m.ROPE_STUB), ("transformer_block", m.TRI_MASK_MHA)],
+    "no-repeat-kv": [
+        ("primitives", m.ROPE_HALF_SPLIT),
+        ("transformer_block", m.NO_REPEAT_KV_MHA),
+    ],
+    "zeros-block": [("primitives", m.ROPE_STUB), ("transformer_block", m.ZEROS_BUFFER_BLOCK)],
+    "rope-float32": [("primitives", m.ROPE_FLOAT32_TABLES)],
+    "rms-float32": [("primitives", m.RMS_NORM_RETURNS_FLOAT32)],
+    "half-split-float32": [("primitives", m.ROPE_HALF_SPLIT_FLOAT32_TABLES)],
+}
+_verified: dict[str, dict] = {}
+
+
+def verified(name: str, tmp_path_factory) -> dict:
+    """`verify --json` on the room, run once per session; the document, by function."""
+    if name not in _verified:
+        room = m.room(tmp_path_factory.mktemp(name), *ROOMS[name])
+        result = invoke("verify", "clean-room", "--path", str(room), "--no-metrics", "--json")
+        assert result.exit_code == 1, result.output
+        document = json.loads(result.stdout)
+        document["by_function"] = {d["function"]: d for d in document["diagnosis"]}
+        document["room"] = room
+        _verified[name] = document
+    return _verified[name]
+
+
+def named(message: str) -> set[str]:
+    return {f for f in contract.function_names() if re.search(rf"\b{f}\b", message)}
+
+
+def text_of(room) -> str:
+    result = invoke("verify", "clean-room", "--path", str(room), "--no-metrics")
+    assert result.exit_code == 1
+    return " ".join(result.output.split())
+
+
+def test_an_mha_that_leaks_the_future_beside_a_stub_rope_is_named_for_its_causality(
+    tmp_path_factory,
+):
+    document = verified("leaky-mha-decode-zeros", tmp_path_factory)
+    mha = document["by_function"]["multi_head_attention"]
+    assert mha["kind"] == "unmatched"
+    assert mha["message"].startswith(
+        "multi_head_attention: the future leaks: an earlier output changes when a later token "
+        "changes; "
+    )
+    assert named(mha["message"]) == {"multi_head_attention"}  # never rope
+    # What is built on it is sent to it; decode, which reaches the stub, to the stub.
+    assert document["by_function"]["transformer_block"]["chain"] == [
+        "transformer_block",
+        "multi_head_attention",
+    ]
+    # The same sentences reach the text a learner reads.
+    shown = text_of(document["room"])
+    assert mha["message"] in shown
+    assert document["by_function"]["attention_decode"]["message"] in shown
+
+
+def test_a_decode_whose_zeros_cache_is_float64_is_named_with_its_cache(tmp_path_factory):
+    decode = verified("leaky-mha-decode-zeros", tmp_path_factory)["by_function"]["attention_decode"]
+    assert decode["kind"] == "unmatched"
+    assert decode["message"].startswith(
+        "attention_decode: it returns float64 for float32 input (first seen in the k it passes "
+        "to scaled_dot_product_attention): something it makes itself is float64"
+    )
+    assert "caches" in decode["message"] and "np.zeros" in decode["message"]
+    assert named(decode["message"]) == {"attention_decode", "scaled_dot_product_attention"}
+
+
+def test_an_mha_with_a_scale_bug_beside_a_stub_rope_is_named_itself(tmp_path_factory):
+    mha = verified("scale-by-d", tmp_path_factory)["by_function"]["multi_head_attention"]
+    assert mha["kind"] in ("unmatched", "fault")
+    assert mha["message"].startswith("multi_head_attention: ")
+    assert named(mha["message"]) == {"multi_head_attention"}
+
+
+def test_an_mha_with_an_np_tri_mask_that_never_calls_rope_is_named_for_its_mask(
+    tmp_path_factory,
+):
+    document = verified("tri-mask", tmp_path_factory)
+    mha = document["by_function"]["multi_head_attention"]
+    assert mha["kind"] == "unmatched"
+    assert mha["message"].startswith(
+        "multi_head_attention: it returns float64 for float32 input (first seen in the x it "
+        "passes to merge_heads): something it makes itself is float64 (np.tri, "
+    )
+    assert "masks" in mha["message"]
+    assert named(mha["message"]) == {"multi_head_attention", "merge_heads"}  # no rope, softmax
+    assert mha["message"] in text_of(document["room"])
+
+
+def test_a_gqa_crash_without_repeat_kv_is_named_at_the_mha_not_at_a_broken_rope(
+    tmp_path_factory,
+):
+    document = verified("no-repeat-kv", tmp_path_factory)
+    assert document["by_function"]["rope"]["fault"] == "rope-half-split"
+    mha = document["by_function"]["multi_head_attention"]
+    assert mha["kind"] == "unmatched"
+    # It crashes on the MQA-free GQA fixture with and without RoPE: its own line is named.
+    assert re.search(
+        r"it raises ValueError at clean_room/transformer_block\.py:\d+", mha["message"]
+    )
+    assert "rope" not in mha["message"] and "fix" not in mha["message"]
+
+
+def test_a_block_whose_zeros_buffer_is_float64_is_named_itself(tmp_path_factory):
+    block = verified("zeros-block", tmp_path_factory)["by_function"]["transformer_block"]
+    assert block["kind"] == "unmatched"
+    assert block["message"].startswith(
+        "transformer_block: it returns float64 for float32 input (first seen in the x it passes "
+        "to rms_norm)"
+    )
+    assert named(block["message"]) == {"transformer_block", "rms_norm"}
+
+
+def test_float32_rope_tables_are_named_as_float32_rounding_and_what_calls_rope_sent_there(
+    tmp_path_factory,
+):
+    by_function = verified("rope-float32", tmp_path_factory)["by_function"]
+    rope = by_function["rope"]
+    assert rope["kind"] == "precision"
+    assert rope["message"] == (
+        "rope: its values differ from the reference by float32 rounding: it computes in float32 "
+        "inside a float64 path, in its own code; keep the input's float dtype through every step "
+        "(tables, casts, intermediate arrays)"
+    )
+    assert 1e-9 < rope["numbers"]["relative_error"] <= 1e-5  # the number stays in --json
+    assert by_function["multi_head_attention"]["chain"] == ["multi_head_attention", "rope"]
+
+
+def test_float32_rounding_in_a_block_names_the_first_call_whose_dtype_dropped(tmp_path_factory):
+    by_function = verified("rms-float32", tmp_path_factory)["by_function"]
+    assert by_function["rms_norm"]["kind"] == "precision"
+    block = by_function["transformer_block"]
+    assert block["kind"] == "precision"
+    assert (
+        "computes in float32 inside a float64 path, first in rms_norm, which it calls"
+        in (block["message"])
+    )
+    assert "multi_head_attention" not in block["message"]
+
+
+def test_rope_half_split_with_float32_tables_matches_the_catalogued_fault(tmp_path_factory):
+    rope = verified("half-split-float32", tmp_path_factory)["by_function"]["rope"]
+    assert (rope["kind"], rope["fault"]) == ("fault", "rope-half-split")
+    assert rope["message"].startswith("rope: matches fault `rope-half-split`: ")
+
+
+@pytest.mark.parametrize("name", sorted(ROOMS))
+def test_no_sentence_has_internal_words_or_numbers_and_chains_do_not_loop(name, tmp_path_factory):
+    document = verified(name, tmp_path_factory)
+    for d in document["diagnosis"]:
+        assert not re.search(r"margin|tolerance|\de-\d", d["message"]), d["message"]
+        # A dependency is named only along a chain of calls that were made.
+        if d["kind"] == "dependency":
+            assert d["chain"][0] == d["function"] and len(set(d["chain"])) == len(d["chain"])
+
+
+def test_correct_rooms_written_otherwise_pass_with_no_diagnosis(tmp_path):
+    """Heads in a loop with einsum and softmax inline; RoPE tables in the input's dtype."""
+    room = m.room(
+        tmp_path,
+        ("attention", m.EINSUM_LOOP_SDPA),
+        ("primitives", m.ROPE_TABLES_IN_INPUT_DTYPE),
+    )
+    result = invoke("verify", "clean-room", "--path", str(room), "--no-metrics", "--json")
+    document = json.loads(result.stdout)
+    failed = [(c["function"], c["name"]) for c in document["checks"] if c["status"] == "fail"]
+    assert (result.exit_code, failed, document["diagnosis"]) == (0, [], [])
+
+
+def test_the_gradebook_feedback_and_junit_carry_verify_s_sentence(tmp_path, tmp_path_factory):
+    """One sentence, produced once: grade shows the diagnosis verify gives, word for word."""
+    sentence = verified("rope-float32", tmp_path_factory)["by_function"]["rope"]["message"]
+    klass = tmp_path / "class"
+    m.room(klass / "tri", *ROOMS["rope-float32"])
+    out = tmp_path / "grades"
+    rubric = rubric_without(tmp_path, "metric", "submission")
+    result = invoke("grade", str(klass), "--out", str(out), "--rubric", str(rubric), "--json")
+    assert result.exit_code == 0, result.output
+    with (out / "gradebook.csv").open(encoding="utf-8") as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert row["diagnosis"].startswith(sentence + "; ")  # root causes first
+    items = json.loads((out / "feedback" / "tri.json").read_text("utf-8"))["items"]
+    (mha,) = [i for i in items if i["target"] == "rope"]
+    assert mha["message"].splitlines()[0] == sentence
+    cases = ET.parse(out / "junit.xml").getroot().iter("testcase")
+    (case,) = [c for c in cases if c.get("name") == mha["id"]]
+    assert case.find("failure").get("message") == sentence[:200]
