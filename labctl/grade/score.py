@@ -93,27 +93,30 @@ def _function(item: Item, rubric: Rubric, verify: dict) -> tuple[bool, str]:
     if not bad:
         return True, _("passes every check")
     failed = [c for c in bad if c["status"] == "fail"]
-    checks = listed([f"{c['name']}: {c['message']}" for c in failed or bad])
     # The diagnosis's own sentence first (the line JUnit shows), unless it names what a
     # hidden item checks.
     said = next((d["message"] for d in verify["diagnosis"] if d["function"] == item.target), "")
     if any(i.target in said for i in rubric.items if i.hidden):
         said = ""
-    return False, f"{said}\n{checks}" if said else checks
+    head = f"{said}\n" if said else ""
+    checks = [(c["name"], f"{c['name']}: {c['message']}") for c in failed or bad]
+    return False, head + listed(checks, _MESSAGE_CHARS - len(head))
 
 
-def listed(parts: list[str]) -> str:
-    """Every part, or as many whole parts as fit in a message and how many more there are:
-    a learner is never shown some failing checks with the rest dropped silently."""
-    whole = "; ".join(parts)
-    if len(whole) <= _MESSAGE_CHARS:
+def listed(parts: list[tuple[str, str]], limit: int = _MESSAGE_CHARS) -> str:
+    """Every (name, text) part whole, or as many whole ones as fit in `limit` characters and
+    the names of the rest: a learner is never shown some failing checks with the rest
+    dropped silently."""
+    whole = "; ".join(text for _name, text in parts)
+    if len(whole) <= limit:
         return whole
     kept: list[str] = []
-    for count, part in enumerate(parts):
-        more = _("and {n} more").format(n=len(parts) - count)
-        if len("; ".join([*kept, part, more])) > _MESSAGE_CHARS and kept:
+    for count, (_name, text) in enumerate(parts):
+        rest = [name for name, _text in parts[count:]]
+        more = _("and {n} more: {names}").format(n=len(rest), names=", ".join(rest))
+        if len("; ".join([*kept, text, more])) > limit and kept:
             return "; ".join([*kept, more])
-        kept.append(part)
+        kept.append(text)
     return "; ".join(kept)
 
 
