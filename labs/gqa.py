@@ -54,9 +54,9 @@ class Params(LabParams):
     @model_validator(mode="after")
     def _heads_divide(self) -> Params:
         if self.C % self.H:
-            raise ValueError(f"H = {self.H} must divide C = {self.C}")
+            raise ValueError(Msg("H = {H} must divide C = {C}", H=self.H, C=self.C))
         if self.H % self.Hkv:
-            raise ValueError(f"Hkv = {self.Hkv} must divide H = {self.H}")
+            raise ValueError(Msg("Hkv = {Hkv} must divide H = {H}", Hkv=self.Hkv, H=self.H))
         return self
 
 

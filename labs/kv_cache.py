@@ -57,11 +57,19 @@ class Params(LabParams):
     @model_validator(mode="after")
     def _shapes_agree(self) -> Params:
         if self.C % self.H or (self.C // self.H) % 2:
-            raise ValueError(f"H = {self.H} must divide C = {self.C} into an even head width")
+            raise ValueError(
+                Msg("H = {H} must divide C = {C} into an even head width", H=self.H, C=self.C)
+            )
         if self.H % self.Hkv:
-            raise ValueError(f"Hkv = {self.Hkv} must divide H = {self.H}")
+            raise ValueError(Msg("Hkv = {Hkv} must divide H = {H}", Hkv=self.Hkv, H=self.H))
         if any(c < 1 for c in self.chunks) or sum(self.chunks) != self.T:
-            raise ValueError(f"chunks {self.chunks} must be positive and sum to T = {self.T}")
+            raise ValueError(
+                Msg(
+                    "chunks {chunks} must be positive and sum to T = {T}",
+                    chunks=",".join(map(str, self.chunks)),
+                    T=self.T,
+                )
+            )
         return self
 
 

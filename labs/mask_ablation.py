@@ -70,9 +70,21 @@ class Params(LabParams):
     @model_validator(mode="after")
     def _shapes_agree(self) -> Params:
         if self.width % self.heads:
-            raise ValueError(f"heads = {self.heads} must divide width = {self.width}")
+            raise ValueError(
+                Msg(
+                    "heads = {heads} must divide width = {width}",
+                    heads=self.heads,
+                    width=self.width,
+                )
+            )
         if self.tail > self.steps:
-            raise ValueError(f"tail = {self.tail} must not exceed steps = {self.steps}")
+            raise ValueError(
+                Msg(
+                    "tail = {tail} must not exceed steps = {steps}",
+                    tail=self.tail,
+                    steps=self.steps,
+                )
+            )
         return self
 
 

@@ -54,7 +54,7 @@ class Params(LabParams):
     @model_validator(mode="after")
     def _heads_divide_width(self) -> Params:
         if self.C % self.H:
-            raise ValueError(f"H = {self.H} must divide C = {self.C}")
+            raise ValueError(Msg("H = {H} must divide C = {C}", H=self.H, C=self.C))
         return self
 
 

@@ -60,10 +60,12 @@ def _shown(path: Path) -> str:
 
 
 @app.command("schema")
-def schema() -> None:
+def schema(json_: JsonFlag = False) -> None:
     """Print the JSON Schema of learn-llm.evidence.v1 (as committed in labctl/data)."""
     from labctl.evidence.models import schema_text
 
+    # The schema is one JSON document already: with --json, as without, it is the output.
+    del json_
     sys.stdout.write(schema_text())
 
 

@@ -29,9 +29,10 @@ from labctl.cli import report as report_cli
 from labctl.cli import run as run_cli
 from labctl.cli import show as show_cli
 from labctl.cli import verify as verify_cli
-from labctl.cli.lang import LANG_HELP, localized
+from labctl.cli.lang import LANG_HELP, click_message, localized
 from labctl.cli.render import print_json
 from labctl.errors import EXIT_FAILED, EXIT_USAGE, LabctlError, UsageError
+from labctl.i18n import _
 
 EXIT_INTERRUPTED = 130
 
@@ -93,9 +94,10 @@ class _HandledGroup(TyperGroup):
             self._fail("interrupted", "aborted", EXIT_FAILED)
             code = EXIT_FAILED
         except Exception as exc:  # click's UsageError and its kin, from parsing
-            message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+            english = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+            message = _(click_message(exc)) if hasattr(exc, "format_message") else english
             code = getattr(exc, "exit_code", EXIT_USAGE)
-            self._fail("usage" if code == EXIT_USAGE else "refused", message, code)
+            self._fail("usage" if code == EXIT_USAGE else "refused", message, code, english)
         sys.exit(code or 0)
 
 

@@ -15,6 +15,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from labctl.cli.render import Column, fit, out, print_json, text
+from labctl.errors import UsageError
 from labctl.i18n import N_, Msg, _
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
@@ -152,6 +153,8 @@ def show(
     """Show a lab: its question, course sections, parameters and metrics with tolerances."""
     from labctl import registry
 
+    if lab_id == "all":
+        raise UsageError(N_("show takes one lab id; `labctl list` lists every lab"))
     lab = registry.get(lab_id)
     document = lab_document(lab)
     if json_:
