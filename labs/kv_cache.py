@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from labctl.course import HANDS_ON, Section
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, implementation
 from labctl.lab import (
     Lab,
     LabContext,
@@ -290,9 +290,9 @@ def _figures(timings: dict[str, dict[int, dict[str, float]]], p: Params, itemsiz
             ),
             columns=(
                 "T",
-                *(Msg("FLOPs cached ({impl})", impl=n) for n in names),
-                *(Msg("FLOPs recompute ({impl})", impl=n) for n in names),
-                *(Msg("ratio ({impl})", impl=n) for n in names),
+                *(Msg("FLOPs cached ({impl})", impl=implementation(n)) for n in names),
+                *(Msg("FLOPs recompute ({impl})", impl=implementation(n)) for n in names),
+                *(Msg("ratio ({impl})", impl=implementation(n)) for n in names),
                 N_("KV cache, 1 layer"),
             ),
             rows=tuple(

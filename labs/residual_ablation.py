@@ -172,9 +172,9 @@ def _ablations(impl, x, params, p: Params) -> dict[str, np.ndarray]:
     return {
         "block": impl.transformer_block(x, params, p.H, eps=p.eps),
         "formula": h + ffn(h),
-        "no attention residual": a + ffn(a),
-        "no FFN residual": ffn(h),
-        "no residual": ffn(a),
+        N_("no attention residual"): a + ffn(a),
+        N_("no FFN residual"): ffn(h),
+        N_("no residual"): ffn(a),
     }
 
 

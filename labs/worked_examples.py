@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from labctl.course import CH8, CHAPTERS, HANDS_ON, PARTS, Section
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, implementation
 from labctl.lab import (
     IMPLS,
     Lab,
@@ -36,7 +36,7 @@ from labctl.lab import (
 )
 from labctl.labs.worked_examples_rows import PE_SHAPE, ROWS, UNCHECKED, Row
 
-ORDER = {"disagrees": 0, "approximation": 1, "agrees": 2}
+ORDER = {N_("disagrees"): 0, N_("approximation"): 1, N_("agrees"): 2}
 
 
 class Params(LabParams):
@@ -123,14 +123,14 @@ def _figures(judged, names: list[str]) -> list:
                 "disagree, {approx} approximate as the chapter itself says (verdicts of the "
                 "{impl})",
                 n=len(ROWS), agrees=counts["agrees"], disagrees=counts["disagrees"],
-                approx=counts["approximation"], impl=shown,
+                approx=counts["approximation"], impl=implementation(shown),
             ),
             flag=counts["disagrees"] > 0,
         )
     )  # fmt: skip
     figures.append(
         TableFigure(
-            title=Msg("verdicts by chapter (of the {impl})", impl=shown),
+            title=Msg("verdicts by chapter (of the {impl})", impl=implementation(shown)),
             columns=(N_("chapter"), N_("agree"), N_("disagree"), N_("approximate")),
             rows=tuple(
                 (

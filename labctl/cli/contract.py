@@ -35,7 +35,7 @@ def show(json_: JsonFlag = False) -> None:
             Column(N_("meaning"), prose=True),
         ),
         [
-            (f"{fn.number}. {escape(fn.signature())}", escape(fn.returns), escape(fn.meaning))
+            (f"{fn.number}. {escape(fn.signature())}", text(fn.returns), text(fn.meaning))
             for fn in functions
         ],
         title=f"{contract.CONTRACT_ID} (sha256 {digest[:12]}…)",

@@ -86,12 +86,12 @@ def click_message(exc) -> str | Msg:
         problem = _problem(exc)
         hint = exc.param_hint if exc.param_hint is not None else _hint_of(exc.param)
         if hint is None:
-            return Msg(INVALID_VALUE, problem=problem)
-        return Msg(INVALID, name=errors._join_param_hints(hint), problem=problem)
+            return declared(INVALID_VALUE, problem=problem)
+        return declared(INVALID, name=errors._join_param_hints(hint), problem=problem)
     if isinstance(exc, errors.NoSuchOption):
-        message = Msg(NO_SUCH_OPTION, name=textsafe.shown(exc.option_name))
+        message = declared(NO_SUCH_OPTION, name=textsafe.shown(exc.option_name))
         if exc.possibilities:
-            return Msg(POSSIBLE, message=message, options=", ".join(sorted(exc.possibilities)))
+            return declared(POSSIBLE, message=message, options=", ".join(sorted(exc.possibilities)))
         return message
     text = exc.message
     if text in FAILS:
@@ -100,7 +100,7 @@ def click_message(exc) -> str | Msg:
         match = shape.match(text)
         if match:
             return declared(template, **match.groupdict())
-    return Msg(OTHER, detail=text)
+    return declared(OTHER, detail=text)
 
 
 def _hint_of(param):
@@ -114,7 +114,7 @@ def _problem(exc) -> str | Msg:
     cause = exc.__cause__
     if isinstance(cause, ValidationError):
         return joined([explained(error) for error in cause.errors()])
-    return Msg(OTHER, detail=exc.message)
+    return declared(OTHER, detail=exc.message)
 
 
 @contextlib.contextmanager

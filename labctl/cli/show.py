@@ -134,9 +134,11 @@ def list_labs(json_: JsonFlag = False) -> None:
     for lab in labs:
         out.print(f"[bold]{escape(lab.id)}[/bold]  {text(lab.title)}", soft_wrap=False)
         for section in lab.sections:
-            out.print(_indented(Text(f"{_('course:')} {section}", style="dim")))
+            out.print(
+                _indented(Text(_(Msg("course: {section}", section=str(section))), style="dim"))
+            )
         names = ", ".join(m.name for m in lab.metrics)
-        out.print(_indented(Text(f"{_('metrics:')} {names}")))
+        out.print(_indented(Text(_(Msg("metrics: {names}", names=names)))))
         out.print()
 
 
@@ -205,5 +207,5 @@ def show(
         )
         out.print(head)
         out.print(_indented(Text(_(metric.description))))
-        out.print(_indented(Text(f"{_('why:')} {_(metric.why)}", style="dim")))
+        out.print(_indented(Text(_(Msg("why: {why}", why=_(metric.why))), style="dim")))
         out.print()

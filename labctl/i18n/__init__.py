@@ -117,6 +117,16 @@ def declared(text: str, /, **args: Any) -> Msg:
     return message
 
 
+# The implementations a lab compares, by the names records and figures keep (identifiers),
+# as a person reads them in a title or a column ("（参考实现）", never "（reference）").
+IMPLEMENTATIONS = {"reference": N_("reference"), "clean-room": N_("clean-room")}
+
+
+def implementation(name: str) -> str | Msg:
+    """An implementation's name for a message: translated when shown, English in --json."""
+    return declared(IMPLEMENTATIONS[name]) if name in IMPLEMENTATIONS else name
+
+
 def joined(messages: list[str | Msg]) -> str | Msg:
     """Messages joined with "; " as one Msg, each translated when it is shown."""
     if not messages:

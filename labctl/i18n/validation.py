@@ -52,8 +52,8 @@ def explained(error: dict[str, Any]) -> Msg:
         reason = cause.args[0] if isinstance(cause, Exception) and cause.args else None
         if isinstance(reason, Msg):
             return reason
-        return Msg(UNKNOWN, type=kind)
+        return declared(UNKNOWN, type=kind)
     template = MESSAGES.get(kind)
     if template is None:
-        return Msg(UNKNOWN, type=kind)
+        return declared(UNKNOWN, type=kind)
     return declared(template, **{key: ctx.get(key, "?") for key in placeholders(template)})
