@@ -111,11 +111,11 @@ CASES = {
         "commit: must be a git commit sha (7 to 64 hex digits) or 'unknown'",
         "commit: 必须是 git 提交 sha（7 到 64 个十六进制数字）或 'unknown'",
     ),
-    # pydantic's own message is a value: it stays English, the kind around it is translated
+    # pydantic's error by its type, never its English sentence
     "pydantic type": (
         {"seed": "five"},
-        "seed: Input should be a valid integer (got a string)",
-        "seed: Input should be a valid integer（实际是字符串）",
+        "seed: should be an integer (got a string)",
+        "seed: 应是整数（实际是字符串）",
     ),
 }
 

@@ -3,11 +3,13 @@
 A word is a run of Latin letters standing alone (between spaces, CJK text or
 punctuation). A token holding `_`, `.`, `/`, `=`, `-`, a digit or a bracket is
 an identifier (a metric name, a path, `--seed`, `d_k=64`, `causal-attention`)
-and is never a word. What remains must be on the allow-list, which is derived
-from labctl itself (lab ids, parameter names, metric units, contract functions,
-option names and metavars, evidence field names, the course's own headings) plus
-a short explicit list of names and terms the glossary keeps in Latin letters.
-Nothing else passes: an English sentence is as many findings as it has words.
+and is never a word, nor is a quoted name ('labs'). The course's chapter titles
+and section headings are quoted as written and taken out whole. What remains
+must be on the allow-list, which is derived from labctl itself (lab ids,
+parameter names, metric units, contract functions and their parameters, command
+names and metavars, evidence field names) plus a short explicit list of names
+and terms the glossary keeps in Latin letters. Nothing else passes: an English
+sentence is as many findings as it has words.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ EXPLICIT = {
     "argmax", "sqrt", "exp", "max", "min", "mean", "var", "sin", "cos", "ln", "log",
     "tril", "triu", "is_causal", "view", "transpose", "reshape", "matmul", "einsum",
     "fixture", "fixtures", "pnpm", "pytest", "query", "key", "keys", "value", "values",
-    "block", "blocks", "prompt", "encoder", "silu", "sigmoid", "attn", "itemsize", "ulp",
+    "block", "blocks", "prompt", "encoder", "embedding", "silu", "sigmoid", "attn", "itemsize", "ulp",
     "nat", "hang",
     # tools, formats, systems
     "labctl", "numpy", "NumPy", "torch", "PyTorch", "Python", "matplotlib", "bubblewrap",
@@ -63,7 +65,6 @@ IDENTIFIER = re.compile(r"[_./=\[\]{}<>@#$%^&*+|\\~`0-9ᵀ²√·×‖ΣΔ]|[A-Z
 def allowed() -> frozenset[str]:
     """Words that are identifiers of labctl or the course's own headings."""
     from labctl import contract, registry
-    from labctl.course import CHAPTERS
     from labctl.evidence.models import EvidenceRecord
 
     words: set[str] = set(EXPLICIT)
@@ -72,18 +73,29 @@ def allowed() -> frozenset[str]:
         words.update(lab.params.model_fields)
         for metric in lab.metrics:
             words.update(WORD.findall(metric.unit))
-        for section in lab.sections:
-            words.update(WORD.findall(section.heading))
-            words.update(WORD.findall(section.chapter.title))
-    for chapter in CHAPTERS:
-        words.update(WORD.findall(chapter.title))
     for fn in contract.functions():
         words.add(fn.name)
         words.update(p.name for p in fn.params)
-        words.update(re.findall(r"(\w+) \(", fn.returns))  # named results: out, weights
+        # named results and dict entries: out (B, H, Tq, Dv), embed (V, C)
+        for text in (fn.returns, *(p.shape or "" for p in fn.params)):
+            words.update(re.findall(r"(\w+) \(", text))
     words.update(_field_names(EvidenceRecord))
     words.update(_command_words())
     return frozenset(words)
+
+
+@cache
+def course_titles() -> re.Pattern:
+    """The course's chapter titles and section headings, quoted as written (some hold
+    English words): removed whole, so their words are not allowed anywhere else."""
+    from labctl import registry
+    from labctl.course import CHAPTERS
+
+    titles = {c.title for c in CHAPTERS}
+    titles |= {s.heading for lab in registry.discover() for s in lab.sections}
+    titles |= {s.chapter.title for lab in registry.discover() for s in lab.sections}
+    ordered = sorted((t for t in titles if t), key=len, reverse=True)
+    return re.compile("|".join(re.escape(t) for t in ordered))
 
 
 def _field_names(model) -> set[str]:
@@ -105,7 +117,8 @@ def _field_names(model) -> set[str]:
 
 
 def _command_words() -> set[str]:
-    """Command names, option names and metavars of the command tree."""
+    """Command names, argument names and metavars of the command tree (options start with
+    `--`, so they are identifiers already)."""
     import typer
 
     from labctl.cli.main import app
@@ -115,9 +128,8 @@ def _command_words() -> set[str]:
     def walk(command, name: str) -> None:
         words.update(name.split("-"))
         for param in command.params:
-            words.update(param.name.split("_"))
-            for opt in getattr(param, "opts", ()):
-                words.update(w for w in opt.lstrip("-").split("-") if w)
+            if param.param_type_name == "argument":  # named in usage and help: {file}
+                words.update(param.name.split("_"))
             if getattr(param, "metavar", None):
                 words.update(WORD.findall(param.metavar))
         for sub_name, sub in getattr(command, "commands", {}).items():
@@ -141,8 +153,10 @@ def english_words(output: str, extra: frozenset[str] = frozenset()) -> list[str]
     A single letter is a symbol of a formula (`h`, `Q`), never a word."""
     known = allowed() | extra
     found = []
-    for line in FORMULAS.sub(" ", output).splitlines():
+    for line in course_titles().sub(" ", FORMULAS.sub(" ", output)).splitlines():
         for token in TOKEN.findall(line):
+            if re.fullmatch(r"'[^']+'[.,;:]?", token):
+                continue  # a quoted name: 'labs', 'nosuch'
             core = token.strip("'\"()[]{}<>,.;:!?*`")
             if not core or IDENTIFIER.search(core):
                 continue
