@@ -265,7 +265,7 @@ def _errors(**values) -> list[dict]:
         ({"T": 0}, "should be at least 2", "应不小于 2"),
         ({"T": 1000}, "should be at most 512", "应不大于 512"),
         ({"T": "abc"}, "should be an integer", "应是整数"),
-        ({"name": ""}, "should have at least 1 characters", "应至少有 1 个字符"),
+        ({"name": ""}, "should not be empty", "不能为空"),
         ({"extra": 1}, "is not a parameter", "不是参数"),
     ],
 )

@@ -94,6 +94,18 @@ def test_commands_and_refusals_are_chinese(args, code, says, typed, tmp_path, mo
     assert not words, words
 
 
+@pytest.mark.parametrize("command", ["validate", "submit"])
+def test_evidence_on_a_bad_submission_is_chinese(command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "submission.yaml"
+    bad.write_text("schema: learn-llm.evidence.v1\nmodule: m1\nseed: five\ncommit: xyz\n")
+    result, words = zh("evidence", command, str(bad), typed=("m1",))
+    assert result.exit_code == 1, result.output
+    assert "seed: 应是整数（实际是字符串）" in result.output
+    assert ("无效：" if command == "validate" else "已拒绝：") in result.output
+    assert not words, words
+
+
 def test_doctor_is_chinese():
     result, words = zh("doctor")
     assert result.exit_code in (0, 1), result.output

@@ -47,6 +47,7 @@ MESSAGES = {
     "frozen_instance": N_("cannot be changed"),
 }
 UNKNOWN = N_("not accepted ({type})")
+NOT_EMPTY = N_("should not be empty")
 
 
 def explained(error: dict[str, Any]) -> Msg:
@@ -59,7 +60,14 @@ def explained(error: dict[str, Any]) -> Msg:
         if isinstance(reason, Msg):
             return reason
         return declared(UNKNOWN, type=kind)
+    if kind in ("string_too_short", "too_short") and ctx.get("min_length") == 1:
+        return declared(NOT_EMPTY)
     template = MESSAGES.get(kind)
     if template is None:
         return declared(UNKNOWN, type=kind)
-    return declared(template, **{key: ctx.get(key, "?") for key in placeholders(template)})
+    return declared(template, **{key: _shown(ctx.get(key, "?")) for key in placeholders(template)})
+
+
+def _shown(value: Any) -> Any:
+    """A bound as a person writes it: `0`, not the `0.0` a float field keeps."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
