@@ -1,5 +1,8 @@
 """`labctl contract check`: does a clean room expose the functions exactly as its contract says?
 
+A function with the right signature whose body only raises NotImplementedError
+(a stub from `clean-room init`) is not a pass: it is counted and named.
+
 The clean room is loaded in a worker process (a hang or crash at import time
 is named, never inherited); only names, parameter order and defaults are
 compared here. The import policy and the numbers are `verify`'s business.
@@ -29,10 +32,17 @@ class ContractReport:
     isolation: str = ""
     version: int = contract.CONTRACT_VERSION
     declared: int = contract.CONTRACT_VERSION
+    # Functions with the contract's signature whose body only raises NotImplementedError.
+    stubs: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
-        return not self.deviations
+        """Every function there with its signature, and none of them still a stub."""
+        return not self.deviations and not self.stubs
+
+    def matching(self) -> int:
+        """Functions with the contract's signature (a stub's counts: its signature is right)."""
+        return len(self.checked) - len({d.function for d in self.deviations})
 
     def to_json(self) -> dict:
         return {
@@ -42,10 +52,13 @@ class ContractReport:
             # The contract the room declares (undeclared: v1); "contract" is the one checked.
             "declared": contract.contract_id(self.declared),
             "isolation": self.isolation,
+            "stubs": len(self.stubs),
             "functions": [
                 {
                     "function": name,
-                    "passed": not any(d.function == name for d in self.deviations),
+                    "passed": not any(d.function == name for d in self.deviations)
+                    and name not in self.stubs,
+                    "stub": name in self.stubs,
                     "deviations": [d.message for d in self.deviations if d.function == name],
                 }
                 for name in self.checked
@@ -74,6 +87,12 @@ def check_clean_room(
     with CleanRoom(path, timeout_s, isolation=isolation, guard=False) as room:
         deviations = contract.check_signatures(room.signatures, version)
         level = room.isolation
+    wrong = {d.function for d in deviations}
+    stubs = tuple(
+        name
+        for name in contract.function_names()
+        if name not in wrong and room.signatures.get(name, {}).get("stub") is True
+    )
     return ContractReport(
         path=shown or str(path),
         contract_id=contract.contract_id(version),
@@ -83,4 +102,5 @@ def check_clean_room(
         isolation=level,
         version=version,
         declared=declared,
+        stubs=stubs,
     )

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from labctl.errors import UsageError
 from labctl.i18n import Msg, _, joined
+from labctl.i18n.validation import explained
 from labctl.lab import Lab, LabParams
 
 
@@ -147,8 +148,8 @@ def _validated(lab: Lab, values: dict[str, object]) -> LabParams:
         problems: list[str | Msg] = []
         for error in exc.errors():
             name = ".".join(str(part) for part in error["loc"])
-            # pydantic's words and a lab validator's are English values, not messages
-            detail: str | Msg = error["msg"]
+            # by the error's type and values: pydantic's own sentence is English only
+            detail: str | Msg = explained(error)
             if name in lab.params.model_fields:
                 allowed = Msg("allowed: {allowed}", allowed=description(lab.params, name))
                 detail = Msg("{first}; {rest}", first=detail, rest=allowed)

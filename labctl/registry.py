@@ -47,14 +47,17 @@ def _rank(order: tuple[str, ...], lab_id: str) -> int:
     return order.index(lab_id) if lab_id in order else len(order)
 
 
-def get(lab_id: str) -> Lab:
+def get(lab_id: str, or_all: bool = False) -> Lab:
+    """The lab `lab_id`; the refusal offers `all` only where the command takes it (`run`)."""
     for lab in discover():
         if lab.id == lab_id:
             return lab
     known = ", ".join(lab.id for lab in discover())
-    raise UsageError(
-        Msg("unknown lab {lab!r}; known labs: {known}, or all", lab=lab_id, known=known)
-    )
+    if or_all:
+        raise UsageError(
+            Msg("unknown lab {lab!r}; known labs: {known}, or all", lab=lab_id, known=known)
+        )
+    raise UsageError(Msg("unknown lab {lab!r}; known labs: {known}", lab=lab_id, known=known))
 
 
 def resolve(ids: list[str]) -> list[Lab]:
@@ -65,7 +68,7 @@ def resolve(ids: list[str]) -> list[Lab]:
         return list(discover())
     chosen: list[Lab] = []
     for lab_id in ids:
-        lab = get(lab_id)
+        lab = get(lab_id, or_all=True)
         if lab not in chosen:
             chosen.append(lab)
     return chosen

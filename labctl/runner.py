@@ -424,9 +424,13 @@ def run_labs(
     progress: Callable[[Lab, int, int], None] | None = None,
     settings: list[str] | None = None,
     isolation: str = "auto",
+    finished: Callable[[LabResult], None] | None = None,
 ) -> RunReport:
     """Run the labs named by `ids` (or `all`) with `settings` (`NAME=VALUE`, `LAB.NAME=VALUE`),
     write their evidence under `out` (records in `out/<lab>/`, the manifest in `out`), report.
+
+    `finished` hears of each lab once its evidence is written, so a caller interrupted
+    later can still show the labs that are done.
 
     Every option is checked before the first lab runs: a refused one writes nothing.
     """
@@ -447,6 +451,8 @@ def run_labs(
             result = run_lab(lab, seed, impls, params[lab.id])
             write_evidence(result, store, Path("."), seed, impl, room, level)
             results.append(result)
+            if finished:
+                finished(result)
     return RunReport(results, seed, impl, room, time.perf_counter() - start, level)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import Field
 
 from labctl.course import HANDS_ON, Section
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, implementation
 from labctl.lab import (
     HeatmapFigure,
     Lab,
@@ -259,7 +259,7 @@ def _figures(p: Params, maps, entropies, padding, dilution, limit) -> list:
             title=Msg("mean attention entropy per head (nats); a uniform causal head would have "
                       "{ceiling:.3f}: 'sharp' below 60% of it", ceiling=ceiling),
             columns=(N_("layer"), N_("head"), N_("query scale"),
-                     *(Msg("entropy, {impl}", impl=n) for n in names), N_("pattern")),
+                     *(Msg("entropy, {impl}", impl=implementation(n)) for n in names), N_("pattern")),
             rows=tuple(
                 (str(layer + 1), str(h + 1), p.head_scales[h],
                  *(float(entropies[n][layer, h].mean()) for n in names),
@@ -283,7 +283,7 @@ def _figures(p: Params, maps, entropies, padding, dilution, limit) -> list:
             title=N_("dilution (§11.2): weight of one key favoured by a margin log 11 among "
                      "T keys"),
             columns=("T", N_("closed form 11 / (10 + T)"),
-                     *(Msg("measured, {impl}", impl=n) for n in names), N_("the chapter")),
+                     *(Msg("measured, {impl}", impl=implementation(n)) for n in names), N_("the chapter")),
             rows=tuple(
                 (str(t), 11 / (10 + t), *(dilution[n][t] for n in names),
                  {100: "~0.1", 10000: "~0.001"}.get(t, ""))

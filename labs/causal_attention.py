@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field
 
 from labctl.course import CH8, HANDS_ON, PARTS, Section
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, implementation
 from labctl.lab import HeatmapFigure, Lab, LabContext, LabOutput, LabParams, Metric
 
 BOTH_ROWS = ("reference", "clean-room")
@@ -149,7 +149,7 @@ def _figures(weights: dict[str, np.ndarray], T: int) -> list:
         HeatmapFigure(
             title=Msg(
                 "attention weights, batch 0, head 0 ({impl}); the upper triangle must be 0",
-                impl=name,
+                impl=implementation(name),
             ),
             name="attention-b0-h0",
             matrix=tuple(tuple(float(w) for w in row) for row in attn[0, 0]),

@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from labctl.course import HANDS_ON, PARTS, Section
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, implementation
 from labctl.lab import (
     Lab,
     LabContext,
@@ -54,9 +54,9 @@ class Params(LabParams):
     @model_validator(mode="after")
     def _heads_divide(self) -> Params:
         if self.C % self.H:
-            raise ValueError(f"H = {self.H} must divide C = {self.C}")
+            raise ValueError(Msg("H = {H} must divide C = {C}", H=self.H, C=self.C))
         if self.H % self.Hkv:
-            raise ValueError(f"Hkv = {self.Hkv} must divide H = {self.H}")
+            raise ValueError(Msg("Hkv = {Hkv} must divide H = {H}", Hkv=self.Hkv, H=self.H))
         return self
 
 
@@ -238,7 +238,7 @@ def _figures(p: Params, distances: dict[str, dict[int, float]], llama_measured: 
                 "Hkv",
                 N_("K/V params"),
                 N_("KV bytes / token (float64)"),
-                *(Msg("distance from MHA ({impl})", impl=n) for n in distances),
+                *(Msg("distance from MHA ({impl})", impl=implementation(n)) for n in distances),
             ),
             rows=tuple(
                 (
@@ -305,26 +305,26 @@ def _figure_course(measured_llama: int | None) -> list:
         return 2 * C * C + 2 * hkv * (C // H) * C
 
     def exact(value: int, prints: int | None) -> str:
-        return "" if prints is None else ("yes" if value == prints else "NO")
+        return "" if prints is None else (N_("yes") if value == prints else N_("NO"))
 
     measured = "" if measured_llama is None else f"{measured_llama:,} B"
     rows = [
-        ("手撕 §5.3 MHA params, C=512, H=8", "4×C²", f"{4 * 512**2:,}",
+        (N_("手撕 §5.3 MHA params, C=512, H=8"), "4×C²", f"{4 * 512**2:,}",
          f"{_figure_attention_params(512, 8, 8):,}", "1,048,576", exact(4 * 512**2, 1_048_576)),
-        ("手撕 §13.4 MHA params, C=2048, H=16", "4×C²", f"{4 * 2048**2:,}",
+        (N_("手撕 §13.4 MHA params, C=2048, H=16"), "4×C²", f"{4 * 2048**2:,}",
          f"{_figure_attention_params(2048, 16, 16):,}", "16,777,216", exact(4 * 2048**2, 16_777_216)),
-        ("GQA params, C=2048, H=16, Hkv=4", "2×C² + 2×Hkv×D×C", f"{params(2048, 16, 4):,}",
+        (N_("GQA params, C=2048, H=16, Hkv=4"), "2×C² + 2×Hkv×D×C", f"{params(2048, 16, 4):,}",
          f"{_figure_attention_params(2048, 16, 4):,}", "—", ""),
-        ("MQA params, C=2048, H=16, Hkv=1", "2×C² + 2×Hkv×D×C", f"{params(2048, 16, 1):,}",
+        (N_("MQA params, C=2048, H=16, Hkv=1"), "2×C² + 2×Hkv×D×C", f"{params(2048, 16, 1):,}",
          f"{_figure_attention_params(2048, 16, 1):,}", "—", ""),
-        ("KV B/token/layer, C=2048, H=16, fp16: MHA/GQA 4/MQA", "2×Hkv×D×2",
+        (N_("KV B/token/layer, C=2048, H=16, fp16: MHA/GQA 4/MQA"), "2×Hkv×D×2",
          " / ".join(f"{2 * h * 128 * 2:,}" for h in (16, 4, 1)), "", "—", ""),
-        ("逐部件讲透 §6.6 query heads per KV head, 32 Q / 8 KV", "H / Hkv", "4", "", "4", exact(32 // 8, 4)),
-        ("手撕 §5.5.2 KV cache shrink, MQA, H=32", "H / 1", "32x", "", "32 倍", exact(32 // 1, 32)),
-        ("手撕 §5.5.2 KV cache shrink, GQA, H=32, Hkv=8", "H / Hkv", "4x", "", "4 倍", exact(32 // 8, 4)),
-        ("手撕 §7.4 Llama-2-70B KV cache, 4096 tokens", "2×4096×8×128×2 B×80",
+        (N_("逐部件讲透 §6.6 query heads per KV head, 32 Q / 8 KV"), "H / Hkv", "4", "", "4", exact(32 // 8, 4)),
+        (N_("手撕 §5.5.2 KV cache shrink, MQA, H=32"), "H / 1", "32x", "", "32 倍", exact(32 // 1, 32)),
+        (N_("手撕 §5.5.2 KV cache shrink, GQA, H=32, Hkv=8"), "H / Hkv", "4x", "", "4 倍", exact(32 // 8, 4)),
+        (N_("手撕 §7.4 Llama-2-70B KV cache, 4096 tokens"), "2×4096×8×128×2 B×80",
          f"{llama:,} B ({llama / 1e9:.2f} GB)", measured, COURSE_LLAMA_PRINTS, _figure_agrees(llama)),
-        ("same with 64 KV heads (MHA, no GQA)", "2×4096×64×128×2 B×80",
+        (N_("same with 64 KV heads (MHA, no GQA)"), "2×4096×64×128×2 B×80",
          f"{llama_mha:,} B ({llama_mha / 1e9:.2f} GB)", "", COURSE_LLAMA_PRINTS, _figure_agrees(llama_mha)),
     ]  # fmt: skip
     table = TableFigure(
@@ -368,7 +368,7 @@ def _figure_course(measured_llama: int | None) -> list:
 
 def _figure_agrees(value_bytes: int) -> str:
     """Does a byte count agree with the course's '~10.7 GB' at the precision printed?"""
-    return "yes" if abs(value_bytes / 1e9 - COURSE_LLAMA_GB) < 0.05 else "NO"
+    return N_("yes") if abs(value_bytes / 1e9 - COURSE_LLAMA_GB) < 0.05 else N_("NO")
 
 
 LAB = Lab(

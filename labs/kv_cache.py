@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from labctl.course import HANDS_ON, Section
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, implementation
 from labctl.lab import (
     Lab,
     LabContext,
@@ -57,11 +57,19 @@ class Params(LabParams):
     @model_validator(mode="after")
     def _shapes_agree(self) -> Params:
         if self.C % self.H or (self.C // self.H) % 2:
-            raise ValueError(f"H = {self.H} must divide C = {self.C} into an even head width")
+            raise ValueError(
+                Msg("H = {H} must divide C = {C} into an even head width", H=self.H, C=self.C)
+            )
         if self.H % self.Hkv:
-            raise ValueError(f"Hkv = {self.Hkv} must divide H = {self.H}")
+            raise ValueError(Msg("Hkv = {Hkv} must divide H = {H}", Hkv=self.Hkv, H=self.H))
         if any(c < 1 for c in self.chunks) or sum(self.chunks) != self.T:
-            raise ValueError(f"chunks {self.chunks} must be positive and sum to T = {self.T}")
+            raise ValueError(
+                Msg(
+                    "chunks {chunks} must be positive and sum to T = {T}",
+                    chunks=",".join(map(str, self.chunks)),
+                    T=self.T,
+                )
+            )
         return self
 
 
@@ -282,9 +290,9 @@ def _figures(timings: dict[str, dict[int, dict[str, float]]], p: Params, itemsiz
             ),
             columns=(
                 "T",
-                *(Msg("FLOPs cached ({impl})", impl=n) for n in names),
-                *(Msg("FLOPs recompute ({impl})", impl=n) for n in names),
-                *(Msg("ratio ({impl})", impl=n) for n in names),
+                *(Msg("FLOPs cached ({impl})", impl=implementation(n)) for n in names),
+                *(Msg("FLOPs recompute ({impl})", impl=implementation(n)) for n in names),
+                *(Msg("ratio ({impl})", impl=implementation(n)) for n in names),
                 N_("KV cache, 1 layer"),
             ),
             rows=tuple(

@@ -29,7 +29,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from labctl.course import CH8, HANDS_ON, PARTS, Section
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, implementation
 from labctl.lab import (
     HeatmapFigure,
     Lab,
@@ -70,9 +70,21 @@ class Params(LabParams):
     @model_validator(mode="after")
     def _shapes_agree(self) -> Params:
         if self.width % self.heads:
-            raise ValueError(f"heads = {self.heads} must divide width = {self.width}")
+            raise ValueError(
+                Msg(
+                    "heads = {heads} must divide width = {width}",
+                    heads=self.heads,
+                    width=self.width,
+                )
+            )
         if self.tail > self.steps:
-            raise ValueError(f"tail = {self.tail} must not exceed steps = {self.steps}")
+            raise ValueError(
+                Msg(
+                    "tail = {tail} must not exceed steps = {steps}",
+                    tail=self.tail,
+                    steps=self.steps,
+                )
+            )
         return self
 
 
@@ -358,7 +370,7 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
     names = list(probes)
     shown_as = {
         "causal_mask": "causal_mask(T)",
-        "no mask": "None",
+        "no mask": N_("no mask (None)"),
         "adds 0": N_("adds 0 (第8章 bug)"),
         "reversed": N_("reversed (第8章 bug)"),
     }
@@ -372,9 +384,9 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
             ),
             columns=(
                 N_("mask"),
-                *(Msg("max future weight ({impl})", impl=n) for n in names),
-                *(Msg("future share ({impl})", impl=n) for n in names),
-                *(Msg("prefix moved by ({impl})", impl=n) for n in names),
+                *(Msg("max future weight ({impl})", impl=implementation(n)) for n in names),
+                *(Msg("future share ({impl})", impl=implementation(n)) for n in names),
+                *(Msg("prefix moved by ({impl})", impl=implementation(n)) for n in names),
             ),
             rows=tuple(
                 (
@@ -394,7 +406,7 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
                 title=Msg(
                     "weights with the reversed triangle, batch 0, head 0 ({impl}): the future "
                     "dominates, the past is gone",
-                    impl=name,
+                    impl=implementation(name),
                 ),
                 name="reversed-mask-b0-h0",
                 matrix=tuple(
@@ -432,8 +444,8 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
                 N_("trained with"),
                 N_("train loss"),
                 N_("held-out loss"),
-                "train / ln V",
-                "held / ln V",
+                N_("train / ln V"),
+                N_("held-out / ln V"),
             ),
             rows=tuple(
                 (label, f"{tr:.4f}", f"{ho:.4f}", f"{tr / ln_v:.3f}", f"{ho / ln_v:.3f}")

@@ -25,7 +25,7 @@ from pydantic import Field
 
 from labctl.course import CH8, HANDS_ON, PARTS, Section
 from labctl.errors import CallError
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, implementation
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
 CHAPTER_SIZES = (
@@ -120,8 +120,8 @@ STEPS = (
     "Q = x @ W_Q",
     "view (B, T, H, D)",
     "split_heads: transpose(1, 2)",
-    "scores / weights",
-    "weights @ V",
+    N_("scores / weights"),
+    N_("weights @ V"),
     "merge_heads",
     "@ W_O",
 )
@@ -239,7 +239,7 @@ def _figures(p: Params, chains: dict[str, list], sources: dict[str, np.ndarray |
                 title=Msg(
                     "{impl}: the position whose features split_heads put in each (head, "
                     "position) slot (x[b, t, :] = t); every column must read its own position",
-                    impl=name,
+                    impl=implementation(name),
                 ),
                 columns=(N_("head"), *(f"t={t}" for t in range(p.T))),
                 rows=tuple(

@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import Field
 
 from labctl.course import CH8, HANDS_ON, PARTS, Section
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, implementation
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
 
 WORKED = (1.0, -2.0, 3.0, 0.5)  # 手撕 §6.3
@@ -241,7 +241,7 @@ def _figures(p: Params, kept: dict[str, dict[str, np.ndarray]]) -> list:
                 Msg(
                     "{impl}: adding {c} to every input moves RMSNorm's output by up to {moved:.3f} "
                     "and LayerNorm's not at all: RMSNorm keeps the scaling invariance only.",
-                    impl=name, c=p.shift, moved=moved,
+                    impl=implementation(name), c=p.shift, moved=moved,
                 )
             )
         )  # fmt: skip

@@ -25,7 +25,7 @@ import numpy as np
 from pydantic import Field
 
 from labctl.course import CH8, HANDS_ON, PARTS, Section
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, implementation
 from labctl.lab import (
     HeatmapFigure,
     Lab,
@@ -258,7 +258,7 @@ def _figures(p: Params, tables: dict[str, np.ndarray]) -> list:
             columns=(
                 "Δ", N_("Σ cos(Δ ω_i)"), N_("chapter"),
                 *names,
-                *(Msg("spread over p, {impl}", impl=n) for n in names),
+                *(Msg("spread over p, {impl}", impl=implementation(n)) for n in names),
             ),
             rows=tuple(
                 (
@@ -279,7 +279,7 @@ def _figures(p: Params, tables: dict[str, np.ndarray]) -> list:
             HeatmapFigure(
                 title=Msg(
                     "PE(p)·PE(q) / (d/2) at d = {d} ({impl}): constant along each diagonal",
-                    d=CHAPTER_D, impl=name,
+                    d=CHAPTER_D, impl=implementation(name),
                 ),
                 name="pe-dot-products",
                 matrix=tuple(tuple(float(v) for v in row) for row in cosine),
@@ -297,7 +297,7 @@ def _figures(p: Params, tables: dict[str, np.ndarray]) -> list:
                     Msg(
                         "第8章 阶段五 prints {printed:.6f} for Δ = {delta}; the {impl} gives "
                         "{value:.9f}: {verdict} at the 6 decimals printed",
-                        printed=printed, delta=delta, impl=name, value=value,
+                        printed=printed, delta=delta, impl=implementation(name), value=value,
                         verdict=Msg("agrees") if agrees else Msg("disagrees"),
                     ),
                     flag=not agrees,

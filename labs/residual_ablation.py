@@ -54,7 +54,7 @@ class Params(LabParams):
     @model_validator(mode="after")
     def _heads_divide_width(self) -> Params:
         if self.C % self.H:
-            raise ValueError(f"H = {self.H} must divide C = {self.C}")
+            raise ValueError(Msg("H = {H} must divide C = {C}", H=self.H, C=self.C))
         return self
 
 
@@ -172,9 +172,9 @@ def _ablations(impl, x, params, p: Params) -> dict[str, np.ndarray]:
     return {
         "block": impl.transformer_block(x, params, p.H, eps=p.eps),
         "formula": h + ffn(h),
-        "no attention residual": a + ffn(a),
-        "no FFN residual": ffn(h),
-        "no residual": ffn(a),
+        N_("no attention residual"): a + ffn(a),
+        N_("no FFN residual"): ffn(h),
+        N_("no residual"): ffn(a),
     }
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import Field
 
 from labctl.course import CH8, HANDS_ON, PARTS, Section
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, declared, implementation
 from labctl.lab import (
     Lab,
     LabContext,
@@ -308,8 +308,20 @@ def _figures(variances, sharpness, n_pairs: int, keys: int) -> list:
                     header
                     for column in columns
                     for header in (
-                        *(Msg("{column} ({impl})", column=column, impl=n) for n in names),
-                        *(Msg("{column}, no √ ({impl})", column=column, impl=n) for n in names),
+                        *(
+                            Msg(
+                                "{column} ({impl})", column=declared(column), impl=implementation(n)
+                            )
+                            for n in names
+                        ),
+                        *(
+                            Msg(
+                                "{column}, no √ ({impl})",
+                                column=declared(column),
+                                impl=implementation(n),
+                            )
+                            for n in names
+                        ),
                     )
                 ),
             ),

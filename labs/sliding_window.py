@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import Field
 
 from labctl.course import CH8, Section
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, implementation
 from labctl.lab import (
     HeatmapFigure,
     Lab,
@@ -195,7 +195,7 @@ def _figures(p: Params, seen, moved, sizes) -> list:
         TableFigure(
             title=Msg("receptive field through stacked layers, window W = {W}: outputs that "
                       "move when input position 0 is perturbed", W=p.W),
-            columns=(N_("layers"), *(Msg("measured, {impl}", impl=n) for n in names),
+            columns=(N_("layers"), *(Msg("measured, {impl}", impl=implementation(n)) for n in names),
                      N_("exact l(W - 1) + 1"), N_("chapter l x W"), N_("chapter over by")),
             rows=tuple(
                 (str(depth), *(str(moved[n][depth - 1]) for n in names),
@@ -217,8 +217,8 @@ def _figures(p: Params, seen, moved, sizes) -> list:
         TableFigure(
             title=Msg("KV cache of one layer after T tokens (B = 1, Hkv = {Hkv}, D = {D}, "
                       "float64), as attention_decode returned it", Hkv=p.Hkv, D=p.C // p.H),
-            columns=("T", *(Msg("whole cache, {impl}", impl=n) for n in names),
-                     *(Msg("window {W}, {impl}", W=p.W, impl=n) for n in names)),
+            columns=("T", *(Msg("whole cache, {impl}", impl=implementation(n)) for n in names),
+                     *(Msg("window {W}, {impl}", W=p.W, impl=implementation(n)) for n in names)),
             rows=tuple(
                 (str(t), *(f"{dict((r[0], r[1]) for r in sizes[n])[t]:,} B" for n in names),
                  *(f"{dict((r[0], r[2]) for r in sizes[n])[t]:,} B" for n in names))

@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import Field
 
 from labctl.course import HANDS_ON, PARTS, Section
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, implementation
 from labctl.lab import (
     Lab,
     LabContext,
@@ -238,7 +238,7 @@ def _figures(p: Params, scores, one_shot, prefixes, accuracy, memory, tiles) -> 
             title=N_("online softmax on the chapter's scores, step by step (m and d from the "
                      "recurrence; the weights read off tiled_attention over the keys so far)"),
             columns=(N_("step"), N_("score"), N_("running max m"), N_("rescale exp(m_old - m)"),
-                     N_("running sum d"), *(Msg("weights, {impl}", impl=n) for n in names)),
+                     N_("running sum d"), *(Msg("weights, {impl}", impl=implementation(n)) for n in names)),
             rows=(
                 *((str(j + 1), scores[j], m, rescale, d,
                    *(" ".join(f"{w:.4f}" for w in prefixes[n][j]) for n in names))
@@ -272,7 +272,7 @@ def _figures(p: Params, scores, one_shot, prefixes, accuracy, memory, tiles) -> 
                     "to full attention; the rest differ by at most {e64:.1e} (float64) and "
                     "{e32:.1e} (float32), the rounding of summing in another order. 'Near "
                     "bit-exact' holds; 'bit-exact' does not.",
-                    impl=n, same64=identical64, same32=identical32, e64=error64, e32=error32,
+                    impl=implementation(n), same64=identical64, same32=identical32, e64=error64, e32=error32,
                 )
             )
         )  # fmt: skip
@@ -308,7 +308,7 @@ def _figures(p: Params, scores, one_shot, prefixes, accuracy, memory, tiles) -> 
             title=Msg("causal tiling: (query tile, key tile) pairs of {t} x {t} that the causal "
                       "mask blocks entirely, so a tiled kernel can skip them", t=p.tile),
             columns=("Tq", "Tk", N_("tiles"),
-                     *(Msg("skipped, {impl}", impl=n) for n in names), N_("fraction")),
+                     *(Msg("skipped, {impl}", impl=implementation(n)) for n in names), N_("fraction")),
             rows=tuple(
                 (str(Tq), str(Tk), str(-(-Tq // p.tile) * -(-Tk // p.tile)),
                  *(str(tiles[n][Tq, Tk]) for n in names),

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from labctl.course import CH8, CHAPTERS, HANDS_ON, PARTS, Section
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, implementation
 from labctl.lab import (
     IMPLS,
     Lab,
@@ -47,7 +47,7 @@ AUDITED = ROWS + FIGURE_ROWS
 # 手撕 §08's claim is measured where its decoder is built: that lab's metric, not a copy of it.
 LLAMA_CLAIM_METRIC = "handson_llama_rope_change"
 
-ORDER = {"disagrees": 0, "approximation": 1, "agrees": 2}
+ORDER = {N_("disagrees"): 0, N_("approximation"): 1, N_("agrees"): 2}
 
 
 class Params(LabParams):
@@ -134,14 +134,14 @@ def _figures(judged, names: list[str]) -> list:
                 "disagree, {approx} approximate as the chapter itself says (verdicts of the "
                 "{impl})",
                 n=len(AUDITED), agrees=counts["agrees"], disagrees=counts["disagrees"],
-                approx=counts["approximation"], impl=shown,
+                approx=counts["approximation"], impl=implementation(shown),
             ),
             flag=counts["disagrees"] > 0,
         )
     )  # fmt: skip
     figures.append(
         TableFigure(
-            title=Msg("verdicts by chapter (of the {impl})", impl=shown),
+            title=Msg("verdicts by chapter (of the {impl})", impl=implementation(shown)),
             columns=(N_("chapter"), N_("agree"), N_("disagree"), N_("approximate")),
             rows=tuple(
                 (

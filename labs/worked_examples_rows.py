@@ -431,7 +431,7 @@ ROWS: tuple[Row, ...] = (
     Row(
         Section(HANDS_ON, "§4.1", "为什么是下三角矩阵"),
         N_("visible keys per row of the 5 x 5 causal visibility matrix"),
-        "1, 2, 3, 4, 5 ones",
+        N_("1, 2, 3, 4, 5 ones"),
         (1, 2, 3, 4, 5),
         0.0,
         N_("exact count"),

@@ -50,67 +50,67 @@ CASES = {
         [*VERIFY, "--path", "missing"],
         2,
         "error: clean room missing: no such directory",
-        "error: clean room missing：没有这个目录",
+        "错误：clean room missing：没有这个目录",
     ),
     "room is a file": (
         [*VERIFY, "--path", "afile"],
         2,
         "error: clean room afile: not a directory",
-        "error: clean room afile：不是目录",
+        "错误：clean room afile：不是目录",
     ),
     "out is a file": (
         [*VERIFY, "--out", "afile"],
         2,
         "error: --out afile: not a directory (nothing was written)",
-        "error: --out afile：不是目录（什么也没有写入）",
+        "错误：--out afile：不是目录（什么也没有写入）",
     ),
     "out under a file": (
         [*VERIFY, "--out", "afile/verify"],
         2,
         "error: --out afile/verify: afile is not a directory (nothing was written)",
-        "error: --out afile/verify：afile 不是目录（什么也没有写入）",
+        "错误：--out afile/verify：afile 不是目录（什么也没有写入）",
     ),
     "init onto a file": (
         ["clean-room", "init", "afile"],
         1,
         "error: afile exists and is not a directory; clean-room init writes a new one",
-        "error: afile 已存在且不是目录；clean-room init 只新建一个目录来写入",
+        "错误：afile 已存在且不是目录；clean-room init 只新建一个目录来写入",
     ),
     "evidence missing": (
         ["evidence", "validate", "missing.yaml"],
         2,
         "error: missing.yaml: no such file",
-        "error: missing.yaml：没有这个文件",
+        "错误：missing.yaml：没有这个文件",
     ),
     "evidence is a folder": (
         ["evidence", "validate", "nopkg"],
         2,
         "error: nopkg: is a directory, not an evidence file",
-        "error: nopkg：是一个目录，不是证据文件",
+        "错误：nopkg：是一个目录，不是证据文件",
     ),
     "evidence is a FIFO": (
         ["evidence", "validate", "pipe.yaml"],
         2,
         "error: pipe.yaml: is a FIFO, not a regular file",
-        "error: pipe.yaml：是命名管道（FIFO），不是普通文件",
+        "错误：pipe.yaml：是命名管道（FIFO），不是普通文件",
     ),
     "unknown module": (
         ["evidence", "template", "--module", "nope"],
         2,
         "error: unknown module 'nope'; known modules: ",
-        "error: 未知模块 'nope'；已知模块：",
+        "错误：未知模块 'nope'；已知模块：",
     ),
     "garbled manifest": (
         ["evidence", "template", "--fill", "--root", "garbled"],
         1,
         f"error: garbled/{MANIFEST_NAME}: unreadable manifest (",
-        f"error: garbled/{MANIFEST_NAME}：manifest 无法读取（",
+        f"错误：garbled/{MANIFEST_NAME}：manifest 无法读取（",
     ),
     "foreign manifest": (
         ["evidence", "template", "--fill", "--root", "foreign"],
         1,
         f"error: foreign/{MANIFEST_NAME}: not a labctl.module-manifest.v1 manifest",
-        f"error: foreign/{MANIFEST_NAME}：不是 labctl.module-manifest.v1 的 manifest",
+        f"错误：foreign/{MANIFEST_NAME}：不是 labctl.module-manifest.v1 的 manifest",
     ),
 }
 
@@ -177,7 +177,7 @@ def test_out_not_writable(place, monkeypatch):
     en, zh = invoke(*args), invoke(*args, lang="zh")
     assert (en.exit_code, zh.exit_code) == (2, 2)
     assert "error: --out locked/verify: locked is not writable (nothing was written)" in en.output
-    assert "error: --out locked/verify：locked 不可写（什么也没有写入）" in zh.output
+    assert "错误：--out locked/verify：locked 不可写（什么也没有写入）" in zh.output
     assert json.loads(invoke(*args, "--json", lang="zh").stdout) == json.loads(
         invoke(*args, "--json").stdout
     )
@@ -189,7 +189,7 @@ def test_no_working_sandbox(place, monkeypatch):
     en, zh = invoke(*args), invoke(*args, lang="zh")
     assert (en.exit_code, zh.exit_code) == (2, 2)
     assert "error: --isolation sandbox: no working sandbox: no bwrap" in en.output
-    assert "error: --isolation sandbox：没有可用的沙箱：no bwrap" in zh.output
+    assert "错误：--isolation sandbox：没有可用的沙箱：no bwrap" in zh.output
     assert json.loads(invoke(*args, "--json", lang="zh").stdout) == json.loads(
         invoke(*args, "--json").stdout
     )

@@ -111,11 +111,11 @@ CASES = {
         "commit: must be a git commit sha (7 to 64 hex digits) or 'unknown'",
         "commit: 必须是 git 提交 sha（7 到 64 个十六进制数字）或 'unknown'",
     ),
-    # pydantic's own message is a value: it stays English, the kind around it is translated
+    # pydantic's error by its type, never its English sentence
     "pydantic type": (
         {"seed": "five"},
-        "seed: Input should be a valid integer (got a string)",
-        "seed: Input should be a valid integer（实际是字符串）",
+        "seed: should be an integer (got a string)",
+        "seed: 应是整数（实际是字符串）",
     ),
 }
 
@@ -128,7 +128,7 @@ def test_validate_shows_each_reason_in_chinese(repo, case):
     assert zh.exit_code == 1, zh.output
     assert chinese in zh.stdout.splitlines(), zh.stdout
     assert english not in zh.stdout
-    assert "无效: evidence.yaml: 1 个问题" in zh.stdout
+    assert "无效：evidence.yaml: 1 个问题" in zh.stdout
     by_env = invoke("evidence", "validate", str(path), env_lang="zh")
     assert by_env.stdout == zh.stdout
 
@@ -157,7 +157,7 @@ def test_every_problem_at_once_in_chinese_and_json_stays_english(repo):
               CASES[case][0].items()}  # fmt: skip
     path = written(repo, record(repo, **fields, known_failures=["a crash"]))
     zh = invoke("evidence", "validate", str(path), lang="zh")
-    assert "无效: evidence.yaml: 3 个问题" in zh.stdout
+    assert "无效：evidence.yaml: 3 个问题" in zh.stdout
     for case in ("missing", "negative seed", "unknown field"):
         assert CASES[case][2] in zh.stdout and CASES[case][1] not in zh.stdout
     en_json = invoke("evidence", "validate", str(path), "--json")
@@ -210,7 +210,7 @@ def test_submit_refusals_in_chinese_english_and_json(repo, tmp_path):
     assert CASES["outside tolerance"][2] in lines
     assert english not in zh.stdout
     assert ROOM_ZH in lines
-    assert "已拒绝: evidence.yaml: 3 个问题" in zh.stdout
+    assert "已拒绝：evidence.yaml: 3 个问题" in zh.stdout
     en = invoke("evidence", "submit", str(path), "--root", store)
     assert en.stdout.splitlines() == [
         CASES["outside tolerance"][1],

@@ -402,13 +402,13 @@ DATA_CASES = {
     "artifact-sha256-mismatch": (_sha_mismatch, "artifacts[0].sha256", "has sha256"),
     "verified-at-future": (_set(("verified_at",), "2999-01-01T00:00:00Z"), "verified_at", "in the future"),
     "verified-at-not-iso": (_set(("verified_at",), "last tuesday"), "verified_at", "ISO 8601"),
-    "seed-as-string": (_seed_as_string, "seed", "valid integer"),
+    "seed-as-string": (_seed_as_string, "seed", "should be an integer"),
     "seed-negative": (_set(("seed",), -1), "seed", "negative"),
-    "metrics-as-dict": (_metrics_as_dict, "metrics", "valid list"),
+    "metrics-as-dict": (_metrics_as_dict, "metrics", "should be a list"),
     "environment-unsanitized": (_set(("environment", "platform"), "/home/ada/linux"), "environment.platform", "path, user or host"),
     "unknown-module": (_set(("module",), "99-nope"), "module", "unknown module"),
     "lab-as-module": (_set(("module",), "causal-attention"), "module", "not a course module"),
-    "cost-negative": (_set(("cost", "gross_usd"), -1), "cost.gross_usd", "greater than or equal"),
+    "cost-negative": (_set(("cost", "gross_usd"), -1), "cost.gross_usd", "should be at least 0"),
     "passed-false-inside-tolerance": (_set(("metrics", 0, "passed"), False), "metrics[0].passed", "says False, but 0.0 satisfies <=1e-12"),
 }  # fmt: skip
 

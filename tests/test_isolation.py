@@ -68,7 +68,7 @@ def test_an_early_probe_answers_the_next_status_and_only_once(no_bwrap):
     bwrap.probe_soon()
     assert bwrap._pending is not None  # probing in its thread
     status = bwrap.sandbox_status()
-    assert not status.works and "bwrap is not installed" in status.reason
+    assert not status.works and "bwrap is not installed" in str(status.reason)
     assert bwrap._pending is None
     bwrap.probe_soon()  # answered and cached: nothing more to probe
     assert bwrap._pending is None and bwrap.sandbox_status() is status

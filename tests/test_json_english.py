@@ -70,7 +70,7 @@ CASES = {
     "set refused by the lab": (
         ["run", "gqa", "--impl", "reference", "--set", "Hkv=3"],
         2,
-        "--set refused: gqa: Value error, Hkv = 3 must divide H = 8",
+        "--set refused: gqa: Hkv = 3 must divide H = 8",
     ),
     "report root missing": (
         ["report", "--root", "missing", "--out", "r.html"],

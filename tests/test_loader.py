@@ -240,6 +240,7 @@ def test_observe_signatures_shape(tmp_path):
             {"name": "x", "kind": "POSITIONAL_OR_KEYWORD"},
             {"name": "axis", "kind": "POSITIONAL_OR_KEYWORD", "default": -1},
         ],
+        "stub": False,
     }
     assert observed["causal_mask"]["params"] == [
         {"name": "t_q", "kind": "POSITIONAL_OR_KEYWORD"},

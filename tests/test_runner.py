@@ -336,13 +336,14 @@ def test_out_that_is_a_file_or_unwritable_is_refused(workdir):
     assert (workdir / "a-file").read_text() == "x"
 
 
-def test_out_dir_holds_records_manifest_and_lock_and_nothing_lands_beside_it(workdir):
+def test_out_dir_holds_records_and_manifest_and_nothing_lands_beside_it(workdir):
     out = workdir / "parent" / "mine"
     result = run_cli("run", "causal-attention", "--impl", "reference", "--out", str(out))
     assert result.exit_code == 0, result.output
     assert [p.name for p in (workdir / "parent").iterdir()] == ["mine"]
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["causal-attention", "module-manifest-v1.json", "module-manifest-v1.json.lock"]
+    # the manifest's lock is removed once released: no empty .lock file stays
+    assert names == ["causal-attention", "module-manifest-v1.json"]
     manifest = json.loads((out / "module-manifest-v1.json").read_text())
     assert (out / manifest["modules"]["causal-attention"]["record"]).is_file()
 

@@ -54,7 +54,7 @@ def show(contract_version: ContractOption = None, json_: JsonFlag = False) -> No
             Column(N_("meaning"), prose=True),
         ),
         [
-            (f"{fn.number}. {escape(fn.signature())}", escape(fn.returns), escape(fn.meaning))
+            (f"{fn.number}. {escape(fn.signature())}", text(fn.returns), text(fn.meaning))
             for fn in functions
         ],
         title=f"{contract.contract_id(version)} (sha256 {digest[:12]}…)",
@@ -81,6 +81,7 @@ def check(
     from labctl.contract_check import check_clean_room
     from labctl.evidence.records import shown_path
     from labctl.runner import default_clean_room
+    from labctl.textsafe import valid
 
     room = path or default_clean_room()
     level = effective(isolation)
@@ -90,22 +91,27 @@ def check(
     if json_:
         print_json(report.to_json())
     else:
+        stub_word = f"[yellow]{_('stub')}[/yellow]"
         for name in report.checked:
             problems = [_(d.shown) for d in report.deviations if d.function == name]
-            out.print(
-                f"{verdict(not problems)}  {name}"
-                + "".join(f"\n      {escape(m)}" for m in problems)
-            )
-        total = len(report.checked)
-        bad = len({d.function for d in report.deviations})
+            mark = stub_word if name in report.stubs and not problems else verdict(not problems)
+            out.print(f"{mark}  {name}" + "".join(f"\n      {escape(m)}" for m in problems))
         summary = Msg(
             "{matching}/{total} functions match {contract} (sha256 {digest}…) in {path}",
-            matching=total - bad,
-            total=total,
+            matching=report.matching(),
+            total=len(report.checked),
             contract=report.contract_id,
             digest=report.digest[:12],
-            path=report.path,
+            # the path as given: the report's own is never absolute, so may be just a name
+            path=valid(str(room)),
         )
+        if report.stubs:
+            summary = Msg(
+                "{summary}; {count} of them are stubs, not written yet "
+                "(they raise NotImplementedError)",
+                summary=summary,
+                count=len(report.stubs),
+            )
         out.print(f"\n{verdict(report.passed)}  {text(summary)}")
     if not report.passed:
         raise typer.Exit(EXIT_FAILED)

@@ -8,9 +8,10 @@ from importlib import metadata
 from typing import Annotated
 
 import typer
+from rich.cells import cell_len
 from rich.markup import escape
 
-from labctl.cli.render import out, print_json, verdict
+from labctl.cli.render import out, print_json, text, verdict
 from labctl.i18n import N_, _
 
 # The sandbox's layers as a person reads them (JSON keeps the English names).
@@ -20,6 +21,9 @@ LAYER_NAMES = {
     "seccomp": N_("seccomp filter"),
     "user namespaces disabled": N_("user namespaces disabled"),
 }
+# The row names of the report (python, numpy and torch are names, the same in every language).
+ROWS = {"sandbox": N_("sandbox"), "isolation": N_("isolation"), "figures": N_("figures")}
+LAYER_LINE = N_("{layer}: {verdict}  {reason}")
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
 
@@ -49,9 +53,9 @@ def facts() -> dict:
         "torch": _version("torch"),
         "sandbox": {
             "works": status.works,
-            "reason": status.reason,
+            "reason": str(status.reason),
             "layers": [
-                {"name": x.name, "works": x.works, "reason": x.reason} for x in status.layers
+                {"name": x.name, "works": x.works, "reason": str(x.reason)} for x in status.layers
             ],
             "missing": status.missing,
         },
@@ -69,32 +73,40 @@ def _figures_line(figures: dict) -> str:
     ).format(version=figures["matplotlib"])
 
 
+def _row(name: str) -> str:
+    """A row's name padded to one column in terminal cells (a Chinese character takes two)."""
+    return name + " " * max(1, 10 - cell_len(name))
+
+
 def doctor(json_: JsonFlag = False) -> None:
     """Python, numpy and torch versions; whether the sandbox works, and if not why and the fix."""
+    from labctl.isolation import sandbox_status
+
     found = facts()
     ready = found["sandbox"]["works"] and not found["sandbox"]["missing"]
     if json_:
         print_json({"passed": ready, **found})
     else:
+        # the reasons as messages (the facts keep them in English, for --json)
+        status = sandbox_status()
         for name in ("python", "numpy", "torch"):
             value = found[name] or _("not installed")
-            out.print(f"{name:8} {escape(value)}")
+            out.print(f"{_row(name)}{escape(value)}")
         out.print(
-            f"{'sandbox':8} {verdict(ready)}  {escape(found['sandbox']['reason'])}", soft_wrap=True
+            f"{_row(_(ROWS['sandbox']))}{verdict(ready)}  {text(status.reason)}", soft_wrap=True
         )
-        for layer in found["sandbox"]["layers"]:
-            shown = _(LAYER_NAMES[layer["name"]])
-            out.print(
-                f"  {escape(shown)}: {verdict(layer['works'])}  {escape(layer['reason'])}",
-                soft_wrap=True,
+        for layer in status.layers:
+            line = _(LAYER_LINE).format(
+                layer=escape(_(LAYER_NAMES[layer.name])),
+                verdict=verdict(layer.works),
+                reason=text(layer.reason),
             )
-        out.print(
-            f"{'isolation':8} "
-            + _("--isolation auto runs learner code as: {level}").format(
-                level=escape(found["isolation"]["shown"])
-            ),
-            soft_wrap=True,
+            out.print(f"  {line}", soft_wrap=True)
+        level = _("--isolation auto runs learner code as: {level}").format(
+            level=escape(found["isolation"]["shown"])
         )
-        out.print(f"{'figures':8} " + escape(_figures_line(found["figures"])), soft_wrap=True)
+        out.print(f"{_row(_(ROWS['isolation']))}{level}", soft_wrap=True)
+        figures = escape(_figures_line(found["figures"]))
+        out.print(f"{_row(_(ROWS['figures']))}{figures}", soft_wrap=True)
     if not ready:
         raise typer.Exit(1)

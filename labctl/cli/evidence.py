@@ -18,7 +18,7 @@ from labctl.cli.isolation import IsolationOption, effective
 from labctl.cli.render import err, out, print_json, text
 from labctl.errors import EXIT_FAILED
 from labctl.evidence.modules import DEFAULT_MODULE
-from labctl.i18n import Msg, _
+from labctl.i18n import N_, Msg, _
 
 app = typer.Typer(
     help="The learn-llm.evidence.v1 schema, the learner template, validate and submit.",
@@ -51,6 +51,11 @@ def _count(problems) -> Msg:
     return Msg("{count} problems", count=len(problems))
 
 
+def _labelled(style: str, label: str, shown: str) -> str:
+    """`valid: FILE`, the verdict word styled; the colon is the chosen language's (`有效：`)."""
+    return _("{label}: {text}").format(label=f"[{style}]{_(label)}[/{style}]", text=shown)
+
+
 def _shown(path: Path) -> str:
     """A path relative to the working directory when it is under it, else as given."""
     try:
@@ -60,10 +65,12 @@ def _shown(path: Path) -> str:
 
 
 @app.command("schema")
-def schema() -> None:
+def schema(json_: JsonFlag = False) -> None:
     """Print the JSON Schema of learn-llm.evidence.v1 (as committed in labctl/data)."""
     from labctl.evidence.models import schema_text
 
+    # The schema is one JSON document already: with --json, as without, it is the output.
+    del json_
     sys.stdout.write(schema_text())
 
 
@@ -107,13 +114,10 @@ def validate(file: FileArg, json_: JsonFlag = False) -> None:
     else:
         _problems(report)
         if report.valid:
-            out.print(f"[green]{_('valid')}[/green]: {escape(_shown(file))}", soft_wrap=True)
+            out.print(_labelled("green", N_("valid"), escape(_shown(file))), soft_wrap=True)
         else:
-            out.print(
-                f"[bold red]{_('invalid')}[/bold red]: {escape(_shown(file))}: "
-                f"{text(_count(report.problems))}",
-                soft_wrap=True,
-            )
+            shown = f"{escape(_shown(file))}: {text(_count(report.problems))}"
+            out.print(_labelled("bold red", N_("invalid"), shown), soft_wrap=True)
     if not report.valid:
         raise typer.Exit(EXIT_FAILED)
 
@@ -173,18 +177,14 @@ def submit(
                 )
         shown = escape(_shown(file))
         if not outcome.accepted:
+            written = Msg("{problems}; nothing written", problems=_count(report.problems))
             out.print(
-                f"[bold red]{_('refused')}[/bold red]: {shown}: {text(_count(report.problems))}; "
-                f"{_('nothing written')}",
-                soft_wrap=True,
+                _labelled("bold red", N_("refused"), f"{shown}: {text(written)}"), soft_wrap=True
             )
         elif outcome.already is not None:
             already = Msg("{file} as {stored}; nothing written", file=_shown(file),
                           stored=_shown(outcome.already))  # fmt: skip
-            out.print(
-                f"[green]{_('already recorded')}[/green]: {text(already)}",
-                soft_wrap=True,
-            )
+            out.print(_labelled("green", N_("already recorded"), text(already)), soft_wrap=True)
         else:
             accepted = Msg(
                 "{file}: {n} claim(s) re-measured on seed {seed}; stored as {stored}",
@@ -193,6 +193,6 @@ def submit(
                 seed=outcome.seed,
                 stored=_shown(outcome.stored),
             )
-            out.print(f"[green]{_('accepted')}[/green]: {text(accepted)}", soft_wrap=True)
+            out.print(_labelled("green", N_("accepted"), text(accepted)), soft_wrap=True)
     if not outcome.accepted:
         raise typer.Exit(EXIT_FAILED)

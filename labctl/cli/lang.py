@@ -4,13 +4,24 @@
 (`labctl --help` never reaches a callback), so the language is read from the
 raw arguments and the environment when the root command starts, and the help
 texts of the freshly built command tree are translated in place then.
+
+typer has words of its own ("Usage:", "Show this message and exit.",
+"Missing argument", "[default: 5]"): its panel words are module globals, and
+its click writes the rest in place. For the length of one invocation both are
+pointed at labctl's catalog (`speaking`), so they speak the chosen language too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import re
+from collections.abc import Iterator, Sequence
 
-from labctl.i18n import N_, _, choose, set_language
+from rich.markup import escape
+
+from labctl import textsafe
+from labctl.i18n import N_, Msg, _, choose, declared, joined, set_language
+from labctl.i18n.validation import explained
 
 # typer's help panels read these module globals when they draw; they are set for the
 # length of one invocation and put back after it.
@@ -19,7 +30,134 @@ PANEL_TITLES = {
     "OPTIONS_PANEL_TITLE": N_("Options"),
     "COMMANDS_PANEL_TITLE": N_("Commands"),
     "ERRORS_PANEL_TITLE": N_("Error"),
+    "DEFAULT_STRING": N_("[default: {}]"),
+    "REQUIRED_LONG_STRING": N_("[required]"),
+    "ENVVAR_STRING": N_("[env var: {}]"),
+    "ABORTED_TEXT": N_("Aborted."),
+    "RICH_HELP": N_("Try [blue]'{command_path} {help_option}'[/] for help."),
 }
+
+# typer's own click speaks in f-strings, not through gettext: its words are replaced where
+# they are made (the help option, the usage line) and its errors are worded again, by kind,
+# from what the exception holds (`click_message`).
+SHOW_HELP = N_("Show this message and exit.")
+USAGE = N_("Usage:")
+MISSING = {
+    "argument": N_("Missing argument {name}."),
+    "option": N_("Missing option {name}."),
+    "parameter": N_("Missing parameter {name}."),
+}
+NO_SUCH_OPTION = N_("No such option: {name}")
+POSSIBLE = N_("{message} (possible options: {options})")
+INVALID = N_("Invalid value for {name}: {problem}")
+INVALID_VALUE = N_("Invalid value: {problem}")
+# ctx.fail's fixed sentences, and the shapes of those with a value in them.
+FAILS = {
+    "Missing command.": N_("Missing command."),
+}
+FAIL_SHAPES = (
+    (re.compile(r"No such command '(?P<name>.*)'\.\Z", re.S), N_("No such command {name!r}.")),
+    (
+        re.compile(r"Got unexpected extra argument\(s\) \((?P<args>.*)\)\Z", re.S),
+        N_("Got unexpected extra arguments ({args})"),
+    ),
+    (
+        re.compile(r"Option '(?P<name>.*)' requires (?:an argument|\d+ arguments)\.\Z", re.S),
+        N_("Option {name!r} requires a value."),
+    ),
+    (
+        re.compile(r"Option '(?P<name>.*)' does not take a value\.\Z", re.S),
+        N_("Option {name!r} does not take a value."),
+    ),
+)
+OTHER = N_("the command line was not understood: {detail}")
+
+
+def click_message(exc) -> str | Msg:
+    """A click/typer usage error, worded from its kind and values in the chosen language."""
+    from typer._click import exceptions as errors
+
+    if isinstance(exc, errors.MissingParameter):
+        hint = exc.param_hint if exc.param_hint is not None else _hint_of(exc.param)
+        kind = exc.param_type or (exc.param.param_type_name if exc.param else "parameter")
+        template = MISSING.get(kind, MISSING["parameter"])
+        return declared(template, name=errors._join_param_hints(hint) or "")
+    if isinstance(exc, errors.BadParameter):
+        problem = _problem(exc)
+        hint = exc.param_hint if exc.param_hint is not None else _hint_of(exc.param)
+        if hint is None:
+            return declared(INVALID_VALUE, problem=problem)
+        return declared(INVALID, name=errors._join_param_hints(hint), problem=problem)
+    if isinstance(exc, errors.NoSuchOption):
+        message = declared(NO_SUCH_OPTION, name=textsafe.shown(exc.option_name))
+        if exc.possibilities:
+            return declared(POSSIBLE, message=message, options=", ".join(sorted(exc.possibilities)))
+        return message
+    text = exc.message
+    if text in FAILS:
+        return declared(FAILS[text])
+    for shape, template in FAIL_SHAPES:
+        match = shape.match(text)
+        if match:
+            return declared(template, **match.groupdict())
+    return declared(OTHER, detail=text)
+
+
+def _hint_of(param):
+    return param.get_error_hint() if param is not None else None
+
+
+def _problem(exc) -> str | Msg:
+    """What was wrong with a value: pydantic's errors by type, else typer's own sentence."""
+    from pydantic import ValidationError
+
+    cause = exc.__cause__
+    if isinstance(cause, ValidationError):
+        return joined([explained(error) for error in cause.errors()])
+    return declared(OTHER, detail=exc.message)
+
+
+@contextlib.contextmanager
+def speaking() -> Iterator[None]:
+    """click's and typer's own words in the chosen language until the block ends."""
+    from typer import rich_utils
+    from typer._click import core, formatting
+
+    saved: list[tuple[object, str, object]] = []
+
+    def replace(owner: object, name: str, value: object) -> None:
+        saved.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, value)
+
+    for name, title in PANEL_TITLES.items():
+        replace(rich_utils, name, _(title))
+    help_option = core.Command.get_help_option
+    write_usage = formatting.HelpFormatter.write_usage
+    format_error = rich_utils.rich_format_error
+
+    def get_help_option(self, ctx):
+        option = help_option(self, ctx)
+        if option is not None:
+            option.help = _(SHOW_HELP)
+        return option
+
+    def usage(self, prog: str, args: str = "", prefix: str | None = None) -> None:
+        write_usage(self, prog, args, f"{_(USAGE)} " if prefix is None else prefix)
+
+    def rich_format_error(exc) -> None:
+        shown = _(click_message(exc))
+        exc.format_message = lambda: shown
+        format_error(exc)
+
+    replace(core.Command, "get_help_option", get_help_option)
+    replace(formatting.HelpFormatter, "write_usage", usage)
+    replace(rich_utils, "rich_format_error", rich_format_error)
+    try:
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
+
 
 LANG_HELP = "Language of the output: zh or en [default: LABCTL_LANG, else the locale, else en]."
 
@@ -38,14 +176,18 @@ def lang_from_args(args: Sequence[str]) -> str | None:
 
 
 def translate_help(command) -> None:
-    """Translate every help text of a click command tree in place."""
+    """Translate every help text of a click command tree in place.
+
+    typer reads help as rich markup: escaped, a "[default: ...]" written in a help text
+    is shown as written rather than taken for a style tag and dropped.
+    """
     if command.help:
-        command.help = _(command.help)
+        command.help = escape(_(command.help))
     if command.short_help:
-        command.short_help = _(command.short_help)
+        command.short_help = escape(_(command.short_help))
     for param in command.params:
         if getattr(param, "help", None):
-            param.help = _(param.help)
+            param.help = escape(_(param.help))
     for sub in getattr(command, "commands", {}).values():
         translate_help(sub)
 
@@ -57,19 +199,13 @@ def localized(group_cls: type) -> type:
         def main(self, args=None, *rest, **kwargs):
             import sys
 
-            from typer import rich_utils
-
             argv = list(sys.argv[1:] if args is None else args)
             previous = set_language(choose(lang_from_args(argv)))
-            titles = {name: getattr(rich_utils, name) for name in PANEL_TITLES}
             try:
                 translate_help(self)
-                for name, title in PANEL_TITLES.items():
-                    setattr(rich_utils, name, _(title))
-                return super().main(argv, *rest, **kwargs)
+                with speaking():
+                    return super().main(argv, *rest, **kwargs)
             finally:
-                for name, title in titles.items():
-                    setattr(rich_utils, name, title)
                 set_language(previous)
 
     Localized.__name__ = f"Localized{group_cls.__name__}"

@@ -29,11 +29,13 @@ from labctl.cli import report as report_cli
 from labctl.cli import run as run_cli
 from labctl.cli import show as show_cli
 from labctl.cli import verify as verify_cli
-from labctl.cli.lang import LANG_HELP, localized
+from labctl.cli.lang import LANG_HELP, click_message, localized
 from labctl.cli.render import print_json
 from labctl.errors import EXIT_FAILED, EXIT_USAGE, LabctlError, UsageError
+from labctl.i18n import N_, Msg, _
 
 EXIT_INTERRUPTED = 130
+INTERRUPTED, ABORTED = N_("interrupted"), N_("aborted")
 
 
 def _debug() -> bool:
@@ -49,7 +51,9 @@ class _HandledGroup(TyperGroup):
         `message` is shown in the chosen language; the JSON document keeps `english`."""
         # An error can quote a learner (an exception, a file name): no escape reaches the terminal.
         line = textsafe.shown(message, lines=True)
-        typer.echo(f"error: {line}" if kind != "internal" else line, err=True)
+        typer.echo(
+            _(Msg("error: {message}", message=line)) if kind != "internal" else line, err=True
+        )
         if self.json_mode:
             shown = message if english is None else english
             print_json(
@@ -68,7 +72,7 @@ class _HandledGroup(TyperGroup):
             kind = "usage" if isinstance(exc, UsageError) else "refused"
             raise self._fail(kind, str(exc), exc.exit_code, exc.english()) from None
         except KeyboardInterrupt:
-            raise self._fail("interrupted", "interrupted", EXIT_INTERRUPTED) from None
+            raise self._fail("interrupted", _(INTERRUPTED), EXIT_INTERRUPTED, INTERRUPTED) from None
         except (typer.Exit, typer.Abort, typer.TyperException):
             raise
         except Exception as exc:
@@ -76,10 +80,12 @@ class _HandledGroup(TyperGroup):
                 raise
             if _debug():
                 traceback.print_exc(file=sys.stderr)
-            message = (
-                f"internal error: {type(exc).__name__}: {exc} (LABCTL_DEBUG=1 shows the traceback)"
+            message = Msg(
+                "internal error: {kind}: {error} (LABCTL_DEBUG=1 shows the traceback)",
+                kind=type(exc).__name__,
+                error=str(exc),
             )
-            raise self._fail("internal", message, EXIT_FAILED) from None
+            raise self._fail("internal", _(message), EXIT_FAILED, str(message)) from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         words = list(sys.argv[1:] if args is None else args)
@@ -90,12 +96,13 @@ class _HandledGroup(TyperGroup):
         try:
             code = super().main(words, prog_name, complete_var, standalone_mode=False, **extra)
         except typer.Abort:
-            self._fail("interrupted", "aborted", EXIT_FAILED)
+            self._fail("interrupted", _(ABORTED), EXIT_FAILED, ABORTED)
             code = EXIT_FAILED
         except Exception as exc:  # click's UsageError and its kin, from parsing
-            message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+            english = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+            message = _(click_message(exc)) if hasattr(exc, "format_message") else english
             code = getattr(exc, "exit_code", EXIT_USAGE)
-            self._fail("usage" if code == EXIT_USAGE else "refused", message, code)
+            self._fail("usage" if code == EXIT_USAGE else "refused", message, code, english)
         sys.exit(code or 0)
 
 

@@ -70,23 +70,34 @@ def run(
     from labctl.evidence.records import shown_path
     from labctl.evidence.room import own_room_note
     from labctl.runner import run_labs
+    from labctl.textsafe import valid
 
-    with err.status(_("starting…")) as status:
+    done = []
+    try:
+        with err.status(_("starting…")) as status:
 
-        def progress(lab, index, total):
-            status.update(f"[{index + 1}/{total}] {lab.id}: {_(lab.title)}")
+            def progress(lab, index, total):
+                status.update(f"[{index + 1}/{total}] {lab.id}: {_(lab.title)}")
 
-        report = run_labs(
-            labs,
-            seed,
-            impl.lower(),
-            clean_room,
-            out_dir,
-            timeout,
-            progress,
-            settings or [],
-            effective(isolation),
-        )
+            report = run_labs(
+                labs,
+                seed,
+                impl.lower(),
+                clean_room,
+                out_dir,
+                timeout,
+                progress,
+                settings or [],
+                effective(isolation),
+                finished=done.append,
+            )
+    except KeyboardInterrupt:
+        # Ctrl-C in `run all > file`: the labs that finished (their records are written)
+        # still reach the file; the handler then reports the interruption.
+        if not json_:
+            for result in done:
+                _render_lab(result)
+        raise
     if report.clean_room is not None and report.clean_room.own:
         err.print(_(own_room_note(report.clean_room.path, "--clean-room")), markup=False)
     if json_:
@@ -105,7 +116,7 @@ def run(
             impl=report.impl,
             tolerances=registry.TOLERANCE_TABLE_VERSION,
             seconds=report.wall_time_s,
-            where=shown_path(out_dir),
+            where=valid(str(out_dir)),
         )
         out.print(Prose(f"{verdict(report.passed)}  {escape(summary)}"))
     if not report.passed:

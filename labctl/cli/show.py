@@ -15,6 +15,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from labctl.cli.render import Column, fit, heading, out, print_json, text
+from labctl.errors import UsageError
 from labctl.i18n import N_, Msg, _
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
@@ -134,9 +135,11 @@ def list_labs(json_: JsonFlag = False) -> None:
     for lab in labs:
         out.print(f"[bold]{escape(lab.id)}[/bold]  {text(lab.title)}", soft_wrap=False)
         for section in lab.sections:
-            out.print(_indented(Text(f"{_('course:')} {section}", style="dim")))
+            out.print(
+                _indented(Text(_(Msg("course: {section}", section=str(section))), style="dim"))
+            )
         names = ", ".join(m.name for m in lab.metrics)
-        out.print(_indented(Text(f"{_('metrics:')} {names}")))
+        out.print(_indented(Text(_(Msg("metrics: {names}", names=names)))))
         out.print()
 
 
@@ -153,6 +156,8 @@ def show(
     """Show a lab: its question, course sections, parameters and metrics with tolerances."""
     from labctl import registry
 
+    if lab_id == "all":
+        raise UsageError(N_("show takes one lab id; `labctl list` lists every lab"))
     lab = registry.get(lab_id)
     document = lab_document(lab)
     if json_:
@@ -203,5 +208,5 @@ def show(
         )
         out.print(head)
         out.print(_indented(Text(_(metric.description))))
-        out.print(_indented(Text(f"{_('why:')} {_(metric.why)}", style="dim")))
+        out.print(_indented(Text(_(Msg("why: {why}", why=_(metric.why))), style="dim")))
         out.print()

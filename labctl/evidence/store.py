@@ -39,12 +39,25 @@ MANIFEST_NAME = "module-manifest-v1.json"
 MANIFEST_SCHEMA = "labctl.module-manifest.v1"
 
 
+def _shared_mode() -> int:
+    """The mode `open()` gives a new file here: 0644 under the usual umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 @contextlib.contextmanager
-def _temporary(path: Path, data: bytes) -> Iterator[str]:
-    """`data` flushed to disk in a temporary file beside `path`, removed after the block."""
+def _temporary(path: Path, data: bytes, private: bool) -> Iterator[str]:
+    """`data` flushed to disk in a temporary file beside `path`, removed after the block.
+
+    mkstemp creates the file 0600; a record or a report is for reading like any other
+    file labctl writes, so it gets the umask's mode unless `private` (a secret) keeps 0600.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
     try:
+        if not private:
+            os.fchmod(fd, _shared_mode())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -57,7 +70,7 @@ def _temporary(path: Path, data: bytes) -> Iterator[str]:
 
 def write_new(path: Path, data: bytes) -> None:
     """Create `path` with `data` atomically; refuse if it exists."""
-    with _temporary(path, data) as tmp:
+    with _temporary(path, data, private=False) as tmp:
         try:
             os.link(tmp, path)
         except FileExistsError:
@@ -66,20 +79,39 @@ def write_new(path: Path, data: bytes) -> None:
             ) from None
 
 
-def replace_atomically(path: Path, data: bytes) -> None:
-    with _temporary(path, data) as tmp:
+def replace_atomically(path: Path, data: bytes, private: bool = False) -> None:
+    """Write `path` atomically, replacing it; `private` keeps it 0600 (a secret)."""
+    with _temporary(path, data, private) as tmp:
         os.replace(tmp, path)
 
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on `path`.lock for the length of the block."""
+    """An exclusive advisory lock on `path`.lock for the length of the block.
+
+    The lock file is removed when the lock is released, so no empty `.lock` stays
+    behind. A waiter may then hold a lock on the removed file: it checks, once it
+    has the lock, that the file it locked is still the one at the path, and else
+    tries again on the new one.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR, 0o644)
-    try:
+    lock = f"{path}.lock"
+    while True:
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            current = os.stat(lock)
+        except FileNotFoundError:
+            current = None
+        if current is not None and current.st_ino == os.fstat(fd).st_ino:
+            break
+        os.close(fd)
+    try:
         yield
     finally:
+        # removed while still held: a waiter that wakes on it sees it gone and retries
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 

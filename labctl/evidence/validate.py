@@ -40,6 +40,7 @@ from labctl.evidence.parse import load, one_line
 from labctl.evidence.repository import check_artifacts, check_commit
 from labctl.evidence.times import parse_time
 from labctl.i18n import N_, Msg, declared
+from labctl.i18n.validation import explained
 
 # `<learner-commit-sha>`, `<recorded-value>`, `<...>`; not `<=1e-12` nor `a < b > c`.
 PLACEHOLDER = re.compile(r"<[^<>\s=][^<>\n]*>")
@@ -153,7 +154,7 @@ def _strip_union(data: dict, loc: tuple, neither: set[tuple]) -> tuple | None:
 
 
 def _reason(error: dict, loc: tuple) -> str | Msg:
-    """Why pydantic refused a field. Its own message is a value, not translated; a labctl
+    """Why pydantic refused a field, by the error's type (`labctl.i18n.validation`); a labctl
     validator's message (`models.py`, marked there) is translated where it is shown."""
     kind, message, given = error["type"], error["msg"], error.get("input")
     if kind == "extra_forbidden":
@@ -169,9 +170,10 @@ def _reason(error: dict, loc: tuple) -> str | Msg:
         )
     if kind == "value_error":
         return one_line(message.removeprefix("Value error, "))
+    # pydantic's own sentence is English only: the refusal is worded from its type and values
     if kind.endswith("_type") or kind in ("literal_error", "int_from_float"):
-        return Msg("{message} (got {kind})", message=one_line(message), kind=declared(_kind(given)))
-    return one_line(message)
+        return Msg("{message} (got {kind})", message=explained(error), kind=declared(_kind(given)))
+    return explained(error)
 
 
 def _module(data: dict, report: Report) -> None:

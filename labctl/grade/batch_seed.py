@@ -58,6 +58,6 @@ def batch_secrets(out: Path, seed: int | None) -> BatchSecrets:
     )
     if chosen != kept:
         document = {"schema": SCHEMA, "seed": chosen.seed, "reference_key": chosen.reference_key}
-        # replace_atomically writes through mkstemp: the file is 0600 from its first byte.
-        replace_atomically(path, (json.dumps(document) + "\n").encode("utf-8"))
+        # private: the file is 0600 from its first byte.
+        replace_atomically(path, (json.dumps(document) + "\n").encode("utf-8"), private=True)
     return chosen

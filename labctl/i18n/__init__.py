@@ -104,16 +104,27 @@ def N_(message: str) -> str:
     return message
 
 
-def declared(text: str) -> Msg:
-    """A text marked with `N_` where it is declared (a fixture's note), as a value-free Msg.
+def declared(text: str, /, **args: Any) -> Msg:
+    """A text marked with `N_` where it is declared (a fixture's note, a table of
+    templates), as a Msg with `args` formatted in when it is shown.
 
     For a declared text that ends up inside another Msg: it is translated when that
     one is shown. The text is extracted where `N_` marks it, not here.
     """
     # Built without calling Msg(...), which the extractor rightly asks to see with a literal.
     message = Msg.__new__(Msg)
-    message.template, message.args = text, {}
+    message.template, message.args = text, args
     return message
+
+
+# The implementations a lab compares, by the names records and figures keep (identifiers),
+# as a person reads them in a title or a column ("（参考实现）", never "（reference）").
+IMPLEMENTATIONS = {"reference": N_("reference"), "clean-room": N_("clean-room")}
+
+
+def implementation(name: str) -> str | Msg:
+    """An implementation's name for a message: translated when shown, English in --json."""
+    return declared(IMPLEMENTATIONS[name]) if name in IMPLEMENTATIONS else name
 
 
 def joined(messages: list[str | Msg]) -> str | Msg:

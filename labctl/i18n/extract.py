@@ -1,9 +1,10 @@
 """Find every message labctl shows, and check a catalog holds a translation of each.
 
-Messages come from two places: the source, where `_("...")`, `N_("...")` and
+Messages come from three places: the source, where `_("...")`, `N_("...")` and
 `Msg("...", ...)` mark them and where a pydantic `Field(description="...")`
-describes a lab parameter (read with `ast`, so nothing is imported), and the
-command tree, whose help texts typer takes from docstrings and `help=`.
+describes a lab parameter (read with `ast`, so nothing is imported), the
+command tree, whose help texts typer takes from docstrings and `help=`, and the
+contract data's prose (`contract_v*.json`).
 
     python -m labctl.i18n.extract                 # a .pot of every message, on stdout
     python -m labctl.i18n.extract --check zh      # what the zh catalog lacks; exit 1 if anything
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import string
 import sys
 from dataclasses import dataclass
@@ -96,11 +98,29 @@ def help_messages() -> list[Found]:
     return found
 
 
+def contract_messages() -> list[Found]:
+    """The contract's prose (conventions, meanings, returns, parameter shapes), every version.
+
+    `contract show` and the stubs of `clean-room init` show them translated; the data
+    files stay as frozen (a translation never touches the pinned text).
+    """
+    found: list[Found] = []
+    for path in sorted((PACKAGE / "data").glob("contract_v*.json")):
+        raw = json.loads(path.read_text("utf-8"))
+        where = f"labctl/data/{path.name}"
+        found += [Found(text, f"{where} conventions") for text in raw.get("conventions", ())]
+        for fn in raw.get("functions", ()):
+            texts = [fn.get("returns"), fn.get("meaning")]
+            texts += [p.get("shape") for p in fn.get("params", ())]
+            found += [Found(t, f"{where} {fn.get('name')}") for t in texts if t]
+    return found
+
+
 def all_messages() -> tuple[dict[str, list[str]], list[str]]:
     """msgid → where it is used, and the problems found while extracting."""
     found, problems = source_messages()
     messages: dict[str, list[str]] = {}
-    for item in [*found, *help_messages()]:
+    for item in [*found, *help_messages(), *contract_messages()]:
         messages.setdefault(item.msgid, []).append(item.where)
     return messages, problems
 

@@ -36,10 +36,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
+from labctl.i18n import N_, Msg, declared
 from labctl.isolation import seccomp
 
 ENV_BWRAP = "LABCTL_BWRAP"  # another bwrap binary, or a missing path to test the fallback
-INSTALL_HINT = (
+INSTALL_HINT = N_(
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install "
     "bubblewrap); in a container, allow user namespaces"
 )
@@ -70,13 +71,13 @@ LAYERS = ("namespaces", "uid drop", "seccomp", "user namespaces disabled")
 class Layer:
     name: str
     works: bool
-    reason: str
+    reason: str | Msg
 
 
 @dataclass(frozen=True)
 class SandboxStatus:
     works: bool  # bwrap starts the worker's interpreter with numpy
-    reason: str
+    reason: str | Msg
     layers: tuple[Layer, ...] = ()
 
     @property
@@ -342,10 +343,12 @@ _PROBE = (
 
 def _probe() -> SandboxStatus:
     if not sys.platform.startswith("linux"):
-        return SandboxStatus(False, f"bubblewrap needs Linux (this is {sys.platform})")
+        return SandboxStatus(
+            False, Msg("bubblewrap needs Linux (this is {platform})", platform=sys.platform)
+        )
     binary = bwrap_binary()
     if binary is None or not Path(binary).is_file():
-        return SandboxStatus(False, f"bwrap is not installed; {INSTALL_HINT}")
+        return SandboxStatus(False, Msg("bwrap is not installed; {hint}", hint=_hint()))
     probe = Path(tempfile.mkdtemp(prefix="labctl-probe-"))
     probe.chmod(0o755)  # the probe drops to uid 65534 as the worker does, and must read it
     fd = seccomp.program_fd()
@@ -370,16 +373,26 @@ def _probe() -> SandboxStatus:
             pass_fds=() if fd is None else (fd,),
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return SandboxStatus(False, f"bwrap could not start: {exc}; {INSTALL_HINT}")
+        return SandboxStatus(
+            False, Msg("bwrap could not start: {error}; {hint}", error=str(exc), hint=_hint())
+        )
     finally:
         if fd is not None:
             os.close(fd)
         shutil.rmtree(probe, ignore_errors=True)
     if done.returncode != 0:
         lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        why = lines[-1] if lines else f"exit code {done.returncode}"
-        return SandboxStatus(False, f"bwrap cannot start a sandbox here: {why}; {INSTALL_HINT}")
-    return SandboxStatus(True, f"bubblewrap works ({binary})", judge_layers(done.stdout))
+        why = lines[-1] if lines else Msg("exit code {code}", code=done.returncode)
+        return SandboxStatus(
+            False, Msg("bwrap cannot start a sandbox here: {why}; {hint}", why=why, hint=_hint())
+        )
+    return SandboxStatus(
+        True, Msg("bubblewrap works ({binary})", binary=binary), judge_layers(done.stdout)
+    )
+
+
+def _hint() -> Msg:
+    return declared(INSTALL_HINT)
 
 
 def judge_layers(report: bytes) -> tuple[Layer, ...]:
@@ -391,40 +404,57 @@ def judge_layers(report: bytes) -> tuple[Layer, ...]:
         refused = {key: found[key] for key in ("keyctl", "memfd_create", "unshare_user")}
         filtered = bool(found["seccomp"])
     except (ValueError, KeyError, IndexError, TypeError):
-        return tuple(Layer(name, False, "the probe reported nothing readable") for name in LAYERS)
+        unread = Msg("the probe reported nothing readable")
+        return tuple(Layer(name, False, unread) for name in LAYERS)
     from labctl.isolation.limits import NAMESPACES
 
     own = {name: _own_namespace(name) for name in NAMESPACES}
     shared = [name for name in NAMESPACES if not own[name] or inside.get(name) == own[name]]
     namespaces = (
-        Layer("namespaces", True, "own mount, PID, network, IPC and UTS namespaces")
+        Layer("namespaces", True, Msg("own mount, PID, network, IPC and UTS namespaces"))
         if not shared
-        else Layer("namespaces", False, "shares labctl's namespaces: " + ", ".join(shared))
+        else Layer(
+            "namespaces",
+            False,
+            Msg("shares labctl's namespaces: {names}", names=", ".join(shared)),
+        )
     )
     dropped = uid != 0 and caps.strip("0") == ""
-    uid_drop = Layer("uid drop", dropped, f"uid {uid}, capabilities {caps or 'unknown'}")
+    uid_drop = Layer(
+        "uid drop", dropped, Msg("uid {uid}, capabilities {caps}", uid=uid, caps=caps or "?")
+    )
     if seccomp.machine() is None:
-        why = f"no seccomp table for this architecture ({platform.machine()})"
+        why = Msg("no seccomp table for this architecture ({machine})", machine=platform.machine())
         filter_layer = Layer("seccomp", False, why)
     elif not filtered:
-        filter_layer = Layer("seccomp", False, "no seccomp filter in force inside the sandbox")
+        filter_layer = Layer("seccomp", False, Msg("no seccomp filter in force inside the sandbox"))
     elif refused["keyctl"] != "EPERM" or refused["memfd_create"] != "EPERM":
-        why = f"the filter let through keyctl ({refused['keyctl']}), memfd_create ({refused['memfd_create']})"
+        why = Msg(
+            "the filter let through keyctl ({keyctl}), memfd_create ({memfd})",
+            keyctl=refused["keyctl"],
+            memfd=refused["memfd_create"],
+        )
         filter_layer = Layer("seccomp", False, why)
     else:
-        filter_layer = Layer("seccomp", True, "filter in force: keyctl and memfd_create refused")
+        filter_layer = Layer(
+            "seccomp", True, Msg("filter in force: keyctl and memfd_create refused")
+        )
     by = (
-        "--disable-userns and the seccomp filter"
+        Msg("--disable-userns and the seccomp filter")
         if "--disable-userns" in _namespaces()
-        else "the seccomp filter"
+        else Msg("the seccomp filter")
     )
     userns = (
-        Layer("user namespaces disabled", False, "unshare(CLONE_NEWUSER) succeeded inside")
+        Layer("user namespaces disabled", False, Msg("unshare(CLONE_NEWUSER) succeeded inside"))
         if refused["unshare_user"] == "allowed"
         else Layer(
             "user namespaces disabled",
             True,
-            f"unshare(CLONE_NEWUSER) refused ({refused['unshare_user']}) by {by}",
+            Msg(
+                "unshare(CLONE_NEWUSER) refused ({errno}) by {by}",
+                errno=refused["unshare_user"],
+                by=by,
+            ),
         )
     )
     return (namespaces, uid_drop, filter_layer, userns)

@@ -19,6 +19,7 @@ Standard library only: this runs in the process that holds a learner's code.
 
 from __future__ import annotations
 
+import dis
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -311,5 +312,18 @@ def observe_signatures(module: ModuleType, names: tuple[str, ...]) -> dict[str, 
             if p.default is not inspect.Parameter.empty:
                 entry["default"] = _jsonable(p.default)
             params.append(entry)
-        observed[fn_name] = {"present": True, "callable": True, "params": params}
+        observed[fn_name] = {"present": True, "callable": True, "params": params,
+                             "stub": is_stub(fn)}  # fmt: skip
     return observed
+
+
+def is_stub(fn) -> bool:
+    """A function that can only raise NotImplementedError, as `clean-room init` writes it.
+
+    Its code names nothing but NotImplementedError and never returns. Advisory only (what
+    `contract check` counts as not written yet): verify's calls are what judge a function.
+    """
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_names != ("NotImplementedError",):
+        return False
+    return not any(i.opname.startswith("RETURN") for i in dis.get_instructions(code))

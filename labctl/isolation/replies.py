@@ -115,8 +115,11 @@ _KINDS = frozenset(
 
 
 def _signature_ok(entry: Any) -> bool:
-    """`{"present": bool, "callable": bool, "params": [{"name", "kind", "default"?}] | None}`."""
+    """`{"present": bool, "callable": bool, "params": [{"name", "kind", "default"?}] | None,
+    "stub"?: bool}`."""
     if not isinstance(entry, dict) or not isinstance(entry.get("present"), bool):
+        return False
+    if not isinstance(entry.get("stub", False), bool):
         return False
     if not entry["present"]:
         return True

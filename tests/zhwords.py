@@ -1,0 +1,166 @@
+"""English words in Chinese output: every word that is not an identifier labctl or the course names.
+
+A word is a run of Latin letters standing alone (between spaces, CJK text or
+punctuation). A token holding `_`, `.`, `/`, `=`, `-`, a digit or a bracket is
+an identifier (a metric name, a path, `--seed`, `d_k=64`, `causal-attention`)
+and is never a word, nor is a quoted name ('labs'). The course's chapter titles
+and section headings are quoted as written and taken out whole. What remains
+must be on the allow-list, which is derived from labctl itself (lab ids,
+parameter names, metric units, contract functions and their parameters, command
+names and metavars, evidence field names) plus a short explicit list of names
+and terms the glossary keeps in Latin letters. Nothing else passes: an English
+sentence is as many findings as it has words.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+# Names and terms the glossary keeps in Latin letters (docs/glossary.md, "kept as written"),
+# formats, tools and the values of labctl's options.
+EXPLICIT = {
+    # the course's terms kept in Latin letters
+    "Attention", "attention", "Transformer", "Block", "token", "tokens", "clean", "room",
+    "KV", "Cache", "RoPE", "GQA", "MQA", "MHA", "FFN", "SwiGLU", "GeGLU", "ReLU", "SiLU",
+    "LayerNorm", "RMSNorm", "softmax", "Softmax", "online", "logits", "logit", "decoder",
+    "Decoder", "pre", "post", "norm", "FlashAttention", "Llama", "HuggingFace", "HF",
+    "padding", "head", "heads", "causal", "scale", "Padding", "Mask", "Causal", "SWA",
+    "FLOPs", "FLOP", "NaN", "inf", "Q", "K", "V", "O", "W", "x", "y", "i", "j", "p", "t",
+    "dtype", "float", "int", "bool", "dict", "None", "True", "False", "tuple",
+    "argmax", "sqrt", "exp", "max", "min", "mean", "var", "sin", "cos", "ln", "log",
+    "tril", "triu", "is_causal", "view", "transpose", "reshape", "matmul", "einsum",
+    "fixture", "fixtures", "pnpm", "pytest", "query", "key", "keys", "value", "values",
+    "block", "blocks", "prompt", "encoder", "embedding", "silu", "sigmoid", "attn", "itemsize", "ulp",
+    "nat", "hang",
+    # tools, formats, systems
+    "labctl", "numpy", "NumPy", "torch", "PyTorch", "Python", "matplotlib", "bubblewrap",
+    "bwrap", "seccomp", "keyctl", "memfd_create", "unshare", "CLONE_NEWUSER", "EPERM",
+    "JSON", "YAML", "HTML", "SVG", "JUnit", "Gradescope", "Dask", "copydetect", "pip",
+    "apt", "dnf", "Debian", "Ubuntu", "Fedora", "Linux", "CJK", "UTF", "CPU", "GPU",
+    "uid", "PID", "IPC", "UTS", "sha", "tracemalloc", "git", "stdin", "stdout", "stderr",
+    "LABCTL_LANG", "LABCTL_DEBUG", "NO_COLOR", "COLUMNS", "CI", "locale", "schema",
+    "OK", "ok", "Ctrl", "mount", "runs", "submissions", "manifest", "autograd", "BLAS", "Adam", "GLU", "repeat", "diag", "PE",
+    "Step", "running", "sum", "Tp", "Tn", "Dv", "Tq", "Tk", "Hkv", "fp16", "nats",
+    # units
+    "B", "KiB", "MiB", "GiB", "GB", "ms", "s",
+    # authors and the paper the course cites, named as the course names them
+    "Xiong", "Ainslie", "et", "al", "Vaswani",
+    # values of labctl's options and its verdict words' identifiers
+    "zh", "en", "reference", "both", "auto", "sandbox", "process", "all", "info",
+    # typer's type names in help (`<int>`, `<path>`) and its usage line
+    "OPTIONS", "COMMAND", "ARGS", "str", "path", "list",
+}  # fmt: skip
+
+TOKEN = re.compile(
+    r"[^\s\u3000-\u303f\u4e00-\u9fff\uff00-\uffef，。：；、（）“”‘’《》·…—│╭╮╰╯─┃━]+"
+)
+WORD = re.compile(r"[A-Za-z]+(?:'[a-z]+)?")
+# A token with code's punctuation, a digit, a mathematical sign, a hyphen inside or a capital inside (CamelCase:
+# NotImplementedError, LayerNorm) names something; it is not prose.
+IDENTIFIER = re.compile(r"[_./=\[\]{}<>@#$%^&*+|\\~`0-9ᵀ²√·×‖ΣΔ]|[A-Za-z]-[A-Za-z]|^-|[a-z][A-Z]")
+
+
+@cache
+def allowed() -> frozenset[str]:
+    """Words that are identifiers of labctl or the course's own headings."""
+    from labctl import contract, registry
+    from labctl.evidence.models import EvidenceRecord
+
+    words: set[str] = set(EXPLICIT)
+    for lab in registry.discover():
+        words.update(lab.id.split("-"))
+        words.update(lab.params.model_fields)
+        for metric in lab.metrics:
+            words.update(WORD.findall(metric.unit))
+    for fn in contract.functions():
+        words.add(fn.name)
+        words.update(p.name for p in fn.params)
+        # named results and dict entries: out (B, H, Tq, Dv), embed (V, C)
+        for text in (fn.returns, *(p.shape or "" for p in fn.params)):
+            words.update(re.findall(r"(\w+) \(", text))
+    words.update(_field_names(EvidenceRecord))
+    words.update(_command_words())
+    return frozenset(words)
+
+
+@cache
+def course_titles() -> re.Pattern:
+    """The course's chapter titles and section headings, quoted as written (some hold
+    English words): removed whole, so their words are not allowed anywhere else."""
+    from labctl import registry
+    from labctl.course import CHAPTERS
+
+    titles = {c.title for c in CHAPTERS}
+    titles |= {s.heading for lab in registry.discover() for s in lab.sections}
+    titles |= {s.chapter.title for lab in registry.discover() for s in lab.sections}
+    ordered = sorted((t for t in titles if t), key=len, reverse=True)
+    return re.compile("|".join(re.escape(t) for t in ordered))
+
+
+def _field_names(model) -> set[str]:
+    names: set[str] = set()
+    seen: set = set()
+
+    def walk(m) -> None:
+        if m in seen or not hasattr(m, "model_fields"):
+            return
+        seen.add(m)
+        for name, field in m.model_fields.items():
+            names.add(name)
+            names.update(name.split("_"))
+            for arg in getattr(field.annotation, "__args__", (field.annotation,)):
+                walk(arg)
+
+    walk(model)
+    return names
+
+
+def _command_words() -> set[str]:
+    """Command names, argument names and metavars of the command tree (options start with
+    `--`, so they are identifiers already)."""
+    import typer
+
+    from labctl.cli.main import app
+
+    words: set[str] = set()
+
+    def walk(command, name: str) -> None:
+        words.update(name.split("-"))
+        for param in command.params:
+            if param.param_type_name == "argument":  # named in usage and help: {file}
+                words.update(param.name.split("_"))
+            if getattr(param, "metavar", None):
+                words.update(WORD.findall(param.metavar))
+        for sub_name, sub in getattr(command, "commands", {}).items():
+            walk(sub, sub_name)
+
+    walk(typer.main.get_command(app), "labctl")
+    return words
+
+
+# A tolerance as labctl writes it (`in [0.9, 1.1]`) and the paper the course cites by title.
+# Code in backticks, a default in help (a value), and a command the text quotes are not prose.
+FORMULAS = re.compile(
+    r"\bin \[[^\]]*\]|On Layer Normalization in the Transformer Architecture|`[^`]*`"
+    r"|\[默认：[^\]]*\]|\b(?:apt-get|pip|dnf) install \S+"
+)
+
+
+def english_words(output: str, extra: frozenset[str] = frozenset()) -> list[str]:
+    """Every English word of `output` not on the allow-list, with the line it stands in.
+
+    A single letter is a symbol of a formula (`h`, `Q`), never a word."""
+    known = allowed() | extra
+    found = []
+    for line in course_titles().sub(" ", FORMULAS.sub(" ", output)).splitlines():
+        for token in TOKEN.findall(line):
+            if re.fullmatch(r"'[^']+'[.,;:]?", token):
+                continue  # a quoted name: 'labs', 'nosuch'
+            core = token.strip("'\"()[]{}<>,.;:!?*`")
+            if not core or IDENTIFIER.search(core):
+                continue
+            for word in WORD.findall(core):
+                if len(word) > 1 and word not in known and word.lower() not in known:
+                    found.append(f"{word!r} in {line.strip()[:100]!r}")
+    return found
