@@ -55,8 +55,8 @@ LEARNER: tuple[Fault, ...] = (
         function="scaled_dot_product_attention",
         module="attention",
         description=N_(
-            "the softmax runs over the queries (axis=-2) instead of the keys: each "
-            "query's weights must sum to 1, so take softmax(scores, axis=-1)"
+            "the softmax runs over the queries (axis=-2) instead of the keys, so a "
+            "query's weights do not sum to 1: take softmax(scores, axis=-1)"
         ),
         course="Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: "
         "softmax 沿最后一维（每个 query 对所有 key）",

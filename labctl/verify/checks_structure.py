@@ -233,13 +233,7 @@ def check_dtype(seen: RoomObservation, function: str) -> CheckResult:
     if not checked:
         return CheckResult(function, "dtype", NOT_RUN, N_("not run: no usable return value"))
     probes = len(fx.probes(function, run.seed))
-    extra = ""
-    if probes:
-        extra = (
-            Msg(", float32 kept on {n} probes", n=probes)
-            if probes > 1
-            else Msg(", float32 kept on {n} probe", n=probes)
-        )
+    extra = Msg(", float32 kept on {n} probes", n=probes) if probes else ""
     return CheckResult(
         function, "dtype", PASS, Msg("dtypes as the reference's{extra}", extra=extra)
     )
