@@ -64,12 +64,14 @@ def check_loads(seen: RoomObservation, function: str) -> CheckResult:
 def check_import_policy(seen: RoomObservation, function: str) -> CheckResult:
     """Only the standard library and numpy: a static scan of the source and a runtime guard.
 
-    Catches: `import torch` (or any third-party package), the course's
-    reference (`labctl`), dynamic imports (`importlib.import_module("tor" +
-    "ch")`, `__import__`, `exec`), process-spawning modules; each named with
-    its file and line, and placed in the contract function that holds it.
-    A violation found by the static scan refuses the clean room: none of its
-    code is run. Fault: `merge-heads-imports-torch`.
+    One rule (`labctl.isolation.guard.RULE`): any other package is refused by
+    name. Catches: `import torch`, `scipy`, `sklearn` (any third-party
+    package), the course's reference (`labctl`), however imported
+    (`importlib.import_module("tor" + "ch")`, `__import__`, `exec`'d source);
+    each named with its file and line, and placed in the contract function
+    that holds it. A violation found by the static scan refuses the clean
+    room: none of its code is run. The standard library is allowed: what code
+    does with it is the sandbox's business. Fault: `merge-heads-imports-torch`.
     """
     mine = [v for v in seen.violations if v.function == function]
     if mine:
