@@ -572,3 +572,30 @@ def test_bad_input_names_the_first_case_not_refused(outcome, status, says):
         assert (result.message, result.fixture) == (says.format(name=second), second)
     else:
         assert result.message == "not run: an earlier call hung"
+
+
+def test_bad_input_names_every_case_not_refused():
+    """Issue 21: the first case alone was named, so fixing it revealed the next."""
+    names = [c.name for c in bad_cases(_BAD)]
+    not_refused = {names[1]: Outcome("value"), names[3]: Outcome("exception", exc_type="KeyError")}
+    result = check_bad_input(_bad_run(lambda name: not_refused.get(name, _REFUSED)), _BAD)
+    assert (result.status, result.fixture) == (FAIL, names[1])
+    assert result.message == (
+        f"2 of {len(names)} bad inputs not refused: "
+        f"case {names[1]}: returned a value instead of raising ValueError or TypeError; "
+        f"case {names[3]}: raised KeyError; the contract asks for ValueError or TypeError"
+    )
+
+
+def test_bad_input_reports_what_failed_before_the_calls_were_skipped():
+    names = [c.name for c in bad_cases(_BAD)]
+    skipped = Outcome("skipped", message="not run: an earlier call hung")
+
+    def outcome_of(name):
+        return Outcome("value") if name == names[0] else skipped if name == names[1] else _REFUSED
+
+    result = check_bad_input(_bad_run(outcome_of), _BAD)
+    assert (result.status, result.fixture) == (FAIL, names[0])
+    assert result.message == (
+        f"case {names[0]}: returned a value instead of raising ValueError or TypeError"
+    )

@@ -1,8 +1,9 @@
-"""The runtime guard refuses forbidden standard-library modules however they are asked for.
+"""The runtime guard holds one rule however an import is asked for: the standard library
+and numpy, nothing else.
 
-Each case runs in a fresh interpreter that imports numpy first (as the worker
-does), so the modules numpy loads itself (ctypes, pickle, marshal, importlib)
-are already in `sys.modules` when the clean room asks for them.
+Each case runs in a fresh interpreter that imports numpy and labctl first (as
+the worker does), so some modules (ctypes, pickle, importlib, labctl) are
+already in `sys.modules` when the clean room asks for them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import textwrap
 
 import pytest
 
-from labctl.isolation.guard import FORBIDDEN_STDLIB
+from labctl.isolation.guard import RULE
 
 DRIVER = textwrap.dedent(
     """
@@ -74,14 +75,35 @@ def _grab_in_a_worker(tmp_path, body: str, names: list[str]) -> dict:
     ],
     ids=["importlib.import_module", "__import__"],
 )
-def test_every_forbidden_module_is_refused_loaded_or_not(tmp_path, body):
-    names = sorted(FORBIDDEN_STDLIB)
+def test_every_package_outside_the_policy_is_refused_by_name_loaded_or_not(tmp_path, body):
+    # labctl is loaded in the worker, torch installed, the others need not be: each is refused
+    # by its name before anything is looked up.
+    names = ["labctl", "labctl.reference", "pandas", "scipy", "sklearn", "torch"]
     seen = _grab_in_a_worker(tmp_path, body, names)
     assert seen["outcome"] == dict.fromkeys(names, "ForbiddenImport")
     # Each refusal is recorded with the clean room's file and line, and the module asked for.
     assert len(seen["violations"]) == len(names)
     for name, violation in zip(names, seen["violations"], strict=True):
         assert violation.startswith("room/sneaky.py:") and violation.endswith(f"imports {name}")
+
+
+# The standard-library modules the policy refused before it was one rule (issue 21, item 5).
+ONCE_REFUSED = [
+    "code",
+    "codeop",
+    "concurrent.futures",
+    "ctypes",
+    "importlib",
+    "marshal",
+    "multiprocessing",
+    "pickle",
+    "pty",
+    "runpy",
+    "shelve",
+    "socket",
+    "subprocess",
+    "zipimport",
+]
 
 
 def test_the_standard_library_and_numpy_stay_importable_dynamically(tmp_path):
@@ -91,6 +113,32 @@ def test_the_standard_library_and_numpy_stay_importable_dynamically(tmp_path):
     def grab(name):
         return getattr(sys.modules["importlib"], "import_" + "module")(name)
     """
-    seen = _grab_in_a_worker(tmp_path, body, ["math", "numpy.linalg", "collections.abc"])
-    assert set(seen["outcome"].values()) == {"imported"}
+    names = ["math", "numpy.linalg", "collections.abc", *ONCE_REFUSED]
+    seen = _grab_in_a_worker(tmp_path, body, names)
+    assert seen["outcome"] == dict.fromkeys(names, "imported")
     assert seen["violations"] == []
+
+
+def test_the_refusal_states_the_rule(tmp_path):
+    room = tmp_path / "room"
+    room.mkdir()
+    (room / "__init__.py").write_text("def grab(name):\n    return __import__(name)\n")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; import numpy\n"
+            "from labctl.isolation.guard import RuntimeGuard\n"
+            "from labctl.isolation.loader import load_package\n"
+            "RuntimeGuard(Path(sys.argv[1])).install()\n"
+            "try:\n    load_package(Path(sys.argv[1])).grab('scipy')\n"
+            "except ImportError as exc:\n    print(exc)\n",
+            str(room),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == f"room/__init__.py:2: imports scipy: {RULE}"
+    assert "standard library and numpy" in RULE

@@ -343,12 +343,12 @@ FORBIDDEN = {
         "imports torch",
     ),
     "import importlib": (
-        "import importlib\n{pad}importlib.import_module('tor' + 'ch')",
-        "imports importlib",
+        "import importlib\n{pad}importlib.import_module('sci' + 'py')",
+        "imports scipy",
     ),
     "__import__": ("__import__('torch')", "imports torch"),
     "labctl.reference": ("import labctl.reference", "imports labctl.reference"),
-    "subprocess": ("import subprocess", "imports subprocess"),
+    "sklearn": ("import sklearn", "imports sklearn"),
     "from torch": ("from torch import nn", "imports torch"),
 }
 
@@ -362,9 +362,9 @@ def _violation_line(root: Path, what: str) -> int:
     """The line the guard must name: the refused statement in the room's source."""
     needle = {
         "imports torch": ("torch", "tor' + 'ch"),
-        "imports importlib": ("import importlib",),
+        "imports scipy": ("sci' + 'py",),
         "imports labctl.reference": ("labctl.reference",),
-        "imports subprocess": ("subprocess",),
+        "imports sklearn": ("sklearn",),
     }[what]
     lines = (root / "__init__.py").read_text().splitlines()
     return next(
@@ -404,12 +404,16 @@ def test_guard_refusal_at_call_time_is_an_exception_when_not_swallowed(tmp_path)
         assert room.violations == ["room/__init__.py:2: imports torch"]
 
 
-def test_guard_refuses_starting_a_process(tmp_path):
-    root = write_room(tmp_path, "import os\n\ndef softmax(x, axis=-1):\n    os.system('true')\n")
+def test_a_process_start_is_the_sandbox_s_business_not_the_import_policy_s(tmp_path):
+    root = write_room(
+        tmp_path,
+        "import os, subprocess\n\ndef softmax(x, axis=-1):\n    return os.system.__name__\n",
+    )
+    assert guard.scan(root) == []
     with CleanRoom(root) as room:
-        with pytest.raises(CallError, match="PermissionError"):
-            room.softmax(1)
-        assert room.violations == ["room/__init__.py:4: starts a process with os.system()"]
+        # The guard leaves os.system as it is; tests/hostile shows the sandbox stopping a shell.
+        assert room.softmax(1) == "system"
+        assert room.violations == []
 
 
 def test_guard_allows_stdlib_numpy_and_own_package(tmp_path):
@@ -451,23 +455,25 @@ try:
 except ImportError:
     pass
 from . import helpers
+importlib.import_module("scipy.linalg")
+__import__("sklearn", fromlist=["svm"])
+importlib.import_module(".helpers", "room")
 """
 
 
 def test_scan_reports_each_breach_with_file_and_line(tmp_path):
     root = write_room(tmp_path, "from .bad import *\n", bad=SCAN_SOURCE, helpers="X = 1\n")
     found = {(v.where, v.what) for v in guard.scan(root)}
+    # The standard library (importlib, subprocess, os.system, exec) is no breach, nor a name
+    # computed at run time (the runtime guard sees that one).
     assert found == {
         ("room/bad.py:3", "imports torch"),
         ("room/bad.py:4", "imports from torch"),
-        ("room/bad.py:5", "imports importlib"),
-        ("room/bad.py:6", "imports dynamically with importlib.import_module()"),
-        ("room/bad.py:7", "calls __import__(), which can import or run anything"),
+        ("room/bad.py:7", "imports torch"),
         ("room/bad.py:8", "imports labctl.reference"),
-        ("room/bad.py:9", "imports subprocess"),
-        ("room/bad.py:10", "starts a process with os.system()"),
-        ("room/bad.py:11", "calls exec(), which can import or run anything"),
         ("room/bad.py:13", "imports torch.nn.functional"),
+        ("room/bad.py:17", "imports scipy.linalg"),
+        ("room/bad.py:18", "imports sklearn"),
     }
     assert all(str(v) == f"{v.where}: {v.what}" for v in guard.scan(root))
 

@@ -18,8 +18,12 @@ hang, the signature, an argument check).
 
 The faults are written in catalogue order in `course` (the course's table,
 the GQA order and the decode RoPE offset), `attention` (softmax, the masks,
-attention and merge_heads) and `block` (RoPE, the sinusoidal table, the norms,
-the feed-forwards and the composed functions); `Fault` is in `base`.
+attention and merge_heads), `block` (RoPE, the sinusoidal table, the norms,
+the feed-forwards and the composed functions) and `learner` (the bugs learners
+write: the scale, the softmax axis, a finite mask fill, float64 masks and
+caches, eps, an online softmax on a blocked row, ragged blocks, float32 RoPE
+tables, a forgotten repeat_kv); `Fault` is in `base`. Each description says
+what is wrong and what to change, in the learner's terms.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from labctl.faults.attention import ATTENTION
 from labctl.faults.base import Fault, project_clean_room
 from labctl.faults.block import BLOCK
 from labctl.faults.course import COURSE
+from labctl.faults.learner import LEARNER
 
 __all__ = ["CATALOGUE", "Fault", "get", "project_clean_room"]
 
@@ -37,6 +42,8 @@ CATALOGUE: tuple[Fault, ...] = (
     # ---- fault for every check (stability, purity, dtype, import policy, hang, signature)
     *ATTENTION,
     *BLOCK,
+    # ---- the bugs learners write, each with what to change
+    *LEARNER,
 )
 
 

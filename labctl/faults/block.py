@@ -71,7 +71,10 @@ BLOCK: tuple[Fault, ...] = (
         name="rms-eps-outside-sqrt",
         function="rms_norm",
         module="primitives",
-        description=N_("eps is added outside the square root: x / (sqrt(mean(x**2)) + eps)"),
+        description=N_(
+            "eps is added outside the square root: x / (sqrt(mean(x**2)) + eps); add it "
+            "inside, x / sqrt(mean(x**2) + eps)"
+        ),
         course="Transformer 手撕与注意力机制 §06.2 RMSNorm; contract v1 rms_norm: x / sqrt(mean(x**2) + eps)",
         source="""
         def rms_norm(x, weight, eps=1e-6):

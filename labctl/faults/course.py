@@ -52,7 +52,10 @@ COURSE: tuple[Fault, ...] = (
         name="no-sqrt-dk",
         function="scaled_dot_product_attention",
         module="attention",
-        description=N_("scores are not divided by sqrt(D): the default scale is 1"),
+        description=N_(
+            "scores are not divided by sqrt(D): the default scale is 1; when scale is None, "
+            "multiply q @ k.T by 1 / sqrt(D), D the head width"
+        ),
         course="第8章 · Attention 与 Transformer Block 故障注入与预期信号: 忘记除以 √d_k",
         source="""
         _correct_sdpa = scaled_dot_product_attention
@@ -99,7 +102,7 @@ COURSE: tuple[Fault, ...] = (
         module="primitives",
         description=N_(
             "the reshape confuses head and sequence axes: (B, T, C) -> (B, H, T, D) "
-            "without the transpose"
+            "without the transpose; reshape to (B, T, H, D), then transpose to (B, H, T, D)"
         ),
         course="第8章 · Attention 与 Transformer Block 故障注入与预期信号: 多头 reshape 时 head 与序列维混淆",
         source="""

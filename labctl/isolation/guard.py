@@ -1,14 +1,21 @@
-"""The clean-room import policy: the standard library and numpy only.
+"""The clean-room import policy: the standard library and numpy, and nothing else.
 
-Two independent layers, so that one trick does not defeat both:
+One rule (`RULE`), which the refusal states: a clean room may import the
+Python standard library, numpy and its own modules; any other package is
+refused, by name. What code then does with the standard library (files,
+processes, the network) is the sandbox's business, not this policy's: the
+sandbox is the boundary. Two independent layers hold the rule, so that one
+trick does not defeat both:
 
-- `scan` reads the source (AST) and names each forbidden import, each dynamic
-  import (`__import__`, `importlib.import_module`, `exec`, `eval`) and each
-  way to run code outside the process, with file and line.
-- `RuntimeGuard` sits on `sys.meta_path` in the process that runs the clean
-  room and refuses any import outside the policy, however it is spelled
-  (`importlib.import_module("tor" + "ch")` included). It also records each
-  refusal, so a clean room that swallows the ImportError is still caught.
+- `scan` reads the source (AST) and names each import of another package,
+  with file and line: an import statement, or `importlib.import_module` /
+  `__import__` called with the name written out. A name computed at run
+  time is left to the guard.
+- `RuntimeGuard` sits on `sys.meta_path` and `builtins.__import__` in the
+  process that runs the clean room and refuses any other package however it
+  is asked for (`importlib.import_module("tor" + "ch")`, `exec`'d source
+  included). It also records each refusal, so a clean room that swallows
+  the ImportError is still caught.
 
 Standard library only: this runs beside a learner's code.
 """
@@ -18,7 +25,6 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
-import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -26,34 +32,13 @@ from pathlib import Path
 
 from labctl.isolation.loader import PACKAGE_PREFIX, shown_name, source_files
 
-# Standard-library modules that run or load code outside the policy: a clean
-# room has no use for them, and each is a way to reach torch out of sight.
-FORBIDDEN_STDLIB = frozenset(
-    {
-        "subprocess",
-        "ctypes",
-        "multiprocessing",
-        "concurrent",
-        "runpy",
-        "importlib",
-        "imp",
-        "zipimport",
-        "pickle",
-        "marshal",
-        "shelve",
-        "code",
-        "codeop",
-        "pty",
-        "socket",
-    }
+RULE = (
+    "a clean room may import the Python standard library and numpy (and its own modules); "
+    "any other package is refused"
 )
 ALLOWED_THIRD_PARTY = frozenset({"numpy"})
-DYNAMIC_CALLS = frozenset({"__import__", "exec", "eval", "compile", "breakpoint"})
-PROCESS_CALLS = frozenset(
-    {"system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp"}
-    | {f"exec{s}" for s in ("l", "le", "lp", "lpe", "v", "ve", "vp", "vpe")}
-    | {f"spawn{s}" for s in ("l", "le", "lp", "lpe", "v", "ve", "vp", "vpe")}
-)
+# Calls that import the module they are given by name, as `import` does.
+IMPORT_CALLS = frozenset({"__import__", "import_module"})
 
 
 @dataclass(frozen=True)
@@ -74,7 +59,7 @@ def allowed_top_level(name: str, own: frozenset[str]) -> bool:
     top = name.split(".")[0]
     if top in own or top in ALLOWED_THIRD_PARTY or top.startswith(PACKAGE_PREFIX):
         return True
-    return is_stdlib(top) and top not in FORBIDDEN_STDLIB
+    return is_stdlib(top)
 
 
 def own_names(root: Path) -> frozenset[str]:
@@ -82,14 +67,17 @@ def own_names(root: Path) -> frozenset[str]:
     return frozenset() if root.name in ("torch", "labctl", "labs") else frozenset({root.name})
 
 
-def _call_name(node: ast.Call) -> tuple[str | None, str]:
+def _imported_by_call(node: ast.Call) -> str | None:
+    """The module an `__import__(...)` or `importlib.import_module(...)` call names, when the
+    name is written out; None for any other call, or a name computed at run time."""
     func = node.func
-    if isinstance(func, ast.Name):
-        return None, func.id
-    if isinstance(func, ast.Attribute):
-        owner = func.value.id if isinstance(func.value, ast.Name) else None
-        return owner, func.attr
-    return None, ""
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+    if name not in IMPORT_CALLS or not node.args:
+        return None
+    first = node.args[0]
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        return first.value
+    return None
 
 
 # CPython before 3.11.8 keeps the AST converter's recursion counter in state shared by
@@ -99,7 +87,7 @@ _PARSING = threading.Lock()
 
 
 def scan(root: Path) -> list[Violation]:
-    """Every statically visible breach of the import policy under `root`."""
+    """Every statically visible import of a package outside the policy under `root`."""
     own = own_names(root)
     found: list[Violation] = []
     for file in source_files(root):
@@ -126,22 +114,14 @@ def scan(root: Path) -> list[Violation]:
                 if not allowed_top_level(node.module, own):
                     found.append(Violation(at, f"imports from {node.module}"))
             elif isinstance(node, ast.Call):
-                owner, name = _call_name(node)
-                if owner is None and name in DYNAMIC_CALLS:
-                    found.append(Violation(at, f"calls {name}(), which can import or run anything"))
-                elif owner in ("importlib", "imp") or name == "import_module":
-                    found.append(Violation(at, f"imports dynamically with {owner or ''}.{name}()"))
-                elif owner in ("os", "posix", "pty") and name in PROCESS_CALLS:
-                    found.append(Violation(at, f"starts a process with {owner}.{name}()"))
+                name = _imported_by_call(node)
+                if name and not name.startswith(".") and not allowed_top_level(name, own):
+                    found.append(Violation(at, f"imports {name}"))
     return found
 
 
 class ForbiddenImport(ImportError):
     """Raised by the runtime guard; an ImportError so it surfaces where imports fail."""
-
-
-# Frames of the import system itself, skipped when asking who asked for an import.
-_MACHINERY = ("<frozen importlib._bootstrap", importlib.__file__)
 
 
 class RuntimeGuard:
@@ -150,10 +130,10 @@ class RuntimeGuard:
     Two hooks: `builtins.__import__` sees every import statement the clean room
     executes, cached modules included; a `sys.meta_path` finder sees every
     module not yet loaded, however it is asked for (`importlib`, `__import__`,
-    a standard-library helper). A third-party module is refused whoever asks
-    (neither numpy nor the standard library needs one); a forbidden
-    standard-library module only when the clean room itself asks, since numpy
-    and the standard library use some of them internally.
+    a standard-library helper). A package outside the policy is refused whoever
+    asks (neither numpy nor the standard library needs one); `import_module` is
+    wrapped too, since it skips both hooks for a module already loaded (labctl's
+    own, in the worker).
     """
 
     def __init__(self, root: Path):
@@ -172,36 +152,24 @@ class RuntimeGuard:
             frame = frame.f_back
         return frame
 
-    def _importer(self, frame):
-        """The nearest frame that is not the import machinery itself."""
-        while frame is not None and frame.f_code.co_filename.startswith(_MACHINERY):
-            frame = frame.f_back
-        return frame
-
     def _where(self, frame) -> str:
         file = Path(frame.f_code.co_filename)
         if file.is_relative_to(self.root):
             return f"{self.root.name}/{file.relative_to(self.root)}:{frame.f_lineno}"
         return f"{file.name}:{frame.f_lineno}"
 
-    def _refuse(self, frame, what: str, exc_type=ForbiddenImport):
+    def _refuse(self, frame, what: str):
         violation = Violation(self._where(frame), what)
         self.violations.append(violation)
-        raise exc_type(f"{violation}: a clean room may import only the standard library and numpy")
+        raise ForbiddenImport(f"{violation}: {RULE}")
 
     def find_spec(self, fullname, path=None, target=None):
         if allowed_top_level(fullname, self.own):
             return None
-        caller = sys._getframe(1)
-        room = self._room_frame(caller)
-        top = fullname.split(".")[0]
-        third_party = not is_stdlib(top)
-        importer = self._importer(caller)
-        if room is not None and (third_party or (importer is not None and self._in_room(importer))):
+        room = self._room_frame(sys._getframe(1))
+        if room is not None:
             self._refuse(room, f"imports {fullname}")
-        if third_party:
-            raise ForbiddenImport(f"{fullname} is outside the clean-room import policy")
-        return None
+        raise ForbiddenImport(f"{fullname}: {RULE}")
 
     def _guarded_import(self, name, globals=None, locals=None, fromlist=(), level=0):
         caller = sys._getframe(1)
@@ -210,8 +178,6 @@ class RuntimeGuard:
         return self._original_import(name, globals, locals, fromlist, level)
 
     def _guarded_import_module(self, name, package=None):
-        # import_module skips both hooks for a module numpy already loaded (ctypes, pickle,
-        # marshal, importlib itself): the finder is not asked, and __import__ is not called.
         caller = sys._getframe(1)
         if (
             not name.startswith(".")
@@ -225,14 +191,3 @@ class RuntimeGuard:
         sys.meta_path.insert(0, self)
         builtins.__import__ = self._guarded_import
         importlib.import_module = self._guarded_import_module
-        for module in (os, sys.modules.get("posix")):
-            for name in PROCESS_CALLS:
-                if module is not None and hasattr(module, name):
-                    setattr(module, name, self._refuse_process(name))
-
-    def _refuse_process(self, name: str):
-        def refuse(*args, **kwargs):
-            room = self._room_frame(sys._getframe(1)) or sys._getframe(1)
-            self._refuse(room, f"starts a process with os.{name}()", PermissionError)
-
-        return refuse

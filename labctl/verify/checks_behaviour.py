@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labctl.i18n import N_, Msg, declared
+from labctl.i18n import N_, Msg, declared, joined
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
 from labctl.verify.check_base import (
@@ -261,6 +261,26 @@ def check_causal(seen: RoomObservation, function: str) -> CheckResult:
     )
 
 
+def _not_refused(name: str, outcome) -> Msg:
+    """What one bad-input case did instead of raising ValueError or TypeError."""
+    verdict = outcome.bad_input_class()
+    if verdict == "returned":
+        return Msg(
+            "case {name}: returned a value instead of raising ValueError or TypeError", name=name
+        )
+    if verdict == "wrong-exception":
+        return Msg(
+            "case {name}: raised {exc_type}; the contract asks for ValueError or TypeError",
+            name=name,
+            exc_type=outcome.exc_type,
+        )
+    return Msg(
+        "case {name}: {problem} instead of raising ValueError or TypeError",
+        name=name,
+        problem=outcome.describe(),
+    )
+
+
 def check_bad_input(seen: RoomObservation, function: str) -> CheckResult:
     """The contract's Bad input cases raise ValueError or TypeError (any message).
 
@@ -268,38 +288,37 @@ def check_bad_input(seen: RoomObservation, function: str) -> CheckResult:
     an odd D for RoPE, block_size < 1, window < 1, mismatched batch or head
     widths. Catches: a missing argument check that silently returns garbage
     (window=0 gives a mask that blocks everything), an exception of another
-    type. Fault: `window-unchecked`.
+    type. Every case not refused is named, so one fix is not followed by
+    another surprise. Fault: `window-unchecked`.
     """
     run, skipped = run_or_skip(seen, function, "bad-input")
     if skipped:
         return skipped
     if not run.bad:
         return CheckResult(function, "bad-input", NOT_RUN, N_("not run"))
+    failed: list[tuple[str, Msg]] = []
     for name, outcome in run.bad.items():
         verdict = outcome.bad_input_class()
-        if verdict == "refused":
-            continue
         if verdict == "skipped":
-            return CheckResult(function, "bad-input", NOT_RUN, outcome.describe())
-        if verdict == "returned":
-            text = Msg(
-                "case {name}: returned a value instead of raising ValueError or TypeError",
-                name=name,
-            )
-        elif verdict == "wrong-exception":
-            text = Msg(
-                "case {name}: raised {exc_type}; the contract asks for ValueError or TypeError",
-                name=name,
-                exc_type=outcome.exc_type,
-            )
-        else:
-            text = Msg(
-                "case {name}: {problem} instead of raising ValueError or TypeError",
-                name=name,
-                problem=outcome.describe(),
-            )
-        return CheckResult(function, "bad-input", FAIL, text, fixture=name)
-    return CheckResult(function, "bad-input", PASS, Msg("{n} bad inputs refused", n=len(run.bad)))
+            # The calls after it were not made (the budget ran out): report what was seen.
+            if not failed:
+                return CheckResult(function, "bad-input", NOT_RUN, outcome.describe())
+            break
+        if verdict != "refused":
+            failed.append((name, _not_refused(name, outcome)))
+    if not failed:
+        return CheckResult(
+            function, "bad-input", PASS, Msg("{n} bad inputs refused", n=len(run.bad))
+        )
+    text = joined([message for _, message in failed])
+    if len(failed) > 1:
+        text = Msg(
+            "{n} of {total} bad inputs not refused: {cases}",
+            n=len(failed),
+            total=len(run.bad),
+            cases=text,
+        )
+    return CheckResult(function, "bad-input", FAIL, text, fixture=failed[0][0])
 
 
 # In the order `labctl verify` shows them.

@@ -65,12 +65,14 @@ def check_loads(seen: RoomObservation, function: str) -> CheckResult:
 def check_import_policy(seen: RoomObservation, function: str) -> CheckResult:
     """Only the standard library and numpy: a static scan of the source and a runtime guard.
 
-    Catches: `import torch` (or any third-party package), the course's
-    reference (`labctl`), dynamic imports (`importlib.import_module("tor" +
-    "ch")`, `__import__`, `exec`), process-spawning modules; each named with
-    its file and line, and placed in the contract function that holds it.
-    A violation found by the static scan refuses the clean room: none of its
-    code is run. Fault: `merge-heads-imports-torch`.
+    One rule (`labctl.isolation.guard.RULE`): any other package is refused by
+    name. Catches: `import torch`, `scipy`, `sklearn` (any third-party
+    package), the course's reference (`labctl`), however imported
+    (`importlib.import_module("tor" + "ch")`, `__import__`, `exec`'d source);
+    each named with its file and line, and placed in the contract function
+    that holds it. A violation found by the static scan refuses the clean
+    room: none of its code is run. The standard library is allowed: what code
+    does with it is the sandbox's business. Fault: `merge-heads-imports-torch`.
     """
     mine = [v for v in seen.violations if v.function == function]
     if mine:
@@ -234,7 +236,7 @@ def check_dtype(seen: RoomObservation, function: str) -> CheckResult:
     if not checked:
         return CheckResult(function, "dtype", NOT_RUN, N_("not run: no usable return value"))
     probes = len(of_run(fx.probes, run))
-    extra = Msg(", float32 kept on {n} probe", n=probes) if probes else ""
+    extra = Msg(", float32 kept on {n} probes", n=probes) if probes else ""
     return CheckResult(
         function, "dtype", PASS, Msg("dtypes as the reference's{extra}", extra=extra)
     )

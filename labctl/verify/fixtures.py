@@ -19,7 +19,9 @@ The adversarial cases the course and the contract call out are there on
 purpose: non-consecutive and repeated RoPE positions, Tq < Tk (decode with a
 cache, bottom-right alignment), GQA and MQA, fully blocked rows, logits of
 magnitude ~1e3 (where a softmax without the max subtracted overflows), and a
-tiled attention whose running max rises in a later block.
+tiled attention whose running max rises in a later block, whose blocks do not
+divide Tq or Tk or are longer than the sequence (causal and not), and whose
+first query sees no key (Tq > Tk, causal).
 
 The arrays come from `labctl.verify.builders`; each function's fixtures are
 written in `labctl.verify.fixtures_primitives` (the functions built on no
@@ -31,8 +33,8 @@ Kinds of input:
 
 - `FIXTURES[f]`: float64 calls compared with the reference (parity) and
   checked for shape, dtype, NaN and purity.
-- `PROBES[f]`: the first fixture again in float32, for the dtype check: an
-  output keeps its input's floating dtype.
+- `PROBES[f]`: every fixture again in float32, for the dtype check: an
+  output keeps its input's floating dtype, on every path the fixtures take.
 - `causal_variants(f)`: the first fixture of `multi_head_attention`,
   `transformer_block` and `decoder_forward` with every input after position
   t replaced, for the future-token invariance check.
@@ -53,7 +55,7 @@ from labctl.verify.fixtures_composed import COMPOSED
 from labctl.verify.fixtures_primitives import PRIMITIVES
 from labctl.verify.fixtures_v2 import EXTENDED, NEW
 
-FIXTURES_VERSION = "v1"
+FIXTURES_VERSION = "v2"
 
 _BY_FUNCTION = {**PRIMITIVES, **COMPOSED, **NEW}
 
@@ -92,20 +94,22 @@ def _float32(value: Any) -> Any:
 
 
 def _probes(function: str, seed: int = SEED, contract: int = 1) -> tuple[Fixture, ...]:
-    """The first fixture again with every float64 array as float32 (none for int-only inputs)."""
+    """Every fixture again with every float64 array as float32 (none for int-only inputs):
+    a float64 array made on one path only (a mask when not causal, an empty cache) upcasts
+    that path alone."""
     if function in _NO_PROBE:
         return ()
-    first = fixtures(function, seed, contract)[0]
-    return (
+    return tuple(
         Fixture(
             function,
-            f"{first.name}-float32",
-            _float32(first.args),
-            _float32(dict(first.kwargs)),
+            f"{fixture.name}-float32",
+            _float32(fixture.args),
+            _float32(dict(fixture.kwargs)),
             N_("float32 inputs: the output must stay float32"),
             seed,
-            first.contract,
-        ),
+            fixture.contract,
+        )
+        for fixture in fixtures(function, seed, contract)
     )
 
 

@@ -202,6 +202,27 @@ def _tiled(seed: int) -> list[Fixture]:
             {"causal": False},
             N_("scores ~1e3: the running max rises from block to block"),
         ),
+        Fixture(
+            f,
+            "bidirectional-ragged",
+            (normal(r, 1, 2, 5, 4), normal(r, 1, 2, 7, 4), normal(r, 1, 2, 7, 3), 3),
+            {"causal": False},
+            N_("blocks of 3 over 5 queries and 7 keys: the last block is shorter"),
+        ),
+        Fixture(
+            f,
+            "bidirectional-block>t",
+            (normal(r, 1, 2, 4, 4), normal(r, 1, 2, 6, 4), normal(r, 1, 2, 6, 4), 9),
+            {"causal": False},
+            N_("one block of 9, longer than the 6 keys"),
+        ),
+        Fixture(
+            f,
+            "causal-tq>tk",
+            (normal(r, 1, 2, 5, 4), normal(r, 1, 2, 4, 4), normal(r, 1, 2, 4, 4), 3),
+            {},
+            N_("5 queries over 4 keys: the first query sees no key and gets zeros"),
+        ),
     ]
 
 

@@ -49,7 +49,7 @@ ATTACKS = [
         for _k in [k for k in sys.modules if k == "labctl" or k.startswith("labctl.")]:
             del sys.modules[_k]
         sys.path[:0] = [{REPO!r}, {SITE!r}]
-        _ref = builtins.__import__("labctl.reference", fromlist=["softmax"])
+        _ref = builtins.__import__("labctl." + "reference", fromlist=["softmax"])
         for _n in __all__:
             globals()[_n] = getattr(_ref, _n)
         """,
