@@ -25,6 +25,7 @@ from rich.progress import (
 from rich.table import Table
 from typer.core import TyperGroup
 
+from labctl.cli import grade_class as ta
 from labctl.cli.isolation import IsolationOption
 from labctl.cli.render import err, out, print_json
 from labctl.errors import UsageError
@@ -148,6 +149,13 @@ def grade_class(
             show_default=False,
         ),
     ] = None,
+    only: ta.OnlyOption = None,
+    force: ta.ForceOption = False,
+    submitted_at: ta.SubmittedAtOption = None,
+    overrides: ta.OverridesOption = None,
+    export: ta.ExportOption = None,
+    roster: ta.RosterOption = None,
+    assignment: ta.AssignmentOption = None,
     json_: JsonFlag = False,
 ) -> None:
     """Grade every learner folder under SUBMISSIONS: verify, re-measure, score, report."""
@@ -164,6 +172,7 @@ def grade_class(
             Msg("--similarity-threshold must be in (0, 1], got {threshold:g}", threshold=threshold)
         )
     rubric = load_rubric(rubric_path)
+    workflow = ta.workflow(only, force, submitted_at, overrides, export, roster)
     options = GradeOptions(
         timeout_s=timeout,
         memory_mb=memory_mb,
@@ -181,7 +190,9 @@ def grade_class(
                 task, completed=done, total=total, last=escape(f"{shown(learner)}: {status}")
             )
 
-        batch = run_class(submissions, out_dir, rubric, options, progress)
+        batch = run_class(submissions, out_dir, rubric, options, progress, workflow)
+    if export is not None:
+        ta.export(batch, rubric, roster, assignment, out_dir)
     _warn(batch)
     # The grader's to know (stderr, the JSON document): never in a learner-facing file.
     err.print(_(Msg("verify inputs drawn with seed {seed}", seed=batch.seed)), markup=False)
@@ -263,17 +274,7 @@ def _render(batch, rubric, pairs, out_dir: Path) -> None:
                 regions=len(pair.regions),
             )
             out.print(escape(_(line)), soft_wrap=True)
-    summary = Msg(
-        "{learners} learners ({graded} graded, {skipped} unchanged since the last run) with "
-        "{rubric}, in {seconds:.1f} s; gradebook {gradebook}",
-        learners=len(batch.rows),
-        graded=len(batch.graded),
-        skipped=len(batch.skipped),
-        rubric=rubric.name,
-        seconds=batch.wall_time_s,
-        gradebook=str(out_dir / "gradebook.csv"),
-    )
-    out.print(escape(_(summary)), soft_wrap=True)
+    out.print(escape(_(ta.summary_line(batch, rubric, out_dir))), soft_wrap=True)
 
 
 @app.command("gradescope")
@@ -290,13 +291,16 @@ def gradescope(
     learner_timeout: LearnerTimeoutOption = 600.0,
     memory_mb: MemoryOption = 4096,
     isolation: IsolationOption = "auto",
+    metadata: ta.SubmissionMetadataOption = None,
     json_: JsonFlag = False,
 ) -> None:
     """Grade one learner's folder into Gradescope's results.json (what run_autograder calls)."""
     from labctl.evidence.store import replace_atomically
+    from labctl.grade.late import read_gradescope_metadata
     from labctl.grade.layout import check_learner
     from labctl.grade.rubric import load_rubric
     from labctl.grade.runner import GradeOptions, grade_learners
+    from labctl.grade.workflow import Workflow
 
     _check(timeout, learner_timeout, memory_mb, None)
     if not submission.is_dir():
@@ -304,7 +308,10 @@ def gradescope(
     rubric = load_rubric(rubric_path)
     options = GradeOptions(timeout, memory_mb, learner_timeout, isolation, 1, None)
     learner = check_learner(submission)
-    batch = grade_learners([learner], work, rubric, options)
+    # When the learner handed in: Gradescope's word (created_at), never the learner's files.
+    when = read_gradescope_metadata(metadata) if metadata else None
+    workflow = Workflow(submitted={learner.id: when} if when else None)
+    batch = grade_learners([learner], work, rubric, options, workflow=workflow)
     _warn(batch)
     produced = work / "gradescope" / learner.stem / "results.json"
     replace_atomically(results, produced.read_bytes())

@@ -35,7 +35,7 @@ from labctl.evidence.store import replace_atomically
 from labctl.grade.layout import Ignored, stem
 from labctl.grade.rubric import Rubric
 from labctl.grade.score import GRADED, Row
-from labctl.i18n import _
+from labctl.i18n import N_, _
 from labctl.jsonsafe import dumps
 from labctl.textsafe import cell, json_text, shown
 
@@ -59,7 +59,17 @@ def gradebook_csv(
     writer = csv.writer(buffer, lineterminator="\n")
     ids = [item.id for item in rubric.items]
     writer.writerow(
-        ["learner", "status", "score", "max_score", *ids, "isolation", "diagnosis", "identical_to"]
+        [
+            "learner",
+            "status",
+            "score",
+            "max_score",
+            *ids,
+            "isolation",
+            "diagnosis",
+            "identical_to",
+            *LATE_COLUMNS,
+        ]
     )
     for index, row in enumerate(rows):
         points = {i.id: _points(i.points) for i in row.items}
@@ -73,9 +83,36 @@ def gradebook_csv(
                 row.isolation or "",
                 cell(row.diagnosis),
                 cell(" ".join(identical[index]) if identical else ""),
+                *_late_cells(row),
             ]
         )
     return buffer.getvalue()
+
+
+# Lateness and the TA's adjustments: score = the items' points - late_penalty + adjustment.
+LATE_COLUMNS = ("submitted_at", "late", "late_penalty", "adjustment", "adjustment_reasons")
+
+
+def _late_cells(row: Row) -> list[str]:
+    late = row.late
+    return [
+        late.submitted_at or "" if late else "",
+        late.label() if late else "",
+        _points(row.late_penalty) if late else "",
+        _points(sum(a["points"] for a in row.adjustments)) if row.adjustments else "",
+        cell(" | ".join(a["reason"] for a in row.adjustments)),
+    ]
+
+
+def _late_json(row: Row) -> dict:
+    """What the learner and the grader are told of lateness and adjustments (no points of
+    hidden items: the penalty is a share, the adjustments the TA's own)."""
+    document: dict = {}
+    if row.late is not None:
+        document["late"] = row.late.to_json()
+    if row.adjustments:
+        document["adjustments"] = list(row.adjustments)
+    return document
 
 
 def junit_xml(rows: list[Row]) -> bytes:
@@ -130,9 +167,10 @@ def feedback(row: Row) -> dict:
         "schema": FEEDBACK_SCHEMA,
         "learner": row.learner,
         "status": row.status,
-        "score": round(sum(i.points for i in shown), 6),
+        "score": row.adjusted(sum(i.points for i in shown)),
         "max_score": round(sum(i.max_points for i in shown), 6),
         "items": [i.to_json() for i in shown],
+        **_late_json(row),
     }
     if row.status != GRADED:
         document["message"] = row.diagnosis
@@ -149,6 +187,20 @@ def _learner_output(row: Row) -> str:
     ]
     if row.status != GRADED:
         lines.insert(0, row.diagnosis)
+    late = row.late
+    if late is not None and late.units:
+        said = (
+            N_("Handed in {units} day(s) late: {percent:g}% of the score taken off.")
+            if late.unit_word == "day"
+            else N_("Handed in {units} hour(s) late: {percent:g}% of the score taken off.")
+        )
+        lines.append(_(said).format(units=late.units, percent=late.penalty_percent))
+    for adjustment in row.adjustments:
+        lines.append(
+            _("Adjusted by {points:+g} points: {reason}").format(
+                points=adjustment["points"], reason=adjustment["reason"]
+            )
+        )
     return "\n".join(lines)
 
 
@@ -200,6 +252,8 @@ def summary(
                 "isolation": r.isolation,
                 "diagnosis": r.diagnosis,
                 "identical_to": list(identical[index]) if identical else [],
+                "late_penalty": r.late_penalty,
+                **_late_json(r),
             }
             for index, r in enumerate(rows)
         ],

@@ -22,15 +22,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from labctl.errors import LabctlError, UsageError
 from labctl.evidence.models import Strict
+from labctl.grade.late import LatePolicy, parse_time
 from labctl.i18n import Msg, joined
 
 RUBRIC_SCHEMA = "labctl.rubric.v1"
@@ -97,6 +99,28 @@ class Rubric(Strict):
     schema_: Literal["labctl.rubric.v1"] = Field(alias="schema")
     name: str
     items: list[Item] = Field(min_length=1)
+    # How a failing function is charged (`labctl.grade.score`): `cascade` charges every
+    # function that fails; `independent` does not charge one whose failure verify localises
+    # to a failing function it is built on.
+    scoring: Literal["cascade", "independent"] = "cascade"
+    due: str | None = None  # ISO 8601 with a timezone (`labctl.grade.late`)
+    late: LatePolicy | None = None
+
+    @field_validator("due", mode="before")
+    @classmethod
+    def _due_time(cls, value: object) -> object:
+        if value is None:
+            return None
+        when = parse_time(value)
+        if when is None:
+            raise ValueError(
+                Msg("due must be an ISO 8601 time with its timezone (2026-03-01T23:59:00+08:00)")
+            )
+        return when.isoformat()
+
+    @property
+    def due_at(self) -> datetime | None:
+        return parse_time(self.due)
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Rubric:
@@ -105,6 +129,8 @@ class Rubric(Strict):
             if item.id in seen:
                 raise ValueError(Msg("item id {id} appears twice", id=repr(item.id)))
             seen.add(item.id)
+        if self.late is not None and self.due is None:
+            raise ValueError(Msg("late rules need a due date (due:)"))
         return self
 
     @property
