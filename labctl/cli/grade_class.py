@@ -64,8 +64,7 @@ SubmissionMetadataOption = Annotated[
     Path | None,
     typer.Option(
         "--submission-metadata",
-        help="Gradescope's submission_metadata.json: its created_at is when the learner "
-        "handed in.",
+        help="Gradescope's submission_metadata.json: its created_at is when the learner handed in.",
         show_default=False,
     ),
 ]

@@ -144,7 +144,9 @@ def read_gradescope_metadata(path: Path) -> datetime:
     try:
         data = json.loads(path.read_text("utf-8"))
     except FileNotFoundError:
-        raise UsageError(Msg("--submission-metadata {path}: no such file", path=str(path))) from None
+        raise UsageError(
+            Msg("--submission-metadata {path}: no such file", path=str(path))
+        ) from None
     except (OSError, ValueError) as exc:
         raise LateError(Msg("cannot read {path}: {why}", path=str(path), why=str(exc))) from None
     when = parse_time(data.get("created_at")) if isinstance(data, dict) else None

@@ -102,5 +102,9 @@ def load_overrides(path: Path) -> Overrides:
             ]
         )
         raise OverridesError(
-            Msg("{where} is not a valid overrides file: {problems}", where=path.name, problems=problems)
+            Msg(
+                "{where} is not a valid overrides file: {problems}",
+                where=path.name,
+                problems=problems,
+            )
         ) from None

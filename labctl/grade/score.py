@@ -132,9 +132,7 @@ def _function(item: Item, rubric: Rubric, verify: dict) -> tuple[bool, str]:
             None,
         )
         if found is not None:
-            return True, _("not charged (scoring: independent): {why}").format(
-                why=found["message"]
-            )
+            return True, _("not charged (scoring: independent): {why}").format(why=found["message"])
     failed = [c for c in bad if c["status"] == "fail"]
     shown = failed or bad
     return False, "; ".join(f"{c['name']}: {c['message']}" for c in shown[:3])

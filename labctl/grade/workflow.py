@@ -58,7 +58,9 @@ class Workflow:
         due = rubric.due_at
         if due is not None and self.submitted is None:
             warnings.append(
-                Msg("the rubric has a due date but no submission times were given: lateness not computed")
+                Msg(
+                    "the rubric has a due date but no submission times were given: lateness not computed"
+                )
             )
         for row in rows:
             if due is not None and self.submitted is not None:
