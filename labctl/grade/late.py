@@ -107,7 +107,7 @@ def lateness(submitted: datetime | None, due: datetime, policy: LatePolicy | Non
 
 
 def read_submitted_csv(path: Path) -> dict[str, datetime]:
-    """`--submitted-at FILE`: a CSV of `learner,submitted_at` (a header row is allowed)."""
+    """`--submitted-at FILE`: a CSV of `learner,submitted_at` rows (that header is optional)."""
     try:
         text = path.read_text("utf-8-sig")
     except FileNotFoundError:
@@ -118,8 +118,8 @@ def read_submitted_csv(path: Path) -> dict[str, datetime]:
     for number, row in enumerate(csv.reader(io.StringIO(text)), start=1):
         if not row or not "".join(row).strip():
             continue
-        if number == 1 and parse_time(row[-1]) is None and len(row) == 2:
-            continue  # the header
+        if number == 1 and [c.strip().lower() for c in row] == ["learner", "submitted_at"]:
+            continue
         when = parse_time(row[1]) if len(row) == 2 else None
         if when is None:
             raise LateError(
