@@ -129,7 +129,7 @@ def test_every_learner_has_a_row_with_its_expected_verdict(klass, graded):
     assert found["crashing"]["status"] == "graded"
     # Under the process fallback the attack kills the grading worker (a crash of this row
     # alone); in a sandbox it cannot see that process, and its clean room does not load.
-    assert found["attacker"]["status"] in ("crash", "graded")
+    assert found["attacker"]["status"] in ("crash", "not-loaded")
     assert found["attacker"]["score"] == 0
     assert found["torch-importer"]["score"] == 0
     assert "import policy" in found["torch-importer"]["diagnosis"]
