@@ -1,14 +1,17 @@
-"""What a batch leaves behind: a closed stdout ends quietly; Dask-side grading workers are closed."""
+"""Hygiene of a batch: a closed stdout ends quietly; Dask-side grading workers are closed;
+what a learner's room prints is counted, capped and flagged in the gradebook."""
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from gradetools import copy_room
+from gradetools import append, copy_room
 
 from labctl.grade.rubric import parse_rubric
 from labctl.grade.runner import GradeOptions, grade_class
@@ -92,3 +95,30 @@ def test_a_dask_batch_closes_its_grading_workers_when_it_ends(tmp_path):
             left = client.run(held)
             assert list(left.values()) == [(0, [])], left
     assert dask_exec._POOLS == {}  # this process never held one
+
+
+def test_what_a_room_prints_is_counted_capped_and_flagged_with_its_time(tmp_path):
+    klass = tmp_path / "class"
+    room = copy_room(klass / "printer" / "clean_room")
+    # 1 MiB at import, on stdout and stderr: far past the 64 KiB a record keeps.
+    append(
+        room,
+        "primitives",
+        "import sys\nfor _ in range(512):\n"
+        "    print('x' * 1023)\n    print('y' * 1023, file=sys.stderr)",
+    )
+    copy_room(klass / "quiet" / "clean_room")
+    out = tmp_path / "out"
+    batch = grade_class(klass, out, parse_rubric(RUBRIC), GradeOptions(jobs=1, timeout_s=10))
+    rows = {row.learner: row for row in batch.rows}
+    assert rows["printer"].output_bytes == 1024 * 1024
+    assert rows["quiet"].output_bytes == 0
+    with (out / "gradebook.csv").open(encoding="utf-8") as handle:
+        book = {row["learner"]: row for row in csv.DictReader(handle)}
+    assert book["printer"]["printed"] == "printed 1.0 MiB; kept the first 64.0 KiB"
+    assert book["quiet"]["printed"] == ""
+    summary = json.loads((out / "summary.json").read_text())
+    times = {row["learner"]: row["wall_time_s"] for row in summary["rows"]}
+    assert times["printer"] > 0 and times["quiet"] > 0
+    kept = json.loads((out / "records" / "printer.json").read_text())["facts"]["verify"]["output"]
+    assert len(kept) == 64 * 1024 and set(kept) <= {"x", "y", "\n"}

@@ -247,6 +247,9 @@ def _render(batch, rubric, pairs, out_dir: Path) -> None:
         table.add_column(escape(_(header)), no_wrap=column != "diagnosis")
     for row, identical in zip(batch.rows, batch.identical, strict=True):
         diagnosis = shown(row.diagnosis[:160])
+        if row.output_bytes:
+            cost = ta.output_cost(row)
+            diagnosis = f"{diagnosis} ({cost})" if diagnosis else cost
         if identical:
             same = _(Msg("same clean room as {learners}", learners=", ".join(identical)))
             diagnosis = f"{diagnosis} ({same})" if diagnosis else same

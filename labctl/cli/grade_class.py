@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from labctl.errors import UsageError
-from labctl.i18n import Msg
+from labctl.i18n import Msg, _
 
 OnlyOption = Annotated[
     list[str] | None,
@@ -107,6 +107,15 @@ def export(batch, rubric, roster: Path, assignment: str | None, out_dir: Path) -
     )
     batch.files.append(path)
     batch.warnings.extend(warnings)
+
+
+def output_cost(row) -> str:
+    """A room that printed, for the table: how much, and how long its learner took."""
+    from labctl.grade.outputs import printed
+
+    if row.wall_time_s is None:
+        return printed(row)
+    return _(Msg("{printed}, in {seconds:.1f} s", printed=printed(row), seconds=row.wall_time_s))
 
 
 def summary_line(batch, rubric, out_dir: Path) -> Msg:

@@ -36,6 +36,7 @@ from labctl.grade.layout import Ignored, stem
 from labctl.grade.rubric import Rubric
 from labctl.grade.score import GRADED, Row
 from labctl.i18n import N_, _
+from labctl.isolation.sandbox import OUTPUT_LIMIT
 from labctl.jsonsafe import dumps
 from labctl.textsafe import cell, json_text, shown
 
@@ -89,8 +90,35 @@ def gradebook_csv(
     return buffer.getvalue()
 
 
-# Lateness and the TA's adjustments: score = the items' points - late_penalty + adjustment.
-LATE_COLUMNS = ("submitted_at", "late", "late_penalty", "adjustment", "adjustment_reasons")
+# Lateness and the TA's adjustments: score = the items' points - late_penalty + adjustment;
+# then what the learner's room printed. (Its time is in summary.json: the gradebook of two
+# runs of one batch is the same file.)
+LATE_COLUMNS = (
+    "submitted_at",
+    "late",
+    "late_penalty",
+    "adjustment",
+    "adjustment_reasons",
+    "printed",
+)
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def printed(row: Row) -> str:
+    """The gradebook's flag for a room that printed: how much, and what the record kept."""
+    if not row.output_bytes:
+        return ""
+    if row.output_bytes <= OUTPUT_LIMIT:
+        return _("printed {size}").format(size=_size(row.output_bytes))
+    return _("printed {size}; kept the first {kept}").format(
+        size=_size(row.output_bytes), kept=_size(OUTPUT_LIMIT)
+    )
 
 
 def _late_cells(row: Row) -> list[str]:
@@ -101,6 +129,7 @@ def _late_cells(row: Row) -> list[str]:
         _points(row.late_penalty) if late else "",
         _points(sum(a["points"] for a in row.adjustments)) if row.adjustments else "",
         cell(" | ".join(a["reason"] for a in row.adjustments)),
+        printed(row),
     ]
 
 
@@ -253,6 +282,8 @@ def summary(
                 "diagnosis": r.diagnosis,
                 "identical_to": list(identical[index]) if identical else [],
                 "late_penalty": r.late_penalty,
+                "wall_time_s": r.wall_time_s,
+                "output_bytes": r.output_bytes,
                 **_late_json(r),
             }
             for index, r in enumerate(rows)

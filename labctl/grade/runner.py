@@ -32,7 +32,7 @@ from labctl.grade.batch_seed import batch_secrets
 from labctl.grade.layout import Ignored, Learner, survey
 from labctl.grade.pool import LocalPool, Outcome
 from labctl.grade.rubric import Rubric
-from labctl.grade.score import ItemResult, Row, failed_row, score
+from labctl.grade.score import ItemResult, Row, failed_row, observed, score
 from labctl.grade.workflow import Workflow
 from labctl.i18n import Msg, language
 from labctl.isolation import resolve_isolation
@@ -128,7 +128,7 @@ def row_from_record(record: dict) -> Row:
         )
         for i in record["items"]
     ]
-    return row
+    return observed(row, record.get("facts"))
 
 
 def _record(row: Row, learner: Learner, key: str, rubric: Rubric, facts: dict | None) -> dict:
@@ -288,6 +288,7 @@ def grade_learners(
                 row = failed_row(
                     learner.id, rubric, outcome.status, outcome.message, outcome.isolation
                 )
+                observed(row, outcome.facts)
             keep(index, row, outcome.facts)
 
         jobs = [(str(index), _job(learners[index], rubric, options)) for index in todo]

@@ -68,6 +68,8 @@ class Row:
     items: list[ItemResult] = field(default_factory=list)
     late: Lateness | None = None
     adjustments: list[dict] = field(default_factory=list)  # {"points", "reason"}
+    wall_time_s: float | None = None  # what observing the learner took (None: not known)
+    output_bytes: int = 0  # what the learner's room printed in all
 
     @property
     def items_score(self) -> float:
@@ -207,7 +209,7 @@ def score(learner: str, rubric: Rubric, facts: dict) -> Row:
             learner, rubric, "refused", facts["error"]["message"], facts.get("isolation")
         )
     verify = facts["verify"]
-    status = NOT_LOADED if verify["status"] == "unloadable" else GRADED
+    status = NOT_LOADED if verify["status"] in ("unloadable", "refused") else GRADED
     row = Row(learner, status, _short(_diagnosis(verify)), facts.get("isolation"))
     for item in rubric.items:
         if item.kind == "function":
@@ -221,6 +223,14 @@ def score(learner: str, rubric: Rubric, facts: dict) -> Row:
         else:
             passed, message = _submission(facts)
         row.items.append(_result(item, passed, message))
+    return observed(row, facts)
+
+
+def observed(row: Row, facts: dict | None) -> Row:
+    """`row` with what its observation cost: the time, and how much the room printed."""
+    if facts:
+        row.wall_time_s = facts.get("wall_time_s")
+        row.output_bytes = (facts.get("verify") or {}).get("output_bytes", 0)
     return row
 
 

@@ -159,6 +159,9 @@ class RoomObservation:
     # is kept for them, so their checks are "not run", never a pass.
     over_budget: list[str] = field(default_factory=list)
     budget_s: float | None = None
+    # What the room printed (stdout and stderr): bytes in all, and the first 64 KiB as text.
+    output_bytes: int = 0
+    output: str = ""
 
     @property
     def loaded(self) -> bool:
@@ -424,4 +427,5 @@ def observe(
                     seen.violations.append(located)
         if with_room is not None and not seen.over_budget:
             with_room(room)
+        seen.output_bytes, seen.output = room.output()
     return seen

@@ -102,6 +102,8 @@ class VerifyReport:
     clean_room: CleanRoomInfo | None = None
     budget_s: float | None = None
     over_budget: list[str] = field(default_factory=list)  # functions whose calls were not run
+    output_bytes: int = 0  # what the room printed in all; `output`: its first 64 KiB
+    output: str = ""
     # What the terminal shows, translated there with `_()`: the Msg (or text) given as message.
     shown: str | Msg = field(init=False, repr=False, compare=False)
 
@@ -356,6 +358,8 @@ def _finish(
         clean_room=room,
         budget_s=seen.budget_s,
         over_budget=list(seen.over_budget),
+        output_bytes=seen.output_bytes,
+        output=seen.output,
     )
     report.wall_time_s = time.perf_counter() - start
     if out is not None:
