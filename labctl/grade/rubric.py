@@ -16,6 +16,10 @@ item scores one thing labctl measures:
 `visibility` follows Gradescope's words: `visible`; `after_due_date`;
 `hidden` (until the grades are published; never in what the learner sees before,
 not even as a count); `after_published` is the same as `hidden`.
+
+`scoring` (`cascade`, the default, or `independent`) says how a function built on a
+failing function is charged (`labctl.grade.score`); `due` and `late` are the due date
+and the late rules (`labctl.grade.late`).
 """
 
 from __future__ import annotations
