@@ -32,6 +32,7 @@ from typer.testing import CliRunner
 from labctl import faults
 from labctl.cli.main import app
 from labctl.grade.layout import check_learner
+from labctl.grade.outputs import LATE_COLUMNS
 from labctl.grade.rubric import load_rubric, parse_rubric
 from labctl.grade.runner import GradeOptions, learner_key
 
@@ -169,6 +170,7 @@ def test_gradebook_csv_has_one_row_per_learner_and_a_column_per_item(klass, grad
         "isolation",
         "diagnosis",
         "identical_to",
+        *LATE_COLUMNS,
     ]
     for row in table:
         points = sum(float(row[i]) for i in ids)
