@@ -59,9 +59,10 @@ def runs(klass, tmp_path_factory) -> dict[str, tuple[str, Path]]:
 def test_the_summary_and_similarity_lines_follow_the_language(runs):
     english, _ = runs["en"]
     chinese, _ = runs["zh"]
-    assert "2 learners (2 graded, 0 unchanged since the last run)" in english
+    assert "2 learners (2 graded; 2 graded in this run, 0 unchanged since the last run)" in english
     assert "base code: copycat: 100% of its clean room is base code" in english
-    assert "2 位学习者（评分 2 位，0 位自上次运行以来未变）" in chinese
+    # The statuses are identifiers (English in both); the counts add up to the learners.
+    assert "2 位学习者（2 graded；本次评分 2 位，0 位自上次运行以来未变）" in chinese
     assert "基础代码：copycat：其 clean room 有 100% 是基础代码" in chinese
     assert "learners" not in chinese and "base code:" not in chinese
     # The table's headers are words; the status value is an identifier in both.

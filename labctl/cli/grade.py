@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.cells import cell_len
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -25,10 +24,12 @@ from rich.progress import (
 )
 from typer.core import TyperGroup
 
+from labctl.cli import grade_class as ta
+from labctl.cli.grade_table import render
 from labctl.cli.isolation import IsolationOption
-from labctl.cli.render import Column, Prose, err, fit, out, print_json
+from labctl.cli.render import err, out, print_json
 from labctl.errors import UsageError
-from labctl.i18n import N_, Msg, _
+from labctl.i18n import Msg, _
 from labctl.textsafe import shown
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
@@ -66,20 +67,6 @@ app = typer.Typer(
     cls=_DefaultCommandGroup,
     help="Grade a class of clean rooms and submissions: gradebook, JUnit, Gradescope.",
     no_args_is_help=True,
-)
-
-
-# The terminal shows whole clauses of a diagnosis up to about this many cells; the gradebook
-# holds them all.
-DIAGNOSIS_CELLS = 200
-
-# The table's column headers: words for a person (the gradebook's columns stay English).
-COLUMNS = (
-    ("learner", N_("learner")),
-    ("status", N_("status")),
-    ("score", N_("score")),
-    ("isolation", N_("isolation")),
-    ("diagnosis", N_("diagnosis")),
 )
 
 
@@ -163,6 +150,13 @@ def grade_class(
             show_default=False,
         ),
     ] = None,
+    only: ta.OnlyOption = None,
+    force: ta.ForceOption = False,
+    submitted_at: ta.SubmittedAtOption = None,
+    overrides: ta.OverridesOption = None,
+    export: ta.ExportOption = None,
+    roster: ta.RosterOption = None,
+    assignment: ta.AssignmentOption = None,
     json_: JsonFlag = False,
 ) -> None:
     """Grade every learner folder under SUBMISSIONS: verify, re-measure, score, report."""
@@ -182,6 +176,7 @@ def grade_class(
         if not folder.is_dir():
             raise UsageError(Msg("--base {path} is not a folder", path=str(folder)))
     rubric = load_rubric(rubric_path)
+    workflow = ta.workflow(only, force, submitted_at, overrides, export, roster)
     options = GradeOptions(
         timeout_s=timeout,
         memory_mb=memory_mb,
@@ -199,7 +194,9 @@ def grade_class(
                 task, completed=done, total=total, last=escape(f"{shown(learner)}: {status}")
             )
 
-        batch = run_class(submissions, out_dir, rubric, options, progress)
+        batch = run_class(submissions, out_dir, rubric, options, progress, workflow)
+    if export is not None:
+        ta.export(batch, rubric, roster, assignment, out_dir)
     _warn(batch)
     # The grader's to know (stderr, the JSON document): never in a learner-facing file.
     err.print(_(Msg("verify inputs drawn with seed {seed}", seed=batch.seed)), markup=False)
@@ -244,94 +241,12 @@ def grade_class(
             document["similarity"] = found.to_json()
         print_json(document)
         return
-    _render(batch, rubric, found, out_dir)
+    render(batch, rubric, found, out_dir)
 
 
 def _warn(batch) -> None:
     for warning in batch.warnings:
         err.print(_(Msg("warning: {warning}", warning=warning)), markup=False, soft_wrap=True)
-
-
-def _diagnosis_shown(diagnosis: str) -> str:
-    """The diagnosis's whole clauses that fit DIAGNOSIS_CELLS, and how many more the gradebook
-    holds: a clause is never cut."""
-    clauses = diagnosis.split("; ") if diagnosis else []
-    kept = clauses[:1]
-    for clause in clauses[1:]:
-        if cell_len("; ".join([*kept, clause])) > DIAGNOSIS_CELLS:
-            break
-        kept.append(clause)
-    shown_text = "; ".join(kept)
-    if len(kept) < len(clauses):
-        more = Msg("(and {n} more in gradebook.csv)", n=len(clauses) - len(kept))
-        shown_text += " " + _(more)
-    return shown_text
-
-
-def _render(batch, rubric, found, out_dir: Path) -> None:
-    rows = []
-    for row, identical in zip(batch.rows, batch.identical, strict=True):
-        diagnosis = shown(_diagnosis_shown(row.diagnosis))
-        if identical:
-            same = _(Msg("same clean room as {learners}", learners=", ".join(identical)))
-            diagnosis = f"{diagnosis} ({same})" if diagnosis else same
-        rows.append(
-            [
-                escape(shown(row.learner)),
-                row.status if row.status == "graded" else f"[bold red]{row.status}[/bold red]",
-                f"{row.score:g}/{row.max_score:g}",
-                row.isolation or "—",
-                escape(diagnosis),
-            ]
-        )
-    columns = [Column(header, identifier=name != "diagnosis", prose=name == "diagnosis")
-               for name, header in COLUMNS]  # fmt: skip
-    out.print(fit(columns, rows, box=None, pad_edge=False, padding=(0, 1)))
-    if found is not None:
-        _render_similarity(found)
-    summary = Msg(
-        "{learners} learners ({graded} graded, {skipped} unchanged since the last run) with "
-        "{rubric}, in {seconds:.1f} s; gradebook {gradebook}",
-        learners=len(batch.rows),
-        graded=len(batch.graded),
-        skipped=len(batch.skipped),
-        rubric=rubric.name,
-        seconds=batch.wall_time_s,
-        gradebook=str(out_dir / "gradebook.csv"),
-    )
-    out.print(Prose(escape(_(summary))))
-
-
-def _render_similarity(found) -> None:
-    for name, room in found.rooms.items():
-        if room.base_share >= found.threshold:
-            line = Msg(
-                "base code: {learner}: {share:.0%} of its clean room is base code (labctl's own "
-                "clean room, the clean-room init stubs, --base)",
-                learner=shown(name),
-                share=room.base_share,
-            )
-            out.print(Prose(escape(_(line))))
-    if not found.pairs:
-        out.print(Prose(escape(_("similarity: no pair of clean rooms above the threshold"))))
-    for pair in found.pairs:
-        # Each file pair's span; similarity.html shows every region of it.
-        files = ", ".join(
-            f"{shown(f.a_file)} {min(r.a_lines[0] for r in f.regions)}-"
-            f"{max(r.a_lines[1] for r in f.regions)} ~ {shown(f.b_file)} "
-            f"{min(r.b_lines[0] for r in f.regions)}-{max(r.b_lines[1] for r in f.regions)}"
-            for f in pair.files[:3]
-        )
-        line = Msg(
-            "similar: {a} ~ {b}: {a_share:.0%} / {b_share:.0%} of their code beyond the base; "
-            "{files}",
-            a=shown(pair.a),
-            b=shown(pair.b),
-            a_share=pair.a_share,
-            b_share=pair.b_share,
-            files=files,
-        )
-        out.print(Prose(escape(_(line))))
 
 
 @app.command("gradescope")
@@ -348,13 +263,16 @@ def gradescope(
     learner_timeout: LearnerTimeoutOption = 600.0,
     memory_mb: MemoryOption = 4096,
     isolation: IsolationOption = "auto",
+    metadata: ta.SubmissionMetadataOption = None,
     json_: JsonFlag = False,
 ) -> None:
     """Grade one learner's folder into Gradescope's results.json (what run_autograder calls)."""
     from labctl.evidence.store import replace_atomically
+    from labctl.grade.late import read_gradescope_metadata
     from labctl.grade.layout import check_learner
     from labctl.grade.rubric import load_rubric
     from labctl.grade.runner import GradeOptions, grade_learners
+    from labctl.grade.workflow import Workflow
 
     _check(timeout, learner_timeout, memory_mb, None)
     if not submission.is_dir():
@@ -362,7 +280,10 @@ def gradescope(
     rubric = load_rubric(rubric_path)
     options = GradeOptions(timeout, memory_mb, learner_timeout, isolation, 1, None)
     learner = check_learner(submission)
-    batch = grade_learners([learner], work, rubric, options)
+    # When the learner handed in: Gradescope's word (created_at), never the learner's files.
+    when = read_gradescope_metadata(metadata) if metadata else None
+    workflow = Workflow(submitted={learner.id: when} if when else None)
+    batch = grade_learners([learner], work, rubric, options, workflow=workflow)
     _warn(batch)
     produced = work / "gradescope" / learner.stem / "results.json"
     replace_atomically(results, produced.read_bytes())

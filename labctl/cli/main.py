@@ -10,6 +10,7 @@ these also prints one JSON document on stdout, `{"passed": false, "error":
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
@@ -42,6 +43,16 @@ def _debug() -> bool:
     return os.environ.get("LABCTL_DEBUG") == "1"
 
 
+def _reader_gone() -> typer.Exit:
+    """stdout's reader went away (`labctl list | head -1`): nothing more is said, quietly, with
+    click's own exit code for it (1). Python flushes stdout again at exit and would report the
+    same error there: stdout goes to /dev/null first."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return typer.Exit(EXIT_FAILED)
+
+
 class _HandledGroup(TyperGroup):
     json_mode = False
 
@@ -56,9 +67,12 @@ class _HandledGroup(TyperGroup):
         )
         if self.json_mode:
             shown = message if english is None else english
-            print_json(
-                {"passed": False, "error": {"kind": kind, "message": shown, "exit_code": code}}
-            )
+            try:
+                print_json(
+                    {"passed": False, "error": {"kind": kind, "message": shown, "exit_code": code}}
+                )
+            except BrokenPipeError:
+                _reader_gone()
         return typer.Exit(code)
 
     def invoke(self, ctx):
@@ -73,6 +87,8 @@ class _HandledGroup(TyperGroup):
             raise self._fail(kind, str(exc), exc.exit_code, exc.english()) from None
         except KeyboardInterrupt:
             raise self._fail("interrupted", _(INTERRUPTED), EXIT_INTERRUPTED, INTERRUPTED) from None
+        except BrokenPipeError:
+            raise _reader_gone() from None
         except (typer.Exit, typer.Abort, typer.TyperException):
             raise
         except Exception as exc:
@@ -95,6 +111,8 @@ class _HandledGroup(TyperGroup):
         # Parse errors (an unknown option, a bad value) must become JSON too.
         try:
             code = super().main(words, prog_name, complete_var, standalone_mode=False, **extra)
+        except BrokenPipeError:
+            code = _reader_gone().exit_code
         except typer.Abort:
             self._fail("interrupted", _(ABORTED), EXIT_FAILED, ABORTED)
             code = EXIT_FAILED

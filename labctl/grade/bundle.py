@@ -12,6 +12,8 @@ must leave `/autograder/results/results.json`. Here:
   with `rubric.yaml` (the rubric, baked in) and the options given to `bundle`,
   in the language `bundle` ran in (`labctl --lang zh grade bundle`): the text
   Gradescope shows learners (`output`, and the fallback below) is in it.
+  Gradescope's `submission_metadata.json` is passed on when there is one: its
+  `created_at` is when the learner handed in (late work, `labctl.grade.late`).
   `AUTOGRADER_ROOT` and `LABCTL` override `/autograder` and the labctl it
   runs, so the script can be tried outside Gradescope. Only labctl's own
   results count: a results.json already there is removed first, labctl writes
@@ -60,12 +62,17 @@ mkdir -p "$ROOT/results"
 # into a folder of this run's own that only this script moves from, once labctl succeeded.
 rm -rf -- "$RESULTS"
 PRIVATE="$(mktemp -d "$ROOT/results/.labctl-XXXXXXXX")" || PRIVATE=""
+# When the learner handed in is Gradescope's word (created_at), never the submission's own.
+METADATA=()
+if [ -f "$ROOT/submission_metadata.json" ]; then
+    METADATA=(--submission-metadata "$ROOT/submission_metadata.json")
+fi
 code=1
 if [ -n "$PRIVATE" ]; then
     "$LABCTL" --lang {lang} grade gradescope "$ROOT/submission" \\
         --rubric "$ROOT/source/rubric.yaml" \\
         --results "$PRIVATE/results.json" \\
-        --work "$ROOT/results/labctl" {options}
+        --work "$ROOT/results/labctl" {options} ${{METADATA[@]+"${{METADATA[@]}}"}}
     code=$?
 fi
 if [ "$code" -eq 0 ] && [ -f "$PRIVATE/results.json" ] && [ ! -L "$PRIVATE/results.json" ]; then

@@ -5,12 +5,16 @@ Each Dask worker process keeps one grading worker of its own
 ends that learner's task with the same named failure as on one machine, and
 the facts that come back are the ones a local run produces: the points are
 given in the batch's process from them, so a Dask run and a serial run agree.
+When the batch ends its grading workers are closed on every Dask worker (each
+held a few hundred MB, idle, until the Dask worker itself ended); another
+batch's, keyed by its own reference key, are left running.
 Needs the optional extra `labctl[dask]`.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -23,12 +27,27 @@ _LOCK = threading.Lock()
 _POOLS: dict[tuple, LocalPool] = {}
 
 
+def _key(learner_timeout_s: float, env: dict[str, str]) -> tuple:
+    return (learner_timeout_s, tuple(sorted(env.items())))
+
+
 def _pool(learner_timeout_s: float, env: dict[str, str]) -> LocalPool:
-    key = (learner_timeout_s, tuple(sorted(env.items())))
+    key = _key(learner_timeout_s, env)
     if key not in _POOLS:
         _POOLS[key] = LocalPool(1, learner_timeout_s, env)
         atexit.register(_POOLS[key].close)
     return _POOLS[key]
+
+
+def close_pool(learner_timeout_s: float, env: dict[str, str]) -> int:
+    """Run on every Dask worker when a batch ends: close that batch's grading worker here.
+    Returns how many grading pools this Dask worker still holds (other batches')."""
+    with _LOCK:
+        pool = _POOLS.pop(_key(learner_timeout_s, env), None)
+        if pool is not None:
+            atexit.unregister(pool.close)
+            pool.close()
+        return len(_POOLS)
 
 
 def observe_on_worker(job: dict, learner_timeout_s: float, env: dict[str, str]) -> dict:
@@ -103,4 +122,6 @@ def run_on_dask(
                 Outcome(result["status"], result["facts"], result["message"], result["isolation"]),
             )
     finally:
+        with contextlib.suppress(Exception):  # a worker gone already holds no pool
+            client.run(close_pool, learner_timeout_s, env)
         client.close()

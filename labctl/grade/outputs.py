@@ -38,7 +38,8 @@ from labctl.grade.layout import Ignored, stem
 from labctl.grade.rubric import Rubric
 from labctl.grade.score import GRADED, Row
 from labctl.grade.visibility import Audience, audience, published_at
-from labctl.i18n import _
+from labctl.i18n import N_, _
+from labctl.isolation.sandbox import OUTPUT_LIMIT
 from labctl.jsonsafe import dumps
 from labctl.textsafe import cell, json_text, shown
 
@@ -62,7 +63,17 @@ def gradebook_csv(
     writer = csv.writer(buffer, lineterminator="\n")
     ids = [item.id for item in rubric.items]
     writer.writerow(
-        ["learner", "status", "score", "max_score", *ids, "isolation", "diagnosis", "identical_to"]
+        [
+            "learner",
+            "status",
+            "score",
+            "max_score",
+            *ids,
+            "isolation",
+            "diagnosis",
+            "identical_to",
+            *LATE_COLUMNS,
+        ]
     )
     for index, row in enumerate(rows):
         points = {i.id: _points(i.points) for i in row.items}
@@ -76,9 +87,64 @@ def gradebook_csv(
                 row.isolation or "",
                 cell(row.diagnosis),
                 cell(" ".join(identical[index]) if identical else ""),
+                *_late_cells(row),
             ]
         )
     return buffer.getvalue()
+
+
+# Lateness and the TA's adjustments: score = the items' points - late_penalty + adjustment;
+# then what the learner's room printed. (Its time is in summary.json: the gradebook of two
+# runs of one batch is the same file.)
+LATE_COLUMNS = (
+    "submitted_at",
+    "late",
+    "late_penalty",
+    "adjustment",
+    "adjustment_reasons",
+    "printed",
+)
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def printed(row: Row) -> str:
+    """The gradebook's flag for a room that printed: how much, and what the record kept."""
+    if not row.output_bytes:
+        return ""
+    if row.output_bytes <= OUTPUT_LIMIT:
+        return _("printed {size}").format(size=_size(row.output_bytes))
+    return _("printed {size}; kept the first {kept}").format(
+        size=_size(row.output_bytes), kept=_size(OUTPUT_LIMIT)
+    )
+
+
+def _late_cells(row: Row) -> list[str]:
+    late = row.late
+    return [
+        late.submitted_at or "" if late else "",
+        late.label() if late else "",
+        _points(row.late_penalty) if late else "",
+        _points(sum(a["points"] for a in row.adjustments)) if row.adjustments else "",
+        cell(" | ".join(a["reason"] for a in row.adjustments)),
+        printed(row),
+    ]
+
+
+def _late_json(row: Row) -> dict:
+    """What the learner and the grader are told of lateness and adjustments (no points of
+    hidden items: the penalty is a share, the adjustments the TA's own)."""
+    document: dict = {}
+    if row.late is not None:
+        document["late"] = row.late.to_json()
+    if row.adjustments:
+        document["adjustments"] = list(row.adjustments)
+    return document
 
 
 def junit_xml(rows: list[Row]) -> bytes:
@@ -132,9 +198,10 @@ def feedback(row: Row, seen: Audience | None = None) -> dict:
         "learner": row.learner,
         "status": row.status,
         "published": seen.published,
-        "score": round(sum(i.points for i in shown), 6),
+        "score": row.adjusted(sum(i.points for i in shown)),
         "max_score": round(sum(i.max_points for i in shown), 6),
         "items": [i.to_json() for i in shown],
+        **_late_json(row),
     }
     if row.status != GRADED:
         document["message"] = row.diagnosis
@@ -153,6 +220,20 @@ def _learner_output(row: Row) -> str:
     ]
     if row.status != GRADED:
         lines.insert(0, row.diagnosis)
+    late = row.late
+    if late is not None and late.units:
+        said = (
+            N_("Handed in {units} day(s) late: {percent:g}% of the score taken off.")
+            if late.unit_word == "day"
+            else N_("Handed in {units} hour(s) late: {percent:g}% of the score taken off.")
+        )
+        lines.append(_(said).format(units=late.units, percent=late.penalty_percent))
+    for adjustment in row.adjustments:
+        lines.append(
+            _("Adjusted by {points:+g} points: {reason}").format(
+                points=adjustment["points"], reason=adjustment["reason"]
+            )
+        )
     return "\n".join(lines)
 
 
@@ -207,6 +288,10 @@ def summary(
                 "isolation": r.isolation,
                 "diagnosis": r.diagnosis,
                 "identical_to": list(identical[index]) if identical else [],
+                "late_penalty": r.late_penalty,
+                "wall_time_s": r.wall_time_s,
+                "output_bytes": r.output_bytes,
+                **_late_json(r),
             }
             for index, r in enumerate(rows)
         ],
@@ -239,7 +324,7 @@ def write_all(
 
     put(out / "gradebook.csv", gradebook_csv(rows, rubric, identical).encode("utf-8"))
     put(out / "junit.xml", junit_xml(rows))
-    seen = audience(rubric.due, published_at(out) is not None)
+    seen = audience(rubric.due_at, published_at(out) is not None)
     for index, row in enumerate(rows):
         name = stems[index] if stems else stem(row.learner)
         put(out / "feedback" / f"{name}.json", json_bytes(feedback(row, seen)))

@@ -70,7 +70,7 @@ def publish(out: Path, rubric: Rubric, now: datetime | None = None) -> Published
     now = now or datetime.now(UTC)
     when = now.isoformat(timespec="seconds")
     marker = {"schema": PUBLISHED_SCHEMA, "published_at": when, "rubric_sha256": rubric.sha256()}
-    seen = audience(rubric.due, True, now)
+    seen = audience(rubric.due_at, True, now)
     done = Published(len(records), seen.due_passed)
     for stem, record in records.items():
         path = out / "feedback" / f"{stem}.json"

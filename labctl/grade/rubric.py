@@ -22,21 +22,27 @@ verified against (`labctl/data/rubric-default-v2.yaml` targets v2); a
 are published, `labctl grade publish`); `hidden` (never shown to the learner).
 An item not yet shown is absent from what the learner sees, not even counted
 (`labctl.grade.visibility`).
+
+`scoring` (`cascade`, the default, or `independent`) says how a function built on a
+failing function is charged (`labctl.grade.score`); `due` and `late` are the due date
+and the late rules (`labctl.grade.late`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import AwareDatetime, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from labctl.errors import LabctlError, UsageError
 from labctl.evidence.models import Strict
+from labctl.grade.late import LatePolicy, parse_time
 from labctl.i18n import Msg, joined
 
 RUBRIC_SCHEMA = "labctl.rubric.v1"
@@ -104,10 +110,31 @@ class Rubric(Strict):
     schema_: Literal["labctl.rubric.v1"] = Field(alias="schema")
     name: str
     contract: Literal[1, 2] = 1
-    # Shared with the late rules: `after_due_date` items are shown from then on. Not strict:
-    # a quoted ISO 8601 time is read as a time.
-    due: AwareDatetime | None = Field(default=None, strict=False)
     items: list[Item] = Field(min_length=1)
+    # How a failing function is charged (`labctl.grade.score`): `cascade` charges every
+    # function that fails; `independent` does not charge one whose failure verify localises
+    # to a failing function it is built on.
+    scoring: Literal["cascade", "independent"] = "cascade"
+    # ISO 8601 with a timezone: the late rules count from it (`labctl.grade.late`), and
+    # `after_due_date` items are shown from then on (`labctl.grade.visibility`).
+    due: str | None = None
+    late: LatePolicy | None = None
+
+    @field_validator("due", mode="before")
+    @classmethod
+    def _due_time(cls, value: object) -> object:
+        if value is None:
+            return None
+        when = parse_time(value)
+        if when is None:
+            raise ValueError(
+                Msg("due must be an ISO 8601 time with its timezone (2026-03-01T23:59:00+08:00)")
+            )
+        return when.isoformat()
+
+    @property
+    def due_at(self) -> datetime | None:
+        return parse_time(self.due)
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Rubric:
@@ -128,6 +155,8 @@ class Rubric(Strict):
                         version=self.contract,
                     )
                 )
+        if self.late is not None and self.due is None:
+            raise ValueError(Msg("late rules need a due date (due:)"))
         return self
 
     @property

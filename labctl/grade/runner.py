@@ -32,7 +32,8 @@ from labctl.grade.batch_seed import batch_secrets
 from labctl.grade.layout import Ignored, Learner, survey
 from labctl.grade.pool import LocalPool, Outcome
 from labctl.grade.rubric import Rubric
-from labctl.grade.score import ItemResult, Row, failed_row, score
+from labctl.grade.score import ItemResult, Row, failed_row, observed, score
+from labctl.grade.workflow import Workflow
 from labctl.i18n import Msg, language
 from labctl.isolation import resolve_isolation
 from labctl.isolation.levels import require_every_layer
@@ -127,7 +128,7 @@ def row_from_record(record: dict) -> Row:
         )
         for i in record["items"]
     ]
-    return row
+    return observed(row, record.get("facts"))
 
 
 def _record(row: Row, learner: Learner, key: str, rubric: Rubric, facts: dict | None) -> dict:
@@ -211,10 +212,11 @@ def grade_class(
     rubric: Rubric,
     options: GradeOptions,
     progress: Progress | None = None,
+    workflow: Workflow | None = None,
 ) -> Batch:
     """Grade every learner under `submissions_dir` into `out` (see the module docstring)."""
     learners, ignored = survey(submissions_dir)
-    return grade_learners(learners, out, rubric, options, progress, ignored)
+    return grade_learners(learners, out, rubric, options, progress, ignored, workflow)
 
 
 def grade_learners(
@@ -224,11 +226,15 @@ def grade_learners(
     options: GradeOptions,
     progress: Progress | None = None,
     ignored: list[Ignored] | None = None,
+    workflow: Workflow | None = None,
 ) -> Batch:
     """Grade `learners` (from `labctl.grade.layout`) into `out`.
 
     Rows are kept by the learner's place in `learners`: two learners may hand in
-    the very same files (the same resume key), and each has its own row."""
+    the very same files (the same resume key), and each has its own row. `workflow`:
+    which earlier results to reuse, lateness and adjustments (`labctl.grade.workflow`)."""
+    workflow = workflow or Workflow()
+    workflow.check(learners)
     # Refuse the batch before any learner runs: `sandbox` without a working one, or without
     # one of its layers, is exit 2.
     resolve_isolation(options.isolation)
@@ -260,7 +266,7 @@ def grade_learners(
     for index, learner in enumerate(learners):
         keys[index] = learner_key(learner, rubric, options)
         previous = read_record(out, learner.stem)
-        if previous is not None and previous.get("key") == keys[index]:
+        if workflow.reuse(learner, previous, keys[index]):
             rows[index] = row_from_record(previous)
             batch.skipped.append(learner.id)
             if progress:
@@ -283,6 +289,7 @@ def grade_learners(
                 row = failed_row(
                     learner.id, rubric, outcome.status, outcome.message, outcome.isolation
                 )
+                observed(row, outcome.facts)
             keep(index, row, outcome.facts)
 
         jobs = [(str(index), _job(learners[index], rubric, options)) for index in todo]
@@ -300,6 +307,7 @@ def grade_learners(
                 pool.run(jobs, done)
 
     batch.rows = [rows[index] for index in range(total)]
+    batch.warnings += workflow.apply(batch.rows, rubric)
     batch.identical = identical_rooms(learners)
     batch.files = outputs.write_all(
         batch.rows,

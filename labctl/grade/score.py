@@ -4,19 +4,32 @@
 found; this module turns those facts into one row per learner through the
 rubric. A learner that could not be observed (a layout error, a hang that hit
 the learner's time limit, a grading process that died, a refusal) gets a row
-too: every item scores 0 and the row's `status` and `diagnosis` name why.
+too: every item scores 0 and the row's `status` and `diagnosis` name why. A
+room observed that does not load is `not-loaded` (every item 0, the reason named).
+
+A check that could not run for a function (`not-run`: an earlier call of that
+function hung) is charged to that function's own item only, never to a `check`
+item of every function. The rubric's `scoring` says how a function built on a
+failing function is charged: `cascade`, like any failing function;
+`independent`, not at all when verify localises its failure to the failing
+function it is built on (its item names that function and passes).
+
+The row's score is its items' points, less the late penalty (a share of them,
+`labctl.grade.late`), plus the TA's adjustments (`labctl.grade.overrides`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from labctl.grade.late import Lateness
 from labctl.grade.rubric import Item, Rubric
 from labctl.i18n import _
 
 # Row statuses: `graded` (the learner's code was observed; its items say how it did), or
 # the named failure that stopped the observation.
 GRADED = "graded"
+NOT_LOADED = "not-loaded"
 FAILURES = ("layout-error", "hang", "crash", "refused")
 _MESSAGE_CHARS = 600
 
@@ -53,10 +66,29 @@ class Row:
     diagnosis: str
     isolation: str | None
     items: list[ItemResult] = field(default_factory=list)
+    late: Lateness | None = None
+    adjustments: list[dict] = field(default_factory=list)  # {"points", "reason"}
+    wall_time_s: float | None = None  # what observing the learner took (None: not known)
+    output_bytes: int = 0  # what the learner's room printed in all
+
+    @property
+    def items_score(self) -> float:
+        return round(sum(i.points for i in self.items), 6)
+
+    def adjusted(self, points: float) -> float:
+        """`points` less the late penalty (its share of them), plus the adjustments."""
+        percent = self.late.penalty_percent if self.late else 0.0
+        extra = sum(a["points"] for a in self.adjustments)
+        return round(points * (1 - percent / 100) + extra, 6)
+
+    @property
+    def late_penalty(self) -> float:
+        percent = self.late.penalty_percent if self.late else 0.0
+        return round(self.items_score * percent / 100, 6)
 
     @property
     def score(self) -> float:
-        return round(sum(i.points for i in self.items), 6)
+        return self.adjusted(self.items_score)
 
     @property
     def max_score(self) -> float:
@@ -92,6 +124,17 @@ def _function(item: Item, rubric: Rubric, verify: dict) -> tuple[bool, str]:
         return False, verify["message"]
     if not bad:
         return True, _("passes every check")
+    if rubric.scoring == "independent":
+        found = next(
+            (
+                d
+                for d in verify["diagnosis"]
+                if d["function"] == item.target and d["kind"] == "dependency"
+            ),
+            None,
+        )
+        if found is not None:
+            return True, _("not charged (scoring: independent): {why}").format(why=found["message"])
     failed = [c for c in bad if c["status"] == "fail"]
     # The diagnosis's own sentence first (the line JUnit shows), unless it names what a
     # hidden item checks.
@@ -123,12 +166,21 @@ def listed(parts: list[tuple[str, str]], limit: int = _MESSAGE_CHARS) -> str:
 def _check(item: Item, verify: dict) -> tuple[bool, str]:
     if verify["status"] != "loaded":
         return False, verify["message"]
-    bad = _failing(verify["checks"], lambda c: c["name"] == item.target)
-    if not bad:
+    mine = [c for c in verify["checks"] if c["name"] == item.target]
+    failed = sorted({c["function"] for c in mine if c["status"] == "fail"})
+    if failed:
+        return False, _("{check} does not pass for: {functions}").format(
+            check=item.target, functions=", ".join(failed)
+        )
+    # Not run for a function: its own item is charged for that, not this one.
+    unrun = [c for c in mine if c["status"] == "not-run"]
+    if mine and len(unrun) == len(mine):
+        return False, _("{check} could not run for any function").format(check=item.target)
+    if not unrun:
         return True, _("{check} passes for every function").format(check=item.target)
-    names = sorted({c["function"] for c in bad})
-    return False, _("{check} does not pass for: {functions}").format(
-        check=item.target, functions=", ".join(names)
+    return True, _("{check} passes for every function it ran for; not run for {functions}").format(
+        check=item.target,
+        functions="; ".join(f"{c['function']} ({c['message']})" for c in unrun[:3]),
     )
 
 
@@ -180,7 +232,8 @@ def score(learner: str, rubric: Rubric, facts: dict) -> Row:
             learner, rubric, "refused", facts["error"]["message"], facts.get("isolation")
         )
     verify = facts["verify"]
-    row = Row(learner, GRADED, _short(_diagnosis(verify)), facts.get("isolation"))
+    status = NOT_LOADED if verify["status"] in ("unloadable", "refused") else GRADED
+    row = Row(learner, status, _short(_diagnosis(verify)), facts.get("isolation"))
     for item in rubric.items:
         if item.kind == "function":
             passed, message = _function(item, rubric, verify)
@@ -193,6 +246,14 @@ def score(learner: str, rubric: Rubric, facts: dict) -> Row:
         else:
             passed, message = _submission(facts)
         row.items.append(_result(item, passed, message))
+    return observed(row, facts)
+
+
+def observed(row: Row, facts: dict | None) -> Row:
+    """`row` with what its observation cost: the time, and how much the room printed."""
+    if facts:
+        row.wall_time_s = facts.get("wall_time_s")
+        row.output_bytes = (facts.get("verify") or {}).get("output_bytes", 0)
     return row
 
 

@@ -119,6 +119,9 @@ def _verify_facts(report) -> dict:
         ],
         "diagnosis": [said(d.to_json(), "message", d.shown) for d in report.diagnosis],
         "metrics": [said(m.to_json(), "note", m.shown_note) for m in report.metrics],
+        # What the room printed: the grader's to read (records), never scored.
+        "output_bytes": report.output_bytes,
+        "output": report.output,
     }
 
 

@@ -76,6 +76,9 @@ class _Output:
         self.fd = fd
         self.kept = bytearray()
         self.total = 0
+        # Over the worker's whole life (a take does not reset them): for the grader's record.
+        self.first = bytearray()
+        self.seen = 0
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._drain, daemon=True)
         self.thread.start()
@@ -88,6 +91,10 @@ class _Output:
                     room = OUTPUT_LIMIT - len(self.kept)
                     if room > 0:
                         self.kept += chunk[:room]
+                    self.seen += len(chunk)
+                    room = OUTPUT_LIMIT - len(self.first)
+                    if room > 0:
+                        self.first += chunk[:room]
         with contextlib.suppress(OSError):
             os.close(self.fd)
 
@@ -145,6 +152,7 @@ class CleanRoom:
         self._seq = 0
         self._copy: Path | None = None
         self._output: _Output | None = None
+        self._outputs: list[_Output] = []  # every worker's, a worker restarted after a hang too
         self._loading: tuple[dict, float, float] | None = None
         # Every version's functions (v2 holds v1's): the checks ask for the version they check.
         self._names = contract.function_names(contract.LATEST)
@@ -205,6 +213,7 @@ class CleanRoom:
                 os.close(fd)
         self._write, self._read = to_child_w, from_child_r
         self._output = _Output(output_r)
+        self._outputs.append(self._output)
         request = {"op": "load", "path": room_path, "guard": self.guard, "names": self._names}
         self._post(request)
         timeout_s = max(self.timeout_s, _MIN_LOAD_TIMEOUT_S)
@@ -273,6 +282,17 @@ class CleanRoom:
 
     def __del__(self) -> None:
         self.dispose()
+
+    def output(self) -> tuple[int, str]:
+        """What the room's workers printed in all: how many bytes, and the first OUTPUT_LIMIT
+        of them, cleaned for a terminal."""
+        total, first = 0, bytearray()
+        for output in self._outputs:
+            with output.lock:
+                total += output.seen
+                first += output.first[: OUTPUT_LIMIT - len(first)]
+        text = textsafe.shown(bytes(first).decode("utf-8", "replace"), lines=True)
+        return total, text
 
     def _printed_note(self) -> str:
         if self._output is None:

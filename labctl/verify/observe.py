@@ -164,6 +164,9 @@ class RoomObservation:
     budget_s: float | None = None
     contract: int = 1  # the contract version checked
     declared: int = 1  # the one the room declares (`contract_check.declared_version`)
+    # What the room printed (stdout and stderr): bytes in all, and the first 64 KiB as text.
+    output_bytes: int = 0
+    output: str = ""
 
     @property
     def loaded(self) -> bool:
@@ -407,4 +410,5 @@ def observe(
                     seen.violations.append(located)
         if with_room is not None and not seen.over_budget:
             with_room(room)
+        seen.output_bytes, seen.output = room.output()
     return seen

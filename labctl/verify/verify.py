@@ -104,6 +104,8 @@ class VerifyReport:
     over_budget: list[str] = field(default_factory=list)  # functions whose calls were not run
     contract: int = 1  # the version checked
     declared: int = 1  # the version the room declares
+    output_bytes: int = 0  # what the room printed in all; `output`: its first 64 KiB
+    output: str = ""
     # What the terminal shows, translated there with `_()`: the Msg (or text) given as message.
     shown: str | Msg = field(init=False, repr=False, compare=False)
 
@@ -373,6 +375,8 @@ def _finish(
         over_budget=list(seen.over_budget),
         contract=seen.contract,
         declared=seen.declared,
+        output_bytes=seen.output_bytes,
+        output=seen.output,
     )
     report.wall_time_s = time.perf_counter() - start
     if out is not None:

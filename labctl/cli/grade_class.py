@@ -1,0 +1,137 @@
+"""The TA's options of `labctl grade` (regrade, late work, overrides, the Canvas export) and
+the summary line: kept apart from `labctl.cli.grade`, which wires them in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from labctl.errors import UsageError
+from labctl.i18n import Msg, _
+
+OnlyOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--only",
+        help="Regrade just this learner (repeat for more); every other row stays as recorded.",
+        show_default=False,
+    ),
+]
+ForceOption = Annotated[
+    bool, typer.Option("--force", help="Regrade every learner: reuse no earlier result.")
+]
+SubmittedAtOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--submitted-at",
+        help="CSV of learner,time (ISO 8601 with timezone): when each learner handed in, "
+        "for the rubric's due date and late rules.",
+        show_default=False,
+    ),
+]
+OverridesOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--overrides",
+        help="overrides.yaml: per-learner point adjustments, each with its reason.",
+        show_default=False,
+    ),
+]
+ExportOption = Annotated[
+    str | None,
+    typer.Option("--export", help="Also write an LMS import file: canvas.", show_default=False),
+]
+RosterOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--roster",
+        help="CSV of learner,Student,ID,SIS User ID,SIS Login ID,Section (for --export canvas).",
+        show_default=False,
+    ),
+]
+AssignmentOption = Annotated[
+    str | None,
+    typer.Option(
+        "--assignment",
+        help="The Canvas gradebook column, 'Name (id)' (default: the rubric's name, a new "
+        "assignment).",
+        show_default=False,
+    ),
+]
+SubmissionMetadataOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--submission-metadata",
+        help="Gradescope's submission_metadata.json: its created_at is when the learner handed in.",
+        show_default=False,
+    ),
+]
+
+
+def workflow(
+    only: list[str] | None,
+    force: bool,
+    submitted_at: Path | None,
+    overrides: Path | None,
+    export: str | None,
+    roster: Path | None,
+):
+    """The run's `Workflow`, its files read and checked before any learner is graded."""
+    from labctl.grade.late import read_submitted_csv
+    from labctl.grade.overrides import load_overrides
+    from labctl.grade.workflow import Workflow
+
+    if export is not None and export != "canvas":
+        raise UsageError(Msg("--export {format}: the one format is canvas", format=export))
+    if export is not None and roster is None:
+        raise UsageError(Msg("--export canvas needs --roster FILE"))
+    if roster is not None and not roster.is_file():
+        raise UsageError(Msg("--roster {path} is not a file", path=str(roster)))
+    return Workflow(
+        only=frozenset(only or ()),
+        force=force,
+        submitted=read_submitted_csv(submitted_at) if submitted_at else None,
+        overrides=load_overrides(overrides) if overrides else None,
+        overrides_name=overrides.name if overrides else "overrides.yaml",
+    )
+
+
+def export(batch, rubric, roster: Path, assignment: str | None, out_dir: Path) -> None:
+    """Write canvas.csv into the batch's outputs; its warnings join the batch's."""
+    from labctl.grade.export import write_canvas
+
+    path, warnings = write_canvas(
+        batch.rows, roster, assignment or rubric.name, rubric.max_score, out_dir
+    )
+    batch.files.append(path)
+    batch.warnings.extend(warnings)
+
+
+def output_cost(row) -> str:
+    """A room that printed, for the table: how much, and how long its learner took."""
+    from labctl.grade.outputs import printed
+
+    if row.wall_time_s is None:
+        return printed(row)
+    return _(Msg("{printed}, in {seconds:.1f} s", printed=printed(row), seconds=row.wall_time_s))
+
+
+def summary_line(batch, rubric, out_dir: Path) -> Msg:
+    """One line whose counts add up: every learner in one status; graded or reused this run."""
+    statuses: dict[str, int] = {}
+    for row in batch.rows:
+        statuses[row.status] = statuses.get(row.status, 0) + 1
+    counts = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
+    return Msg(
+        "{learners} learners ({counts}; {graded} graded in this run, {skipped} unchanged since "
+        "the last run) with {rubric}, in {seconds:.1f} s; gradebook {gradebook}",
+        learners=len(batch.rows),
+        counts=counts or "0",
+        graded=len(batch.graded),
+        skipped=len(batch.skipped),
+        rubric=rubric.name,
+        seconds=batch.wall_time_s,
+        gradebook=str(out_dir / "gradebook.csv"),
+    )

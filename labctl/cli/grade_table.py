@@ -1,0 +1,102 @@
+"""The table `labctl grade class` prints: a row per learner, the similarity lines, the
+summary. Learner text is escaped and never cut mid-clause (`labctl.cli.render`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.cells import cell_len
+from rich.markup import escape
+
+from labctl.cli import grade_class as ta
+from labctl.cli.render import Column, Prose, fit, out
+from labctl.i18n import N_, Msg, _
+from labctl.textsafe import shown
+
+# The terminal shows whole clauses of a diagnosis up to about this many cells; the gradebook
+# holds them all.
+DIAGNOSIS_CELLS = 200
+
+# The table's column headers: words for a person (the gradebook's columns stay English).
+COLUMNS = (
+    ("learner", N_("learner")),
+    ("status", N_("status")),
+    ("score", N_("score")),
+    ("isolation", N_("isolation")),
+    ("diagnosis", N_("diagnosis")),
+)
+
+
+def _diagnosis_shown(diagnosis: str) -> str:
+    """The diagnosis's whole clauses that fit DIAGNOSIS_CELLS, and how many more the gradebook
+    holds: a clause is never cut."""
+    clauses = diagnosis.split("; ") if diagnosis else []
+    kept = clauses[:1]
+    for clause in clauses[1:]:
+        if cell_len("; ".join([*kept, clause])) > DIAGNOSIS_CELLS:
+            break
+        kept.append(clause)
+    shown_text = "; ".join(kept)
+    if len(kept) < len(clauses):
+        more = Msg("(and {n} more in gradebook.csv)", n=len(clauses) - len(kept))
+        shown_text += " " + _(more)
+    return shown_text
+
+
+def render(batch, rubric, found, out_dir: Path) -> None:
+    rows = []
+    for row, identical in zip(batch.rows, batch.identical, strict=True):
+        diagnosis = shown(_diagnosis_shown(row.diagnosis))
+        if row.output_bytes:
+            cost = ta.output_cost(row)
+            diagnosis = f"{diagnosis} ({cost})" if diagnosis else cost
+        if identical:
+            same = _(Msg("same clean room as {learners}", learners=", ".join(identical)))
+            diagnosis = f"{diagnosis} ({same})" if diagnosis else same
+        rows.append(
+            [
+                escape(shown(row.learner)),
+                row.status if row.status == "graded" else f"[bold red]{row.status}[/bold red]",
+                f"{row.score:g}/{row.max_score:g}",
+                row.isolation or "—",
+                escape(diagnosis),
+            ]
+        )
+    columns = [Column(header, identifier=name != "diagnosis", prose=name == "diagnosis")
+               for name, header in COLUMNS]  # fmt: skip
+    out.print(fit(columns, rows, box=None, pad_edge=False, padding=(0, 1)))
+    if found is not None:
+        _render_similarity(found)
+    out.print(Prose(escape(_(ta.summary_line(batch, rubric, out_dir)))))
+
+
+def _render_similarity(found) -> None:
+    for name, room in found.rooms.items():
+        if room.base_share >= found.threshold:
+            line = Msg(
+                "base code: {learner}: {share:.0%} of its clean room is base code (labctl's own "
+                "clean room, the clean-room init stubs, --base)",
+                learner=shown(name),
+                share=room.base_share,
+            )
+            out.print(Prose(escape(_(line))))
+    if not found.pairs:
+        out.print(Prose(escape(_("similarity: no pair of clean rooms above the threshold"))))
+    for pair in found.pairs:
+        # Each file pair's span; similarity.html shows every region of it.
+        files = ", ".join(
+            f"{shown(f.a_file)} {min(r.a_lines[0] for r in f.regions)}-"
+            f"{max(r.a_lines[1] for r in f.regions)} ~ {shown(f.b_file)} "
+            f"{min(r.b_lines[0] for r in f.regions)}-{max(r.b_lines[1] for r in f.regions)}"
+            for f in pair.files[:3]
+        )
+        line = Msg(
+            "similar: {a} ~ {b}: {a_share:.0%} / {b_share:.0%} of their code beyond the base; "
+            "{files}",
+            a=shown(pair.a),
+            b=shown(pair.b),
+            a_share=pair.a_share,
+            b_share=pair.b_share,
+            files=files,
+        )
+        out.print(Prose(escape(_(line))))

@@ -1,0 +1,129 @@
+"""`labctl grade --export canvas --roster FILE`: a CSV Canvas's gradebook imports.
+
+Canvas matches a row to a student by its first columns, `Student`, `ID`,
+`SIS User ID`, `SIS Login ID` and `Section` (as its own gradebook export
+writes them), and a column named `<assignment> (<assignment id>)` to an
+assignment (a name without an id makes a new one). The second row,
+`Points Possible`, gives the assignment's points, as in Canvas's export.
+
+The roster maps learner ids (the class folder's names) to those columns: a CSV
+whose header is `learner,Student,ID,SIS User ID,SIS Login ID,Section` (in any
+order; `learner`, `Student` and one of `ID` or `SIS User ID` filled in each row).
+A graded learner the roster does not list is left out of the export and named in a
+warning; so is a roster entry with no row.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+from labctl.errors import LabctlError, UsageError
+from labctl.evidence.store import replace_atomically
+from labctl.grade.score import Row
+from labctl.i18n import Msg
+from labctl.textsafe import cell
+
+CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+ROSTER_COLUMNS = ("learner", *CANVAS_COLUMNS)
+POINTS_POSSIBLE = "    Points Possible"  # Canvas's own export indents it so
+
+
+class RosterError(LabctlError):
+    """A roster file that cannot be read or does not map learner ids to Canvas students."""
+
+
+def read_roster(path: Path) -> dict[str, dict[str, str]]:
+    """learner id -> its Canvas columns."""
+    try:
+        text = path.read_text("utf-8-sig")
+    except FileNotFoundError:
+        raise UsageError(Msg("--roster {path}: no such file", path=str(path))) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RosterError(Msg("cannot read {path}: {why}", path=str(path), why=str(exc))) from None
+    reader = csv.DictReader(io.StringIO(text))
+    header = [h.strip() for h in reader.fieldnames or []]
+    if sorted(header) != sorted(ROSTER_COLUMNS):
+        raise RosterError(
+            Msg(
+                "{path}: the header must be {columns} (in any order), got {header}",
+                path=path.name,
+                columns=",".join(ROSTER_COLUMNS),
+                header=",".join(header) or "nothing",
+            )
+        )
+    reader.fieldnames = header
+    roster: dict[str, dict[str, str]] = {}
+    for number, entry in enumerate(reader, start=2):
+        values = {k: (v or "").strip() for k, v in entry.items() if k is not None}
+        if None in entry or not values["learner"] or not values["Student"]:
+            raise RosterError(
+                Msg(
+                    "{path} line {line}: every row needs its learner id and Student name",
+                    path=path.name,
+                    line=number,
+                )
+            )
+        if not (values["ID"] or values["SIS User ID"]):
+            raise RosterError(
+                Msg(
+                    "{path} line {line}: give the student's ID or SIS User ID",
+                    path=path.name,
+                    line=number,
+                )
+            )
+        if values["learner"] in roster:
+            raise RosterError(
+                Msg(
+                    "{path}: learner {learner} appears twice",
+                    path=path.name,
+                    learner=values["learner"],
+                )
+            )
+        roster[values["learner"]] = {c: values[c] for c in CANVAS_COLUMNS}
+    return roster
+
+
+def canvas_csv(
+    rows: Sequence[Row], roster: dict[str, dict[str, str]], assignment: str, max_score: float
+) -> tuple[str, list[Msg]]:
+    """The import file and the warnings (learners left out)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([*CANVAS_COLUMNS, assignment])
+    writer.writerow([POINTS_POSSIBLE, "", "", "", "", f"{max_score:g}"])
+    warnings: list[Msg] = []
+    graded = {row.learner: row for row in rows}
+    for learner, student in roster.items():
+        row = graded.get(learner)
+        if row is None:
+            warnings.append(
+                Msg("{learner} is in the roster but has no row: left out", learner=learner)
+            )
+            continue
+        writer.writerow([cell(student[c]) for c in CANVAS_COLUMNS] + [f"{row.score:g}"])
+    for row in rows:
+        if row.learner not in roster:
+            warnings.append(
+                Msg(
+                    "{learner} is not in the roster: left out of the Canvas export",
+                    learner=row.learner,
+                )
+            )
+    return buffer.getvalue(), warnings
+
+
+def write_canvas(
+    rows: Sequence[Row],
+    roster_path: Path,
+    assignment: str,
+    max_score: float,
+    out: Path,
+) -> tuple[Path, list[Msg]]:
+    roster = read_roster(roster_path)
+    text, warnings = canvas_csv(rows, roster, assignment, max_score)
+    path = out / "canvas.csv"
+    replace_atomically(path, text.encode("utf-8"))
+    return path, warnings

@@ -1,0 +1,125 @@
+"""Late work on its own: the rubric's `due:` and `late:`, the lateness rule, the time files.
+
+The rule (`labctl.grade.late`): within the grace, on time; past it, every started day (or
+hour) from the due date costs `penalty_percent` of the score, up to `cap_percent`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import pytest
+import yaml
+
+from labctl.errors import UsageError
+from labctl.grade.late import (
+    LateError,
+    LatePolicy,
+    lateness,
+    read_gradescope_metadata,
+    read_submitted_csv,
+)
+from labctl.grade.rubric import RubricError, default_rubric_text, parse_rubric
+from labctl.grade.score import ItemResult, Row
+
+DUE = datetime.fromisoformat("2026-03-01T23:59:00+08:00")
+PER_DAY = LatePolicy(unit="day", penalty_percent=10, cap_percent=30, grace_minutes=15)
+
+
+def test_on_time_and_inside_the_grace_cost_nothing():
+    early = lateness(DUE - timedelta(days=1), DUE, PER_DAY)
+    assert early.label() == "on-time" and early.penalty_percent == 0 and early.late_s == 0
+    grace = lateness(DUE + timedelta(minutes=14, seconds=59), DUE, PER_DAY)
+    assert grace.label() == "on-time" and grace.penalty_percent == 0
+
+
+def test_one_and_a_half_days_late_is_two_started_days():
+    late = lateness(DUE + timedelta(days=1.5), DUE, PER_DAY)
+    assert late.units == 2 and late.penalty_percent == 20 and late.label() == "2 day"
+    assert late.late_s == pytest.approx(1.5 * 86400, abs=1e-6)
+    # Past the grace, lateness counts from the due date, not from the end of the grace.
+    just = lateness(DUE + timedelta(minutes=16), DUE, PER_DAY)
+    assert just.units == 1 and just.penalty_percent == 10
+
+
+def test_past_the_cap_the_penalty_stays_at_the_cap():
+    late = lateness(DUE + timedelta(days=9), DUE, PER_DAY)
+    assert late.units == 9 and late.penalty_percent == 30
+
+
+def test_a_per_hour_penalty_counts_started_hours():
+    per_hour = LatePolicy(unit="hour", penalty_percent=2.5)
+    late = lateness(DUE + timedelta(hours=3, minutes=1), DUE, per_hour)
+    assert late.units == 4 and late.penalty_percent == 10 and late.label() == "4 hour"
+
+
+def test_the_penalty_is_a_share_of_the_score_and_adjustments_come_after():
+    row = Row("ann", "graded", "", "process")
+    row.items = [ItemResult("a", "function", "softmax", 7.5, 10, "visible", True, "")]
+    row.late = lateness(DUE + timedelta(days=1.5), DUE, PER_DAY)
+    assert row.late_penalty == 1.5 and row.score == 6.0
+    row.adjustments = [{"points": 2, "reason": "regraded"}]
+    assert row.score == 8.0
+
+
+def rubric_text(**extra) -> str:
+    data = yaml.safe_load(default_rubric_text())
+    data.update(extra)
+    return yaml.safe_dump(data, allow_unicode=True)
+
+
+def test_the_rubric_takes_a_due_date_with_a_timezone_and_late_rules():
+    text = rubric_text(late={"unit": "day", "penalty_percent": 10, "cap_percent": 50})
+    text += "due: 2026-03-01T23:59:00+08:00\n"  # unquoted: YAML's own timestamp
+    rubric = parse_rubric(text)
+    assert rubric.due_at == DUE and rubric.late.cap_percent == 50
+    quoted = parse_rubric(rubric_text(due="2026-03-01T15:59:00Z"))
+    assert quoted.due_at == DUE
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ({"due": "2026-03-01T23:59:00"}, "timezone"),
+        ({"due": "next friday"}, "timezone"),
+        ({"late": {"unit": "day", "penalty_percent": 10}}, "due date"),
+        ({"due": "2026-03-01T23:59:00Z", "late": {"unit": "week", "penalty_percent": 10}}, "unit"),
+        ({"due": "2026-03-01T23:59:00Z", "late": {"unit": "day", "penalty_percent": 0}}, "penalty"),
+        ({"due": "2026-03-01T23:59:00Z", "late": {"unit": "day", "percent": 10}}, "percent"),
+    ],
+)
+def test_bad_late_rules_are_refused_by_name(extra, reason):
+    with pytest.raises(RubricError, match=reason):
+        parse_rubric(rubric_text(**extra))
+
+
+def test_the_submission_times_csv(tmp_path):
+    path = tmp_path / "times.csv"
+    path.write_text(
+        "learner,submitted_at\nann,2026-03-01T10:00:00+08:00\nbob,2026-03-02T01:00:00Z\n"
+    )
+    times = read_submitted_csv(path)
+    assert times["ann"] == datetime.fromisoformat("2026-03-01T10:00:00+08:00")
+    assert times["bob"].utcoffset() == timedelta(0)
+    for bad, reason in (
+        ("ann,2026-03-01T10:00:00\n", "timezone"),
+        ("ann,yesterday\n", "ISO 8601"),
+        ("ann,2026-03-01T10:00:00Z\nann,2026-03-01T11:00:00Z\n", "twice"),
+    ):
+        path.write_text(bad)
+        with pytest.raises(LateError, match=reason):
+            read_submitted_csv(path)
+    with pytest.raises(UsageError, match="no such file"):
+        read_submitted_csv(tmp_path / "missing.csv")
+
+
+def test_gradescope_metadata_gives_created_at(tmp_path):
+    path = tmp_path / "submission_metadata.json"
+    path.write_text(json.dumps({"created_at": "2026-03-02T12:00:00.365935-08:00", "id": 7}))
+    assert read_gradescope_metadata(path) == datetime.fromisoformat(
+        "2026-03-02T12:00:00.365935-08:00"
+    )
+    path.write_text(json.dumps({"id": 7}))
+    with pytest.raises(LateError, match="created_at"):
+        read_gradescope_metadata(path)

@@ -1,0 +1,212 @@
+"""A TA's workflow end to end: late work, overrides, the Canvas export, --only and --force.
+
+Three learners, each a copy of the project's clean room (ann, bob, cy), graded with a
+20-point rubric due 2026-03-01T23:59:00+08:00 at 10 % per started day (cap 30 %, grace 15
+minutes). bob's folder is a git repository whose commit is dated long before the due date:
+the TA's times say he handed in 1.5 days late, and that is what counts.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from gradetools import GIT, copy_room
+from typer.testing import CliRunner
+
+from labctl.cli.main import app
+
+RUBRIC = """schema: labctl.rubric.v1
+name: workflow rubric
+due: "2026-03-01T23:59:00+08:00"
+late: {unit: day, penalty_percent: 10, cap_percent: 30, grace_minutes: 15}
+items:
+  - {id: fn.softmax, kind: function, target: softmax, points: 10}
+  - {id: fn.rope, kind: function, target: rope, points: 10}
+"""
+# ann inside the grace, bob 1.5 days late (2 started days: 20 %); cy is not listed.
+TIMES = "learner,submitted_at\nann,2026-03-02T00:10:00+08:00\nbob,2026-03-03T11:59:00+08:00\n"
+OVERRIDES = """schema: labctl.grade-overrides.v1
+overrides:
+  - learner: cy
+    points: -3
+    reason: "copied the README of another group"
+"""
+ROSTER = (
+    "learner,Student,ID,SIS User ID,SIS Login ID,Section\n"
+    'ann,"Lovelace, Ada",1001,S1001,ada,A\n'
+    'bob,"Babbage, Charles",1002,S1002,cb,A\n'
+)
+
+
+def invoke(*args: str):
+    result = CliRunner().invoke(app, list(args))
+    assert "Traceback" not in result.output, result.output
+    return result
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    base = tmp_path_factory.mktemp("workflow")
+    klass = base / "class"
+    for learner in ("ann", "bob", "cy"):
+        copy_room(klass / learner / "clean_room")
+    env = dict(os.environ, GIT_AUTHOR_DATE="2020-01-01T00:00:00Z")
+    env["GIT_COMMITTER_DATE"] = "2020-01-01T00:00:00Z"
+    for step in (["init", "-q"], ["add", "clean_room"], ["commit", "-q", "-m", "on time!"]):
+        subprocess.run([*GIT, *step], cwd=klass / "bob", env=env, check=True, capture_output=True)
+    for name, text in (
+        ("rubric.yaml", RUBRIC),
+        ("times.csv", TIMES),
+        ("overrides.yaml", OVERRIDES),
+        ("roster.csv", ROSTER),
+    ):
+        (base / name).write_text(text, encoding="utf-8")
+    out = base / "out"
+    first = invoke(*grade_args(base, out), "--json")
+    assert first.exit_code == 0, first.output
+    return base, out, json.loads(first.stdout), first.stderr
+
+
+def grade_args(base: Path, out: Path, times: str = "times.csv") -> list[str]:
+    return [
+        "grade",
+        str(base / "class"),
+        "--out",
+        str(out),
+        "--rubric",
+        str(base / "rubric.yaml"),
+        "--jobs",
+        "1",
+        "--submitted-at",
+        str(base / times),
+        "--overrides",
+        str(base / "overrides.yaml"),
+        "--export",
+        "canvas",
+        "--roster",
+        str(base / "roster.csv"),
+        "--assignment",
+        "Lab 8 (4242)",
+    ]
+
+
+def gradebook(out: Path) -> dict[str, dict]:
+    with (out / "gradebook.csv").open(encoding="utf-8") as handle:
+        return {row["learner"]: row for row in csv.DictReader(handle)}
+
+
+def test_lateness_comes_from_the_tas_times_not_the_learners_git(setup):
+    _, out, doc, _ = setup
+    rows = {r["learner"]: r for r in doc["rows"]}
+    assert rows["ann"]["score"] == 20 and rows["ann"]["late"]["penalty_percent"] == 0
+    # bob's commit says 2020; the TA's time says 1.5 days late: 2 started days, 20 %.
+    assert rows["bob"]["late"]["units"] == 2 and rows["bob"]["late"]["penalty_percent"] == 20
+    assert rows["bob"]["score"] == 16 and rows["bob"]["late_penalty"] == 4
+    book = gradebook(out)
+    assert book["ann"]["late"] == "on-time" and book["ann"]["late_penalty"] == "0"
+    assert book["bob"]["late"] == "2 day" and book["bob"]["late_penalty"] == "4"
+    assert book["bob"]["submitted_at"] == "2026-03-03T11:59:00+08:00"
+    feedback = json.loads((out / "feedback" / "bob.json").read_text())
+    assert feedback["score"] == 16 and feedback["late"]["penalty_percent"] == 20
+    results = json.loads((out / "gradescope" / "bob" / "results.json").read_text())
+    assert results["score"] == 16 and "2 day(s) late: 20% of the score" in results["output"]
+
+
+def test_a_learner_missing_from_the_times_is_named_and_treated_as_on_time(setup):
+    _, out, doc, stderr = setup
+    assert "no submission time for cy: treated as on time" in " ".join(stderr.split())
+    assert gradebook(out)["cy"]["late"] == "unknown"
+    assert {r["learner"]: r for r in doc["rows"]}["cy"]["late"]["submitted_at"] is None
+
+
+def test_an_override_is_recorded_and_shown_with_its_reason(setup):
+    _, out, doc, _ = setup
+    assert {r["learner"]: r for r in doc["rows"]}["cy"]["score"] == 17
+    book = gradebook(out)["cy"]
+    assert book["adjustment"] == "-3" and "copied the README" in book["adjustment_reasons"]
+    feedback = json.loads((out / "feedback" / "cy.json").read_text())
+    assert feedback["score"] == 17
+    assert feedback["adjustments"] == [
+        {"points": -3.0, "reason": "copied the README of another group"}
+    ]
+
+
+def test_the_canvas_export_is_what_canvas_imports(setup):
+    _, out, doc, stderr = setup
+    assert "canvas.csv" in doc["files"]
+    table = list(csv.reader((out / "canvas.csv").open(encoding="utf-8")))
+    assert table == [
+        ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Lab 8 (4242)"],
+        ["    Points Possible", "", "", "", "", "20"],
+        ["Lovelace, Ada", "1001", "S1001", "ada", "A", "20"],
+        ["Babbage, Charles", "1002", "S1002", "cb", "A", "16"],
+    ]
+    assert "cy is not in the roster" in " ".join(stderr.split())
+
+
+def test_new_times_change_the_penalty_without_regrading_anyone(setup, tmp_path):
+    base, out, _, _ = setup
+    (base / "times-late.csv").write_text(TIMES + "cy,2026-03-10T00:00:00Z\n")
+    again = invoke(*grade_args(base, out, "times-late.csv"), "--json")
+    assert again.exit_code == 0, again.output
+    doc = json.loads(again.stdout)
+    assert doc["graded"] == [] and sorted(doc["skipped"]) == ["ann", "bob", "cy"]
+    # 9 started days past the due date: the 30 % cap; then the override's -3.
+    assert {r["learner"]: r for r in doc["rows"]}["cy"]["score"] == 20 * 0.7 - 3
+
+
+def test_only_regrades_the_learners_named_and_keeps_the_other_rows(setup):
+    base, out, _, _ = setup
+    # ann's files change: without --only she would be regraded; with --only bob she is not.
+    (base / "class" / "ann" / "notes.txt").write_text("changed\n")
+    only = invoke(*grade_args(base, out), "--only", "bob", "--json")
+    assert only.exit_code == 0, only.output
+    doc = json.loads(only.stdout)
+    assert doc["graded"] == ["bob"] and sorted(doc["skipped"]) == ["ann", "cy"]
+    forced = invoke(*grade_args(base, out), "--force", "--json")
+    assert forced.exit_code == 0, forced.output
+    assert sorted(json.loads(forced.stdout)["graded"]) == ["ann", "bob", "cy"]
+
+
+def test_only_a_learner_the_class_does_not_hold_is_a_usage_error(setup):
+    base, out, _, _ = setup
+    result = invoke(*grade_args(base, out), "--only", "zoe")
+    assert result.exit_code == 2 and "--only: no learner zoe" in result.output
+
+
+def test_an_override_for_a_learner_the_class_does_not_hold_is_refused(setup, tmp_path):
+    base, out, _, _ = setup
+    (tmp_path / "overrides.yaml").write_text(OVERRIDES.replace("learner: cy", "learner: zoe"))
+    args = grade_args(base, out)
+    args[args.index("--overrides") + 1] = str(tmp_path / "overrides.yaml")
+    result = invoke(*args)
+    assert result.exit_code == 1 and "no learner zoe" in result.output
+
+
+def test_gradescope_takes_the_time_from_submission_metadata(setup, tmp_path):
+    base, _, _, _ = setup
+    metadata = tmp_path / "submission_metadata.json"
+    # bob's own commit is dated 2020; Gradescope says 1 day 4 hours past due: 2 started days.
+    metadata.write_text(json.dumps({"created_at": "2026-03-02T12:00:00.5-08:00"}))
+    results = tmp_path / "results.json"
+    done = invoke(
+        "grade",
+        "gradescope",
+        str(base / "class" / "bob"),
+        "--results",
+        str(results),
+        "--work",
+        str(tmp_path / "work"),
+        "--rubric",
+        str(base / "rubric.yaml"),
+        "--submission-metadata",
+        str(metadata),
+    )
+    assert done.exit_code == 0, done.output
+    document = json.loads(results.read_text())
+    assert document["score"] == 16 and "2 day(s) late: 20%" in document["output"]
