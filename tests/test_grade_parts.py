@@ -115,6 +115,47 @@ def test_layout_errors_are_named_per_learner(tmp_path):
     assert found["bad id"].stem.startswith("invalid-")
 
 
+def test_a_flat_upload_is_the_room_when_unambiguous(tmp_path):
+    root = tmp_path / "class"
+    copy_room(root / "nested" / "clean_room")
+    copy_room(root / "flat")  # the room's files at the folder's top, as Gradescope uploads them
+    (root / "flat" / "submission.yaml").write_text("x: 1\n")
+    (root / "flat" / ".git").mkdir()
+    (root / "flat" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    copy_room(root / "both")
+    copy_room(root / "both" / "helpers")  # a second package beside the top's __init__.py
+    (root / "loose").mkdir()
+    (root / "loose" / "attention.py").write_text("x = 1\n")
+    found = {learner.id: learner for learner in discover(root)}
+    flat, nested = found["flat"], found["nested"]
+    assert flat.error is None and flat.clean_room == root / "flat"
+    assert flat.submission == root / "flat" / "submission.yaml"
+    # the same room either way: its digest leaves out the repository and the submission
+    assert flat.room_sha256 == nested.room_sha256 != ""
+    assert found["both"].error.code == "ambiguous"
+    assert "helpers/" in found["both"].error.message
+    assert found["loose"].error.code == "no-clean-room"
+    assert "__init__.py at the top" in found["loose"].error.message
+
+
+def test_a_flat_upload_is_graded_like_the_same_room_in_clean_room(tmp_path):
+    root = tmp_path / "class"
+    copy_room(root / "nested" / "clean_room")
+    copy_room(root / "flat")
+    out = tmp_path / "out"
+    rubric = rubric_without(tmp_path, "metric", "submission")
+    result = CliRunner().invoke(
+        app,
+        ["grade", "class", str(root), "--out", str(out), "--rubric", str(rubric), "--jobs", "1",
+         "--isolation", "process", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = {r["learner"]: r for r in json.loads(result.stdout)["rows"]}
+    assert rows["flat"]["status"] == rows["nested"]["status"] == "graded"
+    assert rows["flat"]["score"] == rows["nested"]["score"] == rows["flat"]["max_score"]
+    assert rows["flat"]["identical_to"] == ["nested"]  # one room, uploaded two ways
+
+
 def test_learner_ids_are_letters_and_digits_of_any_script_nfc(tmp_path):
     """A learner id is Unicode letters and digits (NFC-normalised), '.', '_', '-'; files are
     named by an ASCII id itself and by a digest of the folder's bytes otherwise."""

@@ -2,7 +2,9 @@
 
     SUBMISSIONS_DIR/
       <learner-id>/                one folder per learner; its name is the learner id
-        clean_room/                the clean-room package (`__init__.py` and its modules)
+        clean_room/                the clean-room package (`__init__.py` and its modules),
+                                   or those files at the folder's top (a flat upload, when no
+                                   folder beside them is a package too)
         submission.yaml|.json      optional: the learner's evidence submission (at most one),
         ...                        with the artifacts it names, inside the learner's folder,
                                    which is then the learner's git repository
@@ -51,7 +53,7 @@ MAX_DEPTH = 64
 @dataclass(frozen=True)
 class LayoutError:
     # not-a-folder | bad-id | no-clean-room | not-a-package | two-submissions | not-source
-    # | symlink | special-file | too-deep | too-large | unreadable
+    # | symlink | special-file | too-deep | too-large | unreadable | ambiguous
     code: str
     message: str
 
@@ -109,7 +111,16 @@ def _problem(code: str, message: Msg) -> tuple[str, str, LayoutError]:
     return "", "", LayoutError(code, _(message))
 
 
-def _digest(folder: Path) -> tuple[str, str, LayoutError | None]:
+def _in_room(relative: tuple[bytes, ...], flat: bool) -> tuple[bytes, ...] | None:
+    """`relative`'s path inside the clean room, or None when it is not the room's: under
+    clean_room/, or for a flat upload every file but the repository's and the submission."""
+    if not flat:
+        return relative[1:] if relative[0] == os.fsencode(PACKAGE_DIR) else None
+    outside = {b".git", *(os.fsencode(n) for n in SUBMISSION_NAMES)}
+    return None if relative[0] in outside else relative
+
+
+def _digest(folder: Path, flat: bool = False) -> tuple[str, str, LayoutError | None]:
     """(inputs digest, clean-room digest, problem) of a learner's folder.
 
     The walk is iterative and bounded (MAX_DEPTH, MAX_ENTRIES, MAX_INPUT_BYTES),
@@ -180,8 +191,9 @@ def _digest(folder: Path) -> tuple[str, str, LayoutError | None]:
     for relative, path in sorted(files):
         content = hashlib.sha256(_read(path)).digest()
         inputs.update(b"/".join(relative) + b"\0" + content)
-        if relative[0] == os.fsencode(PACKAGE_DIR):
-            room.update(b"/".join(relative[1:]) + b"\0" + content)
+        inside = _in_room(relative, flat)
+        if inside is not None:
+            room.update(b"/".join(inside) + b"\0" + content)
     return inputs.hexdigest(), room.hexdigest(), None
 
 
@@ -211,14 +223,20 @@ def check_learner(entry: Path) -> Learner:
             entry,
             error=LayoutError("not-a-folder", _("not a folder; each learner has a folder")),
         )
-    digest, room_digest, problem = _digest(entry)
+    flat = _flat(entry)
+    digest, room_digest, problem = _digest(entry, flat is True)
     if problem is not None:
         return Learner(name, entry, error=problem)
-    room = entry / PACKAGE_DIR
+    room = entry if flat is True else entry / PACKAGE_DIR
     submissions = [entry / s for s in SUBMISSION_NAMES if (entry / s).is_file()]
     error = None
-    if not room.is_dir():
-        error = LayoutError("no-clean-room", _(Msg("no {folder}/ folder", folder=PACKAGE_DIR)))
+    if isinstance(flat, LayoutError):
+        error = flat
+    elif not room.is_dir():
+        error = LayoutError(
+            "no-clean-room",
+            _(Msg("no {folder}/ folder, and no __init__.py at the top", folder=PACKAGE_DIR)),
+        )
     elif not (room / "__init__.py").is_file():
         error = LayoutError(
             "not-a-package",
@@ -247,6 +265,35 @@ def check_learner(entry: Path) -> Learner:
         error=error,
         inputs_sha256=digest,
         room_sha256=room_digest if error is None else "",
+    )
+
+
+def _flat(entry: Path) -> bool | LayoutError:
+    """Whether the learner uploaded the room's files flat, at the folder's top (Gradescope's
+    file upload does): no clean_room/ folder, an `__init__.py` at the top, and no folder
+    beside it that is a package too, which would leave the room ambiguous."""
+    if (entry / PACKAGE_DIR).exists() or not (entry / "__init__.py").is_file():
+        return False
+    packages = sorted(
+        child.name
+        for child in entry.iterdir()
+        if child.name not in (".git", "__pycache__")
+        and not child.is_symlink()
+        and child.is_dir()
+        and (child / "__init__.py").is_file()
+    )
+    if not packages:
+        return True
+    return LayoutError(
+        "ambiguous",
+        _(
+            Msg(
+                "__init__.py at the top beside the package {folder}/: put the clean room in "
+                "{room}/ so it is clear which one to grade",
+                folder=textsafe.name(packages[0]),
+                room=PACKAGE_DIR,
+            )
+        ),
     )
 
 
