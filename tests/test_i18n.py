@@ -380,3 +380,24 @@ def test_zh_verify_diagnosis_describes_the_fault_in_chinese(tmp_path):
     assert any(
         "scores are not divided by sqrt(D)" in d["message"] for d in document["diagnosis"]
     ), document["diagnosis"]
+
+
+def test_the_zh_catalog_holds_nothing_obsolete():
+    # `python -m labctl.i18n.extract --prune zh` removes what no code shows any more
+    assert extract.obsolete("zh") == []
+
+
+def test_prune_removes_obsolete_entries_and_keeps_area_headings(tmp_path, monkeypatch):
+    catalog = tmp_path / "labctl.po"
+    catalog.write_text(
+        'msgid ""\nmsgstr ""\n"Language: zh\\n"\n\n'
+        '# lab: nowhere\nmsgid "a message no code shows"\nmsgstr "没有代码显示的消息"\n\n'
+        'msgid "passes every check"\nmsgstr "通过全部检查"\n',
+        "utf-8",
+    )
+    monkeypatch.setattr(extract, "catalog_path", lambda lang: catalog)
+    assert extract.prune("zh") == ["a message no code shows"]
+    text = catalog.read_text("utf-8")
+    assert "没有代码显示的消息" not in text and "# lab: nowhere" in text
+    assert [e.msgid for e in po.parse(text, "zh")] == ["", "passes every check"]
+    assert extract.prune("zh") == []

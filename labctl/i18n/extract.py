@@ -198,11 +198,32 @@ def update(lang: str) -> list[str]:
     return missing
 
 
+def prune(lang: str) -> list[str]:
+    """Remove from `lang`'s catalog every entry nothing shows any more; returns their msgids.
+    An area's heading comment stays when its first entry goes."""
+    gone = set(obsolete(lang))
+    path = Path(str(catalog_path(lang)))
+    kept, removed = [], []
+    for block in path.read_text("utf-8").split("\n\n"):
+        entries = po.parse(block, lang) if "msgid " in block else []
+        if entries and entries[0].msgid in gone:
+            removed.append(entries[0].msgid)
+            heading = [line for line in block.split("\n") if line.startswith("# ")]
+            if heading:
+                kept.append("\n".join(heading))
+            continue
+        kept.append(block)
+    if removed:
+        path.write_text("\n\n".join(kept), "utf-8")
+    return removed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labctl.i18n.extract", description=__doc__)
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--check", metavar="LANG", help="list what LANG's catalog lacks")
     group.add_argument("--update", metavar="LANG", help="append missing msgids to LANG's catalog")
+    group.add_argument("--prune", metavar="LANG", help="remove what nothing shows from LANG's")
     args = parser.parse_args(argv)
     if args.check:
         gaps = check(args.check)
@@ -214,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.update:
         for msgid in update(args.update):
             print(f"added: {msgid!r}")
+        return 0
+    if args.prune:
+        for msgid in prune(args.prune):
+            print(f"removed: {msgid!r}")
         return 0
     sys.stdout.write(pot())
     return 0
