@@ -90,7 +90,7 @@ def check_clean_room(
     wrong = {d.function for d in deviations}
     stubs = tuple(
         name
-        for name in contract.function_names()
+        for name in contract.function_names(version)
         if name not in wrong and room.signatures.get(name, {}).get("stub") is True
     )
     return ContractReport(

@@ -203,9 +203,9 @@ def _figures(p: Params, kept: dict[str, dict[str, np.ndarray]]) -> list:
                  *(float(np.max(np.abs(kept[n][a] - kept[n][b])) / np.max(np.abs(kept[n]["swiglu"])))
                    for n in names))
                 for label, a, b in (
-                    ("GLU vs SwiGLU", "glu", "swiglu"),
-                    ("GeGLU vs SwiGLU", "geglu", "swiglu"),
-                    ("GeGLU tanh vs GeGLU", "geglu_tanh", "geglu"),
+                    (N_("GLU vs SwiGLU"), "glu", "swiglu"),
+                    (N_("GeGLU vs SwiGLU"), "geglu", "swiglu"),
+                    (N_("GeGLU tanh vs GeGLU"), "geglu_tanh", "geglu"),
                 )
             ),
         )

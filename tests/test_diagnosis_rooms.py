@@ -111,13 +111,13 @@ def test_an_mha_with_an_np_tri_mask_that_never_calls_rope_is_named_for_its_mask(
 ):
     document = verified("tri-mask", tmp_path_factory)
     mha = document["by_function"]["multi_head_attention"]
-    assert mha["kind"] == "unmatched"
+    # the learner's bug is catalogued (a float64 mask), and named at the MHA itself
+    assert (mha["kind"], mha["fault"]) == ("fault", "mha-float64-mask")
     assert mha["message"].startswith(
-        "multi_head_attention: it returns float64 for float32 input (first seen in the x it "
-        "passes to merge_heads): something it makes itself is float64 (np.tri, "
+        "multi_head_attention: matches fault `mha-float64-mask`: the mask is a float64 array of "
+        "0 and -inf added to the scores: float32 inputs come back float64; keep the mask boolean"
     )
-    assert "masks" in mha["message"]
-    assert named(mha["message"]) == {"multi_head_attention", "merge_heads"}  # no rope, softmax
+    assert named(mha["message"]) == {"multi_head_attention"}  # no rope, no softmax
     assert mha["message"] in text_of(document["room"])
 
 
@@ -145,18 +145,18 @@ def test_a_block_whose_zeros_buffer_is_float64_is_named_itself(tmp_path_factory)
     assert named(block["message"]) == {"transformer_block", "rms_norm"}
 
 
-def test_float32_rope_tables_are_named_as_float32_rounding_and_what_calls_rope_sent_there(
+def test_float32_rope_tables_are_named_as_the_catalogued_fault_and_what_calls_rope_sent_there(
     tmp_path_factory,
 ):
     by_function = verified("rope-float32", tmp_path_factory)["by_function"]
     rope = by_function["rope"]
-    assert rope["kind"] == "precision"
-    assert rope["message"] == (
-        "rope: its values differ from the reference by float32 rounding: it computes in float32 "
-        "inside a float64 path, in its own code; keep the input's float dtype through every step "
-        "(tables, casts, intermediate arrays)"
+    # the learner's bug is catalogued: matched at the precision the room computes in
+    assert (rope["kind"], rope["fault"]) == ("fault", "rope-float32-tables")
+    assert rope["message"].startswith(
+        "rope: matches fault `rope-float32-tables`: RoPE's angles, cos and sin are computed in "
+        "float32: float64 inputs lose precision, large positions most; compute the tables in "
+        "float64"
     )
-    assert 1e-9 < rope["numbers"]["relative_error"] <= 1e-5  # the number stays in --json
     assert by_function["multi_head_attention"]["chain"] == ["multi_head_attention", "rope"]
 
 

@@ -341,8 +341,15 @@ def test_seed_zero_is_a_seed(monkeypatch):
 
 def test_the_isolation_asked_for_is_resolved_before_anything_runs(monkeypatch):
     runs = Runs(result(("fake_error", "clean-room", 0.0))).install(monkeypatch)
-    _, level, _ = sub.remeasure(report(row("fake_error", 0.0)), None, 1.0)
-    assert level in ("sandbox", "process") and runs.how == [(None, 1.0, level)]
+    _, level, _ = sub.remeasure(report(row("fake_error", 0.0)), Path("room"), 1.0)
+    assert level in ("sandbox", "process") and runs.how == [(Path("room"), 1.0, level)]
+
+
+def test_no_room_named_means_nothing_is_re_measured_and_every_claim_is_named(monkeypatch):
+    runs = Runs(result(("fake_error", "clean-room", 0.0))).install(monkeypatch)
+    found = report(row("fake_error", 0.0))
+    assert sub.remeasure(found, None, 1.0) == (None, None, [])
+    assert runs.how == []  # nothing ran: no room was named
 
 
 def test_a_submission_for_something_that_is_not_a_course_module_is_refused(monkeypatch):

@@ -87,7 +87,7 @@ def test_each_value_is_shown_exactly_when_gradescope_shows_it(seen, shown):
 
 def test_the_due_date_is_read_with_its_time_zone():
     now = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-    due = parse_rubric(rubric_text(datetime(2025, 3, 1, 20, 0, tzinfo=UTC))).due
+    due = parse_rubric(rubric_text(datetime(2025, 3, 1, 20, 0, tzinfo=UTC))).due_at
     assert not audience(due, False, now).due_passed
     assert audience(due, False, now + timedelta(hours=9)).due_passed
     # Without a due date, after_due_date items wait for publication.

@@ -249,7 +249,7 @@ def test_results_as_json():
     report = RunReport([lab], 5, "both", room, 2.4567, "sandbox")
     assert report.to_json(str) == {
         "passed": False, "seed": 5, "impl": "both",
-        "clean_room": {"path": "room", "sha256": files_digest({}), "own": False},
+        "clean_room": {"path": "room", "sha256": files_digest({}), "own": False, "contract": 1},
         "isolation": "sandbox", "tolerances": report.to_json(str)["tolerances"],
         "wall_time_s": 2.457, "labs": [lab.to_json(str)],
     }  # fmt: skip
@@ -385,7 +385,7 @@ def test_run_labs_with_both_implementations_records_the_clean_room_and_its_isola
     assert report.clean_room.path == shown_path(runner.default_clean_room())
     assert report.clean_room.own is True
     assert report.to_json(str)["clean_room"] == report.clean_room.model_dump(
-        include={"path", "sha256", "own"}
+        include={"path", "sha256", "own", "contract"}
     )
     assert report.passed
     (lab,) = report.labs

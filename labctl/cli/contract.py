@@ -25,6 +25,7 @@ ContractOption = Annotated[
         "--contract",
         min=contract.VERSIONS[0],
         max=contract.LATEST,
+        metavar="1|2",
         help="Contract version, 1 or 2 [default: the one the clean room declares, else 1].",
         show_default=False,
     ),

@@ -26,8 +26,8 @@ SubmittedAtOption = Annotated[
     Path | None,
     typer.Option(
         "--submitted-at",
-        help="CSV of learner,time (ISO 8601 with timezone): when each learner handed in, "
-        "for the rubric's due date and late rules.",
+        help="CSV of learner,submitted_at rows (ISO 8601 with timezone): when each learner "
+        "handed in, for the rubric's due date and late rules.",
         show_default=False,
     ),
 ]
@@ -47,7 +47,8 @@ RosterOption = Annotated[
     Path | None,
     typer.Option(
         "--roster",
-        help="CSV of learner,Student,ID,SIS User ID,SIS Login ID,Section (for --export canvas).",
+        help="CSV with the header learner,Student,ID,SIS User ID,SIS Login ID,Section "
+        "(for --export canvas).",
         show_default=False,
     ),
 ]

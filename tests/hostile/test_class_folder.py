@@ -127,6 +127,8 @@ def test_the_batch_finishes_with_one_row_per_learner_folder(graded):
         if code:
             assert rows[learner]["status"] == "layout-error", learner
             assert record["layout"]["code"] == code, learner
+        elif learner == "escapes":  # its import raises: the room never loads
+            assert rows[learner]["status"] == "not-loaded", learner
         else:
             assert rows[learner]["status"] == "graded", learner
     # Stray entries at the top are listed as ignored, not learners, not in the mean.
@@ -215,7 +217,8 @@ def test_the_table_on_the_terminal_escapes_learner_text_and_resumes(graded):
     assert "\\x1b]0;pwned" in again.stdout and SHOWN_BAD in again.stdout
     assert "same clean room as stubs-b" in again.stdout
     # Nothing changed: every learner, the two identical ones included, is read back.
-    assert f"{len(expected)} learners (0 graded, {len(expected)} unchanged" in again.stdout
+    assert f"{len(expected)} learners (" in again.stdout
+    assert f"; 0 graded in this run, {len(expected)} unchanged" in again.stdout
 
 
 def test_the_resume_key_covers_the_git_payload_not_its_config(tmp_path):
