@@ -141,3 +141,49 @@ def test_a_chinese_bundle_grades_in_chinese_and_falls_back_in_chinese(klass, tmp
         fallback["output"]
         == "自动评分程序未能为这份提交评分（labctl 退出码 127）。请告诉你的老师。"
     )
+
+
+def test_a_shipped_rubrics_name_is_shown_in_the_chosen_language_and_a_tas_as_written():
+    from importlib import resources
+
+    from labctl.grade.rubric import SHIPPED_NAMES, load_rubric, parse_rubric
+    from labctl.i18n import set_language
+
+    shipped = [
+        load_rubric(),
+        parse_rubric(resources.files("labctl").joinpath("data/rubric-default-v2.yaml").read_text()),
+    ]
+    assert [r.name for r in shipped] == list(SHIPPED_NAMES)
+    own = parse_rubric(
+        load_rubric().model_dump_json(by_alias=True).replace(SHIPPED_NAMES[0], "Lab 8 rubric")
+    )
+    previous = set_language("zh")
+    try:
+        assert [r.shown_name for r in shipped] == [
+            "labctl 默认评分标准（接口合同 v1，第8章 · Attention 与 Transformer Block 的学习者提交模板）",
+            "labctl 默认评分标准（接口合同 v2，第8章 · Attention 与 Transformer Block 的学习者提交模板）",
+        ]
+        assert own.shown_name == "Lab 8 rubric"
+    finally:
+        set_language(previous)
+
+
+def test_a_refused_submissions_problems_are_in_the_batch_language(tmp_path):
+    from labctl.grade.task import remeasure
+    from labctl.i18n import set_language
+
+    folder = tmp_path / "ann"
+    folder.mkdir()
+    path = folder / "submission.yaml"
+    path.write_text("schema: learn-llm.evidence.v1\nverified_at: <iso-date>\n", "utf-8")
+    previous = set_language("zh")
+    try:
+        found = remeasure(path, folder, folder / "clean_room", 1.0, "process")
+    finally:
+        set_language(previous)
+    reasons = [p["reason"] for p in found["problems"]]
+    assert not found["accepted"] and reasons
+    placeholder = next(r for r in reasons if "<iso-date>" in r)
+    assert placeholder == "还留着占位符 <iso-date>"  # worded in Chinese
+    english = remeasure(path, folder, folder / "clean_room", 1.0, "process")
+    assert any(p["reason"] == "placeholder <iso-date> left" for p in english["problems"])

@@ -321,7 +321,7 @@ def bundle_command(
         "wrote {zip}: setup.sh, run_autograder, rubric.yaml ({rubric}) and labctl ({files} "
         "files); upload it to Gradescope",
         zip=str(zip_path),
-        rubric=rubric.name,
+        rubric=rubric.shown_name,
         files=len(names) - 3,
     )
     out.print(escape(_(wrote)), soft_wrap=True)

@@ -132,7 +132,7 @@ def summary_line(batch, rubric, out_dir: Path) -> Msg:
         counts=counts or "0",
         graded=len(batch.graded),
         skipped=len(batch.skipped),
-        rubric=rubric.name,
+        rubric=rubric.shown_name,
         seconds=batch.wall_time_s,
         gradebook=str(out_dir / "gradebook.csv"),
     )

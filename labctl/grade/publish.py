@@ -64,7 +64,7 @@ def publish(out: Path, rubric: Rubric, now: datetime | None = None) -> Published
                 "{count} records were graded with another rubric than {rubric} (its digest "
                 "differs), nothing published: give the batch's rubric with --rubric",
                 count=len(other),
-                rubric=rubric.name,
+                rubric=rubric.shown_name,
             )
         )
     now = now or datetime.now(UTC)

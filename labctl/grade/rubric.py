@@ -43,7 +43,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from labctl.errors import LabctlError, UsageError
 from labctl.evidence.models import Strict
 from labctl.grade.late import LatePolicy, parse_time
-from labctl.i18n import Msg, joined
+from labctl.i18n import N_, Msg, _, joined
 
 RUBRIC_SCHEMA = "labctl.rubric.v1"
 KINDS = ("function", "check", "package", "metric", "submission")
@@ -106,6 +106,20 @@ class Item(Strict):
         return self
 
 
+# The names of the rubrics labctl ships: shown in the chosen language; a TA's own name is
+# shown as written (tests/test_grade_i18n.py checks these are the shipped files' names).
+SHIPPED_NAMES = (
+    N_(
+        "labctl default rubric (contract v1, the learner template of "
+        "第8章 · Attention 与 Transformer Block)"
+    ),
+    N_(
+        "labctl default rubric (contract v2, the learner template of "
+        "第8章 · Attention 与 Transformer Block)"
+    ),
+)
+
+
 class Rubric(Strict):
     schema_: Literal["labctl.rubric.v1"] = Field(alias="schema")
     name: str
@@ -158,6 +172,11 @@ class Rubric(Strict):
         if self.late is not None and self.due is None:
             raise ValueError(Msg("late rules need a due date (due:)"))
         return self
+
+    @property
+    def shown_name(self) -> str:
+        """The name a person reads: a shipped rubric's in the chosen language."""
+        return _(self.name) if self.name in SHIPPED_NAMES else self.name
 
     @property
     def max_score(self) -> float:

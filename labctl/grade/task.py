@@ -73,11 +73,12 @@ def remeasure(path: Path, folder: Path, room: Path, timeout_s: float, isolation:
             ),
         )
         named = None
-    _, _, reproduced = remeasure_claims(report, named, timeout_s, isolation)
+    reproduced = remeasure_claims(report, named, timeout_s, isolation)[2]
     return {
         "file": path.name,
         "accepted": report.valid,
-        "problems": [p.to_json() for p in report.problems],
+        # in the batch's language, like verify's messages: a learner reads them in feedback
+        "problems": [{**p.to_json(), "reason": _(p.shown)} for p in report.problems],
         "reproduced": [r.to_json() for r in reproduced],
     }
 
