@@ -72,10 +72,13 @@ class CallError(LabctlError):
         message: str,
         where: str | None = None,
         exc_type: str | None = None,
+        shown: str | Msg | None = None,
     ):
         self.function = function
         self.kind = kind
         self.detail = message
+        # what a person reads, in the chosen language where labctl wrote it (`detail` stays English)
+        self.shown = message if shown is None else shown
         self.where = where
         self.exc_type = exc_type
         # The calls it reached before it raised, where labctl asked for them (`calltrace`).

@@ -401,3 +401,23 @@ def test_prune_removes_obsolete_entries_and_keeps_area_headings(tmp_path, monkey
     assert "没有代码显示的消息" not in text and "# lab: nowhere" in text
     assert [e.msgid for e in po.parse(text, "zh")] == ["", "passes every check"]
     assert extract.prune("zh") == []
+
+
+def test_a_timeout_reads_in_the_chosen_language_and_its_detail_stays_english():
+    from labctl.errors import CallError
+    from labctl.verify.observe import _failed
+
+    exc = CallError(
+        "softmax",
+        "timeout",
+        "no answer within 20 s (stopped)",
+        shown=Msg("no answer within {seconds:g} s (stopped){printed}", seconds=20.0, printed=""),
+    )
+    outcome = _failed("softmax", exc)
+    previous = set_language("zh")
+    try:
+        assert _(outcome.message) == "没有返回：20 秒内没有应答（已停止）"
+    finally:
+        set_language(previous)
+    assert str(outcome.message) == "did not return: no answer within 20 s (stopped)"
+    assert exc.detail == "no answer within 20 s (stopped)"

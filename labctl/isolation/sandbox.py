@@ -323,8 +323,16 @@ class CleanRoom:
         except wire.Timeout:
             self.close()
             note = self._printed_note()
+            printed = Msg("; it printed: {text}", text=self.printed) if note else ""
             raise CallError(
-                what, "timeout", f"no answer within {timeout_s:g} s (stopped){note}"
+                what,
+                "timeout",
+                f"no answer within {timeout_s:g} s (stopped){note}",
+                shown=Msg(
+                    "no answer within {seconds:g} s (stopped){printed}",
+                    seconds=timeout_s,
+                    printed=printed,
+                ),
             ) from None
         except (EOFError, BrokenPipeError, OSError) as exc:
             code = None

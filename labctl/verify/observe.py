@@ -220,7 +220,7 @@ def _failed(name: str, exc: CallError) -> Outcome:
             kind, message=body, exc_type=exc.exc_type, where=exc.where, calls=calls_of(exc.trace)
         )
     if exc.kind == "timeout":
-        return Outcome("timeout", message=Msg("did not return: {body}", body=body))
+        return Outcome("timeout", message=Msg("did not return: {body}", body=exc.shown))
     if exc.kind == "missing":
         return Outcome("missing", message=body)
     if exc.kind == "malformed":
