@@ -421,3 +421,20 @@ def test_a_timeout_reads_in_the_chosen_language_and_its_detail_stays_english():
         set_language(previous)
     assert str(outcome.message) == "did not return: no answer within 20 s (stopped)"
     assert exc.detail == "no answer within 20 s (stopped)"
+
+
+def test_an_import_the_policy_refuses_is_named_in_the_chosen_language():
+    from labctl.verify.observe import Located
+
+    seen = [Located("room/a.py:2", "imports torch"), Located("room/b.py:5", "imports from scipy")]
+    previous = set_language("zh")
+    try:
+        assert [_(v.shown()) for v in seen] == [
+            "room/a.py:2：导入了 torch",
+            "room/b.py:5：从 scipy 导入",
+        ]
+    finally:
+        set_language(previous)
+    assert [str(v.shown()) for v in seen] == [str(v) for v in seen]  # English as the guard wrote
+    other = Located("room/c.py:1", "syntax error")
+    assert other.shown() == "room/c.py:1: syntax error"

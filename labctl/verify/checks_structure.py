@@ -5,7 +5,7 @@ matches the PyTorch reference within tolerance v1 (`labctl.verify.checks` gather
 from __future__ import annotations
 
 from labctl import contract
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, joined
 from labctl.verify import fixtures as fx
 from labctl.verify.check_base import (
     FAIL,
@@ -76,7 +76,7 @@ def check_import_policy(seen: RoomObservation, function: str) -> CheckResult:
     """
     mine = [v for v in seen.violations if v.function == function]
     if mine:
-        shown = "; ".join(str(v) for v in mine)
+        shown = joined([v.shown() for v in mine])
         return CheckResult(
             function, "import-policy", FAIL, Msg("breaks the import policy: {shown}", shown=shown)
         )
@@ -86,7 +86,7 @@ def check_import_policy(seen: RoomObservation, function: str) -> CheckResult:
         return CheckResult(function, "import-policy", PASS, N_("static scan clean"))
     if seen.violations:
         places = sorted({v.function for v in seen.violations})
-        text = seen.message or "; ".join(str(v) for v in seen.violations)
+        text = seen.message or joined([v.shown() for v in seen.violations])
         return CheckResult(
             function,
             "import-policy",

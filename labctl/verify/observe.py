@@ -143,6 +143,18 @@ class Located:
     def __str__(self) -> str:
         return f"{self.where}: {self.what}"
 
+    def shown(self) -> str | Msg:
+        """What a person reads: an import the policy refuses in the chosen language."""
+        match = _IMPORTS.fullmatch(self.what)
+        if match is None:
+            return str(self)
+        template = "{where}: imports from {module}" if match[1] else "{where}: imports {module}"
+        return Msg(template, where=self.where, module=match[2])
+
+
+# The guard's words for an import it refuses (`labctl.isolation.guard`).
+_IMPORTS = re.compile(r"imports (from )?([\w.]+)")
+
 
 @dataclass
 class RoomObservation:
