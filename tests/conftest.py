@@ -1,4 +1,5 @@
-"""Made before any test runs: the CLI's consoles, with no COLUMNS in the environment.
+"""Made before any test runs: the CLI's consoles, with no COLUMNS in the environment, and
+Hypothesis without its example database (it would write .hypothesis/ into the repository).
 
 rich fixes a console's width when the console is made if COLUMNS is set then. A real
 command is one process, so that is its width; a test process makes the consoles once,
@@ -14,3 +15,8 @@ import labctl.cli.render  # noqa: E402, F401
 
 if _columns is not None:
     os.environ["COLUMNS"] = _columns
+
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("labctl", database=None)
+settings.load_profile("labctl")

@@ -102,7 +102,8 @@ def install(package: ModuleType, names: tuple[str, ...], recorder: Recorder) -> 
     prefix = package.__name__ + "."
     modules = [
         m
-        for key, m in list(sys.modules.items())
+        # a copy taken at once: another thread may import while this one walks
+        for key, m in sys.modules.copy().items()
         if isinstance(m, ModuleType) and (key == package.__name__ or key.startswith(prefix))
     ]
     for module in modules:
