@@ -37,9 +37,7 @@ def flat(text: str) -> str:
 
 def copy_clean_room(tmp_path: Path, name: str = "room") -> Path:
     target = tmp_path / name
-    shutil.copytree(
-        REPO / "labctl" / "clean_room", target, ignore=shutil.ignore_patterns("__pycache__")
-    )
+    shutil.copytree(REPO / "clean_room", target, ignore=shutil.ignore_patterns("__pycache__"))
     return target
 
 

@@ -109,7 +109,7 @@ def test_loading_the_same_directory_twice_gives_distinct_modules(tmp_path):
 
 
 def test_the_project_clean_room_loads_and_matches_the_contract():
-    module = loader.load_package(REPO / "labctl" / "clean_room")
+    module = loader.load_package(REPO / "clean_room")
     assert module is not installed_clean_room
     assert module.__name__.startswith(loader.PACKAGE_PREFIX)
     observed = loader.observe_signatures(module, contract.function_names())

@@ -912,3 +912,31 @@ def test_a_function_not_run_because_a_dependency_hung_is_sent_to_that_dependency
     assert (call.function, call.raised) == ("sinusoidal_positions", "timeout")
     seen.runs["decoder_forward"].fixtures["default"] = Outcome("skipped", message="not run")
     assert blame.blamed(seen, results, "decoder_forward") is None
+
+
+class BusyRooms(RoomsHere):
+    """Fault rooms on a busy machine: every call runs out of the diagnosis's 2 s at first."""
+
+    def observe(self, fault, functions, timeout_s, memory_mb, seed=5):
+        seen = super().observe(fault, functions, timeout_s, memory_mb, seed)
+        if timeout_s <= dg.DIAGNOSIS_TIMEOUT_S:
+            for run in seen.runs.values():
+                for name in run.fixtures:
+                    run.fixtures[name] = Outcome("timeout", message="did not return in time")
+        return seen
+
+
+def test_a_fault_room_out_of_time_on_a_busy_machine_is_given_the_learners_time(tmp_path):
+    room = faults.get("rms-eps-default").materialize(tmp_path / "room")
+    seen = observe_here(room)
+    results = evaluate(seen)
+    busy = BusyRooms(tmp_path / "busy")
+    found = dg.diagnose(seen, results, 10.0, 512, rooms=busy)
+    named = next(d for d in found if d.function == "rms_norm")
+    assert (named.kind, named.fault) == ("fault", "rms-eps-default")
+    assert (10.0, 512) in busy.limits  # asked again, with the learner's time
+    # without the retry (the learner's time no longer than the diagnosis's) nothing matches
+    found = dg.diagnose(
+        seen, results, dg.DIAGNOSIS_TIMEOUT_S, 512, rooms=BusyRooms(tmp_path / "b2")
+    )
+    assert next(d for d in found if d.function == "rms_norm").kind == "unmatched"

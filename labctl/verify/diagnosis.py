@@ -308,6 +308,17 @@ def _own(seen: RoomObservation, results: list[CheckResult], function: str) -> Di
     return Diagnosis(function, "unmatched", message)
 
 
+def _timed_out(fault_seen: RoomObservation, function: str, seen: RoomObservation) -> bool:
+    """The fault's room ran out of time on a call of `function` the learner's room answered."""
+
+    def timed_out(observed: RoomObservation) -> bool:
+        run = observed.runs.get(function)
+        outcomes = [*run.fixtures.values(), *run.probes.values()] if run is not None else []
+        return any(o.kind == "timeout" for o in outcomes)
+
+    return timed_out(fault_seen) and not timed_out(seen)
+
+
 def diagnose(
     seen: RoomObservation,
     results: list[CheckResult],
@@ -358,6 +369,9 @@ def diagnose(
             _prefetch(rooms, group, function, fault_timeout, memory_mb, seen.seed)
             for fault in group:
                 fault_seen = rooms.observe(fault, (function,), fault_timeout, memory_mb, seen.seed)
+                if fault_timeout < timeout_s and _timed_out(fault_seen, function, seen):
+                    # A busy machine, not the fault: give its room the learner's own time.
+                    fault_seen = rooms.observe(fault, (function,), timeout_s, memory_mb, seen.seed)
                 extra = matches(function, seen, results, fault_seen)
                 if extra is not None:
                     hits.append((fault, extra))

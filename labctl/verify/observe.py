@@ -30,7 +30,7 @@ from labctl.verify.bad_input import bad_cases
 from labctl.verify.builders import SEED
 from labctl.verify.calls import Call, calls_of
 from labctl.verify.functions import CAUSAL_FUNCTIONS, DEPENDS
-from labctl.verify.places import PACKAGE, function_at
+from labctl.verify.places import PACKAGE, Located, function_at
 
 # Exception names that are ValueError or TypeError: the builtins' own subclasses
 # and numpy's. A class the clean room defines itself is taken on trust.
@@ -130,30 +130,6 @@ class FunctionRun:
         """Every fixture raised NotImplementedError (a fresh stub)."""
         calls = [*self.fixtures.values(), *self.probes.values()]
         return bool(calls) and all(o.kind == "not-implemented" for o in calls)
-
-
-@dataclass(frozen=True)
-class Located:
-    """An import-policy violation or a load error, with the function it sits in (if any)."""
-
-    where: str
-    what: str
-    function: str = PACKAGE
-
-    def __str__(self) -> str:
-        return f"{self.where}: {self.what}"
-
-    def shown(self) -> str | Msg:
-        """What a person reads: an import the policy refuses in the chosen language."""
-        match = _IMPORTS.fullmatch(self.what)
-        if match is None:
-            return str(self)
-        template = "{where}: imports from {module}" if match[1] else "{where}: imports {module}"
-        return Msg(template, where=self.where, module=match[2])
-
-
-# The guard's words for an import it refuses (`labctl.isolation.guard`).
-_IMPORTS = re.compile(r"imports (from )?([\w.]+)")
 
 
 @dataclass

@@ -1,12 +1,15 @@
-"""Where in a clean room's source: `dir/file.py:LINE` -> the contract function it sits in."""
+"""Where in a clean room's source: `dir/file.py:LINE` -> the contract function it sits in,
+and what was found there (`Located`)."""
 
 from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from labctl import contract
+from labctl.i18n import Msg
 
 PACKAGE = "(package)"
 
@@ -51,3 +54,28 @@ def function_at(root: Path, where: str) -> str:
                 if best_span is None or span < best_span:
                     best, best_span = node.name, span
     return best
+
+
+@dataclass(frozen=True)
+class Located:
+    """An import-policy violation or a load error, with the function it sits in (if any)."""
+
+    where: str
+    what: str
+    function: str = PACKAGE
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}"
+
+    def shown(self) -> str | Msg:
+        """What a person reads: an import the policy refuses in the chosen language."""
+        match = _IMPORTS.fullmatch(self.what)
+        if match is None:
+            return str(self)
+        if match[1]:
+            return Msg("{where}: imports from {module}", where=self.where, module=match[2])
+        return Msg("{where}: imports {module}", where=self.where, module=match[2])
+
+
+# The guard's words for an import it refuses (`labctl.isolation.guard`).
+_IMPORTS = re.compile(r"imports (from )?([\w.]+)")
