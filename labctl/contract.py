@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from labctl import pysource
 from labctl.errors import ContractError
 from labctl.i18n import Msg, joined
 
@@ -315,8 +316,8 @@ _MAX_INIT_BYTES = 1 << 20
 def _declared_id(source: bytes) -> str | None:
     """The string a top-level `CONTRACT = "..."` assigns, or None."""
     try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = pysource.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, SystemError):
         return None
     found = None
     for node in tree.body:

@@ -353,7 +353,9 @@ def test_the_default_clean_room_is_the_working_directory_s_package_else_the_proj
     monkeypatch.chdir(tmp_path)
     project = runner.default_clean_room()
     assert project.name == "clean_room" and (project / "__init__.py").is_file()
-    assert project.parent.name == "labctl"
+    import labctl.clean_room
+
+    assert project.resolve() == Path(labctl.clean_room.__file__).resolve().parent
     (tmp_path / "clean_room").mkdir()
     assert runner.default_clean_room() == project  # a folder without __init__.py is not one
     (tmp_path / "clean_room" / "__init__.py").write_text("")

@@ -915,28 +915,52 @@ def test_a_function_not_run_because_a_dependency_hung_is_sent_to_that_dependency
 
 
 class BusyRooms(RoomsHere):
-    """Fault rooms on a busy machine: every call runs out of the diagnosis's 2 s at first."""
+    """Fault rooms on a busy machine: at first the room does not load in time, or a call
+    runs out of the diagnosis's 2 s, on the fixtures (the rest of the function's calls
+    are then skipped) or on a bad input."""
+
+    def __init__(self, path, late="fixtures"):
+        super().__init__(path)
+        self.late = late
 
     def observe(self, fault, functions, timeout_s, memory_mb, seed=5):
         seen = super().observe(fault, functions, timeout_s, memory_mb, seed)
-        if timeout_s <= dg.DIAGNOSIS_TIMEOUT_S:
+        if timeout_s <= dg.DIAGNOSIS_TIMEOUT_S and self.late == "load":
+            seen.status, seen.load_timed_out, seen.runs = "unloadable", True, {}
+        elif timeout_s <= dg.DIAGNOSIS_TIMEOUT_S:
             for run in seen.runs.values():
-                for name in run.fixtures:
-                    run.fixtures[name] = Outcome("timeout", message="did not return in time")
+                calls = run.fixtures if self.late == "fixtures" else run.bad
+                if not calls:
+                    continue
+                first = next(iter(calls))
+                for name in calls:
+                    calls[name] = (
+                        Outcome("timeout", message="did not return in time")
+                        if name == first
+                        else Outcome("skipped", message="not run: it timed out")
+                    )
+                run.timed_out = True
         return seen
 
 
-def test_a_fault_room_out_of_time_on_a_busy_machine_is_given_the_learners_time(tmp_path):
-    room = faults.get("rms-eps-default").materialize(tmp_path / "room")
+@pytest.mark.parametrize(
+    "fault,where",
+    [("rms-eps-default", "fixtures"), ("rope-half-split", "bad"), ("softmax-no-max", "load")],
+)
+def test_a_fault_room_out_of_time_on_a_busy_machine_is_given_the_learners_time(
+    tmp_path, fault, where
+):
+    function = faults.get(fault).function
+    room = faults.get(fault).materialize(tmp_path / "room")
     seen = observe_here(room)
     results = evaluate(seen)
-    busy = BusyRooms(tmp_path / "busy")
+    busy = BusyRooms(tmp_path / "busy", where)
     found = dg.diagnose(seen, results, 10.0, 512, rooms=busy)
-    named = next(d for d in found if d.function == "rms_norm")
-    assert (named.kind, named.fault) == ("fault", "rms-eps-default")
+    named = next(d for d in found if d.function == function)
+    assert (named.kind, named.fault) == ("fault", fault)
     assert (10.0, 512) in busy.limits  # asked again, with the learner's time
     # without the retry (the learner's time no longer than the diagnosis's) nothing matches
     found = dg.diagnose(
-        seen, results, dg.DIAGNOSIS_TIMEOUT_S, 512, rooms=BusyRooms(tmp_path / "b2")
+        seen, results, dg.DIAGNOSIS_TIMEOUT_S, 512, rooms=BusyRooms(tmp_path / "b2", where)
     )
-    assert next(d for d in found if d.function == "rms_norm").kind == "unmatched"
+    assert next(d for d in found if d.function == function).kind == "unmatched"

@@ -125,7 +125,7 @@ def test_each_fault_fails_at_its_function_and_is_diagnosed_by_name(tmp_path, fau
     assert fault.signal in {c.name for c in report.checks if c.failed}
     named = [d for d in report.diagnosis if d.function == fault.function]
     assert len(named) == 1
-    assert named[0].kind == "fault"
+    assert named[0].kind == "fault", named[0].message
     assert named[0].fault == fault.name
     assert f"matches fault `{fault.name}`" in named[0].message
     assert fault.course in named[0].message

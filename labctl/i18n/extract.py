@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from importlib import util
 from pathlib import Path
 
+from labctl import pysource
 from labctl.i18n import DOMAIN, catalog_path, po
 
 MARKERS = ("_", "N_", "Msg")
@@ -51,7 +52,7 @@ def source_messages(root: Path = PACKAGE) -> tuple[list[Found], list[str]]:
     found: list[Found] = []
     problems: list[str] = []
     for path in _sources(root):
-        tree = ast.parse(path.read_text("utf-8"), str(path))
+        tree = pysource.parse(path.read_text("utf-8"), str(path))
         shown = path.relative_to(root.parent).as_posix()
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):

@@ -60,6 +60,7 @@ STAGED = (
     "isolation/seccomp.py",
     "isolation/wire.py",
     "isolation/worker.py",
+    "pysource.py",
 )
 
 

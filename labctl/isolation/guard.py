@@ -26,10 +26,10 @@ import ast
 import builtins
 import importlib
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from labctl import pysource
 from labctl.isolation.loader import PACKAGE_PREFIX, shown_name, source_files
 
 RULE = (
@@ -80,12 +80,6 @@ def _imported_by_call(node: ast.Call) -> str | None:
     return None
 
 
-# CPython before 3.11.8 keeps the AST converter's recursion counter in state shared by
-# threads (gh-106905): two parses at once (verify and faults scan rooms in threads) can
-# fail with "AST constructor recursion depth mismatch". One parse at a time.
-_PARSING = threading.Lock()
-
-
 def scan(root: Path) -> list[Violation]:
     """Every statically visible import of a package outside the policy under `root`."""
     own = own_names(root)
@@ -93,8 +87,7 @@ def scan(root: Path) -> list[Violation]:
     for file in source_files(root):
         shown = shown_name(f"{root.name}/{file.relative_to(root)}")
         try:
-            with _PARSING:
-                tree = ast.parse(file.read_text("utf-8", errors="replace"), filename=str(file))
+            tree = pysource.parse(file.read_text("utf-8", errors="replace"), str(file))
         except SyntaxError as exc:
             found.append(Violation(f"{shown}:{exc.lineno}", f"syntax error: {exc.msg}"))
             continue

@@ -309,12 +309,14 @@ def _own(seen: RoomObservation, results: list[CheckResult], function: str) -> Di
 
 
 def _timed_out(fault_seen: RoomObservation, function: str, seen: RoomObservation) -> bool:
-    """The fault's room ran out of time on a call of `function` the learner's room answered."""
+    """The fault's room ran out of time (loading, or on a call of `function`) where the
+    learner's room did not."""
 
     def timed_out(observed: RoomObservation) -> bool:
+        # Loading, or any call of the function's: fixtures, probes, causal variants and bad
+        # inputs alike.
         run = observed.runs.get(function)
-        outcomes = [*run.fixtures.values(), *run.probes.values()] if run is not None else []
-        return any(o.kind == "timeout" for o in outcomes)
+        return observed.load_timed_out or (run is not None and run.timed_out)
 
     return timed_out(fault_seen) and not timed_out(seen)
 

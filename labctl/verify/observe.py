@@ -141,6 +141,7 @@ class RoomObservation:
     isolation: str = ""  # sandbox | process: how the clean room's code ran
     message: str | Msg = ""  # why it did not load (a Msg; `str()` is English)
     load_error: Located | None = None
+    load_timed_out: bool = False  # the room did not load within its time (a busy machine?)
     violations: list[Located] = field(default_factory=list)
     deviations: list[contract.Deviation] = field(default_factory=list)
     files_scanned: int = 0
@@ -370,6 +371,7 @@ def observe(
         return seen
     except CallError as exc:
         seen.status = "unloadable"
+        seen.load_timed_out = exc.kind == "timeout"
         seen.message = Msg("does not load: {error}", error=str(exc))
         seen.load_error = Located("", str(exc))
         return seen

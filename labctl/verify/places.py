@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from labctl import contract
+from labctl import contract, pysource
 from labctl.i18n import Msg
 
 PACKAGE = "(package)"
@@ -36,8 +36,8 @@ def function_at(root: Path, where: str) -> str:
     names = set(contract.function_names(contract.LATEST))
     text = path.read_text("utf-8", errors="replace")
     try:
-        tree = ast.parse(text)
-    except SyntaxError:
+        tree = pysource.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, SystemError):
         # No tree to read: the nearest `def` above the line, at the left margin.
         for source_line in reversed(text.splitlines()[:line]):
             match = re.match(r"def\s+(\w+)\s*\(", source_line)
