@@ -740,3 +740,33 @@ def test_checks_of_a_room_that_did_not_load_say_why_they_did_not_run(status, say
     for check_fn in (checks.check_parity, checks.check_shape, checks.check_rows_sum):
         result = check_fn(seen, "softmax")
         assert (result.status, result.message) == (checks.NOT_RUN, says)
+
+
+def test_the_reference_is_warmed_once_the_room_loads_and_never_for_one_that_does_not(
+    tmp_path, monkeypatch
+):
+    """verify computes the reference (torch) while the room's calls run: `on_load` is
+    called once the room has loaded, before any call; a room that does not load calls
+    nothing and warms no reference."""
+    from labctl.verify import observe as observe_module
+    from labctl.verify import verify as verify_module
+
+    loaded = []
+    observe_module.observe(
+        project_clean_room(),
+        10.0,
+        1024,
+        functions=("softmax",),
+        isolation="process",
+        on_load=lambda seen: loaded.append((seen.status, dict(seen.runs))),
+    )
+    assert loaded == [("loaded", {})]
+    warmed = []
+    monkeypatch.setattr(verify_module, "_warm_quietly", lambda *args: warmed.append(args))
+    broken = write_room(tmp_path / "broken", "def softmax(x, axis=-1):\n    return (\n")
+    report = verify_clean_room(broken, 10.0, out=None, measure=False, isolation="process")
+    assert not report.passed and warmed == []
+    report = verify_clean_room(
+        project_clean_room(), 10.0, out=None, measure=False, isolation="process", seed=7
+    )
+    assert report.passed and warmed == [(7, 1)]

@@ -320,6 +320,7 @@ def observe(
     seed: int = SEED,
     budget_s: float | None = None,
     contract_version: int | None = None,
+    on_load: Callable[[RoomObservation], None] | None = None,
 ) -> RoomObservation:
     """Scan, load and run the clean room at `root` (already resolved) on inputs drawn from `seed`.
 
@@ -330,7 +331,7 @@ def observe(
     whole room may take, counted in labctl's process from here: past it, no
     call starts, the call running is stopped, and the functions left are
     `over_budget`. `contract_version` is the contract checked (None: the one the room
-    declares).
+    declares). `on_load`, if given, is called once the room has loaded, before any call.
     """
     deadline = None if budget_s is None else time.monotonic() + budget_s
     seen = RoomObservation(
@@ -376,6 +377,8 @@ def observe(
         seen.load_error = Located("", str(exc))
         return seen
     with room:
+        if on_load is not None:
+            on_load(seen)
         seen.deviations = contract.check_signatures(room.signatures, seen.contract)
         timed_out: set[str] = set()
         for function in functions or contract.function_names(seen.contract):
