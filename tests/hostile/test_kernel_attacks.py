@@ -107,6 +107,8 @@ for _name in __all__:
     globals()[_name] = _functools.wraps(globals()[_name])(_huge)
 """
 
+FLOODING = ("softmax", "rope", "rms_norm")
+
 
 def _numbers() -> dict[str, str]:
     column = {"x86_64": 0, "aarch64": 1}.get(seccomp.machine() or "")
@@ -209,14 +211,20 @@ def test_replies_of_240_mb_are_held_to_labctls_budget(tmp_path, level):
 
 @pytest.mark.slow
 def test_verifying_a_room_of_240_mb_replies_keeps_labctl_under_its_bound(tmp_path):
-    """The README's figure: labctl's peak memory over a whole verify of that room."""
+    """labctl's peak memory over a whole verify of a room whose calls of three functions
+    (every fixture, probe and bad input) each return 240 MB: under the bound, with calls
+    refused by the budget. `benchmarks/memory.py` floods every call for the docs' figure."""
     require_sandbox()
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     try:
         import memory
     finally:
         sys.path.pop(0)
-    found = memory.measure(room(tmp_path, HUGE), tmp_path / "ev", "sandbox", 0)
+    # Three functions flood, each with nothing it is built on, so the diagnosis observes
+    # few fault rooms (a whole room of floods is the benchmark's: 200 s of a busy machine's
+    # time, most of it diagnosing every function); the rest stay the stubs.
+    flooding = HUGE.replace("for _name in __all__:", f"for _name in {FLOODING!r}:")
+    found = memory.measure(room(tmp_path, flooding), tmp_path / "ev", "sandbox", 0)
     assert found["exit_code"] == 1 and found["calls_refused_by_the_budget"] > 0
     assert found["peak_mib"] < memory.BOUND_MIB, found
     assert os.path.isdir(tmp_path / "ev")
