@@ -57,6 +57,7 @@ from labctl.verify.observe import (
 )
 
 DIAGNOSIS_TIMEOUT_S = 2.0
+RETRY_MIN_S = 6.0
 
 
 @dataclass
@@ -187,11 +188,30 @@ def _prefetch(
     timeout_s: float,
     memory_mb: int,
     seed: int = SEED,
+    wanted: dict[str, tuple[str, ...]] | None = None,
 ) -> None:
+    """Observe the group's fault rooms a few at a time, each on every function it will be
+    compared on (`wanted`, by fault name; else `function` alone): one process per room."""
     if len(group) < 2:
         return
+
+    def one(fault: Fault) -> None:
+        functions = (wanted or {}).get(fault.name, (function,))
+        rooms.observe(fault, functions, timeout_s, memory_mb, seed)
+
     with ThreadPoolExecutor(max_workers=4) as pool:
-        list(pool.map(lambda f: rooms.observe(f, (function,), timeout_s, memory_mb, seed), group))
+        list(pool.map(one, group))
+
+
+def _wanted(plans: list[tuple[str, list[Fault], list[Fault]]]) -> dict[str, tuple[str, ...]]:
+    """For each fault room, every failing function it may be compared on, in contract
+    order: a room that fails softmax, attention and the block is loaded once, not thrice."""
+    order = {name: i for i, name in enumerate(contract.function_names(contract.LATEST))}
+    found: dict[str, set[str]] = {}
+    for function, own, inlined in plans:
+        for fault in (*own, *inlined):
+            found.setdefault(fault.name, set()).add(function)
+    return {name: tuple(sorted(fs, key=lambda f: order.get(f, -1))) for name, fs in found.items()}
 
 
 def _not_implemented(seen: RoomObservation, run: FunctionRun) -> Diagnosis:
@@ -321,6 +341,17 @@ def _timed_out(fault_seen: RoomObservation, function: str, seen: RoomObservation
     return timed_out(fault_seen) and not timed_out(seen)
 
 
+def _time_again(seen: RoomObservation, function: str, timeout_s: float) -> float:
+    """The time a fault room's call gets when it ran out of the diagnosis's: four times the
+    learner's slowest call of `function` and the diagnosis's time again, at least
+    `RETRY_MIN_S`, at most the learner's own timeout. A fault room that needs more than
+    that does not behave as the learner's room did, which answered within it; a fault that
+    hangs (`sinusoidal-hang`) costs seconds, not the learner's whole timeout."""
+    run = seen.runs.get(function)
+    slowest = max((o.elapsed_s for o in run.outcomes()), default=0.0) if run else 0.0
+    return min(timeout_s, max(RETRY_MIN_S, 4 * slowest + DIAGNOSIS_TIMEOUT_S))
+
+
 def diagnose(
     seen: RoomObservation,
     results: list[CheckResult],
@@ -364,16 +395,19 @@ def diagnose(
         deps = set(transitive_dependencies(function))
         inlined = [f for f in catalogue.CATALOGUE if f.function in deps]
         plans.append((function, own, inlined))
+    wanted = _wanted(plans)
     for function, own, inlined in plans:
         hits: list[tuple[Fault, set[str]]] = []
         for group in (own, inlined):
             # Observe this group's fault rooms a few at a time (each is its own process).
-            _prefetch(rooms, group, function, fault_timeout, memory_mb, seen.seed)
+            _prefetch(rooms, group, function, fault_timeout, memory_mb, seen.seed, wanted)
             for fault in group:
                 fault_seen = rooms.observe(fault, (function,), fault_timeout, memory_mb, seen.seed)
                 if fault_timeout < timeout_s and _timed_out(fault_seen, function, seen):
-                    # A busy machine, not the fault: give its room the learner's own time.
-                    fault_seen = rooms.observe(fault, (function,), timeout_s, memory_mb, seen.seed)
+                    # Perhaps a busy machine, not the fault: its room gets the time the
+                    # learner's calls needed, with room to spare.
+                    again = _time_again(seen, function, timeout_s)
+                    fault_seen = rooms.observe(fault, (function,), again, memory_mb, seen.seed)
                 extra = matches(function, seen, results, fault_seen)
                 if extra is not None:
                     hits.append((fault, extra))
