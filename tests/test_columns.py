@@ -5,6 +5,7 @@ token labels kept; and a metric row judged on the sides it has, timing rows repo
 
 from __future__ import annotations
 
+import copy
 import csv
 import math
 import re
@@ -17,7 +18,8 @@ from rich.cells import cell_len
 from rich.console import Console
 from typer.testing import CliRunner
 
-from labctl import faults, registry
+from labctl import faults, i18n, registry
+from labctl import runner as runner_module
 from labctl.cli.main import app
 from labctl.cli.render import Prose, break_offsets, row_verdict
 from labctl.i18n import set_language
@@ -45,13 +47,26 @@ def _too_wide(output: str, width: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def run_all(tmp_path_factory):
-    """`labctl run all` (small parameters) at each width and language, the output kept."""
+    """`labctl run all` (small parameters) at each width and language, the output kept.
+
+    Each lab computes once per language: what a width changes is the rendering, which
+    every call still does; the same seed and parameters give the same numbers."""
     kept = {}
+    computed = {}
+    real = runner_module.run_lab
+
+    def run_lab(lab, seed, impls, params=None):
+        key = (i18n.language(), lab.id, seed, repr(params), tuple(sorted(impls)))
+        if key not in computed:
+            computed[key] = real(lab, seed, impls, params)
+        return copy.deepcopy(computed[key])
 
     def output(lang: str, width: int) -> str:
         if (lang, width) not in kept:
             out = tmp_path_factory.mktemp(f"runs-{lang}-{width}")
-            result = _invoke(["run", "all", "--out", str(out), *SMALL], lang, width)
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(runner_module, "run_lab", run_lab)
+                result = _invoke(["run", "all", "--out", str(out), *SMALL], lang, width)
             assert result.exit_code == 0, result.output
             kept[lang, width] = result.stdout
         return kept[lang, width]
