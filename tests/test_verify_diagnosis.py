@@ -982,3 +982,32 @@ def test_a_fault_room_is_given_again_what_the_learners_calls_needed_not_the_whol
     assert dg._time_again(seen_with(0.5, 3.0), "decoder_forward", 60.0) == 4 * 3.0 + 2.0
     assert dg._time_again(seen_with(30.0), "decoder_forward", 60.0) == 60.0
     assert dg._time_again(seen_with(), "softmax", 4.0) == 4.0
+
+
+def test_a_fault_room_is_observed_once_on_every_failing_function_it_is_compared_on():
+    """softmax-no-max may explain softmax (its own) and the block (inlined): its room is
+    asked for both at once, in contract order, so it loads once."""
+    no_max, reversed_mask = faults.get("softmax-no-max"), faults.get("mask-reversed")
+    plans = [
+        ("transformer_block", [], [no_max, reversed_mask]),
+        ("softmax", [no_max], []),
+    ]
+    wanted = dg._wanted(plans)
+    assert wanted == {
+        "softmax-no-max": ("softmax", "transformer_block"),
+        "mask-reversed": ("transformer_block",),
+    }
+
+    class Asked:
+        def __init__(self):
+            self.asked = []
+
+        def observe(self, fault, functions, timeout_s, memory_mb, seed):
+            self.asked.append((fault.name, tuple(functions)))
+
+    rooms = Asked()
+    dg._prefetch(rooms, [no_max, reversed_mask], "softmax", 2.0, 128, 5, wanted)
+    assert sorted(rooms.asked) == [
+        ("mask-reversed", ("transformer_block",)),
+        ("softmax-no-max", ("softmax", "transformer_block")),
+    ]
