@@ -317,7 +317,7 @@ def _declared_id(source: bytes) -> str | None:
     """The string a top-level `CONTRACT = "..."` assigns, or None."""
     try:
         tree = pysource.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, SystemError):
+    except pysource.UNPARSABLE:
         return None
     found = None
     for node in tree.body:

@@ -16,6 +16,9 @@ import ast
 import threading
 
 _PARSING = threading.Lock()
+# What parsing a learner's source can raise: a syntax error, a NUL byte (ValueError), or
+# nesting deeper than the parser holds (RecursionError, MemoryError, SystemError).
+UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError, SystemError)
 
 
 def parse(source: str | bytes, filename: str = "<unknown>") -> ast.Module:

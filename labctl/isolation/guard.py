@@ -91,7 +91,7 @@ def scan(root: Path) -> list[Violation]:
         except SyntaxError as exc:
             found.append(Violation(f"{shown}:{exc.lineno}", f"syntax error: {exc.msg}"))
             continue
-        except (RecursionError, MemoryError, SystemError, ValueError) as exc:
+        except pysource.UNPARSABLE as exc:
             # Source nested past what the parser can hold is refused, not a crash of labctl.
             found.append(Violation(shown, f"cannot be parsed: {type(exc).__name__}"))
             continue

@@ -37,7 +37,7 @@ def function_at(root: Path, where: str) -> str:
     text = path.read_text("utf-8", errors="replace")
     try:
         tree = pysource.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, SystemError):
+    except pysource.UNPARSABLE:
         # No tree to read: the nearest `def` above the line, at the left margin.
         for source_line in reversed(text.splitlines()[:line]):
             match = re.match(r"def\s+(\w+)\s*\(", source_line)
