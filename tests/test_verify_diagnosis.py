@@ -650,6 +650,29 @@ def test_what_labctl_faults_observed_is_remembered(monkeypatch):
     assert rooms.observe(fault, ("softmax",), 1.0, 512) is seen
 
 
+def test_fault_rooms_keep_one_seeds_observations(monkeypatch):
+    """Observations are replies held against labctl's budget: a process that diagnoses at a
+    new seed lets the old seed's go, or a long-lived grading worker would fill the budget."""
+    observed = []
+
+    def fake_observe(path, timeout_s, memory_mb, functions, seed):
+        observed.append(seed)
+        seen = RoomObservation(Path("x"), seed=seed)
+        seen.runs = {f: FunctionRun(f) for f in functions}
+        return seen
+
+    monkeypatch.setattr(dg, "observe", fake_observe)
+    monkeypatch.setattr(dg.FaultRooms, "path", lambda self, fault: Path("x"))
+    rooms = dg.FaultRooms()
+    fault = faults.get("softmax-no-max")
+    first = rooms.observe(fault, ("softmax",), 1.0, 512, seed=1)
+    assert rooms.observe(fault, ("softmax",), 1.0, 512, seed=1) is first
+    rooms.observe(fault, ("softmax",), 1.0, 512, seed=2)
+    assert [key[3] for key in rooms._seen] == [2]
+    rooms.observe(fault, ("softmax",), 1.0, 512, seed=1)
+    assert observed == [1, 2, 1]
+
+
 def test_fault_rooms_are_observed_within_the_diagnosis_time_limit(tmp_path):
     room = faults.get("mask-reversed").materialize(tmp_path / "room")
     seen = observe_here(room)

@@ -22,9 +22,10 @@ from labctl.isolation import wire
 
 MALFORMED = "the clean room's process sent a malformed reply"
 # The reply bytes labctl's process holds at once, every clean room together. Measured: a
-# verify with its metrics holds at most 12 MiB at once, `labctl run all` 12 MiB; 512 MiB is
-# two frames at wire's cap, so a legitimate run never meets it, and labctl's own memory
-# stays bounded however many calls return the most.
+# verify with its metrics holds at most 12 MiB at once, `labctl run all` 12 MiB, and the
+# diagnosis's kept fault rooms (one seed's) 61 MiB once every catalogued fault has been
+# observed (`labctl faults`); 512 MiB is two frames at wire's cap, so a legitimate run never
+# meets it, and labctl's own memory stays bounded however many calls return the most.
 REPLY_BUDGET_BYTES = 512 << 20
 ERROR_KINDS = frozenset({"exception", "missing", "unsupported-return", "protocol"})
 LOAD_ERROR_KINDS = frozenset({"import-policy", "load", "protocol"})

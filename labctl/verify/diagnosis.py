@@ -94,7 +94,12 @@ class Diagnosis:
 
 
 class FaultRooms:
-    """Materialized faulty clean rooms and what each did, per (timeout, memory limit, seed)."""
+    """Materialized faulty clean rooms and what each did, per (timeout, memory limit, seed).
+
+    Observations of one seed are kept: they are replies, held against labctl's reply
+    budget, and a long-lived process (a grading worker, a Dask worker between batches)
+    that kept every seed's would end by refusing a learner's replies.
+    """
 
     def __init__(self) -> None:
         self._dir: Path | None = None
@@ -115,7 +120,14 @@ class FaultRooms:
 
     def remember(self, fault: Fault, timeout_s: float, memory_mb: int, seen: RoomObservation):
         with self._lock:
-            self._seen[(fault.name, timeout_s, memory_mb, seen.seed)] = seen
+            self._keep((fault.name, timeout_s, memory_mb, seen.seed), seen)
+
+    def _keep(self, key: tuple[str, float, int, int], seen: RoomObservation) -> None:
+        """Under `_lock`: `seen` kept, and what other seeds left behind let go."""
+        for other in [k for k in self._seen if k[3] != key[3]]:
+            del self._seen[other]
+            self._fault_locks.pop(other, None)
+        self._seen[key] = seen
 
     def observe(
         self,
@@ -141,7 +153,7 @@ class FaultRooms:
                 cached.runs.update(fresh.runs)
                 fresh = cached
             with self._lock:
-                self._seen[key] = fresh
+                self._keep(key, fresh)
             return fresh
 
 
