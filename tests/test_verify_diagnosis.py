@@ -1034,3 +1034,35 @@ def test_a_fault_room_is_observed_once_on_every_failing_function_it_is_compared_
         ("mask-reversed", ("transformer_block",)),
         ("softmax-no-max", ("softmax", "transformer_block")),
     ]
+
+
+def test_a_function_that_crashes_its_process_is_said_to_crash_and_no_fault_room_is_observed(
+    tmp_path,
+):
+    """A match needs the same outcome on every fixture, and no catalogued fault ends its
+    process: a softmax that aborts is named in words at once (it cost 19 s of fault rooms,
+    and was said to raise), in the chosen language."""
+    from labctl.i18n import _ as shown
+    from labctl.i18n import set_language
+    from labctl.verify.observe import observe
+
+    room = learner_room(
+        tmp_path / "room", "primitives", "import os\n\n\ndef softmax(x, axis=-1):\n    os.abort()"
+    )
+    seen = observe(room, 10.0, 512, functions=("softmax",), isolation="process", seed=5)
+    rooms = RoomsHere(tmp_path / "faults")
+    found = dg.diagnose(seen, evaluate(seen), 10.0, 512, rooms=rooms)
+    assert rooms.asked == []
+    (softmax,) = [d for d in found if d.function == "softmax"]
+    assert softmax.kind == "unmatched"
+    assert str(softmax.message) == (
+        "softmax: it crashes (the clean-room process died with SIGABRT); "
+        "no catalogued fault matches it"
+    )
+    set_language("zh")
+    try:
+        assert shown(softmax.shown) == (
+            "softmax：它崩溃了（clean room 进程因 SIGABRT 终止）；目录中没有与之相符的故障"
+        )
+    finally:
+        set_language("en")

@@ -112,6 +112,23 @@ def test_labctl_faults_prints_and_keeps_the_matrix(matrix):
     assert csv_text.splitlines()[0].startswith("fault,function,signal,loads,")
 
 
+def test_no_catalogued_fault_ends_its_process(built):
+    """The diagnosis relies on it: a function whose call ended the learner's process
+    matches no catalogued fault, so no fault room is observed for it."""
+    from labctl.verify.diagnosis import ROOMS
+    from labctl.isolation.sandbox import DEFAULT_MEMORY_MB
+
+    for fault in faults.CATALOGUE:
+        seen = ROOMS.observe(fault, contract.function_names(), 2.0, DEFAULT_MEMORY_MB)
+        ended = [
+            (function, o.message)
+            for function, run in seen.runs.items()
+            for o in (*run.fixtures.values(), *run.probes.values())
+            if o.kind == "crash"
+        ]
+        assert ended == [], fault.name
+
+
 @pytest.mark.parametrize("fault", faults.CATALOGUE, ids=lambda f: f.name)
 def test_each_fault_fails_at_its_function_and_is_diagnosed_by_name(tmp_path, fault, matrix):
     room = fault.materialize(tmp_path / "clean_room")

@@ -31,6 +31,7 @@ from labctl import contract, textsafe
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError
 from labctl.i18n import Msg
 from labctl.isolation import bwrap, limits, replies, seccomp, wire
+from labctl.isolation.exits import crash_reason
 from labctl.isolation.levels import resolve_isolation
 from labctl.isolation.loader import resolve_package_dir, syntax_error
 from labctl.isolation.orphans import LIVE, SPAWN, sweep_orphans
@@ -344,7 +345,9 @@ class CleanRoom:
             note = self._printed_note()
             if self.isolation == "sandbox" and code is not None and 128 < code < 128 + 65:
                 code = 128 - code  # bwrap exits 128 + N when its child dies of signal N
-            raise CallError(what, "crash", _crash_reason(code, exc) + note) from None
+            printed = Msg("; it printed: {text}", text=self.printed) if note else ""
+            detail, shown = crash_reason(code, exc, printed)
+            raise CallError(what, "crash", detail + note, shown=shown) from None
         except wire.WireError as exc:
             reply = exc
         else:
@@ -434,16 +437,6 @@ class CleanRoom:
         if name.startswith("_") or name not in self._names:
             raise AttributeError(name)
         return lambda *args, **kwargs: self.call(name, *args, **kwargs)
-
-
-def _crash_reason(code: int | None, exc: Exception) -> str:
-    if code is not None and code < 0:
-        signame = signal.Signals(-code).name
-        hint = " (likely the memory limit)" if -code in (signal.SIGKILL, signal.SIGSEGV) else ""
-        return f"the clean-room process died with {signame}{hint}"
-    if code is not None:
-        return f"the clean-room process exited with code {code}"
-    return f"the clean-room process stopped answering: {exc}"
 
 
 def _load_message(error: dict) -> str | Msg:

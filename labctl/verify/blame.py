@@ -51,7 +51,7 @@ _SAID = {
 
 def own_kinds(function: str, fixture: fx.Fixture, outcome: Outcome, probe: bool) -> set[str]:
     """What is wrong with one call of the function itself, compared with the reference."""
-    if outcome.kind in ("exception", "not-implemented"):
+    if outcome.kind in ("exception", "not-implemented", "crash", "timeout"):
         return {"runs"}
     if outcome.kind != "value":
         return set()
@@ -138,9 +138,15 @@ def blamed(seen: RoomObservation, results: list[CheckResult], function: str) -> 
 
 def _raised(function: str, run: FunctionRun) -> Msg:
     for _, outcome in _traced(function, run, "runs"):
-        if culprit(outcome, EXPLAINS["runs"]) is None:
-            at = Msg(" at {where}", where=outcome.where) if outcome.where else ""
-            return Msg("it raises {exc_type}{at}", exc_type=outcome.exc_type, at=at)
+        if culprit(outcome, EXPLAINS["runs"]) is not None:
+            continue
+        if outcome.kind == "crash":
+            # The process ended, and with it the record of the calls it made.
+            return Msg("it crashes ({why})", why=outcome.message)
+        if outcome.kind == "timeout":
+            return Msg("it does not return in time")
+        at = Msg(" at {where}", where=outcome.where) if outcome.where else ""
+        return Msg("it raises {exc_type}{at}", exc_type=outcome.exc_type, at=at)
     return Msg("it raises")
 
 

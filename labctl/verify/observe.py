@@ -214,7 +214,7 @@ def _failed(name: str, exc: CallError) -> Outcome:
         return Outcome("missing", message=body)
     if exc.kind == "malformed":
         return Outcome("malformed", message=body)
-    return Outcome("crash", message=body)
+    return Outcome("crash", message=exc.shown)
 
 
 def depends_on(function: str) -> list[str]:
