@@ -115,8 +115,8 @@ def test_labctl_faults_prints_and_keeps_the_matrix(matrix):
 def test_no_catalogued_fault_ends_its_process(built):
     """The diagnosis relies on it: a function whose call ended the learner's process
     matches no catalogued fault, so no fault room is observed for it."""
-    from labctl.verify.diagnosis import ROOMS
     from labctl.isolation.sandbox import DEFAULT_MEMORY_MB
+    from labctl.verify.diagnosis import ROOMS
 
     for fault in faults.CATALOGUE:
         seen = ROOMS.observe(fault, contract.function_names(), 2.0, DEFAULT_MEMORY_MB)
