@@ -139,6 +139,20 @@ def test_invoke_reports_time_and_no_mutation(echo_room):
     np.testing.assert_array_equal(result.value, x)
 
 
+def test_calls_from_several_threads_take_turns(echo_room):
+    """verify measures two labs at once on one room: each thread's calls get their own
+    answers (without the room's lock, two requests interleave on the pipe and a reply
+    answers the other thread's request)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def calls(k: int) -> bool:
+        x = np.full((64, 64), float(k))
+        return all(np.array_equal(echo_room.call("softmax", x + i), x + i) for i in range(40))
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert all(pool.map(calls, range(4)))
+
+
 def test_the_project_clean_room_runs_in_the_sandbox():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 3, 5)).astype(np.float32)

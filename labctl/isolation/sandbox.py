@@ -151,6 +151,8 @@ class CleanRoom:
         self.privileges = ""
         self.printed = ""
         self._seq = 0
+        # One call at a time: labs measured side by side on threads share the worker.
+        self._calls = threading.RLock()
         self._copy: Path | None = None
         self._output: _Output | None = None
         self._outputs: list[_Output] = []  # every worker's, a worker restarted after a hang too
@@ -387,7 +389,21 @@ class CleanRoom:
         (`CallResult.value` is None): for a call made only for its time or memory.
         With `trace`, the calls it made to the room's other contract functions come back
         (`CallResult.trace`, or `CallError.trace` when it raised; see `calltrace`).
+        Calls from several threads take turns.
         """
+        with self._calls:
+            return self._invoke(name, args, kwargs, measure_memory, echo_args, want_value, trace)
+
+    def _invoke(
+        self,
+        name: str,
+        args: tuple,
+        kwargs: dict,
+        measure_memory: bool,
+        echo_args: bool,
+        want_value: bool,
+        trace: bool,
+    ) -> CallResult:
         if self._proc is None:
             self._start()
         self.wait_loaded()
