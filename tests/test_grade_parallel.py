@@ -88,9 +88,12 @@ def test_a_two_worker_dask_cluster_agrees_with_the_serial_run(setup):
     assert comparable(on_dask) == comparable(serial)
 
 
-def test_an_unreachable_scheduler_is_a_usage_error(setup, tmp_path):
+def test_an_unreachable_scheduler_is_a_usage_error(setup, tmp_path, monkeypatch):
     _distributed()
     from labctl.errors import UsageError
+    from labctl.grade import dask_exec
+
+    monkeypatch.setattr(dask_exec, "CONNECT_TIMEOUT_S", 2.0)  # what is said, not how long
 
     base, _, rubric, options, _ = setup
     dead = GradeOptions(**{**options.__dict__, "scheduler": "tcp://127.0.0.1:9"})

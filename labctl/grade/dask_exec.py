@@ -23,6 +23,9 @@ from labctl.errors import UsageError
 from labctl.grade.pool import LocalPool, Outcome
 from labctl.i18n import N_, Msg, _
 
+# How long the scheduler has to answer: a cluster starting up takes seconds, and a
+# mistyped address is refused only once it runs out.
+CONNECT_TIMEOUT_S = 30.0
 _LOCK = threading.Lock()
 _POOLS: dict[tuple, LocalPool] = {}
 
@@ -78,7 +81,7 @@ def run_on_dask(
             N_("--scheduler needs Dask: pip install 'labctl[dask]' (dask and distributed)")
         ) from None
     try:
-        client = Client(address, timeout="30s")
+        client = Client(address, timeout=f"{CONNECT_TIMEOUT_S:g}s")
     except (OSError, TimeoutError, ValueError) as exc:
         raise UsageError(
             Msg(
