@@ -1036,33 +1036,82 @@ def test_a_fault_room_is_observed_once_on_every_failing_function_it_is_compared_
     ]
 
 
-def test_a_function_that_crashes_its_process_is_said_to_crash_and_no_fault_room_is_observed(
-    tmp_path,
-):
-    """A match needs the same outcome on every fixture, and no catalogued fault ends its
-    process: a softmax that aborts is named in words at once (it cost 19 s of fault rooms,
-    and was said to raise), in the chosen language."""
-    from labctl.i18n import _ as shown
-    from labctl.i18n import set_language
+ABORTING_SOFTMAX = "import os\n\n\ndef softmax(x, axis=-1):\n    os.abort()"
+# softmax ends the process only on what the room's attention hands it: on labctl's own
+# fixtures it is the project's softmax.
+ABORTING_FROM_SDPA = """
+import os
+from . import primitives as _primitives
+
+_softmax = _primitives.softmax
+_sdpa = scaled_dot_product_attention
+
+
+def softmax(x, axis=-1):
+    if getattr(_primitives, "_inside_sdpa", False):
+        os.abort()
+    return _softmax(x, axis)
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
+    _primitives._inside_sdpa = True
+    try:
+        return _sdpa(q, k, v, mask, scale)
+    finally:
+        _primitives._inside_sdpa = False
+"""
+
+
+def _crash_diagnosis(tmp_path, module: str, source: str):
     from labctl.verify.observe import observe
 
-    room = learner_room(
-        tmp_path / "room", "primitives", "import os\n\n\ndef softmax(x, axis=-1):\n    os.abort()"
-    )
-    seen = observe(room, 10.0, 512, functions=("softmax",), isolation="process", seed=5)
+    room = learner_room(tmp_path / "room", module, source)
+    functions = ("softmax", "scaled_dot_product_attention")
+    seen = observe(room, 10.0, 512, functions=functions, isolation="process", seed=5)
     rooms = RoomsHere(tmp_path / "faults")
-    found = dg.diagnose(seen, evaluate(seen), 10.0, 512, rooms=rooms)
+    found = {d.function: d for d in dg.diagnose(seen, evaluate(seen), 10.0, 512, rooms=rooms)}
+    return room, found, rooms
+
+
+def test_a_function_that_crashes_its_process_is_said_to_crash_where_and_no_fault_room_is_observed(
+    tmp_path,
+):
+    """The worker prints its stack as it ends: labctl names the room's line the process
+    ended in, and sends attention, which ended it inside softmax, to softmax, which ends it
+    on labctl's own fixtures too. A match needs the same outcome on every fixture, and no
+    catalogued fault ends its process: no fault room is observed (it cost 19 s), in either
+    language."""
+    from labctl.i18n import _ as shown
+    from labctl.i18n import set_language
+
+    room, found, rooms = _crash_diagnosis(tmp_path, "primitives", ABORTING_SOFTMAX)
+    line = (room / "primitives.py").read_text().splitlines().index("    os.abort()") + 1
     assert rooms.asked == []
-    (softmax,) = [d for d in found if d.function == "softmax"]
-    assert softmax.kind == "unmatched"
-    assert str(softmax.message) == (
-        "softmax: it crashes (the clean-room process died with SIGABRT); "
-        "no catalogued fault matches it"
+    assert found["softmax"].kind == "unmatched"
+    assert found["softmax"].message == (
+        f"softmax: it crashes at clean_room/primitives.py:{line} (the clean-room process died "
+        "with SIGABRT); no catalogued fault matches it"
     )
+    sdpa = found["scaled_dot_product_attention"]
+    assert sdpa.kind == "dependency" and sdpa.chain == ("scaled_dot_product_attention", "softmax")
+    assert "fix softmax first" in sdpa.message
     set_language("zh")
     try:
-        assert shown(softmax.shown) == (
-            "softmax：它崩溃了（clean room 进程因 SIGABRT 终止）；目录中没有与之相符的故障"
+        assert shown(found["softmax"].shown) == (
+            f"softmax：它崩溃了，位于 clean_room/primitives.py:{line}（clean room 进程因 SIGABRT "
+            "终止）；目录中没有与之相符的故障"
         )
     finally:
         set_language("en")
+
+
+def test_a_crash_inside_a_callee_that_never_crashes_on_its_own_is_the_callers(tmp_path):
+    """softmax ends the process only on what attention hands it: attention is named, at the
+    line the process ended in, and softmax is not blamed."""
+    room, found, _ = _crash_diagnosis(tmp_path, "attention", ABORTING_FROM_SDPA)
+    assert "softmax" not in found
+    sdpa = found["scaled_dot_product_attention"]
+    assert sdpa.kind == "unmatched", sdpa.message
+    assert sdpa.message.startswith(
+        "scaled_dot_product_attention: it crashes at clean_room/attention.py:"
+    )

@@ -6,7 +6,9 @@ the chosen language.
 
 from __future__ import annotations
 
+import re
 import signal
+from pathlib import PurePosixPath
 
 from labctl.i18n import Msg
 
@@ -49,3 +51,26 @@ def crash_reason(code: int | None, exc: Exception, printed: Msg | str) -> tuple[
             printed=printed,
         ),
     )
+
+
+# The stack `faulthandler` prints as the process ends, and each frame of it (most recent
+# call first).
+_DUMP = "Fatal Python error: "
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"\n]+)", line (?P<line>\d+) in ', re.MULTILINE)
+
+
+def crash_site(printed: str, room_path: str) -> tuple[str, str | None]:
+    """What was printed before the stack the worker printed as it ended, and the stack's
+    innermost frame inside the room (at `room_path` in the worker) as `dir/file.py:line`,
+    or None. What the worker printed is the learner's: a site is a hint for the diagnosis,
+    never a verdict."""
+    start = printed.rfind(_DUMP)
+    if start < 0:
+        return printed, None
+    own, dump = printed[:start], printed[start:]
+    root = PurePosixPath(room_path) if room_path else None
+    for frame in _FRAME.finditer(dump):
+        file = PurePosixPath(frame["file"])
+        if root is not None and file != root and file.is_relative_to(root):
+            return own, f"{root.name}/{file.relative_to(root)}:{frame['line']}"
+    return own, None

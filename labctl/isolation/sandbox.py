@@ -31,7 +31,7 @@ from labctl import contract, textsafe
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError
 from labctl.i18n import Msg
 from labctl.isolation import bwrap, limits, replies, seccomp, wire
-from labctl.isolation.exits import crash_reason
+from labctl.isolation.exits import crash_reason, crash_site
 from labctl.isolation.levels import resolve_isolation
 from labctl.isolation.loader import resolve_package_dir, syntax_error
 from labctl.isolation.orphans import LIVE, SPAWN, sweep_orphans
@@ -80,6 +80,7 @@ class _Output:
         # Over the worker's whole life (a take does not reset them): for the grader's record.
         self.first = bytearray()
         self.seen = 0
+        self.taken = ""
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._drain, daemon=True)
         self.thread.start()
@@ -100,12 +101,13 @@ class _Output:
             os.close(self.fd)
 
     def take(self) -> str:
-        """What was printed since the last take, cleaned for a terminal."""
+        """What was printed since the last take, cleaned for a terminal (whole in `taken`)."""
         with self.lock:
             data, total = bytes(self.kept), self.total
             self.kept.clear()
             self.total = 0
-        return replies.printable(data.decode("utf-8", "replace"), total - len(data))
+        self.taken = data.decode("utf-8", "replace")
+        return replies.printable(self.taken, total - len(data))
 
 
 # Frames carry arrays of megabytes; Linux pipes hold 64 KiB unless asked (up to
@@ -151,6 +153,7 @@ class CleanRoom:
         self.privileges = ""
         self.printed = ""
         self._seq = 0
+        self._inside = ""  # the room's path inside the worker
         # One call at a time: labs measured side by side on threads share the worker.
         self._calls = threading.RLock()
         self._copy: Path | None = None
@@ -217,6 +220,7 @@ class CleanRoom:
         self._write, self._read = to_child_w, from_child_r
         self._output = _Output(output_r)
         self._outputs.append(self._output)
+        self._inside = room_path
         request = {"op": "load", "path": room_path, "guard": self.guard, "names": self._names}
         self._post(request)
         timeout_s = max(self.timeout_s, _MIN_LOAD_TIMEOUT_S)
@@ -344,12 +348,17 @@ class CleanRoom:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     code = self._proc.wait(timeout=2.0)
             self.close()
-            note = self._printed_note()
+            self._printed_note()
+            # The stack the worker printed as it ended gives the room's line; what the
+            # learner printed before it is shown, the stack (thread addresses) is not.
+            own, site = crash_site(self._output.taken if self._output else "", self._inside)
+            self.printed = replies.printable(own) if own.strip() else ""
+            note = f"; it printed: {self.printed}" if self.printed else ""
             if self.isolation == "sandbox" and code is not None and 128 < code < 128 + 65:
                 code = 128 - code  # bwrap exits 128 + N when its child dies of signal N
             printed = Msg("; it printed: {text}", text=self.printed) if note else ""
             detail, shown = crash_reason(code, exc, printed)
-            raise CallError(what, "crash", detail + note, shown=shown) from None
+            raise CallError(what, "crash", detail + note, where=site, shown=shown) from None
         except wire.WireError as exc:
             reply = exc
         else:

@@ -15,6 +15,7 @@ ends the process, and the parent names those.
 
 from __future__ import annotations
 
+import faulthandler
 import sys
 import time
 from pathlib import Path
@@ -126,6 +127,9 @@ class Worker:
 
 def main(argv: list[str]) -> None:
     read_fd, write_fd, memory_mb, parent_pid = (int(a) for a in argv[:4])
+    # A hard crash (a segfault, abort) prints the stack to the output labctl captures, so
+    # labctl can say in which of the room's lines the process ended (`exits.crash_site`).
+    faulthandler.enable()
     needed = [Path(p) for p in argv[4:]]
     if parent_pid > 0:
         limits.die_with_parent(parent_pid)

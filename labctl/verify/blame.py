@@ -141,8 +141,8 @@ def _raised(function: str, run: FunctionRun) -> Msg:
         if culprit(outcome, EXPLAINS["runs"]) is not None:
             continue
         if outcome.kind == "crash":
-            # The process ended, and with it the record of the calls it made.
-            return Msg("it crashes ({why})", why=outcome.message)
+            at = Msg(" at {where}", where=outcome.where) if outcome.where else ""
+            return Msg("it crashes{at} ({why})", at=at, why=outcome.message)
         if outcome.kind == "timeout":
             return Msg("it does not return in time")
         at = Msg(" at {where}", where=outcome.where) if outcome.where else ""

@@ -28,7 +28,7 @@ from labctl.isolation.sandbox import CleanRoom
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
 from labctl.verify.builders import SEED
-from labctl.verify.calls import Call, calls_of
+from labctl.verify.calls import CRASHED, Call, calls_of
 from labctl.verify.functions import CAUSAL_FUNCTIONS, DEPENDS
 from labctl.verify.places import PACKAGE, Located, function_at
 
@@ -72,7 +72,7 @@ class Outcome:
         if self.kind == "timeout":
             return self.message or Msg("did not return in time (stopped)")
         if self.kind == "crash":
-            return Msg("crashed: {message}", message=self.message)
+            return Msg("crashed: {message}{at}", message=self.message, at=at)
         if self.kind == "malformed":
             return self.message
         if self.kind == "missing":
@@ -188,7 +188,10 @@ def call(room: CleanRoom, name: str, args: tuple, kwargs: dict, trace: bool = Fa
         options = {"trace": True} if trace else {}
         result = room.invoke(name, *args, **options, **kwargs)
     except CallError as exc:
-        return _failed(name, exc)
+        outcome = _failed(name, exc)
+        if outcome.kind == "crash" and outcome.where:
+            outcome.calls = _ended_in(room.path, name, outcome.where)
+        return outcome
     except LabctlError as exc:
         # The worker could not be restarted (the clean room no longer loads, say).
         return Outcome("crash", message=str(exc))
@@ -199,6 +202,30 @@ def call(room: CleanRoom, name: str, args: tuple, kwargs: dict, trace: bool = Fa
         elapsed_s=result.elapsed_s,
         calls=calls_of(result.trace),
     )
+
+
+def _ended_in(root: Path, name: str, where: str) -> tuple[Call, ...]:
+    """The process ended in another of the room's contract functions, reached from `name`:
+    that call, its inputs unknown (the record of its calls ended with the process)."""
+    function = function_at(root, where)
+    if function in (name, PACKAGE):
+        return ()
+    return (Call(function, 1, (), {}, raised=CRASHED),)
+
+
+def _believe_crashes(seen: RoomObservation) -> None:
+    """Keep the call a crash ended in only where that function also ends the process on
+    labctl's own fixtures: one that ends it only on what its caller handed it (inputs the
+    record lost) leaves the crash its caller's."""
+    ending = {
+        name
+        for name, run in seen.runs.items()
+        if any(o.kind == "crash" for o in (*run.fixtures.values(), *run.probes.values()))
+    }
+    for run in seen.runs.values():
+        for outcome in run.outcomes():
+            if outcome.kind == "crash":
+                outcome.calls = tuple(c for c in outcome.calls if c.function in ending)
 
 
 def _failed(name: str, exc: CallError) -> Outcome:
@@ -214,7 +241,7 @@ def _failed(name: str, exc: CallError) -> Outcome:
         return Outcome("missing", message=body)
     if exc.kind == "malformed":
         return Outcome("malformed", message=body)
-    return Outcome("crash", message=exc.shown)
+    return Outcome("crash", message=exc.shown, where=exc.where)
 
 
 def depends_on(function: str) -> list[str]:
@@ -401,6 +428,7 @@ def observe(
                     located = Located(located.where, located.what, function)
                 if located not in seen.violations:
                     seen.violations.append(located)
+        _believe_crashes(seen)
         if with_room is not None and not seen.over_budget:
             with_room(room)
         seen.output_bytes, seen.output = room.output()
