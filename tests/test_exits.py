@@ -38,13 +38,13 @@ def test_without_a_frame_inside_the_room_there_is_no_site(printed, room, expecte
     assert crash_site(printed, room) == expected
 
 
-def test_the_reason_names_the_signal_and_the_memory_hint_in_both_forms():
-    detail, shown = crash_reason(-11, OSError("gone"), "")
-    assert detail == "the clean-room process died with SIGSEGV (likely the memory limit)"
-    assert str(shown) == detail
-    detail, _ = crash_reason(-6, OSError("gone"), "")
-    assert detail == "the clean-room process died with SIGABRT"
-    assert crash_reason(3, OSError("gone"), "")[0] == "the clean-room process exited with code 3"
-    assert crash_reason(None, OSError("gone"), "")[0] == (
-        "the clean-room process stopped answering: gone"
+def test_the_reason_names_the_signal_and_the_memory_hint_and_what_was_printed():
+    gone = OSError("gone")
+    assert str(crash_reason(-11, gone)) == (
+        "the clean-room process died with SIGSEGV (likely the memory limit)"
     )
+    assert str(crash_reason(-6, gone, "; it printed: hi")) == (
+        "the clean-room process died with SIGABRT; it printed: hi"
+    )
+    assert str(crash_reason(3, gone)) == "the clean-room process exited with code 3"
+    assert str(crash_reason(None, gone)) == "the clean-room process stopped answering: gone"

@@ -1,8 +1,5 @@
-"""Why a clean room's worker is gone, from its exit status.
-
-Said twice: in English for the record's detail, and as a message a person reads in
-the chosen language.
-"""
+"""Why a clean room's worker is gone: the reason from its exit status, and the room's
+line from the stack the worker printed as it died."""
 
 from __future__ import annotations
 
@@ -13,43 +10,27 @@ from pathlib import PurePosixPath
 from labctl.i18n import Msg
 
 
-def crash_reason(code: int | None, exc: Exception, printed: Msg | str) -> tuple[str, Msg]:
-    """Why the worker is gone: English for the record's detail, a message for a person."""
+def crash_reason(code: int | None, exc: Exception, printed: Msg | str = "") -> Msg:
+    """Why the worker is gone, and what it printed; `str()` of it is the record's English."""
     if code is not None and code < 0:
         signame = signal.Signals(-code).name
         if -code in (signal.SIGKILL, signal.SIGSEGV):
-            return (
-                f"the clean-room process died with {signame} (likely the memory limit)",
-                Msg(
-                    "the clean-room process died with {signal} (likely the memory limit){printed}",
-                    signal=signame,
-                    printed=printed,
-                ),
-            )
-        return (
-            f"the clean-room process died with {signame}",
-            Msg(
-                "the clean-room process died with {signal}{printed}",
+            return Msg(
+                "the clean-room process died with {signal} (likely the memory limit){printed}",
                 signal=signame,
                 printed=printed,
-            ),
+            )
+        return Msg(
+            "the clean-room process died with {signal}{printed}", signal=signame, printed=printed
         )
     if code is not None:
-        return (
-            f"the clean-room process exited with code {code}",
-            Msg(
-                "the clean-room process exited with code {code}{printed}",
-                code=code,
-                printed=printed,
-            ),
+        return Msg(
+            "the clean-room process exited with code {code}{printed}", code=code, printed=printed
         )
-    return (
-        f"the clean-room process stopped answering: {exc}",
-        Msg(
-            "the clean-room process stopped answering: {error}{printed}",
-            error=str(exc),
-            printed=printed,
-        ),
+    return Msg(
+        "the clean-room process stopped answering: {error}{printed}",
+        error=str(exc),
+        printed=printed,
     )
 
 

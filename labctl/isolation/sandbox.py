@@ -348,17 +348,24 @@ class CleanRoom:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     code = self._proc.wait(timeout=2.0)
             self.close()
-            self._printed_note()
+            taken = ""
+            if self._output is not None:
+                self._output.take()
+                taken = self._output.taken
             # The stack the worker printed as it ended gives the room's line; what the
             # learner printed before it is shown, the stack (thread addresses) is not.
-            own, site = crash_site(self._output.taken if self._output else "", self._inside)
+            own, site = crash_site(taken, self._inside)
             self.printed = replies.printable(own) if own.strip() else ""
-            note = f"; it printed: {self.printed}" if self.printed else ""
             if self.isolation == "sandbox" and code is not None and 128 < code < 128 + 65:
                 code = 128 - code  # bwrap exits 128 + N when its child dies of signal N
-            printed = Msg("; it printed: {text}", text=self.printed) if note else ""
-            detail, shown = crash_reason(code, exc, printed)
-            raise CallError(what, "crash", detail + note, where=site, shown=shown) from None
+            printed = Msg("; it printed: {text}", text=self.printed) if self.printed else ""
+            raise CallError(
+                what,
+                "crash",
+                str(crash_reason(code, exc, printed)),
+                where=site,
+                shown=crash_reason(code, exc, printed),
+            ) from None
         except wire.WireError as exc:
             reply = exc
         else:

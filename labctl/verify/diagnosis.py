@@ -403,9 +403,7 @@ def diagnose(
         if first is not None:
             found.append(_sent_on(seen, results, function, first))
             continue
-        if run is not None and any(
-            o.kind == "crash" for o in (*run.fixtures.values(), *run.probes.values())
-        ):
+        if run is not None and run.ends_its_process:
             # A match needs the same outcome on every fixture, and no catalogued fault ends
             # its process (`test_no_catalogued_fault_ends_its_process`): none is observed.
             found.append(_own(seen, results, function))

@@ -126,6 +126,11 @@ class FunctionRun:
         ]
 
     @property
+    def ends_its_process(self) -> bool:
+        """A fixture or probe of labctl's own ended the process (a crash)."""
+        return any(o.kind == "crash" for o in (*self.fixtures.values(), *self.probes.values()))
+
+    @property
     def not_implemented(self) -> bool:
         """Every fixture raised NotImplementedError (a fresh stub)."""
         calls = [*self.fixtures.values(), *self.probes.values()]
@@ -217,11 +222,7 @@ def _believe_crashes(seen: RoomObservation) -> None:
     """Keep the call a crash ended in only where that function also ends the process on
     labctl's own fixtures: one that ends it only on what its caller handed it (inputs the
     record lost) leaves the crash its caller's."""
-    ending = {
-        name
-        for name, run in seen.runs.items()
-        if any(o.kind == "crash" for o in (*run.fixtures.values(), *run.probes.values()))
-    }
+    ending = {name for name, run in seen.runs.items() if run.ends_its_process}
     for run in seen.runs.values():
         for outcome in run.outcomes():
             if outcome.kind == "crash":
