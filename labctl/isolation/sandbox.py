@@ -80,7 +80,6 @@ class _Output:
         # Over the worker's whole life (a take does not reset them): for the grader's record.
         self.first = bytearray()
         self.seen = 0
-        self.taken = ""
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._drain, daemon=True)
         self.thread.start()
@@ -100,14 +99,17 @@ class _Output:
         with contextlib.suppress(OSError):
             os.close(self.fd)
 
-    def take(self) -> str:
-        """What was printed since the last take, cleaned for a terminal (whole in `taken`)."""
+    def take_raw(self) -> tuple[str, int]:
+        """What was printed since the last take, as printed, and how much was not kept."""
         with self.lock:
             data, total = bytes(self.kept), self.total
             self.kept.clear()
             self.total = 0
-        self.taken = data.decode("utf-8", "replace")
-        return replies.printable(self.taken, total - len(data))
+        return data.decode("utf-8", "replace"), total - len(data)
+
+    def take(self) -> str:
+        """What was printed since the last take, cleaned for a terminal."""
+        return replies.printable(*self.take_raw())
 
 
 # Frames carry arrays of megabytes; Linux pipes hold 64 KiB unless asked (up to
@@ -348,24 +350,16 @@ class CleanRoom:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     code = self._proc.wait(timeout=2.0)
             self.close()
-            taken = ""
-            if self._output is not None:
-                self._output.take()
-                taken = self._output.taken
+            taken, dropped = self._output.take_raw() if self._output else ("", 0)
             # The stack the worker printed as it ended gives the room's line; what the
             # learner printed before it is shown, the stack (thread addresses) is not.
             own, site = crash_site(taken, self._inside)
-            self.printed = replies.printable(own) if own.strip() else ""
+            self.printed = replies.printable(own, dropped) if own.strip() else ""
             if self.isolation == "sandbox" and code is not None and 128 < code < 128 + 65:
                 code = 128 - code  # bwrap exits 128 + N when its child dies of signal N
             printed = Msg("; it printed: {text}", text=self.printed) if self.printed else ""
-            raise CallError(
-                what,
-                "crash",
-                str(crash_reason(code, exc, printed)),
-                where=site,
-                shown=crash_reason(code, exc, printed),
-            ) from None
+            reason = crash_reason(code, exc, printed)
+            raise CallError(what, "crash", str(reason), where=site, shown=reason) from None
         except wire.WireError as exc:
             reply = exc
         else:
