@@ -32,13 +32,19 @@ GIT += ["-c", "commit.gpgsign=false"]
 # only the hidden bad-input item catches.
 FAULTS = ("mask-reversed", "softmax-no-max", "layer-norm-in-place", "rope-half-split")
 HIDDEN_ONLY = "window-unchecked"
-# The learner-level limit the hanging learner meets: its import never returns, and loading
-# waits max(--timeout, 10 s), so with CALL_TIMEOUT above the limit it is the limit that stops
-# it; the other learners finish well below it on a loaded machine (a whole room's verify, with
-# a float32 probe per fixture and the call traces, took up to 19.5 s on two busy cores, so the
-# limit is twice that). A class with submissions to re-measure gets the default limit instead
-# (re-measuring runs the labs).
+CRASHING_TILED = """def tiled_attention(q, k, v, block_size, causal=True, scale=None):
+    os.abort()"""
+# The learner-level limit of a class of rooms that verify (no learner of such a class is meant
+# to reach it): a whole room's verify, with a float32 probe per fixture and the call traces,
+# took up to 19.5 s on two busy cores, so the limit is twice that. A class with submissions to
+# re-measure gets the default limit instead (re-measuring runs the labs).
 LEARNER_TIMEOUT = "40"
+# The limit of a class whose learners never reach verify (a hang at import, an attack at
+# import, an import refused by name, no clean room): each of the others is decided in about
+# a second, so the hanging learner, whose import never returns, costs this limit and not 40 s.
+# Loading waits max(--timeout, 10 s), so with CALL_TIMEOUT above both it is this limit that
+# stops it.
+HANG_TIMEOUT = "8"
 CALL_TIMEOUT = 50.0
 
 
@@ -118,9 +124,9 @@ def fabricate(path: Path) -> str:
     return row["name"]
 
 
-def build_class(root: Path, repo: Path | None, hang: bool = True) -> dict[str, str]:
-    """The class under `root` (with a hanging learner when `hang`) and a stray file; returns
-    {learner: what it is}."""
+def build_class(root: Path, repo: Path | None) -> dict[str, str]:
+    """The class under `root` and a stray file; returns {learner: what it is}. Its hanging
+    learner is in `build_hang_class`, with the rooms that never reach verify."""
     root.mkdir(parents=True)
     cases: dict[str, str] = {}
     if repo is not None:
@@ -137,22 +143,36 @@ def build_class(root: Path, repo: Path | None, hang: bool = True) -> dict[str, s
         cases[f"fault-{name}"] = f"fault {name}"
     init_clean_room(root / "stubs" / "clean_room")
     cases["stubs"] = "clean-room init stubs"
-    if hang:
-        room = copy_room(root / "hanging" / "clean_room")
-        append(room, "primitives", "import time\nwhile True:\n    time.sleep(1)")
-        cases["hanging"] = "never finishes loading"
+    # A crash in a function nothing else is built on: each call that ends the clean room's
+    # process costs a fresh worker, and a crashing softmax takes every function built on it
+    # down too (about 70 fresh workers, 12 s of a learner's verify, where this costs 3 s).
     crash = copy_room(root / "crashing" / "clean_room")
-    append(crash, "primitives", "import os\n\ndef softmax(x, axis=-1):\n    os.abort()")
-    cases["crashing"] = "softmax aborts the process"
-    attack = copy_room(root / "attacker" / "clean_room")
-    append(attack, "primitives", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
-    cases["attacker"] = "kills the process that loads it"
-    torch_room = copy_room(root / "torch-importer" / "clean_room")
-    append(torch_room, "primitives", "import torch")
-    cases["torch-importer"] = "imports torch"
-    (root / "malformed").mkdir()
-    (root / "malformed" / "notes.txt").write_text("my clean room is on my laptop\n")
-    cases["malformed"] = "no clean_room/"
+    append(crash, "attention", f"import os\n\n{CRASHING_TILED}")
+    cases["crashing"] = "tiled_attention aborts the process"
+    cases.update(_never_verified(root))
     # A file at the top is no learner: listed as ignored, it has no row.
     (root / "stray-file.txt").write_text("not a learner\n")
     return cases
+
+
+def build_hang_class(root: Path) -> dict[str, str]:
+    """A class of learners that never reach verify, the hanging one among them (graded with
+    `HANG_TIMEOUT`); returns {learner: what it is}."""
+    root.mkdir(parents=True)
+    room = copy_room(root / "hanging" / "clean_room")
+    append(room, "primitives", "import time\nwhile True:\n    time.sleep(1)")
+    return {"hanging": "never finishes loading", **_never_verified(root)}
+
+
+def _never_verified(root: Path) -> dict[str, str]:
+    attack = copy_room(root / "attacker" / "clean_room")
+    append(attack, "primitives", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+    torch_room = copy_room(root / "torch-importer" / "clean_room")
+    append(torch_room, "primitives", "import torch")
+    (root / "malformed").mkdir()
+    (root / "malformed" / "notes.txt").write_text("my clean room is on my laptop\n")
+    return {
+        "attacker": "kills the process that loads it",
+        "torch-importer": "imports torch",
+        "malformed": "no clean_room/",
+    }

@@ -12,7 +12,7 @@ import csv
 import json
 
 import pytest
-from gradetools import CALL_TIMEOUT, LEARNER_TIMEOUT, append, copy_room, rubric_without
+from gradetools import CALL_TIMEOUT, HANG_TIMEOUT, append, copy_room, rubric_without
 from typer.testing import CliRunner
 
 from labctl.cli.main import app
@@ -52,7 +52,7 @@ def test_hang_and_crash_rows_name_the_isolation_used(klass, requested, tmp_path)
             "--timeout",
             str(CALL_TIMEOUT),
             "--learner-timeout",
-            LEARNER_TIMEOUT,
+            HANG_TIMEOUT,  # no learner here reaches verify
             "--isolation",
             requested,
             "--json",
