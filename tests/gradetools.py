@@ -32,8 +32,6 @@ GIT += ["-c", "commit.gpgsign=false"]
 # only the hidden bad-input item catches.
 FAULTS = ("mask-reversed", "softmax-no-max", "layer-norm-in-place", "rope-half-split")
 HIDDEN_ONLY = "window-unchecked"
-CRASHING_TILED = """def tiled_attention(q, k, v, block_size, causal=True, scale=None):
-    os.abort()"""
 # The learner-level limit of a class of rooms that verify (no learner of such a class is meant
 # to reach it): a whole room's verify, with a float32 probe per fixture and the call traces,
 # took up to 19.5 s on two busy cores, so the limit is twice that. A class with submissions to
@@ -147,7 +145,8 @@ def build_class(root: Path, repo: Path | None) -> dict[str, str]:
     # process costs a fresh worker, and a crashing softmax takes every function built on it
     # down too (about 70 fresh workers, 12 s of a learner's verify, where this costs 3 s).
     crash = copy_room(root / "crashing" / "clean_room")
-    append(crash, "attention", f"import os\n\n{CRASHING_TILED}")
+    signature = "tiled_attention(q, k, v, block_size, causal=True, scale=None)"
+    append(crash, "attention", f"import os\n\ndef {signature}:\n    os.abort()")
     cases["crashing"] = "tiled_attention aborts the process"
     cases.update(_never_verified(root))
     # A file at the top is no learner: listed as ignored, it has no row.

@@ -4,9 +4,10 @@ Two classes, each graded the three ways. The first has no submission (nothing to
 re-measure, so each learner takes seconds) but every other case of a room that
 verifies. The second holds the learners that never reach verify, the hanging one
 among them: its import never returns, and the learner's time limit stops it with
-a `hang` row while the batch goes on. That class gets a short limit, which the
-others there meet with room to spare, so each batch waits 8 s for the hang, not
-the 40 s a verifying room may need.
+a `hang` row while the batch goes on. That class gets a short limit (8 s), which
+the others there meet with room to spare, so the hang costs each batch 16 s (the
+limit, then the hard stop and its grace), not the 48 s it costs under the 40 s a
+verifying room may need.
 """
 
 from __future__ import annotations
