@@ -143,7 +143,7 @@ def build_class(root: Path, repo: Path | None) -> dict[str, str]:
     cases["stubs"] = "clean-room init stubs"
     # A crash in a function nothing else is built on: each call that ends the clean room's
     # process costs a fresh worker, and a crashing softmax takes every function built on it
-    # down too (about 70 fresh workers, 12 s of a learner's verify, where this costs 3 s).
+    # down too (about 70 fresh workers, 12 s of a learner's verify, where this costs 5 s).
     crash = copy_room(root / "crashing" / "clean_room")
     signature = "tiled_attention(q, k, v, block_size, causal=True, scale=None)"
     append(crash, "attention", f"import os\n\ndef {signature}:\n    os.abort()")

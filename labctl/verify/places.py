@@ -4,6 +4,7 @@ and what was found there (`Located`)."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,27 +34,40 @@ def function_at(root: Path, where: str) -> str:
     if found is None:
         return PACKAGE
     path, line = found
-    names = set(contract.function_names(contract.LATEST))
     text = path.read_text("utf-8", errors="replace")
-    try:
-        tree = pysource.parse(text)
-    except pysource.UNPARSABLE:
+    spans = _spans(text)
+    if spans is None:
         # No tree to read: the nearest `def` above the line, at the left margin.
         for source_line in reversed(text.splitlines()[:line]):
             match = re.match(r"def\s+(\w+)\s*\(", source_line)
             if match:
-                return match[1] if match[1] in names else PACKAGE
+                return match[1] if match[1] in _names() else PACKAGE
         return PACKAGE
-    best = PACKAGE
-    best_span = None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
-            end = getattr(node, "end_lineno", node.lineno)
-            if node.lineno <= line <= end:
-                span = end - node.lineno
-                if best_span is None or span < best_span:
-                    best, best_span = node.name, span
-    return best
+    # The innermost: spans are sorted from the shortest.
+    return next((name for name, first, last in spans if first <= line <= last), PACKAGE)
+
+
+def _names() -> frozenset[str]:
+    return frozenset(contract.function_names(contract.LATEST))
+
+
+# Keyed by the file's text: a room that crashes is located once per call, and each of its
+# about 70 crashing calls would parse the same file again.
+@functools.lru_cache(maxsize=8)
+def _spans(text: str) -> tuple[tuple[str, int, int], ...] | None:
+    """The contract functions defined in `text`, as (name, first line, last line), shortest
+    first; None where the text does not parse."""
+    try:
+        tree = pysource.parse(text)
+    except pysource.UNPARSABLE:
+        return None
+    names = _names()
+    found = [
+        (node.name, node.lineno, getattr(node, "end_lineno", node.lineno))
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names
+    ]
+    return tuple(sorted(found, key=lambda span: span[2] - span[1]))
 
 
 @dataclass(frozen=True)
