@@ -594,8 +594,9 @@ def test_fault_rooms_are_materialized_once_and_observed_only_for_what_is_missing
 ):
     calls: list[tuple[str, tuple[str, ...]]] = []
 
-    def fake_observe(root, timeout_s, memory_mb, functions, seed):
+    def fake_observe(root, timeout_s, memory_mb, functions, seed, in_process):
         assert (timeout_s, memory_mb) in ((1.0, 512), (2.0, 512))
+        assert in_process  # labctl's own room, and a fault that does not hang
         calls.append((root.parent.name, tuple(functions)))
         seen = RoomObservation(root)
         seen.runs = {f: FunctionRun(f) for f in functions}
@@ -628,7 +629,7 @@ def test_fault_rooms_are_materialized_once_and_observed_only_for_what_is_missing
 def test_a_fault_room_that_does_not_load_is_not_observed_again(monkeypatch):
     calls = []
 
-    def fake_observe(root, timeout_s, memory_mb, functions, seed):
+    def fake_observe(root, timeout_s, memory_mb, functions, seed, in_process):
         calls.append(functions)
         return RoomObservation(root, status="unloadable")
 
@@ -655,7 +656,7 @@ def test_fault_rooms_keep_one_seeds_observations(monkeypatch):
     new seed lets the old seed's go, or a long-lived grading worker would fill the budget."""
     observed = []
 
-    def fake_observe(path, timeout_s, memory_mb, functions, seed):
+    def fake_observe(path, timeout_s, memory_mb, functions, seed, in_process):
         observed.append(seed)
         seen = RoomObservation(Path("x"), seed=seed)
         seen.runs = {f: FunctionRun(f) for f in functions}

@@ -15,6 +15,9 @@ class Fault:
 
     `course` is where the course (or the contract) teaches the right behaviour;
     `signal` is the verify check this fault is there to prove (it must catch it).
+    `hangs`: a call of it never returns, so the diagnosis observes its room in a worker,
+    which a timeout can stop; every other fault room runs in labctl's process
+    (`labctl.isolation.inprocess`), which nothing can stop.
     """
 
     name: str
@@ -24,6 +27,7 @@ class Fault:
     course: str
     source: str
     signal: str = "parity"
+    hangs: bool = False
 
     def materialize(self, dest: Path, base: Path | None = None) -> Path:
         """Write the project's clean room with this fault into `dest` (which must not exist)."""

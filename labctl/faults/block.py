@@ -57,6 +57,7 @@ BLOCK: tuple[Fault, ...] = (
         ),
         course="Transformer 手撕与注意力机制 §01.2 Positional Encoding",
         signal="runs",
+        hangs=True,
         source="""
         def sinusoidal_positions(seq_len, d_model):
             pe = np.zeros((seq_len, d_model))

@@ -276,7 +276,9 @@ def load_package(path: str | Path, keep_alias: bool = False) -> ModuleType:
 
 def _take_names(alias: str) -> dict[str, ModuleType]:
     """Remove and return `alias` and `alias.*` from sys.modules."""
-    taken = {k: v for k, v in sys.modules.items() if k == alias or k.startswith(alias + ".")}
+    # A copy taken at once: another thread may import while this one walks.
+    found = sys.modules.copy().items()
+    taken = {k: v for k, v in found if k == alias or k.startswith(alias + ".")}
     for key in taken:
         del sys.modules[key]
     return taken

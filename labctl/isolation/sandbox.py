@@ -436,25 +436,13 @@ class CleanRoom:
             reply = self._exchange(request, self.timeout_s, name)
         self.violations.extend(reply.get("violations", []))
         self._printed_note()
-        if not reply["ok"]:
-            error = reply["error"]
-            if error["kind"] == "exception":
-                failure = CallError(
-                    name, "exception", error["message"], error.get("where"), error["type"]
-                )
-                failure.trace = reply.get("trace", [])
-                raise failure
-            raise CallError(name, error["kind"], error["message"])
-        if not echo_args:
-            return CallResult(reply["value"], reply["elapsed_s"], [], peak, reply.get("trace", []))
-        mutated = replies.mutated(list(args), kwargs, reply["args_after"])
-        if mutated is None:
-            self.close()
-            raise CallError(
-                name, "malformed", f"{replies.MALFORMED}: the arguments came back changed in kind"
-            )
-        names = [replies.argument_name(path, self._arg_names.get(name, [])) for path in mutated]
-        return CallResult(reply["value"], reply["elapsed_s"], names, peak, reply.get("trace", []))
+        try:
+            arg_names = self._arg_names.get(name, [])
+            return call_result(name, args, kwargs, reply, arg_names, echo_args, peak)
+        except CallError as exc:
+            if exc.kind == "malformed":
+                self.close()
+            raise
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         return self.invoke(name, *args, echo_args=False, **kwargs).value
@@ -463,6 +451,37 @@ class CleanRoom:
         if name.startswith("_") or name not in self._names:
             raise AttributeError(name)
         return lambda *args, **kwargs: self.call(name, *args, **kwargs)
+
+
+def call_result(
+    name: str,
+    args: tuple,
+    kwargs: dict,
+    reply: dict,
+    arg_names: list[str],
+    echo_args: bool = True,
+    peak: int | None = None,
+) -> CallResult:
+    """A checked reply to a call of `name`, as the caller reads it: its value, or the
+    CallError its raise is. The inputs it edited are named where the reply echoed them."""
+    if not reply["ok"]:
+        error = reply["error"]
+        if error["kind"] == "exception":
+            failure = CallError(
+                name, "exception", error["message"], error.get("where"), error["type"]
+            )
+            failure.trace = reply.get("trace", [])
+            raise failure
+        raise CallError(name, error["kind"], error["message"])
+    if not echo_args:
+        return CallResult(reply["value"], reply["elapsed_s"], [], peak, reply.get("trace", []))
+    mutated = replies.mutated(list(args), kwargs, reply["args_after"])
+    if mutated is None:
+        raise CallError(
+            name, "malformed", f"{replies.MALFORMED}: the arguments came back changed in kind"
+        )
+    names = [replies.argument_name(path, arg_names) for path in mutated]
+    return CallResult(reply["value"], reply["elapsed_s"], names, peak, reply.get("trace", []))
 
 
 def _load_message(error: dict) -> str | Msg:

@@ -53,7 +53,7 @@ class Worker:
             if request.get("guard", True):
                 self.guard = guard.RuntimeGuard(self.root)
                 self.guard.install()
-            self.module = loader.load_package(self.root, keep_alias=True)
+            module = loader.load_package(self.root, keep_alias=True)
         except LabctlError as exc:
             violations = self._new_violations()
             kind = "import-policy" if violations else "load"
@@ -62,15 +62,20 @@ class Worker:
             if isinstance(given, Msg) and given.template == loader.SYNTAX_ERROR.template:
                 error["syntax"] = given.args
             return {"ok": False, "error": error}
-        names = tuple(request.get("names", ()))
-        signatures = loader.observe_signatures(self.module, names)
-        calltrace.install(self.module, names, self.recorder)
         return {
             "ok": True,
-            "signatures": signatures,
+            "signatures": self.hold(module, tuple(request.get("names", ()))),
             "violations": self._new_violations(),
             "privileges": self.privileges,
         }
+
+    def hold(self, module, names: tuple[str, ...]) -> dict:
+        """Take the loaded `module` as the room: its contract functions are traced from here
+        on. Returns their signatures."""
+        self.module = module
+        signatures = loader.observe_signatures(module, names)
+        calltrace.install(module, names, self.recorder)
+        return signatures
 
     def call(self, request: dict) -> dict:
         name = request["function"]

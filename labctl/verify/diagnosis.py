@@ -148,7 +148,14 @@ class FaultRooms:
             missing = tuple(f for f in wanted if cached is None or f not in cached.runs)
             if cached is not None and (not missing or not cached.loaded):
                 return cached
-            fresh = observe(self.path(fault), timeout_s, memory_mb, functions=missing, seed=seed)
+            fresh = observe(
+                self.path(fault),
+                timeout_s,
+                memory_mb,
+                functions=missing,
+                seed=seed,
+                in_process=not fault.hangs,
+            )
             if cached is not None:
                 cached.runs.update(fresh.runs)
                 fresh = cached
@@ -408,9 +415,13 @@ def diagnose(
             # its process (`test_no_catalogued_fault_ends_its_process`): none is observed.
             found.append(_own(seen, results, function))
             continue
-        own = [f for f in catalogue.CATALOGUE if f.function == function]
+        # A fault that hangs matches only a function that timed out too (a match needs the
+        # same outcome on every fixture): its room is not observed for one that did not.
+        hung = run is not None and run.timed_out
+        candidates = [f for f in catalogue.CATALOGUE if hung or not f.hangs]
+        own = [f for f in candidates if f.function == function]
         deps = set(transitive_dependencies(function))
-        inlined = [f for f in catalogue.CATALOGUE if f.function in deps]
+        inlined = [f for f in candidates if f.function in deps]
         plans.append((function, own, inlined))
     wanted = _wanted(plans)
     for function, own, inlined in plans:

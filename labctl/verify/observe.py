@@ -23,6 +23,7 @@ from labctl.contract_check import declared_version
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError, LabctlError
 from labctl.i18n import Msg
 from labctl.isolation import guard, resolve_isolation
+from labctl.isolation.inprocess import IN_PROCESS, InProcessRoom
 from labctl.isolation.loader import source_files
 from labctl.isolation.sandbox import CleanRoom
 from labctl.verify import fixtures as fx
@@ -31,6 +32,9 @@ from labctl.verify.builders import SEED
 from labctl.verify.calls import CRASHED, Call, calls_of
 from labctl.verify.functions import CAUSAL_FUNCTIONS, DEPENDS
 from labctl.verify.places import PACKAGE, Located, function_at
+
+# A room as the calls below see it: a learner's in a worker, or one of labctl's own here.
+Room = CleanRoom | InProcessRoom
 
 # Exception names that are ValueError or TypeError: the builtins' own subclasses
 # and numpy's. A class the clean room defines itself is taken on trust.
@@ -185,7 +189,7 @@ def _located(root: Path, text: str) -> Located:
 # --------------------------------------------------------------------------
 
 
-def call(room: CleanRoom, name: str, args: tuple, kwargs: dict, trace: bool = False) -> Outcome:
+def call(room: Room, name: str, args: tuple, kwargs: dict, trace: bool = False) -> Outcome:
     """One call through the sandbox; every failure of the clean room becomes an Outcome.
     With `trace`, the calls it made to the room's contract functions are kept (`calls`)."""
     try:
@@ -261,9 +265,7 @@ class _OverBudget(Exception):
     """The room's time budget ran out before this function's calls were done."""
 
 
-def _within(
-    room: CleanRoom, deadline: float | None, name: str, args: tuple, kwargs: dict, trace: bool
-):
+def _within(room: Room, deadline: float | None, name: str, args: tuple, kwargs: dict, trace: bool):
     """`call`, its timeout cut to what is left of the budget; a call the cut stops, or one
     that cannot start, is over budget rather than a timeout of the function's own."""
     if deadline is None:
@@ -283,7 +285,7 @@ def _within(
 
 
 def run_function(
-    room: CleanRoom,
+    room: Room,
     function: str,
     timed_out: set[str],
     seed: int = SEED,
@@ -349,6 +351,7 @@ def observe(
     budget_s: float | None = None,
     contract_version: int | None = None,
     on_load: Callable[[RoomObservation], None] | None = None,
+    in_process: bool = False,
 ) -> RoomObservation:
     """Scan, load and run the clean room at `root` (already resolved) on inputs drawn from `seed`.
 
@@ -360,11 +363,12 @@ def observe(
     call starts, the call running is stopped, and the functions left are
     `over_budget`. `contract_version` is the contract checked (None: the one the room
     declares). `on_load`, if given, is called once the room has loaded, before any call.
+    `in_process` runs the room in labctl's process (`InProcessRoom`): for labctl's own
+    rooms only, the fault catalogue's, never a learner's.
     """
     deadline = None if budget_s is None else time.monotonic() + budget_s
-    seen = RoomObservation(
-        root, isolation=resolve_isolation(isolation), seed=seed, budget_s=budget_s
-    )
+    level = IN_PROCESS if in_process else resolve_isolation(isolation)
+    seen = RoomObservation(root, isolation=level, seed=seed, budget_s=budget_s)
     seen.declared = declared_version(root)
     seen.contract = seen.declared if contract_version is None else contract_version
     seen.files_scanned = len(source_files(root))
@@ -382,7 +386,11 @@ def observe(
         )
         return seen
     try:
-        room = CleanRoom(root, timeout_s, memory_mb, isolation=seen.isolation)
+        room = (
+            InProcessRoom(root, timeout_s)
+            if in_process
+            else CleanRoom(root, timeout_s, memory_mb, isolation=level)
+        )
     except ImportPolicyError as exc:
         text = str(exc).partition("breaks the import policy: ")[2]
         seen.violations = [_located(root, part) for part in text.split("; ") if part]

@@ -1,0 +1,201 @@
+"""labctl's own fault rooms run in labctl's process (`labctl.isolation.inprocess`): each answers
+exactly as it does in a worker, a fault that hangs never runs here, and a learner's room
+never does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from labctl import faults
+from labctl.isolation import inprocess
+from labctl.isolation.inprocess import InProcessRoom
+from labctl.verify import diagnosis as dg
+from labctl.verify.builders import fresh_seed
+from labctl.verify.observe import FunctionRun, Outcome, RoomObservation, observe
+from labctl.verify.stubs import init_clean_room
+from labctl.verify.verify import verify_clean_room
+
+TIMEOUT_S = 10.0  # a busy machine's worker; no call of a fault that does not hang comes near
+MEMORY_MB = 2048
+
+
+@pytest.fixture(scope="module")
+def seed():
+    """Inputs nobody knew in advance (printed, to rerun a failure)."""
+    drawn = fresh_seed()
+    print(f"fault rooms compared at seed {drawn}")
+    return drawn
+
+
+@pytest.fixture(scope="module")
+def rooms(tmp_path_factory):
+    return dg.FaultRooms()
+
+
+def same_value(a, b) -> bool:
+    """Equal, exactly: the same code on the same inputs, dtype and shape kept."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+        )
+    if isinstance(a, (list, tuple)):
+        return (
+            type(a) is type(b)
+            and len(a) == len(b)
+            and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+        )
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict) and a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+        )
+    return type(a) is type(b) and (a == b or (a != a and b != b))
+
+
+def differences(worker: Outcome, here: Outcome) -> list[str]:
+    found = [
+        field
+        for field in ("kind", "exc_type", "where", "mutated", "skipped_for")
+        if getattr(worker, field) != getattr(here, field)
+    ]
+    if str(worker.message) != str(here.message):
+        found.append("message")
+    if not same_value(worker.value, here.value):
+        found.append("value")
+    if len(worker.calls) != len(here.calls) or any(
+        (a.function, a.depth, a.raised) != (b.function, b.depth, b.raised)
+        or not same_value(a.args, b.args)
+        or not same_value(a.kwargs, b.kwargs)
+        or not same_value(a.out, b.out)
+        for a, b in zip(worker.calls, here.calls, strict=False)
+    ):
+        found.append("calls")
+    return found
+
+
+def compare_runs(worker: FunctionRun, here: FunctionRun) -> list[str]:
+    found = []
+    for part in ("fixtures", "probes", "causal", "bad"):
+        a, b = getattr(worker, part), getattr(here, part)
+        if a.keys() != b.keys():
+            found.append(f"{part}: {sorted(a)} != {sorted(b)}")
+            continue
+        found += [f"{part}[{k}]: {d}" for k in a if (d := differences(a[k], b[k]))]
+    return found
+
+
+def compare_rooms(worker: RoomObservation, here: RoomObservation) -> list[str]:
+    found = [
+        field
+        for field in ("status", "violations", "deviations", "declared", "contract", "over_budget")
+        if getattr(worker, field) != getattr(here, field)
+    ]
+    if worker.runs.keys() != here.runs.keys():
+        return [*found, "runs"]
+    for function in worker.runs:
+        found += [
+            f"{function} {d}" for d in compare_runs(worker.runs[function], here.runs[function])
+        ]
+    return found
+
+
+def beyond_numpy_warnings(printed: str) -> list[str]:
+    """What a room printed, less numpy's floating-point warnings (each a line and the source
+    line under it), which `InProcessRoom` keeps off labctl's stderr."""
+    lines = printed.splitlines()
+    return [
+        line
+        for i, line in enumerate(lines)
+        if "RuntimeWarning: " not in line and not (i and "RuntimeWarning: " in lines[i - 1])
+    ]
+
+
+CALM = [f for f in faults.CATALOGUE if not f.hangs]
+
+
+@pytest.mark.parametrize("fault", CALM, ids=lambda f: f.name)
+def test_a_fault_room_answers_here_exactly_as_in_a_worker(fault, rooms, seed):
+    """Every outcome of the fault's function (fixtures, float32 probes, causal variants, bad
+    input): kind, exception, place, inputs edited, value and calls traced, equal; and the room
+    prints nothing in a worker but numpy's warnings, so nothing of it reaches labctl's output."""
+    root = rooms.path(fault)
+    functions = (fault.function,)
+    worker = observe(root, TIMEOUT_S, MEMORY_MB, functions=functions, seed=seed)
+    here = observe(root, TIMEOUT_S, MEMORY_MB, functions=functions, seed=seed, in_process=True)
+    assert here.isolation == "in-process" and worker.isolation in ("sandbox", "process")
+    assert beyond_numpy_warnings(worker.output) == [], worker.output
+    assert compare_rooms(worker, here) == [], fault.name
+
+
+def test_the_comparison_catches_a_room_that_shares_its_inputs(rooms, seed, monkeypatch):
+    """Without the wire's copy of the request, the fault that edits its input would edit
+    labctl's own arrays and no edit would be seen: the comparison above fails on it."""
+    fault = faults.get(next(f.name for f in CALM if f.signal == "pure"))
+    root = rooms.path(fault)
+    functions = (fault.function,)
+    worker = observe(root, TIMEOUT_S, MEMORY_MB, functions=functions, seed=seed)
+    monkeypatch.setattr(inprocess, "_as_sent", lambda message: message)
+    here = observe(root, TIMEOUT_S, MEMORY_MB, functions=functions, seed=seed, in_process=True)
+    assert any("mutated" in d for d in compare_rooms(worker, here))
+
+
+def test_a_fault_that_hangs_hangs_in_a_worker_and_is_observed_only_for_a_learner_that_hangs(
+    tmp_path, monkeypatch
+):
+    hang = next(f for f in faults.CATALOGUE if f.hangs)
+    seen = observe(hang.materialize(tmp_path / "hang" / "clean_room"), 1.0, 512, (hang.function,))
+    run = seen.runs[hang.function]
+    assert next(iter(run.fixtures.values())).kind == "timeout"
+    assert all(o.kind in ("timeout", "skipped") for o in run.outcomes())
+
+    observed: list[str] = []
+    real = dg.FaultRooms.observe
+
+    def spy(self, fault, *args, **kwargs):
+        observed.append(fault.name)
+        return real(self, fault, *args, **kwargs)
+
+    monkeypatch.setattr(dg.FaultRooms, "observe", spy)
+    # A learner's sinusoidal_positions that answers, wrongly: the hang cannot be its fault.
+    room = tmp_path / "learner" / "clean_room"
+    faults.get("rms-eps-outside-sqrt").materialize(room)
+    with (room / "primitives.py").open("a") as handle:
+        handle.write(
+            "\n\ndef sinusoidal_positions(seq_len, d_model):\n"
+            "    return np.ones((seq_len, d_model))\n"
+        )
+    report = verify_clean_room(room, 5.0, out=None, measure=False)
+    assert {c.function for c in report.checks if c.failed} >= {"sinusoidal_positions"}
+    assert observed and hang.name not in observed
+
+
+def test_a_learners_room_never_loads_in_labctls_process(tmp_path, monkeypatch):
+    loaded = []
+    real = InProcessRoom.__init__
+
+    def spy(self, path, *args, **kwargs):
+        loaded.append(path)
+        real(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(InProcessRoom, "__init__", spy)
+    room = tmp_path / "clean_room"
+    faults.get("softmax-no-max").materialize(room)
+    report = verify_clean_room(room, 5.0, out=None, measure=False)
+    assert [d.fault for d in report.diagnosis if d.function == "softmax"] == ["softmax-no-max"]
+    assert loaded, "the diagnosis observed no fault room here"
+    fault_dir = dg.ROOMS.path(faults.get("softmax-no-max")).parent.parent
+    assert all(path.is_relative_to(fault_dir) for path in loaded), loaded
+    assert room not in loaded
+
+
+def test_a_keyboard_interrupt_is_labctls_not_the_rooms(tmp_path):
+    room = tmp_path / "clean_room"
+    init_clean_room(room)
+    with (room / "transformer_block.py").open("a") as handle:
+        handle.write("\n\ndef softmax(x, axis=-1):\n    raise KeyboardInterrupt\n")
+    with InProcessRoom(room, 1.0) as loaded, pytest.raises(KeyboardInterrupt):
+        loaded.invoke("softmax", np.zeros(3))
