@@ -230,6 +230,24 @@ def test_figure_text_is_text_in_the_chosen_language(report, report_zh):
     assert not any(CJK.search(t) for t in english["scale-ablation"])
 
 
+def test_log_axes_read_as_powers_in_text():
+    """A log axis's ticks are text with superscript digits (`10⁻³`), not mathtext, which
+    matplotlib parses again at every layout pass."""
+    from labctl.report import plots
+
+    assert [plots.power(v, 10) for v in (0.001, 1.0, 100.0)] == ["10⁻³", "10⁰", "10²"]
+    assert plots.power(32.0, 2) == "2⁵"
+    assert plots.power(3.0, 10) == "3"  # no whole power: its value
+    assert plots.power(0.0, 10) == ""
+
+
+def test_the_reports_log_axes_are_labelled_with_powers(report):
+    texts = [t for lab in _svg_texts(report).values() for t in lab]
+    powers = [t for t in texts if re.fullmatch(r"(2|10)[⁻⁰¹²³⁴⁵⁶⁷⁸⁹]+", t)]
+    assert len(powers) >= 4, texts[:40]
+    assert not any("mathdefault" in t or "$" in t for t in texts)
+
+
 @pytest.fixture(scope="module")
 def drawn(rendered) -> list:
     return rendered[1]

@@ -240,12 +240,39 @@ def bar_plot(figure: Figure) -> bytes:
     ax.invert_yaxis()
     magnitudes = [abs(v) for v in series[0][2] if v]
     if magnitudes and _wide(magnitudes):
-        ax.set_xscale("log")
+        log_scale(ax, "x", 10)
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_ylabel(figure.columns[0])
     ax.set_xlabel(_quantities([column for column, _labels, _values in series]))
     _legend_outside(ax, len(series))
     return _svg(fig)
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def log_scale(ax, which: str, base: int) -> None:
+    """A log axis whose ticks read `10⁻³`: text with superscript digits, which looks as
+    matplotlib's own `$10^{-3}$` does at a fraction of its cost (a mathtext label is parsed
+    again at every layout pass: a third of the report's drawing time)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=base)
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    axis.set_major_formatter(FuncFormatter(lambda value, _position: power(value, base)))
+    # As matplotlib's own: an axis this wide (100x or more) labels no minor tick.
+    axis.set_minor_formatter(NullFormatter())
+
+
+def power(value: float, base: int) -> str:
+    """A tick of a log axis as `base` to a power (`2⁵`, `10⁻³`); a tick that is no whole power
+    as its value."""
+    if value <= 0:
+        return ""
+    exponent = round(math.log(value, base))
+    if not math.isclose(value, float(base) ** exponent, rel_tol=1e-9):
+        return f"{value:g}"
+    return f"{base}{str(exponent).translate(_SUPERSCRIPT)}"
 
 
 def _wide(values: list[float]) -> bool:
@@ -270,9 +297,9 @@ def line_plot(figure: Figure) -> bytes:
     xs = [v for _, x, _ in lines for v in x]
     ys = [v for _, _, y in lines for v in y]
     if xs and _wide(xs):
-        ax.set_xscale("log", base=2)
+        log_scale(ax, "x", 2)
     if ys and _wide(ys):
-        ax.set_yscale("log")
+        log_scale(ax, "y", 10)
     ax.set_xlabel(figure.columns[0])
     ax.set_ylabel(_quantities([label for label, _x, _y in lines]))
     ax.grid(True, alpha=0.3)
