@@ -4,6 +4,8 @@ never does."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -125,10 +127,34 @@ def test_a_fault_room_answers_here_exactly_as_in_a_worker(fault, rooms, seed):
     root = rooms.path(fault)
     functions = (fault.function,)
     worker = observe(root, TIMEOUT_S, MEMORY_MB, functions=functions, seed=seed)
+    # Observed here at another seed first: the room loaded then is the one that answers.
+    observe(root, TIMEOUT_S, MEMORY_MB, functions=functions, seed=seed + 1, in_process=True)
     here = observe(root, TIMEOUT_S, MEMORY_MB, functions=functions, seed=seed, in_process=True)
     assert here.isolation == "in-process" and worker.isolation in ("sandbox", "process")
     assert beyond_numpy_warnings(worker.output) == [], worker.output
     assert compare_rooms(worker, here) == [], fault.name
+
+
+def test_a_room_observed_at_another_seed_adds_no_modules(rooms, seed):
+    """A long-lived process (a Dask worker, batch after batch) would otherwise hold every fault
+    room's modules once per seed it met."""
+    fault = CALM[0]
+    root = rooms.path(fault)
+    observe(root, TIMEOUT_S, MEMORY_MB, (fault.function,), seed=seed, in_process=True)
+    before = len(sys.modules)
+    for other in range(1, 4):
+        observe(root, TIMEOUT_S, MEMORY_MB, (fault.function,), seed=seed + other, in_process=True)
+    assert len(sys.modules) == before
+
+
+def test_an_edited_room_is_loaded_again(tmp_path):
+    room = faults.get("softmax-no-max").materialize(tmp_path / "clean_room")
+    first = observe(room, TIMEOUT_S, MEMORY_MB, ("softmax",), in_process=True)
+    with (room / "primitives.py").open("a") as handle:
+        handle.write("\n\ndef softmax(x, axis=-1):\n    raise ValueError('edited')\n")
+    again = observe(room, TIMEOUT_S, MEMORY_MB, ("softmax",), in_process=True)
+    assert next(iter(first.runs["softmax"].fixtures.values())).kind == "value"
+    assert {o.kind for o in again.runs["softmax"].fixtures.values()} == {"exception"}
 
 
 def test_the_comparison_catches_a_room_that_shares_its_inputs(rooms, seed, monkeypatch):
