@@ -142,3 +142,19 @@ def test_the_refusal_states_the_rule(tmp_path):
     )
     assert done.stdout.strip() == f"room/__init__.py:2: imports scipy: {RULE}"
     assert "standard library and numpy" in RULE
+
+
+def test_the_scan_keeps_results_by_text_and_never_the_text(tmp_path):
+    """The static scan keeps each file's violations by a digest of its text: the same room
+    scanned again gives the same answer, an edited file is read anew, and no learner's text
+    (which may be tens of MiB) is held by the cache."""
+    from labctl.isolation import guard
+
+    room = tmp_path / "clean_room"
+    room.mkdir()
+    module = room / "__init__.py"
+    module.write_text("import numpy as np\n" + "# padding\n" * 20_000)
+    assert guard.scan(room) == guard.scan(room) == []
+    module.write_text("import numpy as np\nimport torch\n" + "# padding\n" * 20_000)
+    assert [v.what for v in guard.scan(room)] == ["imports torch"]
+    assert all(len(key[1]) == 64 for key in guard._SCANNED)

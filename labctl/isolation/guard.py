@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import ast
 import builtins
-import functools
+import hashlib
 import importlib
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,10 +92,27 @@ def scan(root: Path) -> list[Violation]:
     return found
 
 
-@functools.lru_cache(maxsize=256)
+# Each file's violations by a digest of its text (never the text: a learner's file may be
+# tens of MiB): the diagnosis scans the same fault-room modules at every seed it meets.
+_SCANNED: dict[tuple[str, str, frozenset[str]], tuple[Violation, ...]] = {}
+_SCANNED_MAX = 256
+_SCANNED_LOCK = threading.Lock()
+
+
 def _scan_file(shown: str, text: str, own: frozenset[str]) -> tuple[Violation, ...]:
-    """One file's violations, kept by its text: the diagnosis scans the same fault-room
-    modules at every seed, and a grader's batch meets the same files again."""
+    key = (shown, hashlib.sha256(text.encode("utf-8")).hexdigest(), own)
+    with _SCANNED_LOCK:
+        found = _SCANNED.get(key)
+    if found is None:
+        found = _scan_text(shown, text, own)
+        with _SCANNED_LOCK:
+            if len(_SCANNED) >= _SCANNED_MAX:
+                del _SCANNED[next(iter(_SCANNED))]
+            _SCANNED[key] = found
+    return found
+
+
+def _scan_text(shown: str, text: str, own: frozenset[str]) -> tuple[Violation, ...]:
     try:
         tree = pysource.parse(text, shown)
     except SyntaxError as exc:
