@@ -25,5 +25,6 @@ settings.load_profile("labctl")
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto`: one worker more than there are cores. Some tests wait, not compute (a
     hanging learner's limit, a forked attack's delay); the extra worker computes meanwhile.
-    Measured on two cores: 457 s with three workers against 495 s with two."""
+    Measured on two cores: 457 s to 486 s with three workers (four runs) against 491 s and
+    495 s with two."""
     return (os.cpu_count() or 1) + 1

@@ -127,6 +127,8 @@ def test_a_fault_room_answers_here_exactly_as_in_a_worker(fault, rooms, seed):
     root = rooms.path(fault)
     functions = (fault.function,)
     worker = observe(root, TIMEOUT_S, MEMORY_MB, functions=functions, seed=seed)
+    # Nothing could stop it here: a fault that hangs says so (`Fault.hangs`).
+    assert not any(run.timed_out for run in worker.runs.values()), fault.name
     # Observed here at another seed first: the room loaded then is the one that answers.
     observe(root, TIMEOUT_S, MEMORY_MB, functions=functions, seed=seed + 1, in_process=True)
     here = observe(root, TIMEOUT_S, MEMORY_MB, functions=functions, seed=seed, in_process=True)
