@@ -1,5 +1,5 @@
-"""What the fixture tests share: the functions whose inputs are ints only, and every array
-inside a call's arguments."""
+"""What the fixture tests share: the functions whose inputs are ints only, every array
+inside a call's arguments, and whether two calls' values are the same."""
 
 from __future__ import annotations
 
@@ -19,3 +19,29 @@ def arrays(value):
     elif isinstance(value, dict):
         for item in value.values():
             yield from arrays(item)
+
+
+def same(a, b, equal_nan: bool = False) -> bool:
+    """The same value: containers of one type and length, arrays compared by dtype, shape
+    and every value (NaN equal to NaN only with `equal_nan`)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and np.array_equal(a, b, equal_nan=equal_nan and a.dtype.kind in "fc")
+        )
+    if isinstance(a, (tuple, list)):
+        return (
+            type(a) is type(b)
+            and len(a) == len(b)
+            and all(same(x, y, equal_nan) for x, y in zip(a, b, strict=True))
+        )
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict)
+            and a.keys() == b.keys()
+            and all(same(a[k], b[k], equal_nan) for k in a)
+        )
+    return type(a) is type(b) and (a == b or (equal_nan and a != a and b != b))

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from clitools import invoke
-from fixturetools import INT_ONLY, arrays
+from fixturetools import INT_ONLY, arrays, same
 from gradetools import copy_room, rubric_without
 
 from labctl import contract
@@ -29,23 +29,6 @@ SEEDS = [*FIXED, *(fresh_seed() for _ in range(15))]
 IDS = [*map(str, FIXED), *(f"fresh-{i}" for i in range(15))]
 
 
-def _same(a, b) -> bool:
-    """The same inputs, arrays compared by dtype, shape and every value."""
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return (
-            isinstance(a, np.ndarray)
-            and isinstance(b, np.ndarray)
-            and a.dtype == b.dtype
-            and a.shape == b.shape
-            and np.array_equal(a, b)
-        )
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    return a == b
-
-
 # -- the inputs, at many seeds ------------------------------------------------------------
 
 
@@ -58,7 +41,7 @@ def test_every_input_changes_with_the_seed_and_keeps_its_structure(seed):
         assert [f.name for f in drawn] == [f.name for f in published]
         for old, new in zip(published, drawn, strict=True):
             assert new.seed == seed and new.kwargs.keys() == old.kwargs.keys()
-            assert not _same((old.args, dict(old.kwargs)), (new.args, dict(new.kwargs))) or (
+            assert not same((old.args, dict(old.kwargs)), (new.args, dict(new.kwargs))) or (
                 function in INT_ONLY  # a mask's few sizes may repeat the published ones
             ), (function, new.name)
             if function not in INT_ONLY:
@@ -66,15 +49,15 @@ def test_every_input_changes_with_the_seed_and_keeps_its_structure(seed):
                 shapes = [a.shape for a in arrays((old.args, dict(old.kwargs)))]
                 assert shapes == [a.shape for a in arrays((new.args, dict(new.kwargs)))]
         for old, new in zip(fx.probes(function), fx.probes(function, seed), strict=True):
-            assert not _same(old.args, new.args)
+            assert not same(old.args, new.args)
         for old, new in zip(bad_cases(function), bad_cases(function, seed), strict=True):
             assert old.name == new.name
             if list(arrays(old.args)):
-                assert not _same(old.args, new.args)
+                assert not same(old.args, new.args)
     for function in CAUSAL_FUNCTIONS:
         pairs = zip(fx.causal_variants(function), fx.causal_variants(function, seed), strict=True)
         for (t, old), (t2, new) in pairs:
-            assert t == t2 and not _same(old.args, new.args)
+            assert t == t2 and not same(old.args, new.args)
 
 
 def _by_name(function: str, seed: int) -> dict:

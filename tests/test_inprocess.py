@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from fixturetools import same
 
 from labctl import faults
 from labctl.isolation import inprocess
@@ -35,29 +36,6 @@ def rooms(tmp_path_factory):
     return dg.FaultRooms()
 
 
-def same_value(a, b) -> bool:
-    """Equal, exactly: the same code on the same inputs, dtype and shape kept."""
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return (
-            isinstance(a, np.ndarray)
-            and isinstance(b, np.ndarray)
-            and a.dtype == b.dtype
-            and a.shape == b.shape
-            and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
-        )
-    if isinstance(a, (list, tuple)):
-        return (
-            type(a) is type(b)
-            and len(a) == len(b)
-            and all(same_value(x, y) for x, y in zip(a, b, strict=True))
-        )
-    if isinstance(a, dict):
-        return (
-            isinstance(b, dict) and a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
-        )
-    return type(a) is type(b) and (a == b or (a != a and b != b))
-
-
 def differences(worker: Outcome, here: Outcome) -> list[str]:
     found = [
         field
@@ -66,13 +44,13 @@ def differences(worker: Outcome, here: Outcome) -> list[str]:
     ]
     if str(worker.message) != str(here.message):
         found.append("message")
-    if not same_value(worker.value, here.value):
+    if not same(worker.value, here.value, equal_nan=True):
         found.append("value")
     if len(worker.calls) != len(here.calls) or any(
         (a.function, a.depth, a.raised) != (b.function, b.depth, b.raised)
-        or not same_value(a.args, b.args)
-        or not same_value(a.kwargs, b.kwargs)
-        or not same_value(a.out, b.out)
+        or not same(a.args, b.args, equal_nan=True)
+        or not same(a.kwargs, b.kwargs, equal_nan=True)
+        or not same(a.out, b.out, equal_nan=True)
         for a, b in zip(worker.calls, here.calls, strict=False)
     ):
         found.append("calls")

@@ -29,7 +29,7 @@ from labctl import contract, textsafe
 from labctl.errors import CallError
 from labctl.isolation import replies, wire
 from labctl.isolation.loader import load_package, resolve_package_dir, source_files
-from labctl.isolation.sandbox import CallResult, call_result
+from labctl.isolation.sandbox import CallResult, argument_names, call_result
 from labctl.isolation.worker import Worker
 
 IN_PROCESS = "in-process"
@@ -82,9 +82,7 @@ class InProcessRoom:
         self.timeout_s = timeout_s
         self.violations: list[str] = []
         self._names = contract.function_names(contract.LATEST)
-        self._arg_names = {
-            f.name: [p.name for p in f.params] for f in contract.functions(contract.LATEST)
-        }
+        self._arg_names = argument_names()
         self._held = _hold(self.path, self._names)
         self.signatures = _as_sent(self._held.signatures)
         self._seq = 0

@@ -164,9 +164,7 @@ class CleanRoom:
         self._loading: tuple[dict, float, float] | None = None
         # Every version's functions (v2 holds v1's): the checks ask for the version they check.
         self._names = contract.function_names(contract.LATEST)
-        self._arg_names = {
-            f.name: [p.name for p in f.params] for f in contract.functions(contract.LATEST)
-        }
+        self._arg_names = argument_names()
         if self.isolation == "process":
             limits.become_subreaper()
         self._start()
@@ -451,6 +449,12 @@ class CleanRoom:
         if name.startswith("_") or name not in self._names:
             raise AttributeError(name)
         return lambda *args, **kwargs: self.call(name, *args, **kwargs)
+
+
+def argument_names() -> dict[str, list[str]]:
+    """Each contract function's parameter names, every version's: how an edited input is
+    named (`replies.argument_name`)."""
+    return {f.name: [p.name for p in f.params] for f in contract.functions(contract.LATEST)}
 
 
 def call_result(
