@@ -29,7 +29,7 @@ from labctl import contract, textsafe
 from labctl.errors import CallError
 from labctl.isolation import replies, wire
 from labctl.isolation.loader import load_package, resolve_package_dir, source_files
-from labctl.isolation.sandbox import CallResult, argument_names, call_result
+from labctl.isolation.sandbox import CallResult, argument_names, call_request, call_result
 from labctl.isolation.worker import Worker
 
 IN_PROCESS = "in-process"
@@ -99,16 +99,9 @@ class InProcessRoom:
         """Call `name` as a worker would, and read its reply as `CleanRoom.invoke` does."""
         self._seq += 1
         request = {
-            "op": "call",
-            "function": name,
-            "args": list(args),
-            "kwargs": kwargs,
-            "echo_args": echo_args,
-            "want_value": want_value,
+            **call_request(name, args, kwargs, echo_args, want_value, trace),
             "seq": self._seq,
         }
-        if trace:
-            request["trace"] = True
         # A worker prints numpy's warnings into the output labctl captures; here they would
         # reach labctl's stderr. The values are the same either way.
         with self._held.calls, np.errstate(all="ignore"):

@@ -415,16 +415,7 @@ class CleanRoom:
         if self._proc is None:
             self._start()
         self.wait_loaded()
-        request = {
-            "op": "call",
-            "function": name,
-            "args": list(args),
-            "kwargs": kwargs,
-            "echo_args": echo_args,
-            "want_value": want_value,
-        }
-        if trace:
-            request["trace"] = True
+        request = call_request(name, args, kwargs, echo_args, want_value, trace)
         peak = None
         if measure_memory:
             with PeakMeter(worker_pid(self._proc.pid)) as meter:
@@ -449,6 +440,24 @@ class CleanRoom:
         if name.startswith("_") or name not in self._names:
             raise AttributeError(name)
         return lambda *args, **kwargs: self.call(name, *args, **kwargs)
+
+
+def call_request(
+    name: str, args: tuple, kwargs: dict, echo_args: bool, want_value: bool, trace: bool
+) -> dict:
+    """The request for one call of `name`; a trace is asked for only when wanted (a room
+    that records nothing need not know the option)."""
+    request = {
+        "op": "call",
+        "function": name,
+        "args": list(args),
+        "kwargs": kwargs,
+        "echo_args": echo_args,
+        "want_value": want_value,
+    }
+    if trace:
+        request["trace"] = True
+    return request
 
 
 def argument_names() -> dict[str, list[str]]:
