@@ -14,7 +14,7 @@ import pytest
 
 from labctl import clean_room as installed_clean_room
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError, UsageError
-from labctl.isolation import guard, wire
+from labctl.isolation import guard, sandbox, wire
 from labctl.isolation.sandbox import CallResult, CleanRoom
 
 REPO = Path(__file__).resolve().parents[1]
@@ -171,6 +171,33 @@ def test_the_project_clean_room_runs_in_the_sandbox():
         for a, b in zip(got, expected, strict=True):
             np.testing.assert_array_equal(a, b)
         assert set(room.signatures) >= {"softmax", "decoder_forward"}
+
+
+ENVIRON = """
+import os
+
+import numpy as np
+
+def softmax(x, axis=-1):
+    return np.frombuffer("\\n".join(sorted(os.environ)).encode(), dtype=np.uint8).copy()
+"""
+
+
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+def test_a_worker_picks_numpys_kernels_as_labctl_does_and_sees_nothing_else(
+    tmp_path, monkeypatch, isolation
+):
+    """OPENBLAS_CORETYPE and numpy's CPU features reach the worker from labctl's environment
+    (without them a matmul there differs in its last bit from labctl's on an AVX-512 machine
+    whose labctl runs with OPENBLAS_CORETYPE=Haswell); nothing else of it does."""
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.setenv("NPY_DISABLE_CPU_FEATURES", "")
+    monkeypatch.setenv("LABCTL_GRADER_SECRET", "not for learners")
+    with CleanRoom(write_room(tmp_path, ENVIRON), isolation=isolation) as room:
+        seen = bytes(room.softmax(np.zeros(1))).decode().split("\n")
+    assert "OPENBLAS_CORETYPE" in seen and "NPY_DISABLE_CPU_FEATURES" in seen
+    assert "LABCTL_GRADER_SECRET" not in seen
+    assert set(seen) <= {*sandbox.worker_env(), "PWD", "OLDPWD"}, seen
 
 
 def test_attribute_access_is_limited_to_contract_names(echo_room):

@@ -55,6 +55,24 @@ _ENV = {
     "MKL_NUM_THREADS": "1",
     "PYTHONDONTWRITEBYTECODE": "1",
 }
+# Which kernels numpy and its OpenBLAS pick, where labctl's environment chooses them: a
+# worker picks as labctl does, so a call answers to the last bit as it would in labctl's
+# process (the diagnosis runs labctl's own fault rooms there). Left to itself, OpenBLAS on an
+# AVX-512 machine takes another kernel than an OPENBLAS_CORETYPE=Haswell labctl, and a
+# matmul differs in its last bit.
+_KERNELS = (
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+    "NPY_DISABLE_CPU_FEATURES",
+    "NPY_ENABLE_CPU_FEATURES",
+)
+
+
+def worker_env() -> dict[str, str]:
+    """The worker's whole environment: fixed, but for the kernel choices labctl runs with."""
+    return {**_ENV, **{k: os.environ[k] for k in _KERNELS if k in os.environ}}
+
+
 # Every worker is started from this one long-lived thread: a parent-death signal (bwrap's
 # --die-with-parent, the fallback's PR_SET_PDEATHSIG) fires when the *thread* that started
 # the process ends, so a room opened in a short-lived thread would die with that thread.
@@ -177,7 +195,7 @@ class CleanRoom:
         fds = [str(to_child_r), str(from_child_w), str(self.memory_mb)]
         if self.isolation == "sandbox":
             boot = [bwrap.python_binary(), "-I", "-S", "-c", _BOOT, bwrap.SITE, bwrap.WORKER]
-            env = dict(_ENV)
+            env = worker_env()
             if self._copy is None:
                 self._copy = bwrap.copy_room(self.path)
             inside = bwrap.room_path(self._copy)
@@ -210,7 +228,7 @@ class CleanRoom:
                     stdout=output_w,
                     stderr=output_w,
                     cwd=self.path.parent,
-                    env=dict(_ENV) if self.isolation == "process" else {"PATH": "/usr/bin:/bin"},
+                    env=worker_env() if self.isolation == "process" else {"PATH": "/usr/bin:/bin"},
                     start_new_session=True,
                 ).result()
                 LIVE.add(self._proc.pid)
