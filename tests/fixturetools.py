@@ -3,6 +3,8 @@ inside a call's arguments, and whether two calls' values are the same."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 # Written out, not read from labctl: the tests pin which functions take ints only.
@@ -45,3 +47,18 @@ def same(a, b, equal_nan: bool = False) -> bool:
             and all(same(a[k], b[k], equal_nan) for k in a)
         )
     return type(a) is type(b) and (a == b or (equal_nan and a != a and b != b))
+
+
+def signed_reference(folder: Path) -> tuple[int, dict[str, str]]:
+    """A fresh seed, and the environment under which a `labctl` process reads the reference's
+    outputs at that seed from a signed cache written into `folder` (as `labctl grade` hands
+    its workers) instead of importing torch to compute them: for tests that start many
+    verify processes and test something other than the reference."""
+    import secrets
+
+    from labctl.grade.runner import warm_reference_cache
+    from labctl.verify.builders import fresh_seed
+
+    seed, key = fresh_seed(), secrets.token_hex(32)
+    assert warm_reference_cache(folder, seed, key) == []
+    return seed, {"LABCTL_REFERENCE_CACHE": str(folder), "LABCTL_REFERENCE_KEY": key}

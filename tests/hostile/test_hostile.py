@@ -6,7 +6,10 @@ a watched directory are fingerprinted before and after), and no process left
 behind. Under `--isolation process` each attack ends as the README's table
 says (`Attack.process_stops`). Under CI=true a missing sandbox fails, never skips.
 The attacks of one level run in parallel, each as its own `labctl` process
-(some attack labctl itself), with a 3 s call timeout.
+(some attack labctl itself), with a 3 s call timeout. Every one of them is verified at
+one fresh seed and reads the reference's outputs at it from a signed cache, as a grading
+worker does: the attacks are on labctl, not on the reference, and a process that does not
+import torch costs a third of one that does.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from fixturetools import signed_reference
 
 from hostile.attacks import ATTACKS, BY_NAME, REPO, Attack, build, require_sandbox
 
@@ -123,7 +127,7 @@ class Result:
         return bool(self.harm)
 
 
-def run_attack(attack: Attack, level: str, base: Path) -> Result:
+def run_attack(attack: Attack, level: str, base: Path, reference: tuple[int, dict]) -> Result:
     token = f"hostile{uuid.uuid4().hex[:12]}"
     work = base / token
     watched = work / "watched"
@@ -133,10 +137,13 @@ def run_attack(attack: Attack, level: str, base: Path) -> Result:
     room = build(attack, work / token, watched, listener.port)
     result = Result(attack, token=token, watched=watched, watched_before=fingerprint(watched))
     out, errs = work / "stdout", work / "stderr"
-    env = dict(os.environ, LABCTL_DEBUG="1") if attack.name == "output-flood" else None
+    seed, cache = reference
+    env = {**os.environ, **cache}
+    if attack.name == "output-flood":
+        env["LABCTL_DEBUG"] = "1"
     command = [sys.executable, "-c", _CLI, "verify", "clean-room", "--path", str(room)]
     command += ["--no-metrics", "--json", "--timeout", "3", "--out", str(work / "evidence")]
-    command += ["--isolation", level]
+    command += ["--isolation", level, "--seed", str(seed)]
     with out.open("wb") as stdout, errs.open("wb") as stderr:
         proc = subprocess.Popen(command, stdout=stdout, stderr=stderr, cwd=work, env=env)
         deadline = time.monotonic() + RUN_LIMIT_S
@@ -186,9 +193,10 @@ def batch(level: str, base: Path) -> tuple[dict[str, Result], list[str], list[st
     """Every attack at `level`, in parallel: results, processes left behind, and the files of
     the repository that changed meanwhile (none)."""
     if level not in _BATCHES:
+        reference = signed_reference(base / f"reference-{level}")
         before = repo_fingerprint()
         with ThreadPoolExecutor(max_workers=4) as pool:
-            done = list(pool.map(lambda a: run_attack(a, level, base / level), ATTACKS))
+            done = list(pool.map(lambda a: run_attack(a, level, base / level, reference), ATTACKS))
         fork = next(r for r in done if r.attack.name == "fork-outlives")
         time.sleep(max(0.0, FORK_DELAY_S - (time.monotonic() - fork.ended)))
         results = {r.attack.name: r for r in done}
