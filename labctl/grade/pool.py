@@ -206,6 +206,10 @@ class LocalPool:
                 slot.deadline = float("inf")
                 continue
             if "started" in reply:
+                if slot.key is not None and slot.isolation is None:
+                    # The learner's clock starts with its code, after what the worker made
+                    # ready for the job (torch, for a rubric that runs labs); once per job.
+                    slot.deadline = time.monotonic() + self.learner_timeout_s + HARD_STOP_AFTER_S
                 slot.isolation = reply["started"]
                 continue
             key, slot.key, slot.deadline = slot.key, None, float("inf")

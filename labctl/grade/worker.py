@@ -5,10 +5,13 @@ arrive as JSON lines on stdin; each reply is one JSON line on file descriptor
 FD (stdout and stderr go nowhere, so nothing a learner prints can look like a
 reply). Before a learner's code runs, the worker says on FD which isolation
 level it resolved for that learner (`{"started": level}`), so a learner that
-then hangs or kills the worker still has its level on its row. The worker imports torch once,
-reads the reference's outputs at the batch's seed from the batch's signed cache (the seed
-comes with each job), then serves any number of learners: that is where grading's throughput
-comes from.
+then hangs or kills the worker still has its level on its row. The worker serves any number
+of learners: that is where grading's throughput comes from. Before each learner's clock
+starts it reads the reference's outputs at the batch's seed (the seed comes with each job)
+from the batch's signed cache, and imports torch only for a job that runs labs (the
+template metrics, a submission's claims), once: a rubric that scores neither costs a worker
+no torch (about 1.5 s of CPU to import), unless a failing room's diagnosis asks the
+reference about the inputs one of its calls received.
 
 SIGTERM ends the worker through SystemExit, so the clean room it holds is
 closed (its whole process group killed) before the worker goes.
@@ -26,10 +29,20 @@ def _stop(signum, frame) -> None:
     raise SystemExit(128 + signum)
 
 
+def _prepare(job: dict) -> None:
+    """What `job` needs of labctl, made before its learner's clock starts."""
+    from labctl import contract
+    from labctl.verify import fixtures
+
+    version = job.get("contract", 1)
+    fixtures.warm_reference(contract.function_names(version), job["seed"], version)
+    if job["measure"] or (job["submission"] and job["remeasure"]):
+        from labctl import reference  # noqa: F401  (torch, for the labs)
+
+
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _stop)
     reply_fd = int(argv[0])
-    from labctl import reference  # noqa: F401  (torch, imported once, before any learner)
     from labctl.grade.task import observe_learner
     from labctl.i18n import choose, set_language
 
@@ -45,6 +58,7 @@ def main(argv: list[str]) -> int:
         for line in sys.stdin:
             job = json.loads(line)
             try:
+                _prepare(job)
                 reply = {"facts": observe_learner(job, started)}
             except Exception as exc:  # a refusal of the whole batch (UsageError) or a bug
                 reply = {"raised": type(exc).__name__, "message": str(exc)}

@@ -1,0 +1,126 @@
+"""A grading worker imports torch only for a job that runs labs, and the pool counts a
+learner's limit from when its code starts, not from when its worker began the job.
+
+The reference's outputs at the batch's seed come from the batch's signed cache, so a
+rubric that scores no template metric and no submission costs a worker no torch; one that
+does imports it before the learner's clock starts. Whether torch is loaded is read from
+outside, in the worker's memory map, while it waits for its next job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fixturetools import signed_reference
+
+from labctl import faults
+from labctl.grade import pool
+
+
+def _graded(job: dict, env: dict[str, str]) -> tuple[dict, bool]:
+    """The worker's facts for `job`, and whether libtorch was mapped into it afterwards."""
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "labctl.grade.worker", str(write_fd)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        pass_fds=(write_fd,),
+        env={**os.environ, **env},
+    )
+    os.close(write_fd)
+    with os.fdopen(read_fd, encoding="utf-8") as replies:
+        try:
+            assert json.loads(replies.readline()) == {"ready": True}
+            proc.stdin.write((json.dumps(job) + "\n").encode("utf-8"))
+            proc.stdin.flush()
+            reply = {}
+            while "facts" not in reply and "raised" not in reply:
+                reply = json.loads(replies.readline())
+            torch_loaded = "libtorch" in Path(f"/proc/{proc.pid}/maps").read_text()
+        finally:
+            proc.stdin.close()
+            proc.wait(timeout=60)
+    assert "facts" in reply, reply
+    return reply["facts"], torch_loaded
+
+
+@pytest.mark.parametrize("measure", [False, True])
+def test_a_worker_imports_torch_only_for_a_job_that_runs_labs(tmp_path, measure):
+    seed, env = signed_reference(tmp_path / "cache")
+    room = faults.project_clean_room()
+    job = {
+        "learner": "a",
+        "folder": str(room.parent),
+        "clean_room": str(room),
+        "submission": None,
+        "timeout_s": 30.0,
+        "memory_mb": 2048,
+        "isolation": "process",
+        "measure": measure,
+        "remeasure": True,
+        "seed": seed,
+        "contract": 1,
+    }
+    facts, torch_loaded = _graded(job, env)
+    assert facts["verify"]["passed"] is True and facts["verify"]["seed"] == seed
+    assert bool(facts["verify"]["metrics"]) is measure
+    assert torch_loaded is measure
+
+
+# A stand-in for `labctl.grade.worker` that takes PREPARE_S to make a job ready before it says
+# the learner's code started, then answers RUN_S later.
+_SLOW_TO_PREPARE = """
+import json, os, sys, time
+replies = os.fdopen(int(sys.argv[1]), "w", buffering=1)
+replies.write(json.dumps({"ready": True}) + "\\n")
+for line in sys.stdin:
+    time.sleep(float(sys.argv[2]))
+    replies.write(json.dumps({"started": "process"}) + "\\n")
+    time.sleep(float(sys.argv[3]))
+    replies.write(json.dumps({"started": "process"}) + "\\n")  # a second one: no more time
+    time.sleep(float(sys.argv[3]))
+    replies.write(json.dumps({"facts": {"ran": True}}) + "\\n")
+"""
+
+
+class _SlowPool(pool.LocalPool):
+    def __init__(self, *args, times: tuple[float, float]):
+        super().__init__(*args)
+        self.times = times
+
+    def _start(self):
+        read_fd, write_fd = os.pipe()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _SLOW_TO_PREPARE, str(write_fd), *map(str, self.times)],
+            stdin=subprocess.PIPE,
+            pass_fds=(write_fd,),
+            start_new_session=True,
+        )
+        os.close(write_fd)
+        slot = pool._Slot(proc, read_fd, deadline=time.monotonic() + pool.BOOT_TIMEOUT_S)
+        self._selector.register(read_fd, selectors.EVENT_READ, slot)
+        self._slots.append(slot)
+        return slot
+
+
+@pytest.mark.parametrize(
+    ("prepare_s", "run_s", "status"),
+    [(1.2, 0.5, "observed"), (1.2, 2.0, "hang")],
+)
+def test_a_learners_limit_counts_from_when_its_code_starts(monkeypatch, prepare_s, run_s, status):
+    """Limit 1 s and 1 s more before the stop: preparing the job (1.2 s) is not the
+    learner's; two runs of 0.5 s end inside the 2 s that follow, two of 2 s do not, and the
+    second `started` gives no more time."""
+    monkeypatch.setattr(pool, "HARD_STOP_AFTER_S", 1.0)
+    outcomes = {}
+    with _SlowPool(1, 1.0, times=(prepare_s, run_s)) as slow:
+        slow.run([("a", {})], lambda key, outcome: outcomes.update({key: outcome}))
+    assert outcomes["a"].status == status
