@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -75,8 +73,8 @@ def test_a_worker_imports_torch_only_for_a_job_that_runs_labs(tmp_path, measure)
     assert torch_loaded is measure
 
 
-# A stand-in for `labctl.grade.worker` that takes PREPARE_S to make a job ready before it says
-# the learner's code started, then answers RUN_S later.
+# A stand-in for `labctl.grade.worker` that takes argv[2] seconds to make a job ready before
+# it says the learner's code started, then answers after two runs of argv[3] seconds.
 _SLOW_TO_PREPARE = """
 import json, os, sys, time
 replies = os.fdopen(int(sys.argv[1]), "w", buffering=1)
@@ -96,19 +94,8 @@ class _SlowPool(pool.LocalPool):
         super().__init__(*args)
         self.times = times
 
-    def _start(self):
-        read_fd, write_fd = os.pipe()
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _SLOW_TO_PREPARE, str(write_fd), *map(str, self.times)],
-            stdin=subprocess.PIPE,
-            pass_fds=(write_fd,),
-            start_new_session=True,
-        )
-        os.close(write_fd)
-        slot = pool._Slot(proc, read_fd, deadline=time.monotonic() + pool.BOOT_TIMEOUT_S)
-        self._selector.register(read_fd, selectors.EVENT_READ, slot)
-        self._slots.append(slot)
-        return slot
+    def _command(self, reply_fd: int) -> list[str]:
+        return [sys.executable, "-c", _SLOW_TO_PREPARE, str(reply_fd), *map(str, self.times)]
 
 
 @pytest.mark.parametrize(

@@ -83,11 +83,14 @@ class LocalPool:
 
     # -- workers ------------------------------------------------------------
 
+    def _command(self, reply_fd: int) -> list[str]:
+        return [sys.executable, "-m", "labctl.grade.worker", str(reply_fd)]
+
     def _start(self) -> _Slot:
         read_fd, write_fd = os.pipe()
         debug = os.environ.get("LABCTL_DEBUG") == "1"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "labctl.grade.worker", str(write_fd)],
+            self._command(write_fd),
             stdin=subprocess.PIPE,
             stdout=None if debug else subprocess.DEVNULL,
             stderr=None if debug else subprocess.DEVNULL,
