@@ -301,14 +301,14 @@ def test_parity_passes_the_reference_and_notes_the_fixtures_that_failed_to_run()
     fine = check_parity(observed("softmax"), "softmax")
     assert (fine.status, fine.message) == (
         PASS,
-        f"{n} fixtures within tolerance v1, max abs error 0 (margin 0)",
+        f"{n} fixtures within tolerance v1, max abs error 0 (0 × the tolerance)",
     )
     assert (fine.max_error, fine.margin, fine.mismatch_fraction) == (0.0, 0.0, 0.0)
     assert fine.fixture == _names("softmax")[0]  # all tied at 0: the first
     first = _names("softmax")[0]
     one_failed = check_parity(observed("softmax", _only(first, _raised)), "softmax")
     assert one_failed.message == (
-        f"{n - 1} fixtures within tolerance v1, max abs error 0 (margin 0) "
+        f"{n - 1} fixtures within tolerance v1, max abs error 0 (0 × the tolerance) "
         "(1 not compared: the call failed)"
     )
     none = check_parity(observed("softmax", _raised), "softmax")
@@ -344,7 +344,7 @@ def test_parity_reports_the_worst_fixture_and_counts_the_others_that_differ():
     assert result.mismatch_fraction == worst.mismatch_fraction
     assert result.message == (
         f"fixture {large}: max abs error {num(worst.max_error)} > tolerance "
-        f"{num(worst.tolerance)} (margin {num(worst.margin)}), "
+        f"{num(worst.tolerance)} ({num(worst.margin)} × the tolerance), "
         f"{100 * worst.mismatch_fraction:.0f}% of elements outside; 1 more fixture differs"
     )
     assert "), 100% of elements outside; " in result.message

@@ -122,6 +122,27 @@ def test_an_unloadable_or_refused_clean_room_is_one_clear_line_and_exit_1(workdi
     assert "not a package" in result.output
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import scipy\n",  # found by the scan before the room loads
+        "__import__('importlib').import_module('sci' + 'py')\n",  # refused by the guard at load
+    ],
+)
+def test_a_refusal_names_the_import_in_the_learners_language(workdir, source):
+    room = workdir / "room"
+    shutil.copytree(project_clean_room(), room, ignore=shutil.ignore_patterns("__pycache__"))
+    (room / "helpers.py").write_text(source, encoding="utf-8")
+    with (room / "__init__.py").open("a", encoding="utf-8") as init:
+        init.write("from . import helpers  # noqa: F401\n")
+    args = ["--lang", "zh", "verify", "clean-room", "--path", str(room), "--no-metrics"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    shown = " ".join(result.stdout.split())
+    assert "room/helpers.py:1：导入了 scipy" in shown, shown
+    assert "imports" not in shown and "breaks" not in shown
+
+
 def test_the_course_template_metrics_are_measured_and_kept(tmp_path, causal_lab_only):
     out = tmp_path / "ev" / "verify"
     report = verify_clean_room(project_clean_room(), 20.0, out=out, measure=True)

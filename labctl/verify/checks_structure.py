@@ -288,7 +288,7 @@ def check_parity(seen: RoomObservation, function: str) -> CheckResult:
             else:
                 text = Msg(
                     "fixture {name}: max abs error {error} > tolerance {tolerance} "
-                    "(margin {margin}), {percent:.0f}% of elements outside",
+                    "({margin} × the tolerance), {percent:.0f}% of elements outside",
                     name=name,
                     error=num(r.max_error),
                     tolerance=num(r.tolerance),
@@ -314,7 +314,8 @@ def check_parity(seen: RoomObservation, function: str) -> CheckResult:
         "parity",
         PASS,
         Msg(
-            "{n} fixtures within tolerance v1, max abs error {error} (margin {margin}){note}",
+            "{n} fixtures within tolerance v1, max abs error {error} "
+            "({margin} × the tolerance){note}",
             n=len(compared),
             error=num(common["max_error"]),
             margin=num(common["margin"]),

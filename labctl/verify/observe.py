@@ -21,7 +21,7 @@ from typing import Any
 from labctl import contract
 from labctl.contract_check import declared_version
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError, LabctlError
-from labctl.i18n import Msg
+from labctl.i18n import Msg, joined
 from labctl.isolation import guard, resolve_isolation
 from labctl.isolation.inprocess import IN_PROCESS, InProcessRoom
 from labctl.isolation.loader import source_files
@@ -382,7 +382,7 @@ def observe(
             "refused: {room} breaks the import policy (the standard library and numpy only): "
             "{violations}",
             room=root.name,
-            violations="; ".join(str(v) for v in seen.violations),
+            violations=joined([v.shown() for v in seen.violations]),
         )
         return seen
     try:
@@ -395,7 +395,12 @@ def observe(
         text = str(exc).partition("breaks the import policy: ")[2]
         seen.violations = [_located(root, part) for part in text.split("; ") if part]
         seen.status = "refused"
-        seen.message = Msg("refused: {error}", error=str(exc))
+        seen.message = Msg(
+            "refused: {room} breaks the import policy (the standard library and numpy only): "
+            "{violations}",
+            room=root.name,
+            violations=joined([v.shown() for v in seen.violations]) or text,
+        )
         return seen
     except CleanRoomError as exc:
         seen.status = "unloadable"
