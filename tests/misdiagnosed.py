@@ -192,6 +192,28 @@ def transformer_block(x, params, n_heads, n_kv_heads=None, eps=1e-6, rope_theta=
     return out
 """
 
+# A causal mask of 1.0 (blocked) and 0.0 from np.triu over np.ones: float64, not bool.
+FLOAT_CAUSAL_MASK = """
+def causal_mask(t_q, t_k=None):
+    t_k = t_q if t_k is None else t_k
+    return np.triu(np.ones((t_q, t_k)), k=t_k - t_q + 1)
+"""
+
+# An MHA that joins the window's mask to the causal one with `|`: correct with bool masks,
+# a TypeError with the float one above.
+MASKS_JOINED_MHA = (
+    _MHA
+    + _PROJECT
+    + """
+    mask = causal_mask(T) if causal else None
+    if window is not None:
+        near = sliding_window_mask(T, window)
+        mask = near if mask is None else mask | near
+    out, _ = scaled_dot_product_attention(q, k, v, mask)
+    return merge_heads(out) @ wo
+"""
+)
+
 # An RMSNorm that computes in float32 whatever it is given, then casts back.
 RMS_NORM_IN_FLOAT32 = """
 def rms_norm(x, weight, eps=1e-6):
@@ -232,6 +254,46 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
         out[:, h] = np.einsum("bqk,bkd->bqd", w, vh)
     return out, weights
 """
+
+# Correct tiled attention written otherwise: key blocks from the last to the first, einsum.
+REVERSED_TILED = """
+def tiled_attention(q, k, v, block_size, causal=True, scale=None):
+    q, k, v, n_rep = _check_qkv(q, k, v)
+    block_size = _as_size(block_size, "block_size", minimum=1)
+    k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
+    B, H, Tq, D = q.shape
+    Tk, Dv = k.shape[2], v.shape[3]
+    s = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    position = (Tk - Tq) + np.arange(Tq)[:, None]
+    top = np.full((B, H, Tq, 1), -np.inf, dtype=q.dtype)
+    total = np.zeros((B, H, Tq, 1), dtype=q.dtype)
+    acc = np.zeros((B, H, Tq, Dv), dtype=q.dtype)
+    for start in list(range(0, Tk, block_size))[::-1]:
+        stop = min(start + block_size, Tk)
+        scores = np.einsum("bhqd,bhkd->bhqk", q, k[:, :, start:stop]) * s
+        if causal:
+            scores = np.where(np.arange(start, stop)[None, :] > position, -np.inf, scores)
+        new = np.maximum(top, scores.max(axis=-1, keepdims=True))
+        shift = np.where(np.isneginf(new), 0.0, new)
+        rescale = np.exp(top - shift)
+        p = np.exp(scores - shift)
+        total = total * rescale + p.sum(axis=-1, keepdims=True)
+        acc = acc * rescale + np.einsum("bhqk,bhkd->bhqd", p, v[:, :, start:stop])
+        top = new
+    return np.divide(acc, total, out=np.zeros_like(acc), where=total > 0)
+"""
+
+# The same, its blocks only the whole ones: the keys past (Tk // block_size) * block_size are
+# never seen.
+WHOLE_BLOCKS_ONLY_TILED = REVERSED_TILED.replace(
+    "range(0, Tk, block_size)", "range(0, (Tk // block_size) * block_size, block_size)"
+)
+
+# The same, shifting by the running max even while it is -inf: NaN, met first where the
+# last block (seen first here) is wholly in a query's future.
+NAN_SHIFT_TILED = REVERSED_TILED.replace(
+    "shift = np.where(np.isneginf(new), 0.0, new)", "shift = new"
+).replace("np.divide(acc, total, out=np.zeros_like(acc), where=total > 0)", "acc / total")
 
 # Correct RoPE whose tables are computed in the input's own dtype: float32 inside a float32
 # call, which the contract allows.

@@ -46,6 +46,9 @@ ROOMS = {
     "rope-float32": [("primitives", m.ROPE_FLOAT32_TABLES)],
     "rms-float32": [("primitives", m.RMS_NORM_RETURNS_FLOAT32)],
     "half-split-float32": [("primitives", m.ROPE_HALF_SPLIT_FLOAT32_TABLES)],
+    "float-mask": [("primitives", m.FLOAT_CAUSAL_MASK), ("transformer_block", m.MASKS_JOINED_MHA)],
+    "whole-blocks-only": [("attention", m.WHOLE_BLOCKS_ONLY_TILED)],
+    "nan-shift-reversed": [("attention", m.NAN_SHIFT_TILED)],
 }
 _verified: dict[str, dict] = {}
 
@@ -81,9 +84,13 @@ def test_an_mha_that_leaks_the_future_beside_a_stub_rope_is_named_for_its_causal
     assert mha["kind"] == "unmatched"
     assert mha["message"].startswith(
         "multi_head_attention: the future leaks: an earlier output changes when a later token "
-        "changes; "
+        "changes: apply the causal mask, so that each position sees only itself and the "
+        "positions before it; "
     )
     assert named(mha["message"]) == {"multi_head_attention"}  # never rope
+    # An odd D with RoPE reaches the stub, which raises NotImplementedError: rope's to write,
+    # not a bad input this MHA failed to refuse.
+    assert "bad-input" not in mha["message"]
     # What is built on it is sent to it; decode, which reaches the stub, to the stub.
     assert document["by_function"]["transformer_block"]["chain"] == [
         "transformer_block",
@@ -140,6 +147,41 @@ def test_a_gqa_crash_without_repeat_kv_is_named_at_the_mha_not_at_a_broken_rope(
         r"it raises ValueError at clean_room/transformer_block\.py:\d+", mha["message"]
     )
     assert "rope" not in mha["message"] and "fix" not in mha["message"]
+
+
+def test_a_float_causal_mask_is_told_to_be_bool_and_the_mha_it_crashes_is_sent_to_it(
+    tmp_path_factory,
+):
+    by_function = verified("float-mask", tmp_path_factory)["by_function"]
+    mask = by_function["causal_mask"]
+    assert mask["message"].startswith(
+        "causal_mask: it returns a float mask where the contract keeps bool: build the mask "
+        "from a comparison"
+    )
+    assert "float32 input" not in mask["message"]  # a mask has no float input
+    # The MHA raises TypeError at `mask | near` only because the mask it got is float.
+    mha = by_function["multi_head_attention"]
+    assert (mha["kind"], mha["chain"]) == ("dependency", ["multi_head_attention", "causal_mask"])
+
+
+def test_a_tiled_attention_that_drops_the_last_short_block_is_told_so(tmp_path_factory):
+    tiled = verified("whole-blocks-only", tmp_path_factory)["by_function"]["tiled_attention"]
+    assert tiled["message"].startswith(
+        "tiled_attention: its values are wrong only where block_size does not divide the "
+        "sequence (or is longer than it): the last, shorter block is dropped or mishandled; "
+        "loop over range(0, T, block_size)"
+    )
+
+
+def test_an_online_softmax_nan_is_named_whatever_order_the_blocks_go_in(tmp_path_factory):
+    """Blocks from the last: the catalogued fault (first to last) gives NaN elsewhere, so it
+    does not match; the NaN is still said as the online softmax's."""
+    tiled = verified("nan-shift-reversed", tmp_path_factory)["by_function"]["tiled_attention"]
+    assert tiled["message"].startswith(
+        "tiled_attention: its output holds NaN where the reference's does not: in an online "
+        "softmax, -inf - (-inf) is NaN while every score seen so far is blocked; shift by 0"
+    )
+    assert "block_size does not divide" not in tiled["message"]  # a NaN spoils, says nothing
 
 
 def test_a_block_whose_zeros_buffer_is_float64_is_named_itself(tmp_path_factory):
@@ -208,11 +250,13 @@ def test_no_sentence_has_internal_words_or_numbers_and_chains_do_not_loop(name, 
 
 
 def test_correct_rooms_written_otherwise_pass_with_no_diagnosis(tmp_path):
-    """Heads in a loop with einsum and softmax inline; RoPE tables in the input's dtype."""
+    """Heads in a loop with einsum and softmax inline; RoPE tables in the input's dtype; tiled
+    attention over key blocks from the last to the first."""
     room = m.room(
         tmp_path,
         ("attention", m.EINSUM_LOOP_SDPA),
         ("primitives", m.ROPE_TABLES_IN_INPUT_DTYPE),
+        ("attention", m.REVERSED_TILED),
     )
     result = invoke("verify", "clean-room", "--path", str(room), "--no-metrics", "--json")
     document = json.loads(result.stdout)

@@ -56,7 +56,7 @@ def test_the_learner_faults_are_in_the_catalogue_once_each():
     names = [f.name for f in faults.CATALOGUE]
     assert len(set(names)) == len(names)
     assert {f.name for f in LEARNER} <= set(names)
-    assert len(LEARNER) == 12
+    assert len(LEARNER) == 14
 
 
 @pytest.mark.parametrize(

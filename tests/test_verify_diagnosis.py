@@ -861,15 +861,18 @@ def test_a_stub_reached_on_some_fixtures_explains_those_and_nothing_else(tmp_pat
     )
     failed = [r.name for r in results if r.function == "multi_head_attention" and r.failed]
     found = blame.explain("multi_head_attention", seen.runs["multi_head_attention"], failed)
-    # The raise on the RoPE fixture is rope's; the leak and the values are its own.
+    # The raise on the RoPE fixture is rope's, and so is the NotImplementedError an odd D (a
+    # bad input) meets in the stub; the leak and the values are its own.
+    assert "bad-input" in failed
     assert {c.function for c in found.by} == {"rope"}  # the fixture and its float32 probe
     assert set(found.own) == {"parity", "causal"}
     assert blame.blamed(seen, results, "multi_head_attention") is None
     own = dg._own(seen, results, "multi_head_attention")
     assert own.message == (
         "multi_head_attention: the future leaks: an earlier output changes when a later token "
-        "changes; its values differ from the reference; it also fails bad-input; no catalogued "
-        "fault matches it"
+        "changes: apply the causal mask, so that each position sees only itself and the "
+        "positions before it; its values differ from the reference; no catalogued fault "
+        "matches it"
     )
     # The project's decode reaches the stub and fails nowhere else: "only because it calls a stub".
     call = blame.blamed(seen, results, "attention_decode")

@@ -4,7 +4,8 @@ Each sentence says what is wrong and what to change, in the learner's terms:
 the scale (1/d_k), the softmax axis, a finite mask fill, a float64 mask or
 cache, a hard-coded eps, LayerNorm with std + eps, an online softmax that
 meets a row blocked so far, blocks that must divide the keys, RoPE tables in
-float32, a forgotten `repeat_kv`. The scale left out, eps outside the square
+float32, a forgotten `repeat_kv`, a scale never applied (a given one ignored too), a
+LayerNorm whose eps is hard-coded. The scale left out by default, eps outside the square
 root and the head axis confused with time were already in the catalogue
 (`no-sqrt-dk`, `rms-eps-outside-sqrt`, `head-seq-confused`).
 """
@@ -48,6 +49,23 @@ LEARNER: tuple[Fault, ...] = (
         def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
             d_k = np.shape(q)[-1]
             return _correct_sdpa(q, k, v, mask, 1.0 / d_k if scale is None else scale)
+        """,
+    ),
+    Fault(
+        name="sdpa-scale-ignored",
+        function="scaled_dot_product_attention",
+        module="attention",
+        description=N_(
+            "the scores are never scaled, and a scale passed in is ignored too: multiply "
+            "q @ k.T by scale, or by 1 / sqrt(D) when scale is None"
+        ),
+        course="Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: 除以 √d_k; "
+        "contract v1: scale defaults to 1/sqrt(D)",
+        source="""
+        _correct_sdpa = scaled_dot_product_attention
+
+        def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
+            return _correct_sdpa(q, k, v, mask, 1.0)
         """,
     ),
     Fault(
@@ -314,6 +332,22 @@ LEARNER: tuple[Fault, ...] = (
             weight = _check_vector(weight, "weight", x.shape[-1])
             rms = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6)
             return (x / rms * weight).astype(_float_dtype(x), copy=False)
+        """,
+    ),
+    Fault(
+        name="layer-norm-eps-hard-coded",
+        function="layer_norm",
+        module="primitives",
+        description=N_(
+            "layer_norm adds a fixed 1e-5 and ignores its eps argument: use the eps it is given"
+        ),
+        course="Transformer 手撕与注意力机制 §06.1 LayerNorm: (x - μ) / √(σ² + ε); "
+        "contract v1 layer_norm(x, weight, bias, eps=1e-5)",
+        source="""
+        _correct_layer_norm = layer_norm
+
+        def layer_norm(x, weight, bias, eps=1e-5):
+            return _correct_layer_norm(x, weight, bias, 1e-5)
         """,
     ),
     Fault(

@@ -100,6 +100,9 @@ class Judged:
 
     kind: str | None  # runs | shape | dtype | parity | None (correct, or not judged)
     relative_error: float = 0.0
+    # A dtype of another kind than the reference's (a float mask where the contract keeps
+    # bool): what the caller then does with it may raise, which float32 for float64 does not.
+    other_kind: bool = False
 
 
 def reference_on(call: Call) -> tuple[Any, bool]:
@@ -181,7 +184,11 @@ def judge(call: Call) -> Judged:
     if any(x.dtype != r.dtype for x, r in zip(elements(value), elements(expected), strict=True)):
         # Handed float32 and float64 arrays at once, any dtype it returns is the caller's doing.
         mixed = len(_float_dtypes([*call.args, *call.kwargs.values()])) > 1
-        return Judged(None if mixed else "dtype", relative_error(value, expected))
+        other = any(
+            x.dtype.kind != r.dtype.kind
+            for x, r in zip(elements(value), elements(expected), strict=True)
+        )
+        return Judged(None if mixed else "dtype", relative_error(value, expected), other)
     ok = all(
         compare(x, r, _tolerance(r)).ok
         for x, r in zip(elements(value), elements(expected), strict=True)

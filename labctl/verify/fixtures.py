@@ -55,7 +55,7 @@ from labctl.verify.fixtures_composed import COMPOSED
 from labctl.verify.fixtures_primitives import PRIMITIVES
 from labctl.verify.fixtures_v2 import EXTENDED, NEW
 
-FIXTURES_VERSION = "v2"
+FIXTURES_VERSION = "v3"
 
 _BY_FUNCTION = {**PRIMITIVES, **COMPOSED, **NEW}
 

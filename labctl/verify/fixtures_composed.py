@@ -223,6 +223,13 @@ def _tiled(seed: int) -> list[Fixture]:
             {},
             N_("5 queries over 4 keys: the first query sees no key and gets zeros"),
         ),
+        Fixture(
+            f,
+            "causal-even-blocks",
+            (normal(r, 1, 2, 8, 4), normal(r, 1, 2, 8, 4), normal(r, 1, 2, 8, 4), 4),
+            {},
+            N_("blocks of 4 over 8 queries and keys: every block whole"),
+        ),
     ]
 
 

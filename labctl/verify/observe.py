@@ -330,7 +330,7 @@ def run_function(
             run.causal[t] = one(*fixture.call())
     if implemented:
         for case in bad_cases(function, seed):
-            run.bad[case.name] = one(*case.call(), trace=False)
+            run.bad[case.name] = one(*case.call())
     return run
 
 
