@@ -15,7 +15,11 @@ import pytest
 from checktools import learner_room
 
 from labctl import faults
+from labctl.faults.labs_v2 import LABS_V2
 from labctl.faults.learner import LEARNER
+from labctl.faults.v2 import V2
+from labctl.i18n import _, set_language
+from labctl.verify.diagnosis import describe
 from labctl.verify.verify import verify_clean_room
 
 # The catalogued faults the issue lists that were there before the learner set.
@@ -158,3 +162,24 @@ def test_a_query_that_sees_no_key_is_in_the_tiled_fixtures(tmp_path, name):
     assert failing and {c.function for c in failing} == {"tiled_attention"}
     assert all(c.fixture in (None, "causal-tq>tk") for c in failing)
     assert any("causal-tq>tk" in c.message for c in failing)
+
+
+_ENGLISH_PROSE = re.compile(r"\b(the|is|are|of|and|or|where|when|never|uses|gets|before|beyond)\b")
+
+
+@pytest.mark.parametrize(
+    "fault",
+    list({f.name: f for f in (*faults.CATALOGUE, *V2, *LABS_V2)}.values()),
+    ids=lambda f: f.name,
+)
+def test_a_matched_fault_reads_in_chinese_its_contract_citation_too(fault):
+    """The course is cited as it is (its headings mix Chinese and English); the contract's
+    words quoted beside it are translated, never left in English on a Chinese terminal."""
+    previous = set_language("zh")
+    try:
+        text = _(describe(fault, fault.function))
+    finally:
+        set_language(previous)
+    assert "contract" not in text, text
+    citation = text.rpartition("参见")[2]
+    assert not _ENGLISH_PROSE.search(citation), citation

@@ -14,7 +14,7 @@ ATTENTION: tuple[Fault, ...] = (
             "softmax does not subtract the max first: exp(1000) overflows to inf and "
             "inf / inf gives NaN"
         ),
-        course="Transformer 手撕与注意力机制 §03.5 数值稳定的 softmax：减去最大值防止 exp 溢出",
+        course=N_("Transformer 手撕与注意力机制 §03.5 数值稳定的 softmax：减去最大值防止 exp 溢出"),
         signal="finite",
         source="""
         def softmax(x, axis=-1):
@@ -31,8 +31,10 @@ ATTENTION: tuple[Fault, ...] = (
             "a slice that is all -inf (every key blocked) gives NaN: -inf - (-inf) is "
             "NaN; the contract asks for zeros"
         ),
-        course="contract v1 conventions: a fully blocked row gets all-zero weights, never NaN; "
-        "Transformer 手撕与注意力机制 §04 Causal Mask",
+        course=N_(
+            "contract v1 conventions: a fully blocked row gets all-zero weights, never NaN; "
+            "Transformer 手撕与注意力机制 §04 Causal Mask"
+        ),
         signal="rows-sum",
         source="""
         def softmax(x, axis=-1):
@@ -49,7 +51,9 @@ ATTENTION: tuple[Fault, ...] = (
             "the causal mask is aligned top-left (j > i, as PyTorch's is_causal): "
             "right when Tq == Tk, wrong for decode with a cache (Tq < Tk)"
         ),
-        course="Transformer 手撕与注意力机制 §07 KV Cache; contract v1: causal alignment is bottom-right",
+        course=N_(
+            "Transformer 手撕与注意力机制 §07 KV Cache; contract v1: causal alignment is bottom-right"
+        ),
         source="""
         def causal_mask(t_q, t_k=None):
             t_q = _as_size(t_q, "t_q")
@@ -65,7 +69,7 @@ ATTENTION: tuple[Fault, ...] = (
             "the sliding window sees keys p - window .. p: window + 1 keys, the current "
             "token not counted in the window"
         ),
-        course="第8章 · Attention 与 Transformer Block 阶段五 滑动窗口注意力: [i-W+1, i]",
+        course=N_("第8章 · Attention 与 Transformer Block 阶段五 滑动窗口注意力: [i-W+1, i]"),
         source="""
         def sliding_window_mask(t_q, window, t_k=None):
             t_q = _as_size(t_q, "t_q")
@@ -84,7 +88,7 @@ ATTENTION: tuple[Fault, ...] = (
             "window < 1 is accepted and gives a mask that blocks every key, instead of "
             "a ValueError naming window"
         ),
-        course="contract v1 Bad input: window < 1",
+        course=N_("contract v1 Bad input: window < 1"),
         signal="bad-input",
         source="""
         def sliding_window_mask(t_q, window, t_k=None):
@@ -103,7 +107,7 @@ ATTENTION: tuple[Fault, ...] = (
             "the padding mask blocks positions > length instead of >= length: the "
             "first pad token stays visible"
         ),
-        course="contract v1 padding_mask: True where key position >= lengths[b]",
+        course=N_("contract v1 padding_mask: True where key position >= lengths[b]"),
         source="""
         def padding_mask(lengths, t):
             lengths = np.asarray(lengths)
@@ -119,7 +123,9 @@ ATTENTION: tuple[Fault, ...] = (
             "the mask zeroes blocked weights after the softmax instead of -inf before "
             "it: rows no longer sum to 1 and the future still moves the denominator"
         ),
-        course="Transformer 手撕与注意力机制 §04 Causal Mask: 不是把 mask 位置的权重设为 0（在 softmax 之后）",
+        course=N_(
+            "Transformer 手撕与注意力机制 §04 Causal Mask: 不是把 mask 位置的权重设为 0（在 softmax 之后）"
+        ),
         signal="rows-sum",
         source="""
         def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
@@ -141,7 +147,9 @@ ATTENTION: tuple[Fault, ...] = (
             "merge_heads tries `import torch` for a faster path (and falls back to "
             "NumPy): the clean room breaks the import policy"
         ),
-        course="第8章 · Attention 与 Transformer Block L3 clean-room 要求: 不得导入课程参考实现",
+        course=N_(
+            "第8章 · Attention 与 Transformer Block L3 clean-room 要求: 不得导入课程参考实现"
+        ),
         signal="import-policy",
         source="""
         def merge_heads(x):

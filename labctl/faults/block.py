@@ -16,7 +16,9 @@ BLOCK: tuple[Fault, ...] = (
             "RoPE rotates the pairs (i, i + D/2) (HF's rotate_half layout) instead of "
             "the interleaved pairs (2i, 2i+1) of the RoPE paper and the course"
         ),
-        course="Transformer 手撕与注意力机制 §01.5 RoPE 的旋转矩阵推导; contract v1 rope: interleaved pairs",
+        course=N_(
+            "Transformer 手撕与注意力机制 §01.5 RoPE 的旋转矩阵推导; contract v1 rope: interleaved pairs"
+        ),
         source="""
         def rope(x, positions, theta=10000.0):
             x = _as_float(x, "x")
@@ -39,7 +41,9 @@ BLOCK: tuple[Fault, ...] = (
             "RoPE rotates row t by t (0..T-1) whatever the positions say: right for a "
             "fresh sequence, wrong for non-consecutive positions and for decode with a cache"
         ),
-        course="Transformer 手撕与注意力机制 §01.5 RoPE; §07 KV Cache (new tokens sit at Tp .. Tp+Tn-1)",
+        course=N_(
+            "Transformer 手撕与注意力机制 §01.5 RoPE; §07 KV Cache (new tokens sit at Tp .. Tp+Tn-1)"
+        ),
         source="""
         _correct_rope = rope
 
@@ -55,7 +59,7 @@ BLOCK: tuple[Fault, ...] = (
             "the loop over column pairs never advances its index: sinusoidal_positions "
             "never returns"
         ),
-        course="Transformer 手撕与注意力机制 §01.2 Positional Encoding",
+        course=N_("Transformer 手撕与注意力机制 §01.2 Positional Encoding"),
         signal="runs",
         hangs=True,
         source="""
@@ -76,7 +80,9 @@ BLOCK: tuple[Fault, ...] = (
             "eps is added outside the square root: x / (sqrt(mean(x**2)) + eps); add it "
             "inside, x / sqrt(mean(x**2) + eps)"
         ),
-        course="Transformer 手撕与注意力机制 §06.2 RMSNorm; contract v1 rms_norm: x / sqrt(mean(x**2) + eps)",
+        course=N_(
+            "Transformer 手撕与注意力机制 §06.2 RMSNorm; contract v1 rms_norm: x / sqrt(mean(x**2) + eps)"
+        ),
         source="""
         def rms_norm(x, weight, eps=1e-6):
             x = _as_float(x, "x")
@@ -92,7 +98,9 @@ BLOCK: tuple[Fault, ...] = (
         description=N_(
             "rms_norm's eps defaults to 1e-5 (LayerNorm's) instead of the contract's 1e-6"
         ),
-        course="Transformer 手撕与注意力机制 §06 LayerNorm vs RMSNorm: ε 通常 1e-5 (LayerNorm), rms_norm eps=1e-6",
+        course=N_(
+            "Transformer 手撕与注意力机制 §06 LayerNorm vs RMSNorm: ε 通常 1e-5 (LayerNorm), rms_norm eps=1e-6"
+        ),
         signal="contract",
         source="""
         _correct_rms_norm = rms_norm
@@ -108,7 +116,7 @@ BLOCK: tuple[Fault, ...] = (
         description=N_(
             "layer_norm divides the variance by C - 1 (unbiased, torch.var's default) instead of C"
         ),
-        course="Transformer 手撕与注意力机制 §06.1 LayerNorm: σ² = (1/d) Σ (x_i - μ)²",
+        course=N_("Transformer 手撕与注意力机制 §06.1 LayerNorm: σ² = (1/d) Σ (x_i - μ)²"),
         source="""
         def layer_norm(x, weight, bias, eps=1e-5):
             x = _as_float(x, "x")
@@ -127,7 +135,7 @@ BLOCK: tuple[Fault, ...] = (
             "layer_norm centres its input in place (x -= mean): the result is right, "
             "but the caller's array is changed"
         ),
-        course="contract v1 conventions: functions are pure, never modify an input in place",
+        course=N_("contract v1 conventions: functions are pure, never modify an input in place"),
         signal="pure",
         source="""
         def layer_norm(x, weight, bias, eps=1e-5):
@@ -147,7 +155,7 @@ BLOCK: tuple[Fault, ...] = (
             "relu_ffn converts its input to float64 'to be safe': a float32 input comes "
             "back float64"
         ),
-        course="contract v1 conventions: outputs keep the input's floating dtype",
+        course=N_("contract v1 conventions: outputs keep the input's floating dtype"),
         signal="dtype",
         source="""
         def relu_ffn(x, w1, b1, w2, b2):
@@ -160,7 +168,7 @@ BLOCK: tuple[Fault, ...] = (
         function="swiglu_ffn",
         module="primitives",
         description=N_("SwiGLU gates the wrong projection: silu(x @ w_up) * (x @ w_gate)"),
-        course="Transformer 手撕与注意力机制 §06.5 FFN 与激活函数：SwiGLU",
+        course=N_("Transformer 手撕与注意力机制 §06.5 FFN 与激活函数：SwiGLU"),
         source="""
         def swiglu_ffn(x, w_gate, w_up, w_down):
             x = _as_float(x, "x")
@@ -175,7 +183,7 @@ BLOCK: tuple[Fault, ...] = (
             "multi_head_attention accepts window but masks causally only: every "
             "query still sees the whole past"
         ),
-        course="第8章 · Attention 与 Transformer Block 阶段五 滑动窗口注意力 (SWA)",
+        course=N_("第8章 · Attention 与 Transformer Block 阶段五 滑动窗口注意力 (SWA)"),
         source="""
         _correct_mha = multi_head_attention
 
@@ -191,7 +199,7 @@ BLOCK: tuple[Fault, ...] = (
             "attention_decode hands back only the new tokens' keys and values instead "
             "of the caches with them appended: the next step loses its past"
         ),
-        course="Transformer 手撕与注意力机制 §07 KV Cache 原理",
+        course=N_("Transformer 手撕与注意力机制 §07 KV Cache 原理"),
         signal="shape",
         source="""
         _correct_decode = attention_decode
@@ -210,7 +218,9 @@ BLOCK: tuple[Fault, ...] = (
             "the online softmax never rescales what it has summed when a later block "
             "raises the running max: exp(m_old - m_new) is missing"
         ),
-        course="Transformer 手撕与注意力机制 §07.5 FlashAttention 核心思想: online softmax (running max, running sum)",
+        course=N_(
+            "Transformer 手撕与注意力机制 §07.5 FlashAttention 核心思想: online softmax (running max, running sum)"
+        ),
         source="""
         def tiled_attention(q, k, v, block_size, causal=True, scale=None):
             q, k, v, n_rep = _check_qkv(q, k, v)
@@ -244,7 +254,9 @@ BLOCK: tuple[Fault, ...] = (
         function="decoder_forward",
         module="transformer_block",
         description=N_("decoder_forward skips the final rms_norm before the tied unembedding"),
-        course="Transformer 手撕与注意力机制 §06.4 Pre-Norm: 一些模型会在最后额外加一个 RMSNorm; §08 完整最小 Transformer Decoder",
+        course=N_(
+            "Transformer 手撕与注意力机制 §06.4 Pre-Norm: 一些模型会在最后额外加一个 RMSNorm; §08 完整最小 Transformer Decoder"
+        ),
         source="""
         def decoder_forward(token_ids, params, n_heads, n_kv_heads=None, eps=1e-6, positional="sinusoidal", rope_theta=10000.0, window=None):
             embed = _as_float(params["embed"], "embed", ndim=2)

@@ -14,7 +14,9 @@ COURSE: tuple[Fault, ...] = (
         description=N_(
             "the attention sublayer's residual is dropped: h = attention(norm(x)), not x + ..."
         ),
-        course="第8章 · Attention 与 Transformer Block 故障注入与预期信号: residual 分支 shape 或顺序错误",
+        course=N_(
+            "第8章 · Attention 与 Transformer Block 故障注入与预期信号: residual 分支 shape 或顺序错误"
+        ),
         source="""
         def transformer_block(x, params, n_heads, n_kv_heads=None, eps=1e-6, rope_theta=None, window=None):
             x = _as_float(x, "x", ndim=3)
@@ -34,7 +36,9 @@ COURSE: tuple[Fault, ...] = (
         description=N_(
             "norm and residual in the wrong order: h = rms_norm(x + attention(x)) (post-norm)"
         ),
-        course="第8章 · Attention 与 Transformer Block 故障注入与预期信号: residual 分支 shape 或顺序错误; 阶段四 Pre-LN vs Post-LN",
+        course=N_(
+            "第8章 · Attention 与 Transformer Block 故障注入与预期信号: residual 分支 shape 或顺序错误; 阶段四 Pre-LN vs Post-LN"
+        ),
         source="""
         def transformer_block(x, params, n_heads, n_kv_heads=None, eps=1e-6, rope_theta=None, window=None):
             x = _as_float(x, "x", ndim=3)
@@ -56,7 +60,7 @@ COURSE: tuple[Fault, ...] = (
             "scores are not divided by sqrt(D): the default scale is 1; when scale is None, "
             "multiply q @ k.T by 1 / sqrt(D), D the head width"
         ),
-        course="第8章 · Attention 与 Transformer Block 故障注入与预期信号: 忘记除以 √d_k",
+        course=N_("第8章 · Attention 与 Transformer Block 故障注入与预期信号: 忘记除以 √d_k"),
         source="""
         _correct_sdpa = scaled_dot_product_attention
 
@@ -69,7 +73,9 @@ COURSE: tuple[Fault, ...] = (
         function="scaled_dot_product_attention",
         module="attention",
         description=N_("the mask adds 0 instead of -inf to blocked scores, so it blocks nothing"),
-        course="第8章 · Attention 与 Transformer Block 故障注入与预期信号: mask 加 0 而不是负无穷",
+        course=N_(
+            "第8章 · Attention 与 Transformer Block 故障注入与预期信号: mask 加 0 而不是负无穷"
+        ),
         signal="causal",
         source="""
         _correct_sdpa = scaled_dot_product_attention
@@ -85,7 +91,7 @@ COURSE: tuple[Fault, ...] = (
         description=N_(
             "the causal triangle is reversed: the past is blocked and the future visible"
         ),
-        course="第8章 · Attention 与 Transformer Block 故障注入与预期信号: mask 上下三角写反",
+        course=N_("第8章 · Attention 与 Transformer Block 故障注入与预期信号: mask 上下三角写反"),
         signal="causal",
         source="""
         def causal_mask(t_q, t_k=None):
@@ -104,7 +110,9 @@ COURSE: tuple[Fault, ...] = (
             "the reshape confuses head and sequence axes: (B, T, C) -> (B, H, T, D) "
             "without the transpose; reshape to (B, T, H, D), then transpose to (B, H, T, D)"
         ),
-        course="第8章 · Attention 与 Transformer Block 故障注入与预期信号: 多头 reshape 时 head 与序列维混淆",
+        course=N_(
+            "第8章 · Attention 与 Transformer Block 故障注入与预期信号: 多头 reshape 时 head 与序列维混淆"
+        ),
         source="""
         def split_heads(x, n_heads):
             x = _as_float(x, "x", ndim=3)
@@ -123,7 +131,9 @@ COURSE: tuple[Fault, ...] = (
             "key/value heads are tiled (0,1,0,1) instead of interleaved (0,0,1,1): "
             "query head h reads the wrong group"
         ),
-        course="Transformer 手撕与注意力机制 §05.5 GQA (K.repeat(n_groups, axis=0)); contract repeat_kv",
+        course=N_(
+            "Transformer 手撕与注意力机制 §05.5 GQA (K.repeat(n_groups, axis=0)); contract repeat_kv"
+        ),
         source="""
         def repeat_kv(x, n_rep):
             x = _as_float(x, "x", ndim=4)
@@ -136,7 +146,7 @@ COURSE: tuple[Fault, ...] = (
         function="attention_decode",
         module="transformer_block",
         description=N_("decode applies RoPE at positions 0..Tn-1 instead of Tp..Tp+Tn-1"),
-        course="Transformer 手撕与注意力机制 §07 KV Cache; §01.5 RoPE",
+        course=N_("Transformer 手撕与注意力机制 §07 KV Cache; §01.5 RoPE"),
         source="""
         _correct_decode = attention_decode
 

@@ -17,7 +17,9 @@ TILED_MATERIALIZED = Fault(
         "tiled_attention calls full attention: right values, but the (Tq, Tk) score "
         "matrix is held after all"
     ),
-    course="Transformer 手撕与注意力机制 §07.5 FlashAttention 核心思想: tiling, never the n x n matrix",
+    course=N_(
+        "Transformer 手撕与注意力机制 §07.5 FlashAttention 核心思想: tiling, never the n x n matrix"
+    ),
     source="""
     from .primitives import causal_mask as _causal_mask
 
@@ -36,7 +38,7 @@ PADDING_QUERY_AXIS = Fault(
         "the padding mask is shaped (B, 1, t, 1): it blocks padded queries, not padded "
         "keys, so real tokens still attend to [PAD]"
     ),
-    course="Transformer 手撕与注意力机制 §4.3 Padding Mask vs Causal Mask",
+    course=N_("Transformer 手撕与注意力机制 §4.3 Padding Mask vs Causal Mask"),
     source="""
     def padding_mask(lengths, t):
         lengths = np.asarray(lengths)
@@ -53,7 +55,9 @@ DECODE_WINDOW_IGNORED = Fault(
         "attention_decode accepts window but masks causally only: a cached token "
         "still sees the whole past"
     ),
-    course="第8章 · Attention 与 Transformer Block 阶段五 滑动窗口注意力 (SWA): KV beyond the window is dropped",
+    course=N_(
+        "第8章 · Attention 与 Transformer Block 阶段五 滑动窗口注意力 (SWA): KV beyond the window is dropped"
+    ),
     source="""
     _correct_decode = attention_decode
 

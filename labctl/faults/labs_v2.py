@@ -22,7 +22,7 @@ LABS_V2: tuple[FaultV2, ...] = (
             "decoder_forward adds the sinusoidal table whatever `positional` says: "
             "'rope' and 'none' give the sinusoidal model"
         ),
-        course="Transformer 手撕与注意力机制 §08 完整最小 Transformer Decoder（纯 NumPy）",
+        course=N_("Transformer 手撕与注意力机制 §08 完整最小 Transformer Decoder（纯 NumPy）"),
         source="""
         _correct_decoder_forward = decoder_forward
 
@@ -38,7 +38,9 @@ LABS_V2: tuple[FaultV2, ...] = (
             "layer_norm never subtracts the mean: x / sqrt(mean(x²) + eps) * weight + bias, "
             "RMSNorm with a bias"
         ),
-        course="Transformer 手撕与注意力机制 §6.1 LayerNorm(x)_i = γ_i (x_i - μ) / sqrt(σ² + ε) + β_i",
+        course=N_(
+            "Transformer 手撕与注意力机制 §6.1 LayerNorm(x)_i = γ_i (x_i - μ) / sqrt(σ² + ε) + β_i"
+        ),
         source="""
         def layer_norm(x, weight, bias, eps=1e-5):
             x = _as_float(x, "x")
@@ -55,7 +57,7 @@ LABS_V2: tuple[FaultV2, ...] = (
         description=N_(
             "alibi_slopes counts heads from 0: m_h = 2 ** (-8 h / H), so head 0 gets slope 1"
         ),
-        course="Transformer 手撕与注意力机制 §01.5: ALiBi score - λ·|m-n|",
+        course=N_("Transformer 手撕与注意力机制 §01.5: ALiBi score - λ·|m-n|"),
         source="""
         def alibi_slopes(n_heads):
             H = _as_size(n_heads, "n_heads", minimum=1)
@@ -67,7 +69,7 @@ LABS_V2: tuple[FaultV2, ...] = (
         function="alibi_bias",
         module="positions",
         description=N_("alibi_bias adds +m_h · distance: farther keys are favoured, not penalised"),
-        course="Transformer 手撕与注意力机制 §01.5: ALiBi score - λ·|m-n|, 距离越远惩罚越大",
+        course=N_("Transformer 手撕与注意力机制 §01.5: ALiBi score - λ·|m-n|, 距离越远惩罚越大"),
         source="""
         _correct_alibi_bias = alibi_bias
 
@@ -80,7 +82,7 @@ LABS_V2: tuple[FaultV2, ...] = (
         function="gelu",
         module="ffn",
         description=N_("gelu ignores `approximate`: 'tanh' gives the exact erf form"),
-        course="Transformer 逐部件讲透 §6.8 MLP(x) = W_2 GELU(W_1 x)",
+        course=N_("Transformer 逐部件讲透 §6.8 MLP(x) = W_2 GELU(W_1 x)"),
         source="""
         _correct_gelu = _gelu
 
@@ -93,7 +95,7 @@ LABS_V2: tuple[FaultV2, ...] = (
         function="glu_ffn",
         module="ffn",
         description=N_("glu_ffn puts the sigmoid on x W_up, not on the gate x W_gate"),
-        course="Transformer 手撕与注意力机制 §6.5.2 GLU(x) = (W_1 · x) ⊙ σ(W_gate · x)",
+        course=N_("Transformer 手撕与注意力机制 §6.5.2 GLU(x) = (W_1 · x) ⊙ σ(W_gate · x)"),
         source="""
         _correct_glu = glu_ffn
 
@@ -109,7 +111,9 @@ LABS_V2: tuple[FaultV2, ...] = (
             "position interpolation multiplies the positions by the factor instead of dividing: "
             "every pair turns s times faster, not s times slower"
         ),
-        course="Transformer 逐部件讲透 §6.7 RoPE scaling; contract v2 rope ('linear'): positions / factor",
+        course=N_(
+            "Transformer 逐部件讲透 §6.7 RoPE scaling; contract v2 rope ('linear'): positions / factor"
+        ),
         source="""
         _correct_rope = rope
 

@@ -20,7 +20,7 @@ LABS_WAVE2: tuple[Fault, ...] = (
             "sinusoidal_positions returns the zero table it allocated, never filled: "
             "every position gets the same (zero) vector"
         ),
-        course="Transformer 手撕与注意力机制 §1.2.2 绝对位置编码的矩阵形式",
+        course=N_("Transformer 手撕与注意力机制 §1.2.2 绝对位置编码的矩阵形式"),
         source="""
         def sinusoidal_positions(seq_len, d_model):
             return np.zeros((seq_len, d_model))
@@ -34,7 +34,9 @@ LABS_WAVE2: tuple[Fault, ...] = (
             "the frequencies are taken per column (10000 ** (j / d) for column j), so "
             "the cos of a pair turns at another rate than its sin"
         ),
-        course="第8章 · Attention 与 Transformer Block 阶段五: PE(p, 2i) = sin(p ω_i), PE(p, 2i+1) = cos(p ω_i)",
+        course=N_(
+            "第8章 · Attention 与 Transformer Block 阶段五: PE(p, 2i) = sin(p ω_i), PE(p, 2i+1) = cos(p ω_i)"
+        ),
         source="""
         def sinusoidal_positions(seq_len, d_model):
             p = np.arange(seq_len, dtype=np.float64)[:, None]
@@ -50,7 +52,7 @@ LABS_WAVE2: tuple[Fault, ...] = (
         function="rope",
         module="primitives",
         description=N_("rope returns its input unrotated: attention never sees a position"),
-        course="Transformer 手撕与注意力机制 §01.5 RoPE 的旋转矩阵推导",
+        course=N_("Transformer 手撕与注意力机制 §01.5 RoPE 的旋转矩阵推导"),
         source="""
         def rope(x, positions, theta=10000.0):
             return _as_float(x, "x").copy()
@@ -64,7 +66,9 @@ LABS_WAVE2: tuple[Fault, ...] = (
             "the second row of each 2x2 block has the wrong sign: (x1 cos + x2 sin, "
             "x1 sin + x2 cos) is a reflection-and-stretch, not a rotation"
         ),
-        course="Transformer 手撕与注意力机制 §1.5.1 二维旋转的直觉: R(mθ) = [[cos, -sin], [sin, cos]]",
+        course=N_(
+            "Transformer 手撕与注意力机制 §1.5.1 二维旋转的直觉: R(mθ) = [[cos, -sin], [sin, cos]]"
+        ),
         source="""
         def rope(x, positions, theta=10000.0):
             x = _as_float(x, "x")
@@ -84,7 +88,7 @@ LABS_WAVE2: tuple[Fault, ...] = (
         function="multi_head_attention",
         module="transformer_block",
         description=N_("multi_head_attention masks causally even when causal=False"),
-        course="contract v1 multi_head_attention: mask causal and/or sliding window",
+        course=N_("contract v1 multi_head_attention: mask causal and/or sliding window"),
         source="""
         _correct_mha_causal = multi_head_attention
 
@@ -100,7 +104,7 @@ LABS_WAVE2: tuple[Fault, ...] = (
             "rms_norm centres its input first: it becomes LayerNorm without the bias, "
             "and loses RMSNorm's sensitivity to a shift of the input"
         ),
-        course="Transformer 手撕与注意力机制 §6.2 RMSNorm 去掉了减均值的步骤",
+        course=N_("Transformer 手撕与注意力机制 §6.2 RMSNorm 去掉了减均值的步骤"),
         source="""
         def rms_norm(x, weight, eps=1e-6):
             x = _as_float(x, "x")
@@ -118,7 +122,9 @@ LABS_WAVE2: tuple[Fault, ...] = (
             "layer_norm subtracts the mean inside the variance but divides the raw x: "
             "x / sqrt(var + eps) * weight + bias"
         ),
-        course="Transformer 手撕与注意力机制 §6.1 LayerNorm(x)_i = γ_i (x_i - μ) / sqrt(σ² + ε) + β_i",
+        course=N_(
+            "Transformer 手撕与注意力机制 §6.1 LayerNorm(x)_i = γ_i (x_i - μ) / sqrt(σ² + ε) + β_i"
+        ),
         source="""
         def layer_norm(x, weight, bias, eps=1e-5):
             x = _as_float(x, "x")
@@ -133,7 +139,7 @@ LABS_WAVE2: tuple[Fault, ...] = (
         function="rms_norm",
         module="primitives",
         description=N_("rms_norm divides by the mean square instead of its square root"),
-        course="Transformer 手撕与注意力机制 §6.2 RMS(x) = sqrt((1/d) Σ x_i²)",
+        course=N_("Transformer 手撕与注意力机制 §6.2 RMS(x) = sqrt((1/d) Σ x_i²)"),
         source="""
         def rms_norm(x, weight, eps=1e-6):
             x = _as_float(x, "x")
@@ -150,7 +156,9 @@ LABS_WAVE2: tuple[Fault, ...] = (
             "split_heads stops at view(B, T, H, D) and forgets transpose(1, 2): the "
             "head axis stays behind the sequence axis"
         ),
-        course="第8章 · Attention 与 Transformer Block 阶段三: 关键转置 transpose(1, 2) → [B, H, T, d_k]",
+        course=N_(
+            "第8章 · Attention 与 Transformer Block 阶段三: 关键转置 transpose(1, 2) → [B, H, T, d_k]"
+        ),
         source="""
         def split_heads(x, n_heads):
             x = _as_float(x, "x", ndim=3)
@@ -166,7 +174,9 @@ LABS_WAVE2: tuple[Fault, ...] = (
             "merge_heads reshapes (B, H, T, D) straight to (B, T, H * D) without moving "
             "the head axis back: positions and heads are mixed"
         ),
-        course="第8章 · Attention 与 Transformer Block 阶段三: 恢复序列顺序 transpose(1, 2) before view(B, T, D)",
+        course=N_(
+            "第8章 · Attention 与 Transformer Block 阶段三: 恢复序列顺序 transpose(1, 2) before view(B, T, D)"
+        ),
         source="""
         def merge_heads(x):
             x = _as_float(x, "x", ndim=4)

@@ -41,8 +41,10 @@ LEARNER: tuple[Fault, ...] = (
             "the scores are divided by d_k instead of sqrt(d_k): when scale is None, "
             "multiply q @ k.T by 1 / sqrt(D), D the head width"
         ),
-        course="Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: 除以 √d_k; "
-        "contract v1: scale defaults to 1/sqrt(D)",
+        course=N_(
+            "Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: 除以 √d_k; "
+            "contract v1: scale defaults to 1/sqrt(D)"
+        ),
         source="""
         _correct_sdpa = scaled_dot_product_attention
 
@@ -59,8 +61,10 @@ LEARNER: tuple[Fault, ...] = (
             "the scores are never scaled, and a scale passed in is ignored too: multiply "
             "q @ k.T by scale, or by 1 / sqrt(D) when scale is None"
         ),
-        course="Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: 除以 √d_k; "
-        "contract v1: scale defaults to 1/sqrt(D)",
+        course=N_(
+            "Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: 除以 √d_k; "
+            "contract v1: scale defaults to 1/sqrt(D)"
+        ),
         source="""
         _correct_sdpa = scaled_dot_product_attention
 
@@ -76,8 +80,10 @@ LEARNER: tuple[Fault, ...] = (
             "the softmax runs over the queries (axis=-2) instead of the keys, so a "
             "query's weights do not sum to 1: take softmax(scores, axis=-1)"
         ),
-        course="Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: "
-        "softmax 沿最后一维（每个 query 对所有 key）",
+        course=N_(
+            "Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: "
+            "softmax 沿最后一维（每个 query 对所有 key）"
+        ),
         source="""
         def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
             q, k, v, n_rep = _check_qkv(q, k, v)
@@ -100,8 +106,10 @@ LEARNER: tuple[Fault, ...] = (
             "all blocked gets uniform weights instead of zeros; fill with -np.inf and "
             "let the softmax give such a row zeros"
         ),
-        course="contract v1 conventions: a fully blocked row gets all-zero weights, never NaN; "
-        "Transformer 手撕与注意力机制 §04 Causal Mask (填充 -inf)",
+        course=N_(
+            "contract v1 conventions: a fully blocked row gets all-zero weights, never NaN; "
+            "Transformer 手撕与注意力机制 §04 Causal Mask (填充 -inf)"
+        ),
         signal="rows-sum",
         source="""
         def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
@@ -124,8 +132,10 @@ LEARNER: tuple[Fault, ...] = (
             "k and v keep their Hkv heads (repeat_kv is not called): with GQA (Hkv < H) "
             "q @ k.T does not fit; call repeat_kv(k, H // Hkv) and repeat_kv(v, H // Hkv) first"
         ),
-        course="Transformer 手撕与注意力机制 §05.5 GQA; contract v1 repeat_kv and "
-        "scaled_dot_product_attention: query head h reads key/value head h // (H // Hkv)",
+        course=N_(
+            "Transformer 手撕与注意力机制 §05.5 GQA; contract v1 repeat_kv and "
+            "scaled_dot_product_attention: query head h reads key/value head h // (H // Hkv)"
+        ),
         signal="runs",
         source="""
         def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
@@ -147,8 +157,10 @@ LEARNER: tuple[Fault, ...] = (
             "may see no key (Tq > Tk) averages the values instead of giving zeros; fill "
             "with -np.inf and give a row with no visible key zeros"
         ),
-        course="contract v1 conventions: a fully blocked row gets an all-zero output; "
-        "Transformer 手撕与注意力机制 §07.5 FlashAttention 核心思想: online softmax",
+        course=N_(
+            "contract v1 conventions: a fully blocked row gets an all-zero output; "
+            "Transformer 手撕与注意力机制 §07.5 FlashAttention 核心思想: online softmax"
+        ),
         signal="parity",
         source=_tiled(
             """
@@ -179,8 +191,10 @@ LEARNER: tuple[Fault, ...] = (
             "score so far blocked): -inf - (-inf) is NaN; shift by 0 while the running max "
             "is -inf, and give a row with no visible key zeros"
         ),
-        course="Transformer 手撕与注意力机制 §07.5 FlashAttention 核心思想: online softmax "
-        "(running max, running sum); contract v1: never NaN",
+        course=N_(
+            "Transformer 手撕与注意力机制 §07.5 FlashAttention 核心思想: online softmax "
+            "(running max, running sum); contract v1: never NaN"
+        ),
         signal="finite",
         source=_tiled(
             """
@@ -214,8 +228,10 @@ LEARNER: tuple[Fault, ...] = (
             "block_size does not divide Tk or is larger than it; loop over "
             "range(0, Tk, block_size) and let the last block be shorter"
         ),
-        course="Transformer 手撕与注意力机制 §07.5 FlashAttention 核心思想: tiling; "
-        "contract v1 tiled_attention: any block_size >= 1",
+        course=N_(
+            "Transformer 手撕与注意力机制 §07.5 FlashAttention 核心思想: tiling; "
+            "contract v1 tiled_attention: any block_size >= 1"
+        ),
         signal="runs",
         source=_tiled(
             """
@@ -251,8 +267,10 @@ LEARNER: tuple[Fault, ...] = (
             "come back float64; keep the mask boolean and fill with "
             "np.where(mask, -np.inf, scores), or build it in the scores' dtype"
         ),
-        course="contract v1 conventions: outputs keep the input's floating dtype; "
-        "Transformer 手撕与注意力机制 §04 Causal Mask",
+        course=N_(
+            "contract v1 conventions: outputs keep the input's floating dtype; "
+            "Transformer 手撕与注意力机制 §04 Causal Mask"
+        ),
         signal="dtype",
         source="""
         from .primitives import softmax
@@ -290,8 +308,10 @@ LEARNER: tuple[Fault, ...] = (
             "come back with float64 caches; allocate it in the new keys' dtype "
             "(np.zeros(..., dtype=k_new.dtype)) or start from the new keys"
         ),
-        course="contract v1 conventions: outputs keep the input's floating dtype; "
-        "Transformer 手撕与注意力机制 §07 KV Cache",
+        course=N_(
+            "contract v1 conventions: outputs keep the input's floating dtype; "
+            "Transformer 手撕与注意力机制 §07 KV Cache"
+        ),
         signal="dtype",
         source="""
         def attention_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads=None, window=None, rope_theta=None):
@@ -325,7 +345,9 @@ LEARNER: tuple[Fault, ...] = (
         description=N_(
             "rms_norm adds a fixed 1e-6 and ignores its eps argument: use the eps it is given"
         ),
-        course="Transformer 手撕与注意力机制 §06.2 RMSNorm; contract v1 rms_norm(x, weight, eps=1e-6)",
+        course=N_(
+            "Transformer 手撕与注意力机制 §06.2 RMSNorm; contract v1 rms_norm(x, weight, eps=1e-6)"
+        ),
         source="""
         def rms_norm(x, weight, eps=1e-6):
             x = _as_float(x, "x")
@@ -341,8 +363,10 @@ LEARNER: tuple[Fault, ...] = (
         description=N_(
             "layer_norm adds a fixed 1e-5 and ignores its eps argument: use the eps it is given"
         ),
-        course="Transformer 手撕与注意力机制 §06.1 LayerNorm: (x - μ) / √(σ² + ε); "
-        "contract v1 layer_norm(x, weight, bias, eps=1e-5)",
+        course=N_(
+            "Transformer 手撕与注意力机制 §06.1 LayerNorm: (x - μ) / √(σ² + ε); "
+            "contract v1 layer_norm(x, weight, bias, eps=1e-5)"
+        ),
         source="""
         _correct_layer_norm = layer_norm
 
@@ -357,8 +381,10 @@ LEARNER: tuple[Fault, ...] = (
         description=N_(
             "layer_norm divides by std + eps: divide by sqrt(var + eps), eps inside the square root"
         ),
-        course="Transformer 手撕与注意力机制 §06.1 LayerNorm: (x - μ) / √(σ² + ε); "
-        "contract v1 layer_norm",
+        course=N_(
+            "Transformer 手撕与注意力机制 §06.1 LayerNorm: (x - μ) / √(σ² + ε); "
+            "contract v1 layer_norm"
+        ),
         source="""
         def layer_norm(x, weight, bias, eps=1e-5):
             x = _as_float(x, "x")
@@ -377,8 +403,10 @@ LEARNER: tuple[Fault, ...] = (
             "RoPE's angles, cos and sin are computed in float32: float64 inputs lose "
             "precision, large positions most; compute the tables in float64"
         ),
-        course="Transformer 手撕与注意力机制 §01.5 RoPE; contract v1 conventions: inputs "
-        "arrive as float64",
+        course=N_(
+            "Transformer 手撕与注意力机制 §01.5 RoPE; contract v1 conventions: inputs "
+            "arrive as float64"
+        ),
         source="""
         def rope(x, positions, theta=10000.0):
             x = _as_float(x, "x")

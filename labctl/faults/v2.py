@@ -36,7 +36,9 @@ V2: tuple[FaultV2, ...] = (
             "ALiBi's slopes start at h = 0: 2 ** (-8 h / H), so head 0 gets slope 1 and every "
             "head the slope of the one before it"
         ),
-        course="Press et al. 2022 (ALiBi); contract v2 alibi_slopes: m_h = 2 ** (-8 (h + 1) / H)",
+        course=N_(
+            "Press et al. 2022 (ALiBi); contract v2 alibi_slopes: m_h = 2 ** (-8 (h + 1) / H)"
+        ),
         source="""
         def _power_of_two_slopes(n):
             return 2.0 ** (-8.0 * np.arange(0, n) / n)
@@ -50,7 +52,9 @@ V2: tuple[FaultV2, ...] = (
             "the ALiBi bias measures distance from query index i, top-left aligned, instead "
             "of from its position Tk - Tq + i: wrong whenever Tq < Tk (decode with a cache)"
         ),
-        course="contract v2 alibi_bias: p_i = Tk - Tq + i, bottom-right aligned like causal_mask",
+        course=N_(
+            "contract v2 alibi_bias: p_i = Tk - Tq + i, bottom-right aligned like causal_mask"
+        ),
         source="""
         def alibi_bias(n_heads, t_q, t_k=None):
             slopes = alibi_slopes(n_heads)
@@ -68,7 +72,7 @@ V2: tuple[FaultV2, ...] = (
             "a negative position is not refused: NumPy's indexing wraps it to a row from the "
             "end of the table"
         ),
-        course="contract v2 Bad input: learned_positions, a position < 0 or >= Tmax",
+        course=N_("contract v2 Bad input: learned_positions, a position < 0 or >= Tmax"),
         signal="bad-input",
         source="""
         def learned_positions(positions, table):
@@ -87,7 +91,9 @@ V2: tuple[FaultV2, ...] = (
             "the tanh approximation of GELU uses 0.04715 for the cubic's coefficient instead "
             "of 0.044715"
         ),
-        course="Transformer 逐部件讲透 §6.8 前馈网络：每个 token 自己思考; contract v2 gelu: 0.044715 x^3",
+        course=N_(
+            "Transformer 逐部件讲透 §6.8 前馈网络：每个 token 自己思考; contract v2 gelu: 0.044715 x^3"
+        ),
         source="""
         _correct_gelu = gelu
 
@@ -105,7 +111,9 @@ V2: tuple[FaultV2, ...] = (
         function="glu_ffn",
         module="ffn",
         description=N_("GLU's gate is SiLU (that is SwiGLU) instead of the sigmoid"),
-        course="Transformer 逐部件讲透 §6.8 前馈网络：每个 token 自己思考; contract v2 glu_ffn: sigmoid gate",
+        course=N_(
+            "Transformer 逐部件讲透 §6.8 前馈网络：每个 token 自己思考; contract v2 glu_ffn: sigmoid gate"
+        ),
         source="""
         def glu_ffn(x, w_gate, w_up, w_down):
             x, w_gate, w_up, w_down = _gated(x, w_gate, w_up, w_down)
@@ -119,7 +127,7 @@ V2: tuple[FaultV2, ...] = (
         function="geglu_ffn",
         module="ffn",
         description=N_("GeGLU always uses the exact GELU, whatever approximate asks for"),
-        course="contract v2 geglu_ffn: gelu(x @ w_gate, approximate)",
+        course=N_("contract v2 geglu_ffn: gelu(x @ w_gate, approximate)"),
         source="""
         _correct_geglu = geglu_ffn
 
@@ -134,7 +142,9 @@ V2: tuple[FaultV2, ...] = (
         function="attention_entropy",
         module="attention",
         description=N_("attention entropy in bits (log2) instead of nats (ln)"),
-        course="Transformer 手撕与注意力机制 §13.2 代码题 (注意力熵); contract v2 attention_entropy: nats",
+        course=N_(
+            "Transformer 手撕与注意力机制 §13.2 代码题 (注意力熵); contract v2 attention_entropy: nats"
+        ),
         source="""
         _correct_entropy = attention_entropy
 
@@ -150,7 +160,9 @@ V2: tuple[FaultV2, ...] = (
             "softmax multiplies the logits by the temperature instead of dividing: a high "
             "temperature sharpens the weights instead of flattening them"
         ),
-        course="第8章 · Attention 与 Transformer Block 阶段五：位置从哪里来 (缩放和温度); contract v2 softmax: softmax(x / temperature)",
+        course=N_(
+            "第8章 · Attention 与 Transformer Block 阶段五：位置从哪里来 (缩放和温度); contract v2 softmax: softmax(x / temperature)"
+        ),
         source="""
         _correct_softmax = softmax
 
@@ -168,7 +180,9 @@ V2: tuple[FaultV2, ...] = (
             "NTK-aware scaling raises the base by factor ** ((D - 2) / D) instead of "
             "factor ** (D / (D - 2))"
         ),
-        course="Transformer 逐部件讲透 §6.7 位置编码; contract v2 rope (NTK-aware): theta * factor ** (D / (D - 2))",
+        course=N_(
+            "Transformer 逐部件讲透 §6.7 位置编码; contract v2 rope (NTK-aware): theta * factor ** (D / (D - 2))"
+        ),
         source="""
         _correct_rope = rope
 
@@ -188,7 +202,7 @@ V2: tuple[FaultV2, ...] = (
             "with batched positions (B, T), every batch row is rotated at the first row's "
             "positions: an offset or a left pad in any other row is lost"
         ),
-        course="contract v2 rope: row t of batch b uses positions[b, t]",
+        course=N_("contract v2 rope: row t of batch b uses positions[b, t]"),
         source="""
         _correct_rope = rope
 
@@ -204,7 +218,7 @@ V2: tuple[FaultV2, ...] = (
         function="decoder_forward",
         module="transformer_block",
         description=N_("the decoder ignores an untied lm_head and always multiplies by embed.T"),
-        course="contract v2 decoder_forward: logits = x @ lm_head when params hold one",
+        course=N_("contract v2 decoder_forward: logits = x @ lm_head when params hold one"),
         source="""
         _correct_decoder = decoder_forward
 

@@ -196,7 +196,7 @@ def describe(fault: Fault, function: str) -> Msg:
         fault=fault.name,
         where=where,
         description=declared(fault.description),
-        course=fault.course,
+        course=declared(fault.course),
     )
 
 
