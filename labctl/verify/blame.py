@@ -271,7 +271,7 @@ def _fails_only_on_ragged_blocks(function: str, run: FunctionRun) -> bool:
             any(
                 not _ragged(whole)
                 and whole.name not in failing
-                and whole.name in run.fixtures
+                and run.fixtures.get(whole.name, _UNRUN).kind == "value"
                 and _causal(whole) == _causal(f)
                 for whole in fixtures
             )
@@ -279,6 +279,9 @@ def _fails_only_on_ragged_blocks(function: str, run: FunctionRun) -> bool:
             if f.name in failing
         )
     )
+
+
+_UNRUN = Outcome("missing")
 
 
 def _causal(fixture: fx.Fixture) -> bool:
