@@ -117,3 +117,38 @@ def test_every_new_function_has_a_v2_fault():
     assert {f.function for f in V2} >= set(contract.added_in(2))
     for fault in V2:
         assert fault.description and fault.course
+
+
+@pytest.mark.parametrize("fault", V2, ids=lambda f: f.name)
+def test_a_v2_room_is_diagnosed_with_v2_s_faults(tmp_path, fault):
+    """The diagnosis compares a v2 room with v2's catalogue too (it knew only v1's: every v2
+    bug was "no catalogued fault matches it"), each fault room checked against v2."""
+    room = fault.materialize(tmp_path / "clean_room")
+    report = verify_clean_room(room, 5.0, out=None, measure=False, seed=3)
+    (own,) = [d for d in report.diagnosis if d.function == fault.function]
+    assert (own.kind, own.fault) == ("fault", fault.name), own.message
+
+
+def test_a_v2_function_built_on_a_wrong_v2_function_is_sent_to_it(tmp_path):
+    """alibi_bias calls the room's alibi_slopes: judged against v2's reference on the inputs
+    it received, the slopes are wrong, so the bias (and the decoder) are sent there."""
+    fault = next(f for f in V2 if f.name == "alibi-slopes-off-by-one")
+    report = verify_clean_room(
+        fault.materialize(tmp_path / "clean_room"), 5.0, out=None, measure=False, seed=3
+    )
+    by_function = {d.function: d for d in report.diagnosis}
+    assert by_function["alibi_bias"].chain == ("alibi_bias", "alibi_slopes")
+    assert by_function["decoder_forward"].chain[-1] == "alibi_slopes"
+
+
+def test_a_bad_input_not_refused_is_said_with_its_cases(tmp_path):
+    room = v2_room(tmp_path)
+    with (room / "positions.py").open("a", encoding="utf-8") as handle:
+        handle.write(
+            "\n\ndef learned_positions(positions, table):\n"
+            "    return np.asarray(table)[np.asarray(positions)]  # no range check\n"
+        )
+    report = verify_clean_room(room, 5.0, out=None, measure=False, seed=3)
+    (said,) = [d for d in report.diagnosis if d.function == "learned_positions"]
+    assert str(said.message).startswith("learned_positions: it does not refuse bad input (")
+    assert "raise ValueError or TypeError" in str(said.message)

@@ -34,7 +34,7 @@ from labctl.faults.block import BLOCK
 from labctl.faults.course import COURSE
 from labctl.faults.learner import LEARNER
 
-__all__ = ["CATALOGUE", "Fault", "get", "project_clean_room"]
+__all__ = ["CATALOGUE", "Fault", "for_contract", "get", "project_clean_room"]
 
 CATALOGUE: tuple[Fault, ...] = (
     *COURSE,
@@ -45,6 +45,17 @@ CATALOGUE: tuple[Fault, ...] = (
     # ---- the bugs learners write, each with what to change
     *LEARNER,
 )
+
+
+def for_contract(version: int) -> tuple[Fault, ...]:
+    """The faults a room checked against contract `version` is compared with: v1's, and
+    from v2 on those of the functions and parameters v2 adds."""
+    if version < 2:
+        return CATALOGUE
+    from labctl.faults.labs_v2 import LABS_V2
+    from labctl.faults.v2 import V2
+
+    return tuple({f.name: f for f in (*CATALOGUE, *V2, *LABS_V2)}.values())
 
 
 def get(name: str) -> Fault:

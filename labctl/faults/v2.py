@@ -107,6 +107,25 @@ V2: tuple[FaultV2, ...] = (
         """,
     ),
     FaultV2(
+        name="gelu-tanh-for-exact",
+        function="gelu",
+        module="ffn",
+        description=N_(
+            "gelu computes the tanh approximation when approximate is 'none': use the exact "
+            "0.5 x (1 + erf(x / sqrt(2))) for 'none', the tanh formula only for 'tanh'"
+        ),
+        course=N_(
+            "Transformer 逐部件讲透 §6.8 前馈网络：每个 token 自己思考; contract v2 gelu: "
+            "approximate 'none' is the exact erf form"
+        ),
+        source="""
+        _correct_gelu = gelu
+
+        def gelu(x, approximate="none"):
+            return _correct_gelu(x, "tanh" if approximate == "none" else approximate)
+        """,
+    ),
+    FaultV2(
         name="glu-uses-silu",
         function="glu_ffn",
         module="ffn",
@@ -191,6 +210,27 @@ V2: tuple[FaultV2, ...] = (
                 D = np.asarray(x).shape[-1]
                 theta = float(theta) * float(factor) ** ((D - 2) / D)
                 return _correct_rope(x, positions, theta)
+            return _correct_rope(x, positions, theta, scaling, factor)
+        """,
+    ),
+    FaultV2(
+        name="rope-linear-scales-theta",
+        function="rope",
+        module="primitives",
+        description=N_(
+            "linear scaling multiplies theta by factor instead of dividing the positions by "
+            "it: divide the positions by factor and keep theta (position interpolation)"
+        ),
+        course=N_(
+            "Transformer 逐部件讲透 §6.7 RoPE scaling; contract v2 rope ('linear'): "
+            "positions / factor"
+        ),
+        source="""
+        _correct_rope = rope
+
+        def rope(x, positions, theta=10000.0, scaling=None, factor=1.0):
+            if scaling == "linear":
+                return _correct_rope(x, positions, float(theta) * float(factor))
             return _correct_rope(x, positions, theta, scaling, factor)
         """,
     ),

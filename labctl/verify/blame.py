@@ -44,6 +44,8 @@ EXPLAINS: dict[str, frozenset[str]] = {
     # under an MHA given an odd D): the stub's to write, not the caller's to check.
     "bad-input": frozenset({STUB}),
 }
+# How a bad input's call ended when it is no failure: refused as asked, or never made.
+_REFUSED = ("refused", "skipped")
 # The kind of per-fixture failure each check is read from.
 _SHOWN_AS = {"finite": "parity", "rows-sum": "parity"}
 
@@ -81,8 +83,7 @@ def _traced(function: str, run: FunctionRun, check: str) -> list[tuple[fx.Fixtur
     if check == "causal":
         return [(f, run.causal[t]) for t, f in fx.causal_variants(function, run.seed)]
     if check == "bad-input":
-        refused = ("refused", "skipped")
-        return [(None, o) for o in run.bad.values() if o.bad_input_class() not in refused]
+        return [(None, o) for o in run.bad.values() if o.bad_input_class() not in _REFUSED]
     kind = _SHOWN_AS.get(check, check)
     found = []
     for probe, fixtures, outcomes in (
@@ -236,6 +237,15 @@ def said_own(function: str, run: FunctionRun, own: tuple[str, ...]) -> list[Msg]
                     "its output holds NaN where the reference's does not: in an online softmax, "
                     "-inf - (-inf) is NaN while every score seen so far is blocked; shift by 0 "
                     "while the running max is -inf, and give a row with no visible key zeros"
+                )
+            )
+        elif check == "bad-input":
+            cases = [n for n, o in run.bad.items() if o.bad_input_class() not in _REFUSED]
+            phrases.append(
+                Msg(
+                    "it does not refuse bad input ({cases}): check its arguments and raise "
+                    "ValueError or TypeError",
+                    cases=", ".join(cases),
                 )
             )
         elif check in _SAID:

@@ -106,8 +106,11 @@ class Judged:
 
 
 def reference_on(call: Call) -> tuple[Any, bool]:
-    """The reference on the call's inputs: (value, True), or (None, False) when it refuses."""
-    from labctl import reference
+    """The reference on the call's inputs: (value, True), or (None, False) when it refuses.
+
+    v2's reference: v1's functions with v2's keyword parameters (last, defaulting to v1's
+    behaviour) and the functions v2 adds, which a v2 room's functions call too."""
+    import labctl.reference.v2 as reference
 
     try:
         value = getattr(reference, call.function)(*_fresh(list(call.args)), **_fresh(call.kwargs))

@@ -104,9 +104,9 @@ class FaultRooms:
     def __init__(self) -> None:
         self._dir: Path | None = None
         self._paths: dict[str, Path] = {}
-        self._seen: dict[tuple[str, float, int, int], RoomObservation] = {}
+        self._seen: dict[tuple[str, float, int, int, int | None], RoomObservation] = {}
         self._lock = threading.Lock()
-        self._fault_locks: dict[tuple[str, float, int, int], threading.Lock] = {}
+        self._fault_locks: dict[tuple[str, float, int, int, int | None], threading.Lock] = {}
 
     def path(self, fault: Fault) -> Path:
         with self._lock:
@@ -120,9 +120,9 @@ class FaultRooms:
 
     def remember(self, fault: Fault, timeout_s: float, memory_mb: int, seen: RoomObservation):
         with self._lock:
-            self._keep((fault.name, timeout_s, memory_mb, seen.seed), seen)
+            self._keep((fault.name, timeout_s, memory_mb, seen.seed, seen.contract), seen)
 
-    def _keep(self, key: tuple[str, float, int, int], seen: RoomObservation) -> None:
+    def _keep(self, key: tuple[str, float, int, int, int | None], seen: RoomObservation) -> None:
         """Under `_lock`: `seen` kept, and what other seeds left behind let go."""
         for other in [k for k in self._seen if k[3] != key[3]]:
             del self._seen[other]
@@ -136,10 +136,12 @@ class FaultRooms:
         timeout_s: float,
         memory_mb: int,
         seed: int = SEED,
+        contract: int | None = None,
     ) -> RoomObservation:
-        """The fault room observed on at least `functions` at `seed` (cached; only the missing
-        ones run)."""
-        key = (fault.name, timeout_s, memory_mb, seed)
+        """The fault room observed on at least `functions` at `seed` against `contract` (the
+        learner's, so both draw the same fixtures; None: the one the fault room declares),
+        cached; only the missing ones run."""
+        key = (fault.name, timeout_s, memory_mb, seed, contract)
         with self._lock:
             lock = self._fault_locks.setdefault(key, threading.Lock())
         with lock:
@@ -154,6 +156,7 @@ class FaultRooms:
                 memory_mb,
                 functions=missing,
                 seed=seed,
+                contract_version=contract,
                 in_process=not fault.hangs,
             )
             if cached is not None:
@@ -208,6 +211,7 @@ def _prefetch(
     memory_mb: int,
     seed: int = SEED,
     wanted: dict[str, tuple[str, ...]] | None = None,
+    contract: int | None = None,
 ) -> None:
     """Observe the group's fault rooms a few at a time, each on every function it will be
     compared on (`wanted`, by fault name; else `function` alone): one process per room."""
@@ -216,7 +220,7 @@ def _prefetch(
 
     def one(fault: Fault) -> None:
         functions = (wanted or {}).get(fault.name, (function,))
-        rooms.observe(fault, functions, timeout_s, memory_mb, seed)
+        rooms.observe(fault, functions, timeout_s, memory_mb, seed, contract)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(one, group))
@@ -418,7 +422,7 @@ def diagnose(
         # A fault that hangs matches only a function that timed out too (a match needs the
         # same outcome on every fixture): its room is not observed for one that did not.
         hung = run is not None and run.timed_out
-        candidates = [f for f in catalogue.CATALOGUE if hung or not f.hangs]
+        candidates = [f for f in catalogue.for_contract(seen.contract) if hung or not f.hangs]
         own = [f for f in candidates if f.function == function]
         deps = set(transitive_dependencies(function))
         inlined = [f for f in candidates if f.function in deps]
@@ -428,14 +432,20 @@ def diagnose(
         hits: list[tuple[Fault, set[str]]] = []
         for group in (own, inlined):
             # Observe this group's fault rooms a few at a time (each is its own process).
-            _prefetch(rooms, group, function, fault_timeout, memory_mb, seen.seed, wanted)
+            _prefetch(
+                rooms, group, function, fault_timeout, memory_mb, seen.seed, wanted, seen.contract
+            )
             for fault in group:
-                fault_seen = rooms.observe(fault, (function,), fault_timeout, memory_mb, seen.seed)
+                fault_seen = rooms.observe(
+                    fault, (function,), fault_timeout, memory_mb, seen.seed, seen.contract
+                )
                 if fault_timeout < timeout_s and _timed_out(fault_seen, function, seen):
                     # Perhaps a busy machine, not the fault: its room gets the time the
                     # learner's calls needed, with room to spare.
                     again = _time_again(seen, function, timeout_s)
-                    fault_seen = rooms.observe(fault, (function,), again, memory_mb, seen.seed)
+                    fault_seen = rooms.observe(
+                        fault, (function,), again, memory_mb, seen.seed, seen.contract
+                    )
                 extra = matches(function, seen, results, fault_seen)
                 if extra is not None:
                     hits.append((fault, extra))
