@@ -170,9 +170,10 @@ def _short_number(value: float) -> str:
 
 
 def _render_report(report, shown) -> None:
-    from labctl import contract, registry
+    from labctl import contract
     from labctl.isolation import describe
     from labctl.verify.checks import CHECK_NAMES
+    from labctl.verify.compare import TOLERANCE_VERSION
     from labctl.verify.observe import PACKAGE
 
     record = next((shown(p) for p in report.records if p.suffix == ".json"), None)
@@ -253,7 +254,7 @@ def _render_report(report, shown) -> None:
         passed=passed,
         total=total,
         contract=contract.contract_id(report.contract),
-        tolerances=registry.TOLERANCE_TABLE_VERSION,
+        tolerances=TOLERANCE_VERSION,
         timeout=report.timeout_s,
         seconds=report.wall_time_s,
         where=escape(where),
