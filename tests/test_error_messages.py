@@ -94,6 +94,18 @@ CASES = {
         "error: pipe.yaml: is a FIFO, not a regular file",
         "错误：pipe.yaml：是命名管道（FIFO），不是普通文件",
     ),
+    "submit with no time limit": (
+        ["evidence", "submit", "afile", "--timeout", "0"],
+        2,
+        "error: --timeout must be a positive number of seconds, got 0",
+        "错误：--timeout 必须是正的秒数，收到的是 0",
+    ),
+    "faults with a negative memory limit": (
+        ["faults", "--memory-mb", "-1"],
+        2,
+        "error: --memory-mb must be >= 0 (0: no limit), got -1",
+        "错误：--memory-mb 必须 >= 0（0：不限制），收到的是 -1",
+    ),
     "unknown module": (
         ["evidence", "template", "--module", "nope"],
         2,

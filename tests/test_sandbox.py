@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import struct
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -636,3 +638,25 @@ def test_wire_pipe_closed_mid_frame_is_eof():
             wire.read_frame(read_fd)
     finally:
         os.close(read_fd)
+
+
+def test_a_worker_whose_reply_is_no_longer_read_ends_quietly(tmp_path):
+    """labctl stops reading a call past its time: the worker's reply meets a closed pipe. It
+    ends without a stack of labctl's own, which would be shown as the room's output."""
+    to_worker, requests = os.pipe()
+    replies, from_worker = os.pipe()
+    os.close(replies)  # nobody reads the replies any more
+    boot = "import sys; from labctl.isolation.worker import main; main(sys.argv[1:])"
+    args = [str(to_worker), str(from_worker), "0", "0", str(tmp_path)]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", boot, *args],
+        pass_fds=(to_worker, from_worker),
+        stderr=subprocess.PIPE,
+    )
+    os.close(to_worker)
+    os.close(from_worker)
+    wire.write_frame(requests, {"op": "load", "path": str(tmp_path), "names": [], "seq": 1})
+    os.close(requests)
+    _, stderr = proc.communicate(timeout=60)
+    assert b"Traceback" not in stderr and b"BrokenPipeError" not in stderr, stderr.decode()
+    assert proc.returncode == 0

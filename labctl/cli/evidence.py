@@ -15,6 +15,7 @@ import typer
 from rich.markup import escape
 
 from labctl.cli.isolation import IsolationOption, effective
+from labctl.cli.options import positive_seconds
 from labctl.cli.render import err, out, print_json, text
 from labctl.errors import EXIT_FAILED
 from labctl.evidence.modules import DEFAULT_MODULE
@@ -140,6 +141,7 @@ def submit(
     """
     from labctl.evidence.submit import submit as run_submit
 
+    positive_seconds(timeout, "--timeout")
     with err.status(_("re-measuring…")):
         outcome = run_submit(file, root, timeout, isolation=effective(isolation))
     report = outcome.report

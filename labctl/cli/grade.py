@@ -27,6 +27,7 @@ from typer.core import TyperGroup
 from labctl.cli import grade_class as ta
 from labctl.cli.grade_table import render
 from labctl.cli.isolation import IsolationOption
+from labctl.cli.options import memory_limit, positive_seconds
 from labctl.cli.render import err, out, print_json
 from labctl.errors import UsageError
 from labctl.i18n import Msg, _
@@ -71,19 +72,9 @@ app = typer.Typer(
 
 
 def _check(timeout: float, learner_timeout: float, memory_mb: int, jobs: int | None) -> None:
-    if not timeout > 0 or timeout == float("inf"):
-        raise UsageError(
-            Msg("--timeout must be a positive number of seconds, got {seconds:g}", seconds=timeout)
-        )
-    if not learner_timeout > 0 or learner_timeout == float("inf"):
-        raise UsageError(
-            Msg(
-                "--learner-timeout must be a positive number of seconds, got {seconds:g}",
-                seconds=learner_timeout,
-            )
-        )
-    if memory_mb < 0:
-        raise UsageError(Msg("--memory-mb must be >= 0 (0: no limit), got {mb}", mb=memory_mb))
+    positive_seconds(timeout, "--timeout")
+    positive_seconds(learner_timeout, "--learner-timeout")
+    memory_limit(memory_mb)
     if jobs is not None and jobs < 1:
         raise UsageError(Msg("--jobs must be at least 1, got {jobs}", jobs=jobs))
 

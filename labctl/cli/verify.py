@@ -11,6 +11,7 @@ from rich.table import Table
 
 from labctl.cli.contract import ContractOption
 from labctl.cli.isolation import IsolationOption, effective
+from labctl.cli.options import memory_limit, positive_seconds
 from labctl.cli.render import err, learner_text, number, out, print_json, verdict
 from labctl.errors import EXIT_FAILED, UsageError
 from labctl.i18n import Msg, _
@@ -43,17 +44,6 @@ _SHORT = {
 
 def _legend(names) -> str:
     return " · ".join(f"{_SHORT[n]} {n}" for n in names if _SHORT[n] != n)
-
-
-def _positive(value: float, option: str) -> None:
-    if not value > 0:
-        raise UsageError(
-            Msg(
-                "{option} must be a positive number of seconds, got {value:g}",
-                option=option,
-                value=value,
-            )
-        )
 
 
 @verify_app.command("clean-room")
@@ -113,10 +103,9 @@ def clean_room(
     from labctl.verify.record import check_out_dir
     from labctl.verify.verify import check_seed, verify_clean_room
 
-    _positive(timeout, "--timeout")
-    _positive(budget, "--budget")
-    if memory_mb < 0:
-        raise UsageError(Msg("--memory-mb must be >= 0 (0: no limit), got {mb}", mb=memory_mb))
+    positive_seconds(timeout, "--timeout")
+    positive_seconds(budget, "--budget")
+    memory_limit(memory_mb)
     check_out_dir(out_dir)
     seed = check_seed(fresh_seed() if seed is None else seed)
     level = effective(isolation)
@@ -320,7 +309,8 @@ def faults(
     from labctl.evidence.records import shown_path
     from labctl.verify.matrix import build_matrix
 
-    _positive(timeout, "--timeout")
+    positive_seconds(timeout, "--timeout")
+    memory_limit(memory_mb)
     level = effective(isolation)
     with err.status(_("verifying the project's clean room…")) as status:
 

@@ -150,10 +150,15 @@ def main(argv: list[str]) -> None:
             return
         reply = worker.handle(request)
         try:
-            wire.write_frame(write_fd, reply)
-        except (RecursionError, ValueError, TypeError) as exc:
-            error = {"kind": "unsupported-return", "message": f"cannot send the result: {exc}"}
-            wire.write_frame(write_fd, {"ok": False, "error": error, "seq": reply["seq"]})
+            try:
+                wire.write_frame(write_fd, reply)
+            except (RecursionError, ValueError, TypeError) as exc:
+                error = {"kind": "unsupported-return", "message": f"cannot send the result: {exc}"}
+                wire.write_frame(write_fd, {"ok": False, "error": error, "seq": reply["seq"]})
+        except BrokenPipeError:
+            # labctl stopped listening (a call past its time is stopped): this is no output of
+            # the room's, and a stack of labctl's here would be shown as if the room printed it.
+            return
 
 
 if __name__ == "__main__":
