@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from labctl.lab import (
     TableFigure,
     satisfies,
 )
+from labctl.outpaths import check_out_dir
 from labctl.params import non_default, record_values, resolve_params
 from labctl.run_records import write_evidence
 
@@ -389,29 +389,6 @@ def check_options(seed: int, impl: str, timeout_s: float, out: Path) -> None:
             )
         )
     check_out_dir(out)
-
-
-def check_out_dir(out: Path) -> None:
-    """`out` is a directory that exists or can be created, and can be written to."""
-    probe = out
-    while not probe.exists():
-        if probe.is_symlink():
-            raise UsageError(Msg("--out {path}: a dangling symbolic link", path=str(out)))
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
-        raise UsageError(
-            Msg("--out {path}: {where} is not a directory", path=str(out), where=str(probe))
-        )
-    try:
-        # os.access says yes to root everywhere; a nameless file (O_TMPFILE) asks the filesystem
-        with tempfile.TemporaryFile(dir=probe):
-            pass
-    except OSError:
-        raise UsageError(
-            Msg("--out {path}: {where} is not writable", path=str(out), where=str(probe))
-        ) from None
 
 
 def run_labs(

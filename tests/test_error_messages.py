@@ -106,6 +106,30 @@ CASES = {
         "error: --memory-mb must be >= 0 (0: no limit), got -1",
         "错误：--memory-mb 必须 >= 0（0：不限制），收到的是 -1",
     ),
+    "grade out under a file": (
+        ["grade", "class", "nopkg", "--out", "afile/x"],
+        2,
+        "error: --out afile/x: afile is not a directory",
+        "错误：--out afile/x：afile 不是目录",
+    ),
+    "gradescope results is a folder": (
+        ["grade", "gradescope", "nopkg", "--results", "nopkg"],
+        2,
+        "error: --results nopkg: is a directory; name a file",
+        "错误：--results nopkg：是一个目录；请给出文件名",
+    ),
+    "bundle under a file": (
+        ["grade", "bundle", "afile/x.zip"],
+        2,
+        "error: OUT.zip afile/x.zip: afile is not a directory",
+        "错误：OUT.zip afile/x.zip：afile 不是目录",
+    ),
+    "faults out under a file": (
+        ["faults", "--out", "afile/x"],
+        2,
+        "error: --out afile/x: afile is not a directory",
+        "错误：--out afile/x：afile 不是目录",
+    ),
     "unknown module": (
         ["evidence", "template", "--module", "nope"],
         2,

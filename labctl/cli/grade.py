@@ -31,6 +31,7 @@ from labctl.cli.options import memory_limit, positive_seconds
 from labctl.cli.render import err, out, print_json
 from labctl.errors import UsageError
 from labctl.i18n import Msg, _
+from labctl.outpaths import check_out_dir, check_out_file
 from labctl.textsafe import shown
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
@@ -157,6 +158,7 @@ def grade_class(
     from labctl.verify.verify import check_seed
 
     _check(timeout, learner_timeout, memory_mb, jobs)
+    check_out_dir(out_dir)
     if seed is not None:
         check_seed(seed)
     if not 0 < threshold <= 1:
@@ -266,6 +268,8 @@ def gradescope(
     from labctl.grade.workflow import Workflow
 
     _check(timeout, learner_timeout, memory_mb, None)
+    check_out_file(results, "--results")
+    check_out_dir(work, "--work")
     if not submission.is_dir():
         raise UsageError(Msg("{path} is not a folder", path=str(submission)))
     rubric = load_rubric(rubric_path)
@@ -302,6 +306,7 @@ def bundle_command(
     from labctl.isolation import resolve_isolation
 
     _check(timeout, learner_timeout, memory_mb, None)
+    check_out_file(zip_path, "OUT.zip")
     resolve_isolation(isolation)
     rubric = load_rubric(rubric_path)
     names = bundle(zip_path, rubric, timeout, learner_timeout, memory_mb, isolation)

@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from labctl import outpaths
 from labctl.cli.contract import ContractOption
 from labctl.cli.isolation import IsolationOption, effective
 from labctl.cli.options import memory_limit, positive_seconds
@@ -311,6 +312,7 @@ def faults(
 
     positive_seconds(timeout, "--timeout")
     memory_limit(memory_mb)
+    outpaths.check_out_dir(out_dir)
     level = effective(isolation)
     with err.status(_("verifying the project's clean room…")) as status:
 

@@ -14,19 +14,9 @@ from labctl.errors import UsageError
 from labctl.evidence.environment import now_iso
 from labctl.evidence.store import replace_atomically
 from labctl.i18n import Msg
+from labctl.outpaths import check_out_file
 
 DEFAULT_NAME = "report.html"
-
-
-def check_out_file(out: Path) -> None:
-    """`out` can be written as a file: not a directory, in a directory that exists."""
-    if out.is_dir():
-        raise UsageError(Msg("--out {path}: is a directory; name a file", path=str(out)))
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(
-            Msg("--out {path}: {where} is not a directory", path=str(out), where=str(parent))
-        )
 
 
 def build_report(root: Path, out: Path | None = None) -> tuple[Path, dict]:

@@ -1,0 +1,67 @@
+"""Where a command will write, checked before anything runs: a folder that exists or can be
+made and written to, or a file that is not a folder and whose folder exists.
+
+A command that found out only when it wrote would have run for nothing (a whole class
+graded, every fault observed) and then stopped on an error of the operating system's.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from labctl.errors import UsageError
+from labctl.i18n import Msg
+
+
+def check_out_dir(out: Path, option: str = "--out") -> None:
+    """`out` is a directory that exists or can be created, and can be written to."""
+    probe = out
+    while not probe.exists():
+        if probe.is_symlink():
+            raise UsageError(
+                Msg("{option} {path}: a dangling symbolic link", option=option, path=str(out))
+            )
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(
+            Msg(
+                "{option} {path}: {where} is not a directory",
+                option=option,
+                path=str(out),
+                where=str(probe),
+            )
+        )
+    try:
+        # os.access says yes to root everywhere; a nameless file (O_TMPFILE) asks the filesystem
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError:
+        raise UsageError(
+            Msg(
+                "{option} {path}: {where} is not writable",
+                option=option,
+                path=str(out),
+                where=str(probe),
+            )
+        ) from None
+
+
+def check_out_file(out: Path, option: str = "--out") -> None:
+    """`out` can be written as a file: not a directory, in a directory that exists."""
+    if out.is_dir():
+        raise UsageError(
+            Msg("{option} {path}: is a directory; name a file", option=option, path=str(out))
+        )
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(
+            Msg(
+                "{option} {path}: {where} is not a directory",
+                option=option,
+                path=str(out),
+                where=str(parent),
+            )
+        )
