@@ -265,3 +265,25 @@ def test_store_refuses_in_chinese(tmp_path):
         assert caught.value.english() == f"{target} already exists; evidence is never overwritten"
     finally:
         set_language(previous)
+
+
+def test_a_rubric_or_overrides_nested_too_deep_is_refused_in_words(place):
+    """100,000 nested lists: Python's parser recursion ends, which was an internal error."""
+    (place / "deep.yaml").write_text("[" * 100_000 + "]" * 100_000)
+    for args in (
+        ["grade", "bundle", "r.zip", "--rubric", "deep.yaml"],
+        ["grade", "class", "nopkg", "--out", "grades", "--overrides", "deep.yaml"],
+    ):
+        en, zh = invoke(*args), invoke(*args, lang="zh")
+        assert "nested too deeply" in en.output and "internal" not in en.output, en.output
+        assert "嵌套太深" in zh.output, zh.output
+        assert en.exit_code == zh.exit_code != 0
+
+
+def test_evidence_refused_by_labctl_s_own_rules_says_why_in_chinese(place):
+    (place / "twice.yaml").write_text("schema: a\nschema: b\n")
+    (place / "alias.yaml").write_text("a: &x 1\nb: *x\n")
+    zh = invoke("evidence", "validate", "twice.yaml", lang="zh")
+    assert "键 'schema' 重复（第一次出现在第 1 行）" in zh.output, zh.output
+    zh = invoke("evidence", "validate", "alias.yaml", lang="zh")
+    assert "证据中不允许使用别名" in zh.output, zh.output

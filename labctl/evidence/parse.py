@@ -23,7 +23,6 @@ from typing import Any
 
 import yaml
 from yaml.composer import ComposerError
-from yaml.constructor import ConstructorError
 
 from labctl.errors import UsageError
 from labctl.i18n import N_, Msg, _, declared
@@ -103,6 +102,15 @@ def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
+class _Refused(ComposerError):
+    """A document the loader refuses by labctl's rules, its reason kept as a message to show
+    translated (PyYAML's own errors are shown as PyYAML words them)."""
+
+    def __init__(self, message: Msg, mark) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(None, None, str(message), mark)
+        self.message = message
+
+
 class EvidenceLoader(yaml.SafeLoader):
     """`yaml.SafeLoader` without aliases, with depth and node limits, and YAML 1.2 floats."""
 
@@ -114,15 +122,15 @@ class EvidenceLoader(yaml.SafeLoader):
     def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
         if self.check_event(yaml.AliasEvent):
             mark = self.peek_event().start_mark
-            raise ComposerError(None, None, "aliases (*name) are not allowed in evidence", mark)
+            raise _Refused(Msg("aliases (*name) are not allowed in evidence"), mark)
         mark = self.peek_event().start_mark
         self._nodes += 1
         if self._nodes > MAX_NODES:
-            raise ComposerError(None, None, f"more than {MAX_NODES} nodes", mark)
+            raise _Refused(Msg("more than {n} nodes", n=MAX_NODES), mark)
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+                raise _Refused(Msg("nested deeper than {n} levels", n=MAX_DEPTH), mark)
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -139,10 +147,12 @@ class EvidenceLoader(yaml.SafeLoader):
                 except TypeError:
                     continue  # an unhashable key: the constructor names that problem
                 if seen is not key_node.start_mark:
-                    raise ConstructorError(
-                        None,
-                        None,
-                        f"duplicate key {key!r} (first at line {seen.line + 1})",
+                    raise _Refused(
+                        Msg(
+                            "duplicate key {key} (first at line {line})",
+                            key=repr(key),
+                            line=seen.line + 1,
+                        ),
                         key_node.start_mark,
                     )
         return super().construct_mapping(node, deep=deep)
@@ -230,16 +240,18 @@ def parse_text(text: str) -> tuple[Any, Problem | None]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         parts = [p for p in (exc.context, exc.problem) if p]
-        what = ", ".join(parts) or "malformed"
+        what = (
+            exc.message if isinstance(exc, _Refused) else one_line(", ".join(parts) or "malformed")
+        )
         if mark:
             reason = Msg(
                 "malformed YAML/JSON at line {line}, column {column}: {what}",
                 line=mark.line + 1,
                 column=mark.column + 1,
-                what=one_line(what),
+                what=what,
             )
         else:
-            reason = Msg("malformed YAML/JSON: {error}", error=one_line(what))
+            reason = Msg("malformed YAML/JSON: {error}", error=what)
         return None, Problem("file", reason)
     except yaml.reader.ReaderError as exc:  # a control character: a position, no mark
         line = text.count("\n", 0, exc.position) + 1

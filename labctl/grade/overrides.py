@@ -84,6 +84,10 @@ def load_overrides(path: Path) -> Overrides:
         raise UsageError(Msg("--overrides {path} is not a file", path=str(path)))
     try:
         data = yaml.load(path.read_text("utf-8"), Loader=_UniqueKeyLoader)
+    except RecursionError:
+        raise OverridesError(
+            Msg("{where} is not valid YAML: {why}", where=path.name, why=Msg("nested too deeply"))
+        ) from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise OverridesError(
             Msg("{where} is not valid YAML: {why}", where=path.name, why=str(exc))

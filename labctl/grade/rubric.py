@@ -234,6 +234,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def parse_rubric(text: str, where: str | Msg = "rubric") -> Rubric:
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader that refuses repeated keys
+    except RecursionError:
+        raise RubricError(
+            Msg("{where} is not valid YAML: {why}", where=where, why=Msg("nested too deeply"))
+        ) from None
     except yaml.YAMLError as exc:
         why = str(exc)
         if isinstance(exc, _RepeatedKey):  # str(exc) with its problem as a message
