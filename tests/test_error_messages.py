@@ -35,6 +35,8 @@ def place(tmp_path, monkeypatch) -> Path:
     (tmp_path / "nopkg").mkdir()
     (tmp_path / "room").mkdir()
     (tmp_path / "room" / "__init__.py").write_text("def softmax(:\n")
+    (tmp_path / "raising").mkdir()
+    (tmp_path / "raising" / "__init__.py").write_text("raise RuntimeError('boom at import')\n")
     os.mkfifo(tmp_path / "pipe.yaml")
     (tmp_path / "garbled").mkdir()
     (tmp_path / "garbled" / MANIFEST_NAME).write_text("{not json")
@@ -130,6 +132,12 @@ CASES = {
         "error: --out afile/x: afile is not a directory",
         "错误：--out afile/x：afile 不是目录",
     ),
+    "unknown isolation": (
+        [*VERIFY[:3], "--isolation", "bogus"],
+        2,
+        "error: --isolation must be one of auto, sandbox, process, got 'bogus'",
+        "错误：--isolation 必须是 auto, sandbox, process 之一，收到的是 'bogus'",
+    ),
     "unknown module": (
         ["evidence", "template", "--module", "nope"],
         2,
@@ -177,6 +185,12 @@ def test_error_in_both_languages(place, case):
             "nopkg",
             "does not load: clean room nopkg: not a package (no __init__.py)",
             "无法加载：clean room nopkg：不是一个包（没有 __init__.py）",
+        ),
+        (
+            "raising",
+            "does not load: importing the clean room failed at raising/__init__.py:1: "
+            "RuntimeError: boom at import",
+            "无法加载：导入 clean room 时在 raising/__init__.py:1 失败：RuntimeError: boom at import",
         ),
     ],
 )

@@ -15,7 +15,11 @@ def resolve_isolation(requested: str) -> str:
     """The level a run gets: `auto` takes the sandbox where it works, else the process."""
     if requested not in ISOLATION_LEVELS:
         raise UsageError(
-            f"--isolation must be one of {', '.join(ISOLATION_LEVELS)}, got {requested!r}"
+            Msg(
+                "--isolation must be one of {choices}, got {value!r}",
+                choices=", ".join(ISOLATION_LEVELS),
+                value=requested,
+            )
         )
     if requested == "process":
         return "process"

@@ -88,6 +88,20 @@ def syntax_error(file: str, line: int | None, error: str) -> Msg:
 SYNTAX_ERROR = syntax_error("", 0, "")
 
 
+def import_failed(place: str | None, error: str) -> Msg:
+    """Importing the room raised: where (the room's line, when one is known) and what."""
+    if place:
+        return Msg("importing the clean room failed at {place}: {error}", place=place, error=error)
+    return Msg("importing the clean room failed: {error}", error=error)
+
+
+# The loader's messages a worker sends as their values (typed), never as text to show:
+# labctl shows one of these templates, translated, and no other.
+SENT_TEMPLATES = frozenset(
+    {SYNTAX_ERROR.template, import_failed("x", "").template, import_failed(None, "").template}
+)
+
+
 def shown_name(relative: str) -> str:
     """A path inside the room as valid text: a name's undecodable bytes as `\\xNN`."""
     return os.fsencode(relative).decode("utf-8", "backslashreplace")
@@ -262,10 +276,8 @@ def load_package(path: str | Path, keep_alias: bool = False) -> ModuleType:
         sys.modules.pop(name, None)
         if isinstance(exc, KeyboardInterrupt):
             raise
-        place = where(root, exc.__traceback__)
-        at = f" at {place}" if place else ""
         raise CleanRoomError(
-            f"importing the clean room failed{at}: {type(exc).__name__}: {exc}"
+            import_failed(where(root, exc.__traceback__), f"{type(exc).__name__}: {exc}")
         ) from None
     finally:
         if alias and not keep_alias:

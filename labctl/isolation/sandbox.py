@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,11 +30,11 @@ from typing import Any
 
 from labctl import contract, textsafe
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError
-from labctl.i18n import Msg
+from labctl.i18n import Msg, declared
 from labctl.isolation import bwrap, limits, replies, seccomp, wire
 from labctl.isolation.exits import crash_reason, crash_site
 from labctl.isolation.levels import resolve_isolation
-from labctl.isolation.loader import resolve_package_dir, syntax_error
+from labctl.isolation.loader import SENT_TEMPLATES, resolve_package_dir
 from labctl.isolation.orphans import LIVE, SPAWN, sweep_orphans
 from labctl.isolation.peak import PeakMeter, worker_pid
 
@@ -516,11 +517,16 @@ def call_result(
 
 
 def _load_message(error: dict) -> str | Msg:
-    """A load error as the worker sent it; a syntax error's values (typed, never a template
-    from the worker) become the message shown translated."""
-    values = error.get("syntax")
-    if isinstance(values, dict) and set(values) == {"file", "line", "error"}:
-        file, line, text = values["file"], values["line"], values["error"]
-        if isinstance(file, str) and isinstance(line, int | None) and isinstance(text, str):
-            return syntax_error(file, line, text)
+    """A load error as the worker sent it; one of the loader's own messages (a template
+    labctl knows, with typed values, never a template of the worker's) is shown translated."""
+    said = error.get("said")
+    if isinstance(said, dict) and said.get("template") in SENT_TEMPLATES:
+        values = said.get("values")
+        fields = set(re.findall(r"{(\w+)", said["template"]))
+        if (
+            isinstance(values, dict)
+            and set(values) == fields
+            and all(isinstance(v, str | int | None) for v in values.values())
+        ):
+            return declared(said["template"], **values)
     return error["message"]

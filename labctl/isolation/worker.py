@@ -59,8 +59,8 @@ class Worker:
             kind = "import-policy" if violations else "load"
             error = {"kind": kind, "message": str(exc), "violations": violations}
             given = exc.message
-            if isinstance(given, Msg) and given.template == loader.SYNTAX_ERROR.template:
-                error["syntax"] = given.args
+            if isinstance(given, Msg) and given.template in loader.SENT_TEMPLATES:
+                error["said"] = {"template": given.template, "values": given.args}
             return {"ok": False, "error": error}
         return {
             "ok": True,
