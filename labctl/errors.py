@@ -83,9 +83,15 @@ class CallError(LabctlError):
         self.exc_type = exc_type
         # The calls it reached before it raised, where labctl asked for them (`calltrace`).
         self.trace: list[dict] = []
-        place = f" at {where}" if where else ""
-        shown = f"raised {exc_type}: {message}" if exc_type else message
-        super().__init__(f"{function}: {shown}{place}")
+        place = Msg(" at {where}", where=where) if where else ""
+        said = (
+            Msg("raised {exc_type}: {message}", exc_type=exc_type, message=self.shown)
+            if exc_type
+            else self.shown
+        )
+        super().__init__(
+            Msg("{function}: {said}{place}", function=function, said=said, place=place)
+        )
 
 
 class EvidenceError(LabctlError):

@@ -143,7 +143,7 @@ def test_a_failing_clean_room_is_english_in_json_and_records(place):
     # the terminal shows the same failure in Chinese
     shown = invoke(*args, "--out", str(place / "shown"), lang="zh")
     assert shown.exit_code == 1
-    assert "clean room 失败：causal_mask: raised RuntimeError: not written yet" in shown.stdout
+    assert "clean room 失败：causal_mask：抛出 RuntimeError：not written yet" in shown.stdout
 
 
 def test_report_problems_are_english_in_json(place):
