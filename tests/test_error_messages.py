@@ -301,3 +301,13 @@ def test_evidence_refused_by_labctl_s_own_rules_says_why_in_chinese(place):
     assert "键 'schema' 重复（第一次出现在第 1 行）" in zh.output, zh.output
     zh = invoke("evidence", "validate", "alias.yaml", lang="zh")
     assert "证据中不允许使用别名" in zh.output, zh.output
+
+
+def test_report_refuses_a_language_it_does_not_speak(place):
+    """`report --lang fr` wrote an English report and exited 0; now a usage error, worded
+    with the languages there are."""
+    result = invoke("report", "--lang", "fr")
+    assert result.exit_code == 2 and not (place / "evidence" / "report.html").exists()
+    assert "'fr' is not one of 'zh', 'en'" in " ".join(result.output.split())
+    document = json.loads(invoke("report", "--lang", "fr", "--json").stdout)
+    assert document["error"]["exit_code"] == 2

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator, Sequence
+from enum import Enum
 
 from rich.markup import escape
 
@@ -160,6 +161,13 @@ def speaking() -> Iterator[None]:
 
 
 LANG_HELP = "Language of the output: zh or en [default: LABCTL_LANG, else the locale, else en]."
+
+
+class Language(str, Enum):
+    # Read from the raw arguments by `localized` before parsing; declared for help and checking
+    # (the global --lang and report's).
+    zh = "zh"
+    en = "en"
 
 
 def lang_from_args(args: Sequence[str]) -> str | None:

@@ -14,7 +14,6 @@ import contextlib
 import os
 import sys
 import traceback
-from enum import Enum
 from typing import Annotated
 
 import typer
@@ -30,7 +29,7 @@ from labctl.cli import report as report_cli
 from labctl.cli import run as run_cli
 from labctl.cli import show as show_cli
 from labctl.cli import verify as verify_cli
-from labctl.cli.lang import LANG_HELP, click_message, localized
+from labctl.cli.lang import LANG_HELP, Language, click_message, localized
 from labctl.cli.render import print_json
 from labctl.errors import EXIT_FAILED, EXIT_USAGE, LabctlError, UsageError
 from labctl.i18n import N_, Msg, _
@@ -142,12 +141,6 @@ app.add_typer(verify_cli.clean_room_app, name="clean-room")
 app.command("faults")(verify_cli.faults)
 app.command("doctor")(doctor_cli.doctor)
 app.command("report")(report_cli.report)
-
-
-class Language(str, Enum):
-    # Read from the raw arguments by `localized` before parsing; declared here for help and checking.
-    zh = "zh"
-    en = "en"
 
 
 def _version(value: bool) -> None:

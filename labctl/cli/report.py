@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from labctl.cli.lang import Language
 from labctl.cli.render import err, out, print_json
 from labctl.i18n import _
 
@@ -34,8 +35,13 @@ def report(
     # The language is chosen from the raw arguments before parsing (labctl.cli.lang);
     # declaring it here lets `report --lang zh` parse.
     lang: Annotated[
-        str | None,
-        typer.Option("--lang", help="Language of the report: zh or en.", show_default=False),
+        Language | None,
+        typer.Option(
+            "--lang",
+            help="Language of the report: zh or en.",
+            case_sensitive=False,
+            show_default=False,
+        ),
     ] = None,
     json_: JsonFlag = False,
 ) -> None:

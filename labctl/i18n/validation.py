@@ -10,6 +10,7 @@ pydantic's sentence.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from labctl.i18n import N_, Msg, declared
@@ -47,6 +48,7 @@ MESSAGES = {
     "frozen_instance": N_("cannot be changed"),
 }
 UNKNOWN = N_("not accepted ({type})")
+_NOT_ONE_OF = re.compile(r"(?P<value>'[^']*') is not one of (?P<choices>'[^']*'(?:, '[^']*')*)\.?")
 NOT_EMPTY = N_("should not be empty")
 
 
@@ -59,6 +61,10 @@ def explained(error: dict[str, Any]) -> Msg:
         reason = cause.args[0] if isinstance(cause, Exception) and cause.args else None
         if isinstance(reason, Msg):
             return reason
+        # typer checks a choice (an Enum option) with pydantic, and words it itself.
+        choice = _NOT_ONE_OF.fullmatch(reason) if isinstance(reason, str) else None
+        if choice is not None:
+            return Msg("{value} is not one of {choices}", **choice.groupdict())
         return declared(UNKNOWN, type=kind)
     if kind in ("string_too_short", "too_short") and ctx.get("min_length") == 1:
         return declared(NOT_EMPTY)
