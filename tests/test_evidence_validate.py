@@ -140,7 +140,7 @@ def test_schema_errors_read_as_one_line_each(record, root):
     rows = [{"name": "future_weight_max", "expected": "==0", "actual": 0.0, "impl": "mine"}]
     assert problems(with_(record, metrics=rows), root) == [
         "metrics[0] (future_weight_max, mine): impl should be one of 'reference', "
-        "'clean-room' or 'both' (got a string)"
+        "'clean-room', 'both' (got 'mine')"
     ]
 
 

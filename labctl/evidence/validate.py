@@ -171,6 +171,9 @@ def _reason(error: dict, loc: tuple) -> str | Msg:
     if kind == "value_error":
         return one_line(message.removeprefix("Value error, "))
     # pydantic's own sentence is English only: the refusal is worded from its type and values
+    if kind == "literal_error" and isinstance(given, str):
+        # a text, but not one of the choices: which text, not what kind of value
+        return Msg("{message} (got {value!r})", message=explained(error), value=one_line(given))
     if kind.endswith("_type") or kind in ("literal_error", "int_from_float"):
         return Msg("{message} (got {kind})", message=explained(error), kind=declared(_kind(given)))
     return explained(error)

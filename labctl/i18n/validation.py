@@ -71,7 +71,11 @@ def explained(error: dict[str, Any]) -> Msg:
     template = MESSAGES.get(kind)
     if template is None:
         return declared(UNKNOWN, type=kind)
-    return declared(template, **{key: _shown(ctx.get(key, "?")) for key in placeholders(template)})
+    values = {key: _shown(ctx.get(key, "?")) for key in placeholders(template)}
+    if isinstance(values.get("expected"), str):
+        # pydantic joins the last choice with an English "or": a list reads in any language
+        values["expected"] = values["expected"].replace("' or '", "', '")
+    return declared(template, **values)
 
 
 def _shown(value: Any) -> Any:
