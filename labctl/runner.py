@@ -175,9 +175,21 @@ class RunReport:
 
 
 def local_clean_room() -> Path | None:
-    """`clean_room/` in the current directory when it is a package."""
+    """`clean_room/` in the current directory when it is a package; None when there is none.
+
+    One that is there but is no package (a file, a folder without `__init__.py`) is refused:
+    taken for absent, a learner's half-made room would be passed over for labctl's own."""
     local = Path("clean_room")
-    return local if (local / "__init__.py").is_file() else None
+    if (local / "__init__.py").is_file():
+        return local
+    if local.exists() or local.is_symlink():
+        raise UsageError(
+            Msg(
+                "./clean_room is here but is not a package (no __init__.py): add one, or name "
+                "the clean room to use"
+            )
+        )
+    return None
 
 
 def default_clean_room() -> Path:

@@ -311,3 +311,17 @@ def test_report_refuses_a_language_it_does_not_speak(place):
     assert "'fr' is not one of 'zh', 'en'" in " ".join(result.output.split())
     document = json.loads(invoke("report", "--lang", "fr", "--json").stdout)
     assert document["error"]["exit_code"] == 2
+
+
+@pytest.mark.parametrize("made", ["folder", "file"])
+def test_a_clean_room_here_that_is_no_package_is_refused_not_passed_over(place, made):
+    """An empty ./clean_room (or a file of that name) was taken for absent: run measured
+    labctl's own room instead, and verify said there was no ./clean_room."""
+    if made == "folder":
+        (place / "clean_room").mkdir()
+    else:
+        (place / "clean_room").write_text("x\n")
+    for args in (["run", "causal-attention"], [*VERIFY]):
+        result = invoke(*args)
+        assert result.exit_code == 2, result.output
+        assert "./clean_room is here but is not a package" in " ".join(result.output.split())
