@@ -138,6 +138,12 @@ CASES = {
         "error: --isolation must be one of auto, sandbox, process, got 'bogus'",
         "错误：--isolation 必须是 auto, sandbox, process 之一，收到的是 'bogus'",
     ),
+    "report root missing": (
+        ["report", "--root", "nowhere"],
+        2,
+        "error: --root nowhere: no such directory",
+        "错误：--root nowhere：",
+    ),
     "unknown module": (
         ["evidence", "template", "--module", "nope"],
         2,

@@ -26,8 +26,8 @@ def build_report(root: Path, out: Path | None = None) -> tuple[Path, dict]:
     from labctl.report.collect import collect
 
     target = out if out is not None else root / DEFAULT_NAME
+    evidence = collect(root)  # first: a missing --root is named as such, not as --out's folder
     check_out_file(target)
-    evidence = collect(root)
     try:
         import matplotlib  # noqa: F401
     except ImportError:
