@@ -40,10 +40,10 @@ from labctl.lab import (
 from labctl.outpaths import check_out_dir
 from labctl.params import non_default, record_values, resolve_params
 from labctl.run_records import write_evidence
+from labctl.verify.builders import MAX_SEED
 
 DEFAULT_SEED = 5
 IMPL_CHOICES = ("reference", "clean-room", "both")
-MAX_SEED = 2**32 - 1  # numpy's and torch's seeds are unsigned; one range for both
 MAX_TIMEOUT_S = 3600.0
 # The note of a declared metric row the lab never measured (its value is NaN).
 NOT_MEASURED = "not measured"

@@ -195,6 +195,14 @@ def test_a_negative_seed_is_refused(record, root):
     assert problems(with_(record, seed=0), root) == []
 
 
+def test_a_seed_beyond_what_labctl_runs_is_refused(record, root):
+    """A 20-digit seed was accepted, then re-measured as if a run could have used it."""
+    assert problems(with_(record, seed=2**32 - 1), root) == []
+    assert problems(with_(record, seed=10**20), root) == [
+        f"seed: {10**20} is above {2**32 - 1}, the largest seed labctl runs"
+    ]
+
+
 def test_the_labctl_block_must_name_the_pinned_contract(record, root):
     info = {
         "version": "1",

@@ -41,6 +41,7 @@ from labctl.evidence.repository import check_artifacts, check_commit
 from labctl.evidence.times import parse_time
 from labctl.i18n import N_, Msg, declared
 from labctl.i18n.validation import explained
+from labctl.verify.builders import MAX_SEED
 
 # `<learner-commit-sha>`, `<recorded-value>`, `<...>`; not `<=1e-12` nor `a < b > c`.
 PLACEHOLDER = re.compile(r"<[^<>\s=][^<>\n]*>")
@@ -220,8 +221,16 @@ def _verified_at(data: dict, now: datetime, report: Report) -> None:
 
 def _seed(data: dict, report: Report) -> None:
     seed = data.get("seed")
-    if isinstance(seed, int) and not isinstance(seed, bool) and seed < 0:
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        return
+    if seed < 0:
         report.refuse("seed", Msg("{seed} is negative; seeds are non-negative integers", seed=seed))
+    elif seed > MAX_SEED:
+        # no run of labctl's has one (numpy's and torch's seeds are unsigned 32-bit)
+        report.refuse(
+            "seed",
+            Msg("{seed} is above {top}, the largest seed labctl runs", seed=seed, top=MAX_SEED),
+        )
 
 
 def _labctl(data: dict, report: Report) -> None:
