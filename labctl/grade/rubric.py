@@ -44,6 +44,7 @@ from labctl.errors import LabctlError, UsageError
 from labctl.evidence.models import Strict
 from labctl.grade.late import LatePolicy, parse_time
 from labctl.i18n import N_, Msg, _, joined
+from labctl.i18n.validation import explained
 
 RUBRIC_SCHEMA = "labctl.rubric.v1"
 KINDS = ("function", "check", "package", "metric", "submission")
@@ -262,11 +263,14 @@ def parse_rubric(text: str, where: str | Msg = "rubric") -> Rubric:
 
 
 def _problem(error: dict) -> str | Msg:
-    """pydantic's words for an error (English values), or a labctl validator's message."""
+    """A labctl validator's message, else the error worded from its kind and values (pydantic's
+    own sentence is English only)."""
     raised = error.get("ctx", {}).get("error")
     if isinstance(raised, ValueError) and raised.args and isinstance(raised.args[0], Msg):
         return raised.args[0]
-    return error["msg"]
+    if error.get("type") == "extra_forbidden":
+        return Msg("is not a field here")
+    return explained(error)
 
 
 def default_rubric_text(version: int = 1) -> str:

@@ -26,7 +26,10 @@ def build_report(root: Path, out: Path | None = None) -> tuple[Path, dict]:
     from labctl.report.collect import collect
 
     target = out if out is not None else root / DEFAULT_NAME
-    evidence = collect(root)  # first: a missing --root is named as such, not as --out's folder
+    if out is not None:
+        check_out_file(target)
+    evidence = collect(root)
+    # Written into --root when no --out is named: a missing --root is named first, as itself.
     check_out_file(target)
     try:
         import matplotlib  # noqa: F401
