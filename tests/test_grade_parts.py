@@ -390,3 +390,20 @@ def test_a_hidden_item_is_absent_from_the_learners_documents():
     assert "SECRET" not in json.dumps(shown) + results["output"]
     assert "of 1 visible items" in results["output"]
     assert [t["visibility"] for t in results["tests"] if t["name"] == "secret.probe"] == ["hidden"]
+
+
+def test_a_rubric_refusal_reads_in_the_graders_language():
+    """pydantic's own sentences ('Field required', 'Extra inputs are not permitted') are
+    English only: the refusal is worded from each error's kind."""
+    from labctl.grade.rubric import RubricError, parse_rubric
+    from labctl.i18n import _, set_language
+
+    previous = set_language("zh")
+    try:
+        with pytest.raises(RubricError) as refused:
+            parse_rubric("schema: labctl.rubric.v1\nbogus: 1\n")
+        text = _(refused.value.message)
+    finally:
+        set_language(previous)
+    assert "Field required" not in text and "Extra inputs" not in text, text
+    assert "bogus: 这里没有这个字段" in text, text
