@@ -407,3 +407,15 @@ def test_a_rubric_refusal_reads_in_the_graders_language():
         set_language(previous)
     assert "Field required" not in text and "Extra inputs" not in text, text
     assert "bogus: 这里没有这个字段" in text, text
+
+
+def test_grade_rubric_prints_the_default_as_yaml_or_one_json_document():
+    from labctl.grade.rubric import load_rubric, parse_rubric
+
+    runner = CliRunner()
+    text = runner.invoke(app, ["grade", "rubric"])
+    assert text.exit_code == 0
+    assert parse_rubric(text.stdout).dump() == load_rubric().dump()
+    document = runner.invoke(app, ["grade", "rubric", "--json"])
+    assert document.exit_code == 0
+    assert json.loads(document.stdout) == {"passed": True, "rubric": load_rubric().dump()}

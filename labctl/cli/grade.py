@@ -357,8 +357,11 @@ def publish_command(
 
 
 @app.command("rubric")
-def rubric_command() -> None:
+def rubric_command(json_: JsonFlag = False) -> None:
     """Print the default rubric (YAML), to copy and change."""
-    from labctl.grade.rubric import default_rubric_text
+    from labctl.grade.rubric import default_rubric_text, load_rubric
 
+    if json_:
+        print_json({"passed": True, "rubric": load_rubric().dump()})
+        return
     print(default_rubric_text(), end="")
