@@ -271,6 +271,11 @@ def test_template_warnings(place, monkeypatch):
     en, zh = invoke(*fill), invoke(*fill, lang="zh")
     assert "the manifest points causal-attention at gone.json, which is not a record" in en.output
     assert "警告：manifest 把 causal-attention 指向 gone.json，但它不是一条记录" in zh.output
+    # no record at all: the warning, and the file's own comments, in the learner's language
+    assert "警告：store 下没有 " in zh.output and "no machine records" not in zh.output
+    blank = invoke("evidence", "template", "--module", default, lang="zh")
+    assert blank.stdout.startswith(f"# 模块 {default} 的 learn-llm.evidence.v1 提交模板\n")
+    assert "Every <...> is unfilled" not in blank.stdout
 
 
 def test_store_refuses_in_chinese(tmp_path):

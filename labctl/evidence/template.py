@@ -32,7 +32,7 @@ from labctl.evidence.models import SCHEMA_ID, CleanRoomInfo, EvidenceRecord, Lab
 from labctl.evidence.parse import load
 from labctl.evidence.store import EvidenceStore, yaml_text
 from labctl.evidence.times import parse_time
-from labctl.i18n import Msg
+from labctl.i18n import Msg, _
 from labctl.lab import Lab
 
 DEFAULT_SEED = 5
@@ -65,19 +65,37 @@ class Template:
     def yaml_text(self) -> str:
         if self.filled:
             header = [
-                f"{SCHEMA_ID} submission for module {self.module.id}, filled by labctl "
-                f"{labctl.__version__} from machine records:",
+                _(
+                    Msg(
+                        "{schema} submission for module {module}, filled by labctl {version} "
+                        "from machine records:",
+                        schema=SCHEMA_ID,
+                        module=self.module.id,
+                        version=labctl.__version__,
+                    )
+                ),
                 *(f"  {source}" for source in self.sources),
-                "Review it, answer any <...> left, then: labctl evidence submit FILE",
+                _(Msg("Review it, answer any <...> left, then: labctl evidence submit FILE")),
             ]
         else:
             header = [
-                f"{SCHEMA_ID} submission template for module {self.module.id}",
+                _(
+                    Msg(
+                        "{schema} submission template for module {module}",
+                        schema=SCHEMA_ID,
+                        module=self.module.id,
+                    )
+                ),
                 f"({self.module.section}; 待填写，不是当前机器证据).",
-                "Every <...> is unfilled: replace each with your real result. A placeholder",
-                "never passes: labctl evidence validate and submit refuse it.",
-                "Or fill it from your own run: run the commands below, then",
-                "labctl evidence template --fill",
+                # One message, split where the file's comment lines break.
+                *_(
+                    Msg(
+                        "Every <...> is unfilled: replace each with your real result. A "
+                        "placeholder\nnever passes: labctl evidence validate and submit refuse "
+                        "it.\nOr fill it from your own run: run the commands below, then\n"
+                        "labctl evidence template --fill"
+                    )
+                ).splitlines(),
             ]
         return "".join(f"# {line}\n" for line in header) + yaml_text(self.data)
 
@@ -242,8 +260,12 @@ def fill(module: modules.Module, store: EvidenceStore) -> Template:
     newest = {lab.id: found for lab in labs if (found := _newest(store, lab, warnings))}
     if not newest:
         warnings.append(
-            f"no machine records under {_shown(store.root)} for {module.id}; run "
-            f"`{_run_command(labs, DEFAULT_SEED)}` first"
+            Msg(
+                "no machine records under {root} for {module}; run `{command}` first",
+                root=_shown(store.root),
+                module=module.id,
+                command=_run_command(labs, DEFAULT_SEED),
+            )
         )
         return template
     seed = max(newest.values(), key=lambda f: _when(f.record)).record.seed
@@ -254,7 +276,11 @@ def fill(module: modules.Module, store: EvidenceStore) -> Template:
             found = _newest_on_seed(store, lab, seed)
         if found is None:
             warnings.append(
-                f"no record of {lab.id} on seed {seed}: run `labctl run {lab.id} --seed {seed}`"
+                Msg(
+                    "no record of {lab} on seed {seed}: run `labctl run {lab} --seed {seed}`",
+                    lab=lab.id,
+                    seed=seed,
+                )
             )
             continue
         chosen[lab.id] = found
@@ -281,16 +307,28 @@ def _fill_metrics(template: Template, chosen: dict[str, _Found], seed: int) -> N
         )
         if measured is None:
             template.warnings.append(
-                f"{_shown(found.path)} has no {name} row: run "
-                f"`labctl run {lab.id} --seed {seed} --impl both`"
+                Msg(
+                    "{path} has no {name} row: run `labctl run {lab} --seed {seed} --impl both`",
+                    path=_shown(found.path),
+                    name=name,
+                    lab=lab.id,
+                    seed=seed,
+                )
             )
             continue
         row["actual"] = measured.actual
         row["impl"] = measured.impl
         if measured.passed is False:
             template.warnings.append(
-                f"{name} ({measured.impl}) = {measured.actual!r} failed {metric.expected} in "
-                f"{_shown(found.path)}: submit will refuse it"
+                Msg(
+                    "{name} ({impl}) = {actual!r} failed {expected} in {path}: submit will "
+                    "refuse it",
+                    name=name,
+                    impl=measured.impl,
+                    actual=measured.actual,
+                    expected=metric.expected,
+                    path=_shown(found.path),
+                )
             )
 
 
@@ -304,8 +342,11 @@ def _fill_fields(template: Template, found: list[_Found], seed: int) -> None:
         data["commit"] = commits[0]
         if len(commits) > 1:
             template.warnings.append(
-                f"the records were made at {len(commits)} commits; the newest, {commits[0]}, "
-                "is named"
+                Msg(
+                    "the records were made at {n} commits; the newest, {commit}, is named",
+                    n=len(commits),
+                    commit=commits[0],
+                )
             )
         dirty = [r.commit_dirty for r in records]
         if any(d is True for d in dirty):
@@ -313,7 +354,7 @@ def _fill_fields(template: Template, found: list[_Found], seed: int) -> None:
         elif all(d is False for d in dirty):
             data["commit_dirty"] = False
     else:
-        template.warnings.append("the records do not know their commit (no git repository)")
+        template.warnings.append(Msg("the records do not know their commit (no git repository)"))
     data["verified_at"] = newest.verified_at
     env = newest.environment
     data["environment"] = env if isinstance(env, str) else env.model_dump()
@@ -331,8 +372,11 @@ def _fill_fields(template: Template, found: list[_Found], seed: int) -> None:
     outside = [a for a in artifacts if _outside(a if isinstance(a, str) else a["path"])]
     if outside:
         template.warnings.append(
-            f"{len(outside)} artifacts lie outside the repository and are not listed; copy them "
-            "into the repository and list them to submit them"
+            Msg(
+                "{n} artifacts lie outside the repository and are not listed; copy them into "
+                "the repository and list them to submit them",
+                n=len(outside),
+            )
         )
     data["artifacts"] = [a for a in artifacts if a not in outside]
     data["cost"] = {
@@ -361,7 +405,9 @@ def _fill_fields(template: Template, found: list[_Found], seed: int) -> None:
         if any(i.params_default is False for i in infos):
             block["params_default"] = False
             template.warnings.append(
-                "some records were made with non-default lab parameters: the submission says so"
+                Msg(
+                    "some records were made with non-default lab parameters: the submission says so"
+                )
             )
         data["labctl"] = block
     order = list(FIELD_ORDER)
