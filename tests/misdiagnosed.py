@@ -226,6 +226,12 @@ def rms_norm(x, weight, eps=1e-6):
 # The same, without the cast back: float32 out of a float64 call.
 RMS_NORM_RETURNS_FLOAT32 = RMS_NORM_IN_FLOAT32.replace(".astype(x.dtype)", "")
 
+# An RMSNorm that ends its process: the block's bad input (C % n_heads) meets it first.
+RMS_NORM_EXITS = """
+def rms_norm(x, weight, eps=1e-6):
+    raise SystemExit(3)
+"""
+
 # Correct, written otherwise than labctl's room: heads in a loop, einsum, softmax inline.
 EINSUM_LOOP_SDPA = """
 def scaled_dot_product_attention(q, k, v, mask=None, scale=None):

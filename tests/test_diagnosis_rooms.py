@@ -48,6 +48,7 @@ ROOMS = {
     "half-split-float32": [("primitives", m.ROPE_HALF_SPLIT_FLOAT32_TABLES)],
     "float-mask": [("primitives", m.FLOAT_CAUSAL_MASK), ("transformer_block", m.MASKS_JOINED_MHA)],
     "whole-blocks-only": [("attention", m.WHOLE_BLOCKS_ONLY_TILED)],
+    "rms-exits": [("primitives", m.RMS_NORM_EXITS)],
     "nan-shift-reversed": [("attention", m.NAN_SHIFT_TILED)],
 }
 _verified: dict[str, dict] = {}
@@ -182,6 +183,15 @@ def test_an_online_softmax_nan_is_named_whatever_order_the_blocks_go_in(tmp_path
         "softmax, -inf - (-inf) is NaN while every score seen so far is blocked; shift by 0"
     )
     assert "block_size does not divide" not in tiled["message"]  # a NaN spoils, says nothing
+
+
+def test_a_bad_input_that_meets_a_broken_callee_first_is_the_callee_s(tmp_path_factory):
+    """The block's C % n_heads case reaches an RMSNorm that exits before the block checks it,
+    and the decoder's reaches the block: each is sent down to rms_norm, not told to refuse."""
+    by_function = verified("rms-exits", tmp_path_factory)["by_function"]
+    assert by_function["transformer_block"]["chain"] == ["transformer_block", "rms_norm"]
+    assert by_function["decoder_forward"]["chain"][-1] == "rms_norm"
+    assert not any("does not refuse bad input" in d["message"] for d in by_function.values())
 
 
 def test_a_block_whose_zeros_buffer_is_float64_is_named_itself(tmp_path_factory):

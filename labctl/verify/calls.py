@@ -98,7 +98,7 @@ def _as_returned(value: Any) -> Any:
 class Judged:
     """What a recorded call did wrong on its own inputs: a kind of check, or nothing."""
 
-    kind: str | None  # runs | shape | dtype | parity | None (correct, or not judged)
+    kind: str | None  # runs | shape | dtype | parity | bad-input | None (correct, not judged)
     relative_error: float = 0.0
     # A dtype of another kind than the reference's (a float mask where the contract keeps
     # bool): what the caller then does with it may raise, which float32 for float64 does not.
@@ -176,7 +176,11 @@ def judge(call: Call) -> Judged:
         return Judged(None)
     expected, accepted = reference_on(call)
     if not accepted:
-        return Judged(None)
+        # Inputs the contract refuses: the call should have raised ValueError or TypeError.
+        from labctl.verify.observe import accepted_refusal
+
+        refused = call.raised is not None and accepted_refusal(call.raised)
+        return Judged(None if refused or call.raised == CRASHED else "bad-input")
     if call.raised is not None:
         return Judged("runs")
     value = _as_returned(call.out)
