@@ -121,7 +121,7 @@ class RoomsHere(dg.FaultRooms):
         self.asked: list[str] = []
         self.limits: set[tuple[float, int]] = set()  # (timeout_s, memory_mb) asked for
 
-    def observe(self, fault, functions, timeout_s, memory_mb, seed=5):
+    def observe(self, fault, functions, timeout_s, memory_mb, seed=5, contract=None):
         assert seed == 5, "observe_here draws the published seed's fixtures"
         assert fault.name != "sinusoidal-hang", "the hanging room needs a worker to time out"
         self.asked.append(fault.name)
@@ -594,7 +594,9 @@ def test_fault_rooms_are_materialized_once_and_observed_only_for_what_is_missing
 ):
     calls: list[tuple[str, tuple[str, ...]]] = []
 
-    def fake_observe(root, timeout_s, memory_mb, functions, seed, in_process):
+    def fake_observe(
+        root, timeout_s, memory_mb, functions, seed, in_process, contract_version=None
+    ):
         assert (timeout_s, memory_mb) in ((1.0, 512), (2.0, 512))
         assert in_process  # labctl's own room, and a fault that does not hang
         calls.append((root.parent.name, tuple(functions)))
@@ -629,7 +631,9 @@ def test_fault_rooms_are_materialized_once_and_observed_only_for_what_is_missing
 def test_a_fault_room_that_does_not_load_is_not_observed_again(monkeypatch):
     calls = []
 
-    def fake_observe(root, timeout_s, memory_mb, functions, seed, in_process):
+    def fake_observe(
+        root, timeout_s, memory_mb, functions, seed, in_process, contract_version=None
+    ):
         calls.append(functions)
         return RoomObservation(root, status="unloadable")
 
@@ -648,7 +652,8 @@ def test_what_labctl_faults_observed_is_remembered(monkeypatch):
     seen = RoomObservation(Path("x"))
     seen.runs = {"softmax": FunctionRun("softmax")}
     rooms.remember(fault, 1.0, 512, seen)
-    assert rooms.observe(fault, ("softmax",), 1.0, 512) is seen
+    # asked as the diagnosis asks: at the seed and the contract the learner's room was checked at
+    assert rooms.observe(fault, ("softmax",), 1.0, 512, seen.seed, seen.contract) is seen
 
 
 def test_fault_rooms_keep_one_seeds_observations(monkeypatch):
@@ -656,7 +661,9 @@ def test_fault_rooms_keep_one_seeds_observations(monkeypatch):
     new seed lets the old seed's go, or a long-lived grading worker would fill the budget."""
     observed = []
 
-    def fake_observe(path, timeout_s, memory_mb, functions, seed, in_process):
+    def fake_observe(
+        path, timeout_s, memory_mb, functions, seed, in_process, contract_version=None
+    ):
         observed.append(seed)
         seen = RoomObservation(Path("x"), seed=seed)
         seen.runs = {f: FunctionRun(f) for f in functions}
@@ -950,8 +957,8 @@ class BusyRooms(RoomsHere):
         super().__init__(path)
         self.late = late
 
-    def observe(self, fault, functions, timeout_s, memory_mb, seed=5):
-        seen = super().observe(fault, functions, timeout_s, memory_mb, seed)
+    def observe(self, fault, functions, timeout_s, memory_mb, seed=5, contract=None):
+        seen = super().observe(fault, functions, timeout_s, memory_mb, seed, contract)
         if timeout_s <= dg.DIAGNOSIS_TIMEOUT_S and self.late == "load":
             seen.status, seen.load_timed_out, seen.runs = "unloadable", True, {}
         elif timeout_s <= dg.DIAGNOSIS_TIMEOUT_S:
@@ -1029,7 +1036,7 @@ def test_a_fault_room_is_observed_once_on_every_failing_function_it_is_compared_
         def __init__(self):
             self.asked = []
 
-        def observe(self, fault, functions, timeout_s, memory_mb, seed):
+        def observe(self, fault, functions, timeout_s, memory_mb, seed, contract=None):
             self.asked.append((fault.name, tuple(functions)))
 
     rooms = Asked()

@@ -205,7 +205,8 @@ def _keeps_bool(function: str, run: FunctionRun) -> bool:
 def said_own(function: str, run: FunctionRun, own: tuple[str, ...]) -> list[Msg]:
     """A phrase for each failing check of the function's own, in the order given."""
     phrases: list[Msg] = []
-    for check in own:
+    # What it computes wrong first; a bad input it lets through after (as verify lists them).
+    for check in sorted(own, key=lambda c: c == "bad-input"):
         if check == "runs":
             phrases.append(_raised(function, run))
         elif check == "dtype" and _keeps_bool(function, run):
