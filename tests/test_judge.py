@@ -357,7 +357,9 @@ def test_the_default_clean_room_is_the_working_directory_s_package_else_the_proj
 
     assert project.resolve() == Path(labctl.clean_room.__file__).resolve().parent
     (tmp_path / "clean_room").mkdir()
-    assert runner.default_clean_room() == project  # a folder without __init__.py is not one
+    # a folder without __init__.py is a room half made, refused: not passed over for labctl's
+    with pytest.raises(UsageError, match=r"\./clean_room is here but is not a package"):
+        runner.default_clean_room()
     (tmp_path / "clean_room" / "__init__.py").write_text("")
     assert runner.default_clean_room() == Path("clean_room")
 
