@@ -93,9 +93,10 @@ def _claims(report: Report) -> list[_Claim]:
             report.refuse(
                 f"{here}.name",
                 Msg(
-                    "{name!r} is not in the v1 tolerance table: no lab measures it, so it is not "
-                    "reproducible",
+                    "{name!r} is not in the tolerance table {version}: no lab measures it, so it "
+                    "is not reproducible",
                     name=name,
+                    version=registry.TOLERANCE_TABLE_VERSION,
                 ),
             )
             continue
