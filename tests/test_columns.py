@@ -233,3 +233,15 @@ def test_timing_rows_say_reported_only_in_the_terminal_as_in_the_report(run_all)
     start = lines.index("decode_time_ratio[T=64] (timing)")  # stacked at 80 columns
     assert any("reported only" in line for line in lines[start : start + 6])
     assert not re.search(r"\b(slow|ok)\b", shown)
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_chinese_help_folds_a_long_run_instead_of_cutting_it(width):
+    """Chinese help has few spaces: rich cut a run longer than the column with "…", and the
+    end of `--set`'s help (which values are refused, and when) was never shown."""
+    result = _invoke(["run", "--help"], "zh", width)
+    assert result.exit_code == 0
+    assert "…" not in result.output, result.output
+    flat = re.sub(r"[\s│]+", "", result.output)
+    assert "越界的值在任何实验运行之前就会被拒绝" in flat, result.output
+    assert _too_wide(result.output, width) == []

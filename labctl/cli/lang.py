@@ -150,9 +150,20 @@ def speaking() -> Iterator[None]:
         exc.format_message = lambda: shown
         format_error(exc)
 
+    make_text = rich_utils._make_rich_text
+
+    def folding_text(*args, **kwargs):
+        # Help in Chinese has few spaces to break at: a run longer than its column is folded
+        # onto the next line, where rich's default would cut it with "…".
+        made = make_text(*args, **kwargs)
+        if hasattr(made, "overflow"):
+            made.overflow = "fold"
+        return made
+
     replace(core.Command, "get_help_option", get_help_option)
     replace(formatting.HelpFormatter, "write_usage", usage)
     replace(rich_utils, "rich_format_error", rich_format_error)
+    replace(rich_utils, "_make_rich_text", folding_text)
     try:
         yield
     finally:
