@@ -85,6 +85,20 @@ def satisfies(actual: float, expected: str) -> bool:
     return math.isfinite(actual) and parse_expected(expected)(actual)
 
 
+def larger(a: float, b: float) -> float:
+    """max(a, b), NaN when either is: Python's max keeps what came first past a NaN, so a
+    room that returns NaN everywhere would measure a worst difference of 0 and pass."""
+    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
+
+
+def largest(values) -> float:
+    """The largest of `values` as `larger` takes two: NaN if any is, whatever the order."""
+    worst = -math.inf
+    for value in values:
+        worst = larger(worst, float(value))
+    return worst
+
+
 def ratio(numerator: float, denominator: float) -> float:
     """numerator / denominator; infinite over 0 (a garbage room's zeros), which no bound passes."""
     return numerator / denominator if denominator else math.inf
@@ -103,7 +117,7 @@ def reference_max_error(reference: list, room: list) -> float:
         want, got = np.asarray(want, dtype=float), np.asarray(got, dtype=float)
         if want.shape != got.shape:
             return math.inf
-        worst = max(worst, float(np.max(np.abs(want - got), initial=0.0)))
+        worst = larger(worst, float(np.max(np.abs(want - got), initial=0.0)))
     return worst
 
 

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from labctl.course import CH8, HANDS_ON, PARTS, Section
 from labctl.i18n import N_, Msg, implementation
-from labctl.lab import HeatmapFigure, Lab, LabContext, LabOutput, LabParams, Metric
+from labctl.lab import HeatmapFigure, Lab, LabContext, LabOutput, LabParams, Metric, larger, largest
 
 BOTH_ROWS = ("reference", "clean-room")
 
@@ -103,7 +103,7 @@ def _future_invariance(impl, x, weights, noise, H: int) -> float:
         perturbed = x.copy()
         perturbed[:, t + 1 :] += noise[:, t + 1 :]
         moved = impl.multi_head_attention(perturbed, *weights, H)
-        worst = max(worst, float(np.max(np.abs(moved[:, : t + 1] - base[:, : t + 1]))))
+        worst = larger(worst, float(np.max(np.abs(moved[:, : t + 1] - base[:, : t + 1]))))
     return worst
 
 
@@ -136,7 +136,7 @@ def run(ctx: LabContext) -> LabOutput:
             output.add("sdpa_max_error", name, float(np.max(np.abs(out32 - torch_out))))
     if ctx.both:
         ref, room = results["reference"], results["clean-room"]
-        error = max(float(np.max(np.abs(a - b))) for a, b in zip(ref, room, strict=True))
+        error = largest(np.max(np.abs(a - b)) for a, b in zip(ref, room, strict=True))
         output.add("reference_output_max_error", "both", error)
     output.figures += _figures({name: attn for name, (_, attn, _) in results.items()}, p.T)
     return output

@@ -24,7 +24,7 @@ from pydantic import Field
 
 from labctl.course import HANDS_ON, PARTS, Section
 from labctl.i18n import N_, Msg
-from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
+from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure, largest
 
 
 class Params(LabParams):
@@ -216,7 +216,7 @@ def run(ctx: LabContext) -> LabOutput:
             name,
             sum(a != b for a, b in zip(full[0], cached[0], strict=True)),
         )
-        error = max(float(np.max(np.abs(a - b))) for a, b in zip(full[1], cached[1], strict=True))
+        error = largest(np.max(np.abs(a - b)) for a, b in zip(full[1], cached[1], strict=True))
         output.add("greedy_logits_max_error", name, error)
         output.add("greedy_ms_per_token[recompute]", name, full[2] / p.N * 1e3)
         output.add("greedy_ms_per_token[cached]", name, cached[2] / p.N * 1e3)

@@ -32,6 +32,7 @@ from labctl.lab import (
     Metric,
     Note,
     TableFigure,
+    larger,
     reference_max_error,
     satisfies,
 )
@@ -213,7 +214,7 @@ def _per_token(impl, x, other, weights, p: Params) -> dict[str, float]:
             "multi_head_attention", x, *weights, p.H, p.Hkv, True, None, p.rope_theta
         )
         recompute_s = min(recompute_s, seconds)
-        error = max(error, float(np.max(np.abs(out - full[:, T - 1 :]))))
+        error = larger(error, float(np.max(np.abs(out - full[:, T - 1 :]))))
     attended = satisfies(error, GIVEN_CACHE_TOLERANCE)
     Hkv, Tk = k_all.shape[1], k_all.shape[2]  # what the implementation cached and attended
     return {

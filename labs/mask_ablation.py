@@ -39,6 +39,7 @@ from labctl.lab import (
     Metric,
     Note,
     TableFigure,
+    larger,
 )
 
 MASKS = ("causal_mask", "no mask", "adds 0", "reversed")
@@ -182,7 +183,9 @@ def _probe(impl, q, k, v, noise_k, noise_v, mask) -> tuple[float, float, float, 
         k2[:, :, t + 1 :] += noise_k[:, :, t + 1 :]
         v2[:, :, t + 1 :] += noise_v[:, :, t + 1 :]
         moved, _ = impl.scaled_dot_product_attention(q, k2, v2, mask)
-        influence = max(influence, float(np.max(np.abs(moved[:, :, : t + 1] - out[:, :, : t + 1]))))
+        influence = larger(
+            influence, float(np.max(np.abs(moved[:, :, : t + 1] - out[:, :, : t + 1])))
+        )
     return future_max, float(np.mean(share)), influence, (out, weights)
 
 

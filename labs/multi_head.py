@@ -26,7 +26,7 @@ from pydantic import Field
 from labctl.course import CH8, HANDS_ON, PARTS, Section
 from labctl.errors import CallError
 from labctl.i18n import N_, Msg, implementation
-from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure
+from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure, larger
 
 CHAPTER_SIZES = (
     # (section, d_model, heads, the count the chapter prints)
@@ -110,7 +110,7 @@ def _future_leak(impl, x, weights, noise, H: int) -> float:
         moved = x.copy()
         moved[:, t + 1 :] += noise[:, t + 1 :]
         out = impl.multi_head_attention(moved, *weights, H)
-        worst = max(worst, float(np.max(np.abs(out[:, : t + 1] - base[:, : t + 1]))))
+        worst = larger(worst, float(np.max(np.abs(out[:, : t + 1] - base[:, : t + 1]))))
     return worst
 
 

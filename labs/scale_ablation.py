@@ -37,6 +37,7 @@ from labctl.lab import (
     Metric,
     Note,
     TableFigure,
+    larger,
     ratio,
 )
 
@@ -237,7 +238,7 @@ def run(ctx: LabContext) -> LabOutput:
             _, r_scaled = impl.scaled_dot_product_attention(q, k, v)
             _, r_raw = impl.scaled_dot_product_attention(q, k, v, None, 1.0)
             sharpness[name][d] = (_sharpness(r_scaled), _sharpness(r_raw))
-            weight_delta = max(weight_delta, float(np.max(np.abs(r_scaled - r_raw))))
+            weight_delta = larger(weight_delta, float(np.max(np.abs(r_scaled - r_raw))))
             read[name] += [w_scaled, w_raw, r_scaled, r_raw]
         output.add("scale_ablation_max_weight_delta", name, weight_delta)
         scaled_max = [sharpness[name][d][0][0] for d in D_KS]
@@ -278,7 +279,7 @@ def _figures(variances, sharpness, n_pairs: int, keys: int) -> list:
         )
         if d in COURSE_RAW_VAR:
             # two independent samples of one variance: their difference has sd √2 · sd
-            worst_z = max(worst_z, abs(raw - COURSE_RAW_VAR[d]) / (math.sqrt(2) * sd))
+            worst_z = larger(worst_z, abs(raw - COURSE_RAW_VAR[d]) / (math.sqrt(2) * sd))
     columns = (N_("max p"), N_("entropy"), "|J|")
     figures: list = [
         TableFigure(

@@ -31,6 +31,7 @@ from labctl.lab import (
     Metric,
     Note,
     TableFigure,
+    larger,
     reference_max_error,
 )
 
@@ -135,7 +136,7 @@ def _decode(impl, x, block, p: Params, outputs: list) -> tuple[float, list[tuple
         out_short, short_k, short_v = impl.attention_decode(
             token, short_k, short_v, *weights, p.H, p.Hkv, p.W
         )
-        worst = max(worst, float(np.max(np.abs(out_full - out_short))))
+        worst = larger(worst, float(np.max(np.abs(out_full - out_short))))
         outputs.append(out_full)
         sizes.append((t + 1, full_k.nbytes + full_v.nbytes, short_k.nbytes + short_v.nbytes))
         # Drop every key and value the next query can no longer see: it sees W - 1 old ones.

@@ -32,6 +32,7 @@ from labctl.lab import (
     Metric,
     Note,
     TableFigure,
+    larger,
     reference_max_error,
 )
 
@@ -170,7 +171,7 @@ def _accuracy(impl, rng, p: Params, dtype, outputs: list | None = None) -> tuple
                 tiled = impl.tiled_attention(q, k, v, block, causal)
                 if outputs is not None:
                     outputs += [full, tiled]
-                worst = max(worst, float(np.max(np.abs(tiled - full))))
+                worst = larger(worst, float(np.max(np.abs(tiled - full))))
                 same += int(np.sum(tiled == full))
                 total += full.size
     return worst, same / total

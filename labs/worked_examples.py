@@ -37,6 +37,7 @@ from labctl.lab import (
     Metric,
     Note,
     TableFigure,
+    larger,
     reference_max_error,
 )
 from labctl.labs.handson_decoder import LAB as HANDSON_DECODER
@@ -100,7 +101,7 @@ def run(ctx: LabContext) -> LabOutput:
                     if value.shape == arithmetic.shape
                     else np.inf
                 )
-                worst[name] = max(worst[name], float(error))
+                worst[name] = larger(worst[name], float(error))
             if ctx.both:
                 ref, room = values["reference"], values["clean-room"]
                 gap = np.max(np.abs(ref - room)) if ref.shape == room.shape else np.inf

@@ -10,12 +10,15 @@ clean room (test code, not a learner's), with the torch reference.
 
 from __future__ import annotations
 
+import math
+from types import SimpleNamespace
+
 import pytest
 from garbage import KINDS, GarbageRoom, applies
 from labtools import rows
 
 from labctl import registry
-from labctl.lab import Implementation
+from labctl.lab import Implementation, larger, largest
 from labctl.runner import implementations, run_lab
 
 # The contract functions each lab calls (recorded on the project's clean room).
@@ -130,3 +133,34 @@ def test_the_issue_s_positions_room_is_caught_by_the_table_itself(torch_referenc
                     torch_reference)  # fmt: skip
     failing = {(m.name, m.impl) for m in result.metrics if m.decides and not m.passed}
     assert failing == {("positions_reference_max_error", "both")}
+
+
+def test_a_room_of_nan_fails_the_differences_it_is_measured_by(torch_reference):
+    """Python's max keeps 0.0 past a NaN: an MHA that returned NaN measured a worst future
+    influence of 0 and passed future_token_invariance (found grading a hostile class)."""
+    import numpy as np
+
+    import labctl.clean_room as project_room
+
+    names = [n for n in dir(project_room) if not n.startswith("_")]
+    room = SimpleNamespace(**{n: getattr(project_room, n) for n in names})
+
+    def nan_mha(*args, **kwargs):
+        return np.full_like(project_room.multi_head_attention(*args, **kwargs), np.nan)
+
+    room.multi_head_attention = nan_mha
+    lab = registry.get("causal-attention")
+    impls = {"reference": torch_reference, "clean-room": Implementation("clean-room", room)}
+    result = run_lab(lab, 5, impls, lab.params())
+    row = next(
+        m for m in result.metrics if (m.name, m.impl) == ("future_token_invariance", "clean-room")
+    )
+    assert math.isnan(row.actual) and not row.passed
+
+
+def test_the_largest_difference_is_nan_if_any_is_whatever_the_order():
+    assert math.isnan(larger(0.0, math.nan)) and math.isnan(larger(math.nan, 0.0))
+    assert larger(1.0, 2.0) == 2.0
+    for values in ([1.0, math.nan, 2.0], [math.nan, 1.0], [1.0, math.nan]):
+        assert math.isnan(largest(values)), values
+    assert largest([3.0, 1.0]) == 3.0
