@@ -8,7 +8,7 @@ from __future__ import annotations
 
 # Imported here, not when a message is shown: a clean-room worker formats errors under an
 # import guard that refuses late imports. labctl.i18n imports nothing heavy.
-from labctl.i18n import Msg, _
+from labctl.i18n import Msg, _, declared
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -89,9 +89,10 @@ class CallError(LabctlError):
             if exc_type
             else self.shown
         )
-        super().__init__(
-            Msg("{function}: {said}{place}", function=function, said=said, place=place)
-        )
+        # A contract function's name as it is; what labctl was doing ("loading the clean
+        # room", marked for translation where it is said) in the chosen language.
+        named = function if function.isidentifier() else declared(function)
+        super().__init__(Msg("{function}: {said}{place}", function=named, said=said, place=place))
 
 
 class EvidenceError(LabctlError):

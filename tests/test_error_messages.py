@@ -336,3 +336,15 @@ def test_a_clean_room_here_that_is_no_package_is_refused_not_passed_over(place, 
         result = invoke(*args)
         assert result.exit_code == 2, result.output
         assert "./clean_room is here but is not a package" in " ".join(result.output.split())
+
+
+def test_a_room_whose_import_hangs_is_said_in_chinese(place, monkeypatch):
+    from labctl.isolation import sandbox
+
+    monkeypatch.setattr(sandbox, "_MIN_LOAD_TIMEOUT_S", 0.5)  # what is said, not how long
+    (place / "sleepy").mkdir()
+    (place / "sleepy" / "__init__.py").write_text("import time\ntime.sleep(60)\n")
+    zh = invoke(*VERIFY[:3], "--path", "sleepy", "--timeout", "1", "--no-metrics", lang="zh")
+    assert zh.exit_code == 1, zh.output
+    shown = " ".join(zh.output.split())
+    assert "加载 clean room：" in shown and "loading the clean room" not in shown, shown

@@ -30,7 +30,7 @@ from typing import Any
 
 from labctl import contract, textsafe
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError
-from labctl.i18n import Msg, declared
+from labctl.i18n import N_, Msg, declared
 from labctl.isolation import bwrap, limits, replies, seccomp, wire
 from labctl.isolation.exits import crash_reason, crash_site
 from labctl.isolation.levels import resolve_isolation
@@ -251,7 +251,7 @@ class CleanRoom:
             return
         request, timeout_s, deadline = self._loading
         self._loading = None
-        reply = self._reply(request, timeout_s, deadline, "loading the clean room")
+        reply = self._reply(request, timeout_s, deadline, N_("loading the clean room"))
         violations = reply.get("violations", [])
         self.violations.extend(violations)
         if reply["ok"] and violations:
