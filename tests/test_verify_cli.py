@@ -197,3 +197,25 @@ def test_a_room_whose_folder_name_is_not_utf8_is_verified_and_recorded_escaped(w
     (record,) = (workdir / "evidence" / "verify").glob("*-seed5-*[0-9a-f].json")
     saved = json.loads(record.read_text("utf-8"))
     assert saved["labctl"]["clean_room"]["path"] == "room-\\udcff"
+
+
+def test_a_template_metric_that_comes_out_nan_says_so(causal_lab_only):
+    """A room whose MHA returns NaN: the metric has no number to keep, and its note said
+    nothing ('not measured: ')."""
+    import types
+
+    import numpy as np
+
+    import labctl.clean_room as project_room
+    from labctl.verify.verify import template_metrics
+
+    room = types.SimpleNamespace(
+        **{n: getattr(project_room, n) for n in dir(project_room) if not n.startswith("_")}
+    )
+    room.multi_head_attention = lambda *a, **k: np.full_like(
+        project_room.multi_head_attention(*a, **k), np.nan
+    )
+    measured = {m.name: m for m in template_metrics(room)}
+    assert measured["future_token_invariance"].note == (
+        "not measured: the clean room's value is nan"
+    )

@@ -223,9 +223,15 @@ def template_metrics(
         rows = {m.impl: m for m in result.metrics if m.name == name}
         row = rows.get("clean-room") or rows.get("both")
         if row is None or not math.isfinite(row.actual):
-            why = result.shown_error or (
-                row.note if row else Msg("the lab reported no clean-room row")
-            )
+            if row is None:
+                why = result.shown_error or Msg("the lab reported no clean-room row")
+            else:
+                # a NaN or inf has no number to keep in a record: the note says which it was
+                why = (
+                    result.shown_error
+                    or row.note
+                    or Msg("the clean room's value is {value}", value=str(row.actual))
+                )
             measured.append(
                 TemplateMetric(
                     name,
