@@ -245,3 +245,41 @@ def test_chinese_help_folds_a_long_run_instead_of_cutting_it(width):
     flat = re.sub(r"[\s│]+", "", result.output)
     assert "越界的值在任何实验运行之前就会被拒绝" in flat, result.output
     assert _too_wide(result.output, width) == []
+
+
+def test_a_diagnosis_is_counted_in_functions_not_in_semicolons():
+    """A sentence may hold "; " itself ("...: it is built on it; fix causal_mask first"): the
+    table counted 8 more clauses in English and 4 in Chinese for the same row."""
+    from labctl.cli.grade_table import DIAGNOSIS_CELLS, _diagnosis_shown
+
+    chained = "{f} fails because causal_mask fails: it is built on it; fix causal_mask first"
+    diagnosis = "; ".join(
+        ["causal_mask: the triangle is reversed; see the course"]
+        + [
+            chained.format(f=f)
+            for f in ("multi_head_attention", "attention_decode", "decoder_forward")
+        ]
+        + ["rope: " + "x" * DIAGNOSIS_CELLS]
+    )
+    shown = _diagnosis_shown(diagnosis)
+    assert shown.startswith("causal_mask: the triangle is reversed; see the course")
+    assert shown.endswith(" more in gradebook.csv)")
+    kept = shown.count(" fails because ")
+    assert f"(and {3 - kept + 1} more in gradebook.csv)" in shown, shown
+
+
+def test_a_long_diagnosis_keeps_whole_sentences_and_names_the_rest():
+    """The gradebook's diagnosis was cut at 600 characters mid-word."""
+    from labctl.grade.score import _diagnosis
+
+    verify = {
+        "status": "loaded",
+        "diagnosis": [
+            {"function": f, "kind": "dependency", "message": f"{f}: " + "word " * 40}
+            for f in ("softmax", "causal_mask", "rope", "rms_norm", "layer_norm")
+        ],
+    }
+    said = _diagnosis(verify)
+    assert len(said) <= 600
+    assert said.endswith("rms_norm, layer_norm") or "more: " in said, said
+    assert all(part.endswith("word ") or "more: " in part for part in said.split("; ")), said

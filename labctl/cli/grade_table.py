@@ -3,6 +3,7 @@ summary. Learner text is escaped and never cut mid-clause (`labctl.cli.render`).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from rich.cells import cell_len
@@ -27,10 +28,20 @@ COLUMNS = (
 )
 
 
+def _clauses(diagnosis: str) -> list[str]:
+    """One clause per function: the gradebook joins them with "; ", which a sentence may hold
+    too ("...: it is built on it; fix causal_mask first"), so a clause starts at a function's
+    name."""
+    from labctl import contract
+
+    names = "|".join(contract.function_names(contract.LATEST))
+    return re.split(rf"; (?=(?:{names})\b)", diagnosis) if diagnosis else []
+
+
 def _diagnosis_shown(diagnosis: str) -> str:
     """The diagnosis's whole clauses that fit DIAGNOSIS_CELLS, and how many more the gradebook
     holds: a clause is never cut."""
-    clauses = diagnosis.split("; ") if diagnosis else []
+    clauses = _clauses(diagnosis)
     kept = clauses[:1]
     for clause in clauses[1:]:
         if cell_len("; ".join([*kept, clause])) > DIAGNOSIS_CELLS:

@@ -218,11 +218,15 @@ def _submission(facts: dict) -> tuple[bool, str]:
 def _diagnosis(verify: dict) -> str:
     if verify["status"] != "loaded":
         return verify["message"]
-    found = [d["message"] for d in verify["diagnosis"] if d["kind"] != "not-implemented"]
+    found = [
+        (d["function"], d["message"]) for d in verify["diagnosis"] if d["kind"] != "not-implemented"
+    ]
     stubs = [d["function"] for d in verify["diagnosis"] if d["kind"] == "not-implemented"]
     if stubs:
-        found.insert(0, _("not implemented yet: {functions}").format(functions=", ".join(stubs)))
-    return "; ".join(found)
+        said = _("not implemented yet: {functions}").format(functions=", ".join(stubs))
+        found.insert(0, ("", said))
+    # Whole sentences, and the functions of those that do not fit named: never cut mid-word.
+    return listed(found)
 
 
 def score(learner: str, rubric: Rubric, facts: dict) -> Row:
