@@ -283,3 +283,18 @@ def test_a_long_diagnosis_keeps_whole_sentences_and_names_the_rest():
     assert len(said) <= 600
     assert said.endswith("rms_norm, layer_norm") or "more: " in said, said
     assert all(part.endswith("word ") or "more: " in part for part in said.split("; ")), said
+
+
+def test_verify_s_table_is_a_line_per_function_where_it_does_not_fit(tmp_path):
+    """At 60 columns the function x check table squeezed its heads to 'i… s… r…' and its
+    numbers to '1…': a line per function, its failing checks named, reads at any width."""
+    room = faults.get("no-sqrt-dk").materialize(tmp_path / "clean_room")
+    args = ["verify", "clean-room", "--path", str(room), "--no-metrics", "--seed", "3"]
+    narrow = _invoke([*args, "--out", str(tmp_path / "a")], "en", 60)
+    head = narrow.stdout.split("failures")[0]
+    assert "scaled_dot_product_attention ✗ parity 1e+00" in head, head
+    assert "softmax ✓" in head and "…" not in head, head
+    wide = _invoke([*args, "--out", str(tmp_path / "b")], "en", 80)
+    assert "imp sig run shp dty parity" in wide.stdout
+    table = [line for line in wide.stdout.splitlines() if line.startswith(("function", "soft"))]
+    assert len(table) == 2 and _too_wide("\n".join(table), 80) == [], table

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from labctl import outpaths
@@ -159,6 +160,27 @@ def _short_number(value: float) -> str:
     return "0" if value == 0 else f"{value:.0e}"
 
 
+def _rows_narrow(report, names, by_cell) -> None:
+    """A line per function, its failing checks named: for a terminal too narrow for the
+    table, whose columns would be squeezed to one letter and an ellipsis."""
+    from labctl import contract
+
+    for function in contract.function_names(report.contract):
+        results = [by_cell[(function, n)] for n in names if (function, n) in by_cell]
+        failed = [r for r in results if r.failed]
+        if failed:
+            said = ", ".join(
+                f"{r.name} {_short_number(r.max_error)}"
+                if r.name == "parity" and r.max_error is not None
+                else r.name
+                for r in failed
+            )
+            out.print(f"{function} {_MARK['fail']} {said}")
+        else:
+            mark = "pass" if results and all(r.passed for r in results) else "not-run"
+            out.print(f"{function} {_MARK[mark]}")
+
+
 def _render_report(report, shown) -> None:
     from labctl import contract
     from labctl.isolation import describe
@@ -199,8 +221,12 @@ def _render_report(report, shown) -> None:
             else:
                 cells.append(_MARK[result.status])
         table.add_row(function, *cells)
-    out.print(table)
-    out.print(f"[dim]{_legend(names)}; {_('parity: max abs error')}[/dim]", soft_wrap=True)
+    # Its natural width (measured without the terminal's bound, which would clamp it).
+    if Measurement.get(out, out.options.update(width=1 << 16), table).maximum <= out.width:
+        out.print(table)
+        out.print(f"[dim]{_legend(names)}; {_('parity: max abs error')}[/dim]", soft_wrap=True)
+    else:
+        _rows_narrow(report, names, by_cell)
     failed = [c for c in report.checks if c.failed]
     if failed:
         out.print(f"[bold]{_('failures')}[/bold]")
