@@ -55,12 +55,24 @@ def test_a_reference_only_claim_is_a_warning_unless_the_record_claims_the_metric
     alone = checked(row(impl="reference"))
     assert alone.problems == []
     assert said(alone.warnings) == [
-        "metrics[0] (future_weight_max, reference): impl future_weight_max is claimed on the "
-        "reference only: it says nothing about a clean room"
+        "metrics[0] (future_weight_max, reference): impl is 'reference' only: it says nothing "
+        "about a clean room"
     ]
     assert checked(row(impl="reference"), row(impl="clean-room")).warnings == []
     # A metric measured on the reference only would not be warned about: none is, but a
     # clean-room-only one claimed on the reference is refused above, never warned.
+
+
+def test_a_required_metric_claimed_on_the_reference_only_is_refused():
+    """A learner relabelled a clean-room row 'reference': accepted with a warning, though the
+    module requires that metric of the learner's room."""
+    module = modules.Module(id="t", title="t", section="t", required=(FUTURE,))
+    report = checked(row(impl="reference"), module=module)
+    assert said(report.problems) == [
+        "metrics[0] (future_weight_max, reference): impl is 'reference' only: module t requires "
+        "future_weight_max of your clean room; claim it with impl 'clean-room'"
+    ]
+    assert checked(row(impl="clean-room"), module=module).problems == []
 
 
 def test_an_expected_that_is_not_the_table_s_is_refused_and_another_spelling_is_not():

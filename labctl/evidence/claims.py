@@ -104,13 +104,23 @@ def _metric_against_table(
             ),
         )
     elif impl == "reference" and "clean-room" in metric.impls and not other_rows:
-        report.warn(
-            f"{here}.impl",
-            Msg(
-                "{metric} is claimed on the reference only: it says nothing about a clean room",
-                metric=metric.name,
-            ),
-        )
+        module = report.module
+        if module is not None and metric.name in module.required:
+            # the module asks it of the learner's room: a reference row is no evidence of that
+            report.refuse(
+                f"{here}.impl",
+                Msg(
+                    "is 'reference' only: module {module} requires {metric} of your clean "
+                    "room; claim it with impl 'clean-room'",
+                    module=module.id,
+                    metric=metric.name,
+                ),
+            )
+        else:
+            report.warn(
+                f"{here}.impl",
+                Msg("is 'reference' only: it says nothing about a clean room"),
+            )
     expected = row.get("expected")
     if (
         isinstance(expected, str)
