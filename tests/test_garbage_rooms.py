@@ -11,10 +11,9 @@ clean room (test code, not a learner's), with the torch reference.
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
-from garbage import KINDS, GarbageRoom, applies
+from garbage import KINDS, GarbageRoom, applies, nan_room
 from labtools import rows
 
 from labctl import registry
@@ -138,17 +137,7 @@ def test_the_issue_s_positions_room_is_caught_by_the_table_itself(torch_referenc
 def test_a_room_of_nan_fails_the_differences_it_is_measured_by(torch_reference):
     """Python's max keeps 0.0 past a NaN: an MHA that returned NaN measured a worst future
     influence of 0 and passed future_token_invariance (found grading a hostile class)."""
-    import numpy as np
-
-    import labctl.clean_room as project_room
-
-    names = [n for n in dir(project_room) if not n.startswith("_")]
-    room = SimpleNamespace(**{n: getattr(project_room, n) for n in names})
-
-    def nan_mha(*args, **kwargs):
-        return np.full_like(project_room.multi_head_attention(*args, **kwargs), np.nan)
-
-    room.multi_head_attention = nan_mha
+    room = nan_room("multi_head_attention")
     lab = registry.get("causal-attention")
     impls = {"reference": torch_reference, "clean-room": Implementation("clean-room", room)}
     result = run_lab(lab, 5, impls, lab.params())
