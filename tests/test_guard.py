@@ -157,4 +157,31 @@ def test_the_scan_keeps_results_by_text_and_never_the_text(tmp_path):
     assert guard.scan(room) == guard.scan(room) == []
     module.write_text("import numpy as np\nimport torch\n" + "# padding\n" * 20_000)
     assert [v.what for v in guard.scan(room)] == ["imports torch"]
-    assert all(len(key[1]) == 64 for key in guard._SCANNED)
+    assert all(len(key) == 64 for key in guard._SCANNED)
+
+
+def test_the_same_text_in_rooms_of_other_names_is_parsed_once_and_judged_by_each_name(
+    tmp_path, monkeypatch
+):
+    """The diagnosis scans each fault room in a folder of a new name: the parse is kept by the
+    text, while the file's name and the room's own package (which it may import) are each
+    room's."""
+    from labctl.isolation import guard
+
+    text = "import numpy as np\nimport alpha.helpers\n" + f"# {tmp_path.name}\n"
+    for name in ("alpha", "beta"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(text)
+    parsed = []
+    monkeypatch.setattr(
+        guard, "_imports", lambda t, real=guard._imports: parsed.append(t) or real(t)
+    )
+    assert guard.scan(tmp_path / "alpha") == []  # its own package
+    assert [str(v) for v in guard.scan(tmp_path / "beta")] == [
+        "beta/__init__.py:2: imports alpha.helpers"
+    ]
+    assert len(parsed) == 1
+    (tmp_path / "beta" / "__init__.py").write_text("def f(:\n")
+    assert [str(v) for v in guard.scan(tmp_path / "beta")] == [
+        "beta/__init__.py:1: syntax error: invalid syntax"
+    ]

@@ -92,50 +92,63 @@ def scan(root: Path) -> list[Violation]:
     return found
 
 
-# Each file's violations by a digest of its text (never the text: a learner's file may be
-# tens of MiB): the diagnosis scans the same fault-room modules at every seed it meets.
-_SCANNED: dict[tuple[str, str, frozenset[str]], tuple[Violation, ...]] = {}
-_SCANNED_MAX = 256
+# Each file's imports by a digest of its text alone (never the text: a learner's file may be
+# tens of MiB). The diagnosis scans the same fault-room modules at every seed it meets, each
+# time in a folder of another name, so neither the file's shown name nor the room's own
+# names are part of the key: they are applied to the imports found, which is cheap.
+_SCANNED: dict[str, tuple[_Import, ...] | Violation] = {}
+_SCANNED_MAX = 4096
 _SCANNED_LOCK = threading.Lock()
 
 
-def _scan_file(shown: str, text: str, own: frozenset[str]) -> tuple[Violation, ...]:
-    key = (shown, hashlib.sha256(text.encode("utf-8")).hexdigest(), own)
+@dataclass(frozen=True)
+class _Import:
+    line: int
+    what: str  # "imports" or "imports from"
+    module: str
+
+
+def _scan_file(shown: str, text: str, own: frozenset[str]) -> list[Violation]:
+    key = hashlib.sha256(text.encode("utf-8")).hexdigest()
     with _SCANNED_LOCK:
         found = _SCANNED.get(key)
     if found is None:
-        found = _scan_text(shown, text, own)
+        found = _imports(text)
         with _SCANNED_LOCK:
             if len(_SCANNED) >= _SCANNED_MAX:
                 del _SCANNED[next(iter(_SCANNED))]
             _SCANNED[key] = found
-    return found
+    if isinstance(found, Violation):
+        # Unparsable: the file's own name goes in front of the line the parser stopped at.
+        return [Violation(f"{shown}{found.where}", found.what)]
+    return [
+        Violation(f"{shown}:{i.line}", f"{i.what} {i.module}")
+        for i in found
+        if not allowed_top_level(i.module, own)
+    ]
 
 
-def _scan_text(shown: str, text: str, own: frozenset[str]) -> tuple[Violation, ...]:
+def _imports(text: str) -> tuple[_Import, ...] | Violation:
+    """Every absolute import the text names, or why it cannot be read (`where` holds only
+    what follows the file's name)."""
     try:
-        tree = pysource.parse(text, shown)
+        tree = pysource.parse(text, "<room>")
     except SyntaxError as exc:
-        return (Violation(f"{shown}:{exc.lineno}", f"syntax error: {exc.msg}"),)
+        return Violation(f":{exc.lineno}", f"syntax error: {exc.msg}")
     except pysource.UNPARSABLE as exc:
         # Source nested past what the parser can hold is refused, not a crash of labctl.
-        return (Violation(shown, f"cannot be parsed: {type(exc).__name__}"),)
-    found: list[Violation] = []
+        return Violation("", f"cannot be parsed: {type(exc).__name__}")
+    found: list[_Import] = []
     for node in ast.walk(tree):
-        at = f"{shown}:{getattr(node, 'lineno', 0)}"
+        line = getattr(node, "lineno", 0)
         if isinstance(node, ast.Import):
-            found.extend(
-                Violation(at, f"imports {a.name}")
-                for a in node.names
-                if not allowed_top_level(a.name, own)
-            )
+            found.extend(_Import(line, "imports", a.name) for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if not allowed_top_level(node.module, own):
-                found.append(Violation(at, f"imports from {node.module}"))
+            found.append(_Import(line, "imports from", node.module))
         elif isinstance(node, ast.Call):
             name = _imported_by_call(node)
-            if name and not name.startswith(".") and not allowed_top_level(name, own):
-                found.append(Violation(at, f"imports {name}"))
+            if name and not name.startswith("."):
+                found.append(_Import(line, "imports", name))
     return tuple(found)
 
 
