@@ -261,6 +261,24 @@ def test_the_reference_cache_round_trips_and_refuses_a_stale_or_damaged_file(
     assert reference_cache.discard_edited(5, tmp_path) is None
 
 
+def test_a_process_already_holding_the_outputs_still_writes_the_batchs_file(
+    tmp_path, signing_key, monkeypatch
+):
+    """A second batch at a seed, in a process that computed the outputs for the first: its
+    workers get a file too, and do not each import torch to compute them again."""
+    fixtures.warm_reference(("softmax",), 5)  # held in this process, no cache asked for
+    monkeypatch.setenv(reference_cache.ENV, str(tmp_path / "batch"))
+    fixtures.warm_reference(("softmax",), 5)
+    read: dict = {}
+    assert reference_cache.load(read, 5, tmp_path / "batch") > 0
+    assert {key[1] for key in read} == {"softmax"}
+    # The file already holding every output wanted is not written again.
+    written = reference_cache.path_of(tmp_path / "batch", 5).stat()
+    fixtures.warm_reference(("softmax",), 5)
+    again = reference_cache.path_of(tmp_path / "batch", 5).stat()
+    assert (again.st_ino, again.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+
+
 def test_the_cache_is_off_unless_asked_for(monkeypatch, tmp_path):
     monkeypatch.delenv(reference_cache.ENV, raising=False)
     assert reference_cache.save({}, 5, None) is None

@@ -204,10 +204,17 @@ def warm_reference(functions: tuple[str, ...], seed: int = SEED, contract: int =
     """
     from labctl.verify import reference_cache
 
-    reference_cache.load(_REFERENCE, seed)
-    before = len(_REFERENCE)
-    for function in functions:
-        for fixture in (*fixtures(function, seed, contract), *probes(function, seed, contract)):
-            reference_output(fixture)
-    if len(_REFERENCE) > before:
+    on_disk: dict[tuple[int, str, str], Any] = {}
+    reference_cache.load(on_disk, seed)
+    _REFERENCE.update(on_disk)
+    wanted = [
+        fixture
+        for function in functions
+        for fixture in (*fixtures(function, seed, contract), *probes(function, seed, contract))
+    ]
+    for fixture in wanted:
+        reference_output(fixture)
+    # Written whenever the file lacks one, not only when this process computed one: a process
+    # that already holds the outputs (a second batch at the seed) still gives its workers a file.
+    if any((seed, f.function, f.name) not in on_disk for f in wanted):
         reference_cache.save(_REFERENCE, seed)
