@@ -271,7 +271,7 @@ def test_a_process_already_holding_the_outputs_still_writes_the_batchs_file(
     fixtures.warm_reference(("softmax",), 5)
     read: dict = {}
     assert reference_cache.load(read, 5, tmp_path / "batch") > 0
-    assert {key[1] for key in read} == {"softmax"}
+    assert "softmax" in {key[1] for key in read}
     # The file already holding every output wanted is not written again.
     written = reference_cache.path_of(tmp_path / "batch", 5).stat()
     fixtures.warm_reference(("softmax",), 5)
