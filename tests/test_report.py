@@ -256,7 +256,8 @@ def drawn(rendered) -> list:
 MOST_LEGEND_ENTRIES = 12
 
 
-# drawn again here with Agg, which lays Chinese out with DejaVu Sans; the browser draws it
+# measured with Agg, which lays Chinese out with DejaVu Sans; the browser draws it. The layout
+# is the one the report's SVG was saved with (no second draw): each box is computed from it.
 @pytest.mark.filterwarnings("ignore:Glyph .* missing from font")
 def test_every_plot_has_labelled_axes_and_a_legible_legend(drawn):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -264,7 +265,6 @@ def test_every_plot_has_labelled_axes_and_a_legible_legend(drawn):
     assert len(drawn) >= len(registry.discover())
     for figure in drawn:
         canvas = FigureCanvasAgg(figure)
-        canvas.draw()
         for ax in figure.axes:
             if ax.get_label() == "<colorbar>":
                 continue
