@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from gradetools import copy_room
+from gradetools import copy_room, rubric_without
 from rich.cells import cell_len
 from rich.console import Console
 from typer.testing import CliRunner
@@ -156,15 +156,19 @@ def test_a_word_wider_than_the_line_is_folded_not_cut():
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """A class of two (the project's room, copied, and a reversed mask) graded per language;
-    graded again at another width, the unchanged learners are not re-run."""
+    graded again at another width, the unchanged learners are not re-run. The table's columns
+    are the same whatever the rubric scores, so its lab metrics (seconds a learner) are left out.
+    """
     base = tmp_path_factory.mktemp("class")
     copy_room(base / "class" / "copycat" / "clean_room")
     faults.get("mask-reversed").materialize(base / "class" / "mask_reversed" / "clean_room")
+    rubric = rubric_without(base, "metric", "submission")
     kept = {}
 
     def output(lang: str, width: int) -> tuple[str, Path]:
         out = base / f"grades-{lang}"
         args = ["grade", str(base / "class"), "--out", str(out), "--jobs", "1"]
+        args += ["--rubric", str(rubric)]
         result = _invoke(args, lang, width)
         assert result.exit_code == 0, result.output
         kept[lang, width] = result.stdout
