@@ -3,13 +3,15 @@
 A learner stopped by its time limit, or whose grading worker died, never sent
 facts back; its row still says which level the worker resolved before the
 learner's code started. Only a learner whose code never ran (a layout error)
-has no level.
+has no level. Nor does such a learner leave a file behind: a worker killed at the
+limit or by the learner runs no cleanup of its own.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import tempfile
 
 import pytest
 from gradetools import CALL_TIMEOUT, HANG_TIMEOUT, append, copy_room, rubric_without
@@ -34,9 +36,15 @@ def klass(tmp_path_factory):
 
 
 @pytest.mark.parametrize("requested", ["auto", "process"])
-def test_hang_and_crash_rows_name_the_isolation_used(klass, requested, tmp_path):
+def test_hang_and_crash_rows_name_the_isolation_used_and_leave_no_files(
+    klass, requested, tmp_path, monkeypatch
+):
     root, rubric = klass
-    level = resolve_isolation(requested)
+    level = resolve_isolation(requested)  # its probe's files are this process's, until it exits
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # labctl's own temporary files there too
     out = tmp_path / "grades"
     result = CliRunner().invoke(
         app,
@@ -76,3 +84,4 @@ def test_hang_and_crash_rows_name_the_isolation_used(klass, requested, tmp_path)
     assert book["malformed"]["isolation"] == ""
     record = json.loads((out / "records" / "hanging.json").read_text("utf-8"))
     assert record["isolation"] == level
+    assert sorted(p.name for p in scratch.iterdir()) == []

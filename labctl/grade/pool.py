@@ -9,6 +9,9 @@ after a grace period, and a fresh worker takes the next learner. A worker that
 dies mid-learner (a crash, the memory limit, an attack on its parent) is a
 `crash` of that learner only. Either way the batch goes on, and the outcome
 carries the isolation level the worker announced before the learner's code ran.
+Each worker keeps its temporary files (its clean-room copies, staged worker,
+fault rooms) in a folder of its own, which the pool removes when the worker
+ends: a worker killed at a limit or by a learner's code cleans up nothing.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ import contextlib
 import json
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -52,6 +57,7 @@ class Outcome:
 class _Slot:
     proc: subprocess.Popen
     fd: int
+    tmp: str
     buffer: bytes = b""
     ready: bool = False
     key: str | None = None
@@ -89,6 +95,9 @@ class LocalPool:
     def _start(self) -> _Slot:
         read_fd, write_fd = os.pipe()
         debug = os.environ.get("LABCTL_DEBUG") == "1"
+        tmp = tempfile.mkdtemp(prefix="labctl-grading-")
+        # A clean room's process drops to uid 65534 and reads the worker staged in here.
+        os.chmod(tmp, 0o755)
         proc = subprocess.Popen(
             self._command(write_fd),
             stdin=subprocess.PIPE,
@@ -96,10 +105,10 @@ class LocalPool:
             stderr=None if debug else subprocess.DEVNULL,
             pass_fds=(write_fd,),
             start_new_session=True,
-            env=self.env,
+            env={**self.env, "TMPDIR": tmp},
         )
         os.close(write_fd)
-        slot = _Slot(proc, read_fd, deadline=time.monotonic() + BOOT_TIMEOUT_S)
+        slot = _Slot(proc, read_fd, tmp, deadline=time.monotonic() + BOOT_TIMEOUT_S)
         self._selector.register(read_fd, selectors.EVENT_READ, slot)
         self._slots.append(slot)
         return slot
@@ -123,7 +132,9 @@ class LocalPool:
             os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             proc.stdin.close()
-        return proc.wait()
+        code = proc.wait()
+        shutil.rmtree(slot.tmp, ignore_errors=True)
+        return code
 
     def close(self) -> None:
         for slot in list(self._slots):
