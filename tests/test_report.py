@@ -10,7 +10,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -436,7 +435,7 @@ PAGE_FACTS = """JSON.stringify({
 })"""
 
 
-def test_the_report_opens_in_chromium_without_errors_or_requests(browser, report):
+def test_the_report_opens_in_chromium_without_errors_or_requests(browser, report, tmp_path):
     browser.load(report.resolve().as_uri())
     facts = json.loads(browser.evaluate(PAGE_FACTS))
     assert sorted(facts["labs"]) == sorted(lab.id for lab in registry.discover())
@@ -444,8 +443,7 @@ def test_the_report_opens_in_chromium_without_errors_or_requests(browser, report
     assert facts["broken"] == 0
     assert browser.errors() == []
     assert browser.requests() == []
-    shots = Path(tempfile.mkdtemp(prefix="labctl-report-shot-"))
-    shot = browser.screenshot(shots / "report.png")
+    shot = browser.screenshot(tmp_path / "report.png")  # kept with pytest's last runs
     assert shot.read_bytes().startswith(b"\x89PNG")
     print(f"screenshot: {shot}")
 
