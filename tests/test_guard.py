@@ -119,6 +119,21 @@ def test_the_standard_library_and_numpy_stay_importable_dynamically(tmp_path):
     assert seen["violations"] == []
 
 
+def test_a_package_numpy_tries_on_its_own_is_not_the_rooms_import(tmp_path):
+    """numpy.f2py tries charset_normalizer and goes on without it: refused, but numpy's try
+    is not the room's (a room importing numpy.f2py was refused for charset_normalizer); the
+    room asking for it itself still is."""
+    body = """
+    import sys
+
+    def grab(name):
+        return getattr(sys.modules["importlib"], "import_" + "module")(name)
+    """
+    seen = _grab_in_a_worker(tmp_path, body, ["numpy.f2py", "charset_normalizer"])
+    assert seen["outcome"] == {"numpy.f2py": "imported", "charset_normalizer": "ForbiddenImport"}
+    assert [v.split(": ", 1)[1] for v in seen["violations"]] == ["imports charset_normalizer"]
+
+
 def test_the_refusal_states_the_rule(tmp_path):
     room = tmp_path / "room"
     room.mkdir()
@@ -141,7 +156,7 @@ def test_the_refusal_states_the_rule(tmp_path):
         check=True,
     )
     assert done.stdout.strip() == f"room/__init__.py:2: imports scipy: {RULE}"
-    assert "standard library and numpy" in RULE
+    assert "standard library, numpy and its own modules" in RULE
 
 
 def test_the_scan_keeps_results_by_text_and_never_the_text(tmp_path):
