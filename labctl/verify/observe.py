@@ -21,7 +21,7 @@ from typing import Any
 from labctl import contract
 from labctl.contract_check import declared_version
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError, LabctlError
-from labctl.i18n import Msg, joined
+from labctl.i18n import Msg, declared, joined
 from labctl.isolation import guard, resolve_isolation
 from labctl.isolation.inprocess import IN_PROCESS, InProcessRoom
 from labctl.isolation.loader import source_files
@@ -379,9 +379,9 @@ def observe(
         seen.violations = [Located(v.where, v.what, function_at(root, v.where)) for v in found]
         seen.status = "refused"
         seen.message = Msg(
-            "refused: {room} breaks the import policy (the standard library and numpy only): "
-            "{violations}",
+            "refused: {room} breaks the import policy ({rule}): {violations}",
             room=root.name,
+            rule=declared(guard.RULE),
             violations=joined([v.shown() for v in seen.violations]),
         )
         return seen
@@ -396,9 +396,9 @@ def observe(
         seen.violations = [_located(root, part) for part in text.split("; ") if part]
         seen.status = "refused"
         seen.message = Msg(
-            "refused: {room} breaks the import policy (the standard library and numpy only): "
-            "{violations}",
+            "refused: {room} breaks the import policy ({rule}): {violations}",
             room=root.name,
+            rule=declared(guard.RULE),
             violations=joined([v.shown() for v in seen.violations]) or text,
         )
         return seen
