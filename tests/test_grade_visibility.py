@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from labctl.cli.main import app
 from labctl.grade import outputs
 from labctl.grade.rubric import parse_rubric
-from labctl.grade.score import ItemResult, Row, listed
+from labctl.grade.score import ItemResult, Row, listed, score
 from labctl.grade.visibility import Audience, audience
 from labctl.verify.stubs import init_clean_room
 
@@ -218,6 +218,55 @@ def test_a_long_list_keeps_whole_checks_and_names_the_rest():
     # a smaller budget (the diagnosis's sentence took the rest) keeps fewer, names all
     short = listed(parts, 300)
     assert len(short) <= 300 + 80 and all(name in short for name, _ in parts)
+
+
+def _facts(sentence: str) -> dict:
+    """What verify found of a tiled_attention failing four checks (bad-input among them)."""
+    failing = ("dtype", "finite", "pure", "bad-input")
+    checks = [
+        {"function": "tiled_attention", "name": n, "status": "fail", "message": f"{n} fails"}
+        for n in failing
+    ]
+    diagnosis = [{"function": "tiled_attention", "kind": "unmatched", "message": sentence}]
+    verify = {"status": "loaded", "checks": checks, "diagnosis": diagnosis, "metrics": []}
+    return {"error": None, "isolation": "sandbox", "verify": verify}
+
+
+def _items(visibility: str) -> str:
+    return yaml.safe_dump({
+        "schema": "labctl.rubric.v1", "name": "t",
+        "items": [
+            {"id": "fn.tiled_attention", "kind": "function", "target": "tiled_attention",
+             "points": 4},
+            {"id": "check.bad-input", "kind": "check", "target": "bad-input", "points": 2,
+             "visibility": visibility},
+        ],
+    })  # fmt: skip
+
+
+def test_a_visible_item_says_nothing_of_a_check_not_shown_yet():
+    """The diagnosis's sentence has a clause for each failing check: "it does not refuse bad
+    input (block_size=0)" showed through a visible item before bad-input was published."""
+    sentence = "tiled_attention: it does not refuse bad input (block_size=0): raise ValueError"
+    for visibility, shown in (("after_published", False), ("visible", True)):
+        row = score("ann", parse_rubric(_items(visibility)), _facts(sentence))
+        message = next(i.message for i in row.items if i.id == "fn.tiled_attention")
+        assert (sentence in message) is shown, visibility
+        assert all(f"{n}: {n} fails" in message for n in ("dtype", "finite", "pure"))
+        assert "bad input" not in message.replace(sentence, "")
+        assert row.diagnosis == sentence  # the grader's gradebook keeps it
+
+
+def test_a_sentence_longer_than_a_list_is_kept_whole_and_every_check_named():
+    """An English diagnosis of 666 characters was cut at 600 mid-word ("raise ValueErr…") in
+    the gradebook, feedback, JUnit and record, and the checks after it were dropped."""
+    sentence = "tiled_attention: " + "; ".join(f"clause {n} says what to change" for n in range(25))
+    assert len(sentence) > 700
+    row = score("ann", parse_rubric(_items("visible")), _facts(sentence))
+    message = next(i.message for i in row.items if i.id == "fn.tiled_attention")
+    assert message.startswith(sentence + "\n") and "…" not in message
+    assert all(n in message for n in ("dtype", "finite", "pure"))
+    assert row.diagnosis == sentence
 
 
 def test_feedback_of_an_after_due_date_item_waits_for_the_due_date():

@@ -5,7 +5,8 @@ found; this module turns those facts into one row per learner through the
 rubric. A learner that could not be observed (a layout error, a hang that hit
 the learner's time limit, a grading process that died, a refusal) gets a row
 too: every item scores 0 and the row's `status` and `diagnosis` name why. A
-room observed that does not load is `not-loaded` (every item 0, the reason named).
+room observed that does not load is `not-loaded`, one the import policy refuses is
+`refused`, as verify says (every item 0, the reason named).
 
 A check that could not run for a function (`not-run`: an earlier call of that
 function hung) is charged to that function's own item only, never to a `check`
@@ -31,7 +32,11 @@ from labctl.i18n import _
 GRADED = "graded"
 NOT_LOADED = "not-loaded"
 FAILURES = ("layout-error", "hang", "crash", "refused")
-_MESSAGE_CHARS = 600
+# What a list of checks or diagnoses aims at: whole ones that fit, the rest named (`listed`).
+_LIST_CHARS = 600
+# No message is longer (a room's own text inside one is capped, but their number is not);
+# a diagnosis sentence longer than the list's aim is kept whole below it.
+_MESSAGE_CHARS = 2000
 
 
 @dataclass
@@ -96,7 +101,11 @@ class Row:
 
 
 def _short(text: str) -> str:
-    return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 1] + "…"
+    """`text`, or as many of its words as fit and "…": never cut inside a word."""
+    if len(text) <= _MESSAGE_CHARS:
+        return text
+    head = text[: _MESSAGE_CHARS - 1]
+    return (head.rsplit(" ", 1)[0] if " " in head else head) + "…"
 
 
 def _result(item: Item, passed: bool, message: str) -> ItemResult:
@@ -136,17 +145,23 @@ def _function(item: Item, rubric: Rubric, verify: dict) -> tuple[bool, str]:
         if found is not None:
             return True, _("not charged (scoring: independent): {why}").format(why=found["message"])
     failed = [c for c in bad if c["status"] == "fail"]
-    # The diagnosis's own sentence first (the line JUnit shows), unless it names what a
-    # hidden item checks.
+    # The diagnosis's own sentence first (the line JUnit shows), unless it may speak of what
+    # an item not shown yet checks: it has a clause for each check the function fails.
     said = next((d["message"] for d in verify["diagnosis"] if d["function"] == item.target), "")
-    if any(i.target in said for i in rubric.items if i.hidden):
+    unseen = {i.target for i in rubric.items if i.hidden}
+    fails = {
+        c["name"]
+        for c in verify["checks"]
+        if c["function"] == item.target and c["status"] == "fail"
+    }
+    if fails & unseen or any(target in said for target in unseen):
         said = ""
     head = f"{said}\n" if said else ""
     checks = [(c["name"], f"{c['name']}: {c['message']}") for c in failed or bad]
-    return False, head + listed(checks, _MESSAGE_CHARS - len(head))
+    return False, head + listed(checks, _LIST_CHARS - len(head))
 
 
-def listed(parts: list[tuple[str, str]], limit: int = _MESSAGE_CHARS) -> str:
+def listed(parts: list[tuple[str, str]], limit: int = _LIST_CHARS) -> str:
     """Every (name, text) part whole, or as many whole ones as fit in `limit` characters and
     the names of the rest: a learner is never shown some failing checks with the rest
     dropped silently."""
@@ -236,7 +251,7 @@ def score(learner: str, rubric: Rubric, facts: dict) -> Row:
             learner, rubric, "refused", facts["error"]["message"], facts.get("isolation")
         )
     verify = facts["verify"]
-    status = NOT_LOADED if verify["status"] in ("unloadable", "refused") else GRADED
+    status = {"refused": "refused", "unloadable": NOT_LOADED}.get(verify["status"], GRADED)
     row = Row(learner, status, _short(_diagnosis(verify)), facts.get("isolation"))
     for item in rubric.items:
         if item.kind == "function":
