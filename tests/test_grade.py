@@ -135,6 +135,7 @@ def test_every_learner_has_a_row_with_its_expected_verdict(klass, graded):
     assert found["attacker"]["status"] in ("crash", "not-loaded")
     assert found["attacker"]["score"] == 0
     assert found["torch-importer"]["score"] == 0
+    assert found["torch-importer"]["status"] == "refused"  # as verify says, not "not-loaded"
     assert "import policy" in found["torch-importer"]["diagnosis"]
     assert found["malformed"]["status"] == "layout-error"
     assert "no clean_room/" in found["malformed"]["diagnosis"]
