@@ -269,6 +269,25 @@ def test_dtype_names_an_upcast_probe_and_an_integer_mask():
     )
 
 
+def test_dtype_names_the_first_upcast_and_counts_the_others():
+    """Only the first fixture was named: a function upcasting on several gave no count."""
+    probes = fx.probes("softmax")
+    assert len(probes) > 2
+    upcast = check_dtype(
+        observed("softmax", lambda f: fx.reference_output(f).astype(np.float64)), "softmax"
+    )
+    assert (upcast.status, upcast.fixture) == (FAIL, probes[0].name)
+    assert upcast.message.endswith(f"; {len(probes) - 1} more fixtures return another dtype")
+    two = {p.name for p in probes[:2]}
+
+    def upcast_two(fixture):
+        out = fx.reference_output(fixture)
+        return out.astype(np.float64) if fixture.name in two else out
+
+    one_more = check_dtype(observed("softmax", upcast_two), "softmax")
+    assert one_more.message.endswith("; 1 more fixture returns another dtype")
+
+
 def test_dtype_names_which_array_of_a_tuple_changed_dtype():
     function = "scaled_dot_product_attention"
     probe = fx.probes(function)[0]

@@ -203,10 +203,12 @@ def check_dtype(seen: RoomObservation, function: str) -> CheckResult:
     if skipped:
         return skipped
     checked = 0
+    wrong: list[tuple[fx.Fixture, Msg]] = []  # the first wrong output of each fixture
     for fixture, outcome in returned(run):
         reference = fx.reference_output(fixture)
         if structure_problem(function, outcome.value, reference):
             continue
+        checked += 1
         for item, ref, spec in zip(
             elements(outcome.value), elements(reference), RETURNS[function], strict=True
         ):
@@ -217,22 +219,24 @@ def check_dtype(seen: RoomObservation, function: str) -> CheckResult:
                     else Msg("its inputs")
                 )
                 label = f" ({spec.split(' ')[0]})" if len(RETURNS[function]) > 1 else ""
-                return CheckResult(
-                    function,
-                    "dtype",
-                    FAIL,
-                    Msg(
-                        "fixture {name}: returned {dtype}{label} for {inputs} where the contract "
-                        "keeps {expected}",
-                        name=fixture.name,
-                        dtype=str(item.dtype),
-                        label=label,
-                        inputs=inputs,
-                        expected=str(ref.dtype),
-                    ),
-                    fixture=fixture.name,
+                said = Msg(
+                    "fixture {name}: returned {dtype}{label} for {inputs} where the contract "
+                    "keeps {expected}",
+                    name=fixture.name,
+                    dtype=str(item.dtype),
+                    label=label,
+                    inputs=inputs,
+                    expected=str(ref.dtype),
                 )
-        checked += 1
+                wrong.append((fixture, said))
+                break
+    if wrong:
+        (fixture, said), more = wrong[0], len(wrong) - 1
+        if more > 1:
+            said = Msg("{said}; {n} more fixtures return another dtype", said=said, n=more)
+        elif more:
+            said = Msg("{said}; {n} more fixture returns another dtype", said=said, n=more)
+        return CheckResult(function, "dtype", FAIL, said, fixture=fixture.name)
     if not checked:
         return CheckResult(function, "dtype", NOT_RUN, N_("not run: no usable return value"))
     probes = len(of_run(fx.probes, run))
