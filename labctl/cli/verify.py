@@ -75,7 +75,15 @@ def clean_room(
         int, typer.Option("--memory-mb", help="Memory limit of the clean-room process (MiB).")
     ] = 4096,
     out_dir: Annotated[
-        Path, typer.Option("--out", help="Where verify records and their history go.")
+        Path,
+        typer.Option(
+            "--out",
+            help=(
+                "Where verify records and their history go; the evidence manifest "
+                "(module-manifest-v1.json, the newest record of each module) is kept in its "
+                "parent folder, the evidence root."
+            ),
+        ),
     ] = Path("evidence/verify"),
     metrics: Annotated[
         bool,
