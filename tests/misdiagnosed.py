@@ -88,6 +88,17 @@ LEAKY_MHA = (
 """
 )
 
+# No mask at all, a window's neither: the outputs of an SDPA whose mask adds 0, though it
+# calls the room's SDPA, which is right.
+MASKLESS_MHA = (
+    _MHA
+    + _PROJECT
+    + """
+    out, _ = scaled_dot_product_attention(q, k, v, None)
+    return merge_heads(out) @ wo
+"""
+)
+
 # Scores divided by D instead of sqrt(D).
 SCALED_BY_D_MHA = (
     _MHA

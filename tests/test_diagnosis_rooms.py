@@ -36,6 +36,7 @@ ROOMS = {
         ("transformer_block", m.LEAKY_MHA),
         ("transformer_block", m.ZEROS_CACHE_DECODE),
     ],
+    "maskless-mha": [("transformer_block", m.MASKLESS_MHA)],
     "scale-by-d": [("primitives", m.ROPE_STUB), ("transformer_block", m.SCALED_BY_D_MHA)],
     "tri-mask": [("primitives", m.ROPE_STUB), ("transformer_block", m.TRI_MASK_MHA)],
     "no-repeat-kv": [
@@ -101,6 +102,20 @@ def test_an_mha_that_leaks_the_future_beside_a_stub_rope_is_named_for_its_causal
     shown = text_of(document["room"])
     assert mha["message"] in shown
     assert document["by_function"]["attention_decode"]["message"] in shown
+
+
+def test_an_mha_that_calls_sdpa_without_a_mask_is_not_sdpas_fault_inlined(tmp_path_factory):
+    """An MHA that passes no mask (a window's neither) matched `mask-adds-zero` "(a fault of
+    scaled_dot_product_attention, inlined here)": its outputs are those of an SDPA whose mask
+    adds 0, but it calls the room's SDPA, which passes; nothing of SDPA is inlined (found by a
+    tester, in a room of its own)."""
+    mha = verified("maskless-mha", tmp_path_factory)["by_function"]["multi_head_attention"]
+    assert mha["kind"] == "unmatched" and "fault" not in mha
+    assert mha["message"].startswith(
+        "multi_head_attention: the future leaks: an earlier output changes when a later token "
+        "changes: apply the causal mask"
+    )
+    assert named(mha["message"]) == {"multi_head_attention"}
 
 
 def test_a_decode_whose_zeros_cache_is_float64_is_named_with_its_cache(tmp_path_factory):

@@ -351,6 +351,13 @@ def _own(seen: RoomObservation, results: list[CheckResult], function: str) -> Di
     return Diagnosis(function, "unmatched", message)
 
 
+def _called(run: FunctionRun | None) -> set[str]:
+    """The contract functions a function's fixture calls reached (the record of its calls)."""
+    if run is None:
+        return set()
+    return {c.function for o in run.fixtures.values() for c in o.calls}
+
+
 def _timed_out(fault_seen: RoomObservation, function: str, seen: RoomObservation) -> bool:
     """The fault's room ran out of time (loading, or on a call of `function`) where the
     learner's room did not."""
@@ -424,7 +431,9 @@ def diagnose(
         hung = run is not None and run.timed_out
         candidates = [f for f in catalogue.for_contract(seen.contract) if hung or not f.hangs]
         own = [f for f in candidates if f.function == function]
-        deps = set(transitive_dependencies(function))
+        # A fault of a function it calls is inlined only where it does not call that function:
+        # an MHA that passes no mask to its SDPA is not SDPA's mask-adds-zero, inlined.
+        deps = set(transitive_dependencies(function)) - _called(run)
         inlined = [f for f in candidates if f.function in deps]
         plans.append((function, own, inlined))
     wanted = _wanted(plans)
