@@ -3,7 +3,8 @@
 Like the catalogue's, each is source appended to a module of the project's
 clean room; they are mistakes a learner makes in the functions these labs
 exercise. They are kept out of `CATALOGUE` (verify's fault matrix) for now:
-the lab tests use them by name through `get`.
+the lab tests use them by name through `get` (merge_heads's, a bug learners write,
+moved there: `labctl.faults.learner`).
 """
 
 from __future__ import annotations
@@ -164,24 +165,6 @@ LABS_WAVE2: tuple[Fault, ...] = (
             x = _as_float(x, "x", ndim=3)
             B, T, C = x.shape
             return x.reshape(B, T, n_heads, C // n_heads).copy()
-        """,
-    ),
-    Fault(
-        name="merge-heads-no-transpose",
-        function="merge_heads",
-        module="primitives",
-        description=N_(
-            "merge_heads reshapes (B, H, T, D) straight to (B, T, H * D) without moving "
-            "the head axis back: positions and heads are mixed"
-        ),
-        course=N_(
-            "第8章 · Attention 与 Transformer Block 阶段三: 恢复序列顺序 transpose(1, 2) before view(B, T, D)"
-        ),
-        source="""
-        def merge_heads(x):
-            x = _as_float(x, "x", ndim=4)
-            B, H, T, D = x.shape
-            return x.reshape(B, T, H * D).copy()
         """,
     ),
 )

@@ -7,7 +7,8 @@ meets a row blocked so far, blocks that must divide the keys, RoPE tables in
 float32, a forgotten `repeat_kv`, a scale never applied (a given one ignored too), a
 LayerNorm whose eps is hard-coded. The scale left out by default, eps outside the square
 root and the head axis confused with time were already in the catalogue
-(`no-sqrt-dk`, `rms-eps-outside-sqrt`, `head-seq-confused`).
+(`no-sqrt-dk`, `rms-eps-outside-sqrt`, `head-seq-confused`); `merge-heads-no-transpose`,
+its mirror in merge_heads, came from the multi-head lab's faults.
 """
 
 from __future__ import annotations
@@ -257,6 +258,25 @@ LEARNER: tuple[Fault, ...] = (
         return out.astype(_float_dtype(q), copy=False)
         """
         ),
+    ),
+    Fault(
+        name="merge-heads-no-transpose",
+        function="merge_heads",
+        module="primitives",
+        description=N_(
+            "merge_heads reshapes (B, H, T, D) straight to (B, T, H * D) without moving "
+            "the head axis back, so positions and heads are mixed: transpose to (B, T, H, D) "
+            "first, then reshape to (B, T, C)"
+        ),
+        course=N_(
+            "第8章 · Attention 与 Transformer Block 阶段三: 恢复序列顺序 transpose(1, 2) before view(B, T, D)"
+        ),
+        source="""
+        def merge_heads(x):
+            x = _as_float(x, "x", ndim=4)
+            B, H, T, D = x.shape
+            return x.reshape(B, T, H * D).copy()
+        """,
     ),
     Fault(
         name="mha-float64-mask",
