@@ -99,6 +99,13 @@ MASKLESS_MHA = (
 """
 )
 
+# A softmax written for the last axis only: the axis it is given is ignored.
+SOFTMAX_FIXED_AXIS = """
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e / np.sum(e, axis=-1, keepdims=True)
+"""
+
 # Scores divided by D instead of sqrt(D).
 SCALED_BY_D_MHA = (
     _MHA

@@ -37,6 +37,7 @@ ROOMS = {
         ("transformer_block", m.ZEROS_CACHE_DECODE),
     ],
     "maskless-mha": [("transformer_block", m.MASKLESS_MHA)],
+    "softmax-fixed-axis": [("primitives", m.SOFTMAX_FIXED_AXIS)],
     "scale-by-d": [("primitives", m.ROPE_STUB), ("transformer_block", m.SCALED_BY_D_MHA)],
     "tri-mask": [("primitives", m.ROPE_STUB), ("transformer_block", m.TRI_MASK_MHA)],
     "no-repeat-kv": [
@@ -116,6 +117,15 @@ def test_an_mha_that_calls_sdpa_without_a_mask_is_not_sdpas_fault_inlined(tmp_pa
         "changes: apply the causal mask"
     )
     assert named(mha["message"]) == {"multi_head_attention"}
+
+
+def test_a_softmax_that_ignores_its_axis_is_told_to_use_it(tmp_path_factory):
+    """It was told its "attention weights do not sum to 1 over each row", words for SDPA's
+    weights, and nothing of what to change (found by a tester)."""
+    softmax = verified("softmax-fixed-axis", tmp_path_factory)["by_function"]["softmax"]
+    assert "attention weights" not in softmax["message"]
+    assert "do not sum to 1 along the axis it is given" in softmax["message"]
+    assert named(softmax["message"]) == {"softmax"}
 
 
 def test_a_decode_whose_zeros_cache_is_float64_is_named_with_its_cache(tmp_path_factory):

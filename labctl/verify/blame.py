@@ -251,6 +251,13 @@ def said_own(function: str, run: FunctionRun, own: tuple[str, ...]) -> list[Msg]
                     cases=", ".join(cases),
                 )
             )
+        elif check == "rows-sum" and function == "softmax":
+            phrases.append(
+                Msg(
+                    "its outputs do not sum to 1 along the axis it is given: take the max, the "
+                    "sum of the exponentials and the division along axis, not a fixed axis"
+                )
+            )
         elif check in _SAID:
             phrases.append(_SAID[check])
     return phrases
