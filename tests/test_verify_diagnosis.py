@@ -759,7 +759,7 @@ def test_diagnoses_are_root_causes_first_each_group_in_contract_order(tmp_path):
     ]
     assert found[0].message == (
         "softmax: its output holds NaN or inf; its values differ from the reference; its "
-        "attention weights do not sum to 1 over each row; no catalogued fault matches it"
+        "outputs do not sum to 1 along the axis it is given; no catalogued fault matches it"
     )
 
 
