@@ -147,6 +147,18 @@ def test_an_unused_standard_library_import_no_longer_refuses_a_room(tmp_path):
     assert report.passed
 
 
+def test_a_module_of_the_room_imported_by_its_bare_name_is_told_how_to_import_it(tmp_path):
+    """`import helpers` for the room's own helpers.py is refused (Python would not find it
+    either), and the refusal now says to write `from . import helpers`; torch is not."""
+    room = variant(tmp_path, "primitives", "import helpers\nimport torch")
+    (room / "helpers.py").write_text("X = 1\n")
+    report = verify_clean_room(room, 20.0, out=None, measure=False, diagnose_failures=False)
+    assert report.status == "refused"
+    assert "imports helpers, one of this clean room's own modules" in report.message
+    assert "import it as `from . import helpers`" in report.message
+    assert "imports torch;" not in report.message and report.message.endswith("imports torch")
+
+
 def test_an_import_that_evades_the_scan_is_caught_by_the_runtime_guard(tmp_path):
     room = variant(
         tmp_path,

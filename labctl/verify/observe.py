@@ -31,7 +31,7 @@ from labctl.verify.bad_input import bad_cases
 from labctl.verify.builders import SEED
 from labctl.verify.calls import CRASHED, Call, calls_of
 from labctl.verify.functions import CAUSAL_FUNCTIONS, DEPENDS
-from labctl.verify.places import PACKAGE, Located, function_at
+from labctl.verify.places import PACKAGE, Located, function_at, located
 
 # A room as the calls below see it: a learner's in a worker, or one of labctl's own here.
 Room = CleanRoom | InProcessRoom
@@ -181,7 +181,7 @@ _SYNTAX = re.compile(r"syntax error in (?P<where>\S+?\.py:\d+)")
 def _located(root: Path, text: str) -> Located:
     """'dir/file.py:12: imports torch' -> Located(where, what, function)."""
     where, _, what = text.partition(": ")
-    return Located(where, what, function_at(root, where))
+    return located(root, where, what)
 
 
 # --------------------------------------------------------------------------
@@ -376,7 +376,7 @@ def observe(
     # imported does not stop a load); everything else the scan finds is a refusal.
     found = [v for v in guard.scan(root) if not v.what.startswith("syntax error")]
     if found:
-        seen.violations = [Located(v.where, v.what, function_at(root, v.where)) for v in found]
+        seen.violations = [located(root, v.where, v.what) for v in found]
         seen.status = "refused"
         seen.message = Msg(
             "refused: {room} breaks the import policy ({rule}): {violations}",
@@ -437,11 +437,11 @@ def observe(
                 seen.over_budget.append(function)
                 continue
             for text in room.violations[before:]:
-                located = _located(root, text)
-                if located.function == PACKAGE:
-                    located = Located(located.where, located.what, function)
-                if located not in seen.violations:
-                    seen.violations.append(located)
+                found_here = _located(root, text)
+                if found_here.function == PACKAGE:
+                    found_here = found_here.placed(function)
+                if found_here not in seen.violations:
+                    seen.violations.append(found_here)
         _believe_crashes(seen)
         if with_room is not None and not seen.over_budget:
             with_room(room)

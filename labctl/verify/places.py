@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from labctl import contract, pysource
@@ -77,6 +77,7 @@ class Located:
     where: str
     what: str
     function: str = PACKAGE
+    own_module: bool = False  # the refused import names a module of the room itself
 
     def __str__(self) -> str:
         return f"{self.where}: {self.what}"
@@ -86,9 +87,29 @@ class Located:
         match = _IMPORTS.fullmatch(self.what)
         if match is None:
             return str(self)
+        if self.own_module:
+            return Msg(
+                "{where}: imports {module}, one of this clean room's own modules, by its bare "
+                "name: import it as `from . import {top}`",
+                where=self.where,
+                module=match[2],
+                top=match[2].split(".")[0],
+            )
         if match[1]:
             return Msg("{where}: imports from {module}", where=self.where, module=match[2])
         return Msg("{where}: imports {module}", where=self.where, module=match[2])
+
+    def placed(self, function: str) -> Located:
+        return replace(self, function=function)
+
+
+def located(root: Path, where: str, what: str) -> Located:
+    """A violation at `where` in the room at `root`, placed in its function, and marked when
+    the module it imports is one of the room's own files (`import helpers` for helpers.py)."""
+    match = _IMPORTS.fullmatch(what)
+    top = match[2].split(".")[0] if match else ""
+    own = bool(top) and ((root / f"{top}.py").is_file() or (root / top / "__init__.py").is_file())
+    return Located(where, what, function_at(root, where), own)
 
 
 # The guard's words for an import it refuses (`labctl.isolation.guard`).
