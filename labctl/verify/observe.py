@@ -178,6 +178,21 @@ class RoomObservation:
 _SYNTAX = re.compile(r"syntax error in (?P<where>\S+?\.py:\d+)")
 
 
+def _refused(
+    seen: RoomObservation, root: Path, violations: list[Located], text: str = ""
+) -> RoomObservation:
+    """`seen`, refused by the import policy: the rule, then each violation where it is."""
+    seen.violations = violations
+    seen.status = "refused"
+    seen.message = Msg(
+        "refused: {room} breaks the import policy ({rule}): {violations}",
+        room=root.name,
+        rule=declared(guard.RULE),
+        violations=joined([v.shown() for v in violations]) or text,
+    )
+    return seen
+
+
 def _located(root: Path, text: str) -> Located:
     """'dir/file.py:12: imports torch' -> Located(where, what, function)."""
     where, _, what = text.partition(": ")
@@ -376,15 +391,7 @@ def observe(
     # imported does not stop a load); everything else the scan finds is a refusal.
     found = [v for v in guard.scan(root) if not v.what.startswith("syntax error")]
     if found:
-        seen.violations = [located(root, v.where, v.what) for v in found]
-        seen.status = "refused"
-        seen.message = Msg(
-            "refused: {room} breaks the import policy ({rule}): {violations}",
-            room=root.name,
-            rule=declared(guard.RULE),
-            violations=joined([v.shown() for v in seen.violations]),
-        )
-        return seen
+        return _refused(seen, root, [located(root, v.where, v.what) for v in found])
     try:
         room = (
             InProcessRoom(root, timeout_s)
@@ -393,15 +400,8 @@ def observe(
         )
     except ImportPolicyError as exc:
         text = str(exc).partition("breaks the import policy: ")[2]
-        seen.violations = [_located(root, part) for part in text.split("; ") if part]
-        seen.status = "refused"
-        seen.message = Msg(
-            "refused: {room} breaks the import policy ({rule}): {violations}",
-            room=root.name,
-            rule=declared(guard.RULE),
-            violations=joined([v.shown() for v in seen.violations]) or text,
-        )
-        return seen
+        violations = [_located(root, part) for part in text.split("; ") if part]
+        return _refused(seen, root, violations, text)
     except CleanRoomError as exc:
         seen.status = "unloadable"
         seen.message = Msg("does not load: {error}", error=exc.message)
