@@ -23,14 +23,24 @@ settings.load_profile("labctl")
 
 
 def pytest_configure(config) -> None:
-    """labctl's modules compiled once, before the workers start, as `pip install` compiles an
-    installed package. With PYTHONDONTWRITEBYTECODE=1 (set on the CI machines) every process
-    the suite starts (its workers, ~130 labctl commands and grading workers) would compile
-    them anew: 0.1 s of CPU each, against 0.2 s for all of them here."""
+    """Bytecode is written for what the suite imports, and labctl's modules are compiled once
+    before the workers start.
+
+    The README's test command installs with `pip install --no-compile`: compiling all ~9,000
+    installed modules (sympy's, torch's tests...) took ~19 s of its install, and the suite
+    imports a fraction of them. With PYTHONDONTWRITEBYTECODE=1 (set on the CI machines) every
+    process the suite starts (its workers, ~130 labctl commands, grading workers) would then
+    compile torch anew, and labctl's modules in any case: 0.1 s of CPU each for labctl's,
+    against 0.2 s for all of them here. The sandbox's worker keeps its own environment
+    (`PYTHONDONTWRITEBYTECODE=1`, `labctl.isolation.sandbox`) and never writes."""
     if hasattr(config, "workerinput"):
         return
     import compileall
+    import sys
     from pathlib import Path
+
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
 
     root = Path(__file__).resolve().parent.parent
     for package in ("labctl", "labs", "clean_room"):
