@@ -660,3 +660,19 @@ def test_a_worker_whose_reply_is_no_longer_read_ends_quietly(tmp_path):
     _, stderr = proc.communicate(timeout=60)
     assert b"Traceback" not in stderr and b"BrokenPipeError" not in stderr, stderr.decode()
     assert proc.returncode == 0
+
+
+def test_the_worker_s_staged_modules_are_compiled_for_it_to_read():
+    """The worker never writes bytecode (its environment, a read-only bind): without the
+    compiled files staged beside them, every start compiles these modules anew."""
+    import importlib.util
+
+    from labctl.isolation import bwrap
+
+    staged = bwrap.staged_worker() / "labctl"
+    modules = sorted(staged.rglob("*.py"))
+    assert len(modules) == len(bwrap.STAGED) + 2  # and the two empty package __init__s
+    for module in modules:
+        compiled = Path(importlib.util.cache_from_source(str(module), optimization=""))
+        assert compiled.is_file(), module
+        assert compiled.stat().st_mode & 0o444 == 0o444  # readable by the worker's uid

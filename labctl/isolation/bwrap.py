@@ -26,6 +26,7 @@ import importlib.util
 import json
 import os
 import platform
+import py_compile
 import shutil
 import subprocess
 import sys
@@ -100,6 +101,10 @@ def staged_worker() -> Path:
         shutil.copyfile(_PACKAGE / relative, dest)
     for package in (top / "labctl", top / "labctl" / "isolation"):
         (package / "__init__.py").write_text("")
+    # Compiled here, once: the worker never writes bytecode (PYTHONDONTWRITEBYTECODE, and a
+    # read-only bind), so every start would compile these modules anew, ~15 ms of ~110 ms.
+    for module in (top / "labctl").rglob("*.py"):
+        py_compile.compile(str(module), doraise=True, optimize=0)
     for path in [top, *top.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     # numpy alone, for the process level: its sys.path holds no site-packages (no torch).
