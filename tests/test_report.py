@@ -340,7 +340,11 @@ class Browser:
             found = re.search(r"DevTools listening on (ws://\S+)", line)
             url = found.group(1) if found else None
         assert url, "Chromium did not start its DevTools endpoint"
-        self.ws = websocket.create_connection(url, timeout=60, suppress_origin=True)
+        # websocket-client checks UTF-8 a character at a time in Python: 5 s of CPU for the
+        # screenshot's 10 MB of base64; json.loads below refuses what is not text anyway.
+        self.ws = websocket.create_connection(
+            url, timeout=60, suppress_origin=True, skip_utf8_validation=True
+        )
         self.next_id = 0
         self.events: list[dict] = []
         target = self.send("Target.createTarget", url="about:blank")["targetId"]

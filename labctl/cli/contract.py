@@ -1,7 +1,5 @@
 """`labctl contract show|check`."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

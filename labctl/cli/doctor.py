@@ -1,7 +1,5 @@
 """`labctl doctor`: what this machine offers labctl, and how to fix what it lacks."""
 
-from __future__ import annotations
-
 import platform
 import sys
 from importlib import metadata

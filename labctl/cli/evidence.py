@@ -5,8 +5,6 @@ JSON document with `--json`) and exits 0 when the file is valid or accepted, 1
 when it is invalid or refused, 2 on a usage error (a missing file).
 """
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 from typing import Annotated

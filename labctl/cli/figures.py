@@ -9,8 +9,6 @@ bars and borders (compact), and if that is still too wide its columns are shown
 in slices, one under the other, each with the row labels.
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Iterable, Sequence
 

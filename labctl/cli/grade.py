@@ -6,8 +6,6 @@ them. Exit codes: 0 when every learner has a row (whatever the learners
 scored), 1 when the input is refused (a bad rubric), 2 for usage.
 """
 
-from __future__ import annotations
-
 import os
 from pathlib import Path
 from typing import Annotated

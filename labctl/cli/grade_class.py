@@ -1,8 +1,6 @@
 """The TA's options of `labctl grade` (regrade, late work, overrides, the Canvas export) and
 the summary line: kept apart from `labctl.cli.grade`, which wires them in."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

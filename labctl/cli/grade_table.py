@@ -1,8 +1,6 @@
 """The table `labctl grade class` prints: a row per learner, the similarity lines, the
 summary. Learner text is escaped and never cut mid-clause (`labctl.cli.render`)."""
 
-from __future__ import annotations
-
 import re
 from pathlib import Path
 

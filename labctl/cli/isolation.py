@@ -1,7 +1,5 @@
 """`--isolation auto|sandbox|process`, shared by every command that runs learner code."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

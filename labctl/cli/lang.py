@@ -11,8 +11,6 @@ its click writes the rest in place. For the length of one invocation both are
 pointed at labctl's catalog (`speaking`), so they speak the chosen language too.
 """
 
-from __future__ import annotations
-
 import contextlib
 import re
 from collections.abc import Iterator, Sequence

@@ -8,8 +8,6 @@ these also prints one JSON document on stdout, `{"passed": false, "error":
 {...}}`, so a script reading stdout always gets a document.
 """
 
-from __future__ import annotations
-
 import contextlib
 import os
 import sys

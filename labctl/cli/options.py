@@ -1,7 +1,5 @@
 """Checks of the options several commands share, so each refuses a bad value alike."""
 
-from __future__ import annotations
-
 import math
 
 from labctl.errors import UsageError

@@ -10,8 +10,6 @@ characters (`Prose`), never cut. Widths are terminal cells (`rich.cells.cell_len
 a Chinese character takes two.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise

@@ -1,7 +1,5 @@
 """`labctl report`: the evidence on disk as one self-contained HTML file with plots."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

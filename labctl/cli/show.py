@@ -5,8 +5,6 @@ adds what a lab asks, the parameters a learner may change (defaults and the
 bounds the lab's pydantic model enforces) and each metric's tolerance and why.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 import typer

@@ -1,7 +1,5 @@
 """`labctl verify clean-room`, `labctl clean-room init`, `labctl faults`."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 
