@@ -306,9 +306,15 @@ def run_lab(
         result.fail(older)
         result.wall_time_s = time.perf_counter() - start
         return result
+    import numpy as np
+
     try:
-        output = lab.run(LabContext(params=result.params, seed=seed, impls=impls))
-        result.metrics = judge(lab, output, rows)
+        # A room's garbage (zeros, NaN) reaches the labs' own arithmetic: the NaN or inf fails
+        # the row that shows it, in the learner's words, where numpy's warning printed an
+        # English line naming a file of labctl's.
+        with np.errstate(all="ignore"):
+            output = lab.run(LabContext(params=result.params, seed=seed, impls=impls))
+            result.metrics = judge(lab, output, rows)
         result.figures = ([Note(older, flag=True)] if older is not None else []) + output.figures
     except CallError as exc:
         result.fail(Msg("clean room failed: {error}", error=exc.message))

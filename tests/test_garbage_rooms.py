@@ -11,6 +11,7 @@ clean room (test code, not a learner's), with the torch reference.
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 from garbage import KINDS, GarbageRoom, applies, nan_room
@@ -115,6 +116,19 @@ def test_a_garbage_room_fails_the_lab_and_the_reference_does_not(
     caught = ONLY_THE_REFERENCE_CATCHES.get((lab_id, kind))
     if caught is not None and len(functions) == len(CALLS[lab_id]):
         assert (caught, "both") in failing, failing
+
+
+@pytest.mark.parametrize("lab_id", ["scale-ablation", "gqa"])
+def test_a_garbage_room_fails_its_rows_without_numpy_s_warnings(torch_reference, lab_id):
+    """Zeros reach the labs' own logs and ratios (a log of 0, a norm of 0 divided): the rows
+    fail with a NaN or inf they name, and numpy prints no English line on the learner's
+    terminal."""
+    room = GarbageRoom("zeros", CALLS[lab_id])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = judged(lab_id, room, torch_reference)
+    assert room.changed and result.error is None and not result.passed
+    assert [w for w in caught if issubclass(w.category, RuntimeWarning)] == []
 
 
 def test_the_issue_s_kv_cache_room_is_caught_by_the_comparison_alone(torch_reference):

@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -344,9 +345,15 @@ def test_numpy_testing_loads_and_an_imaginary_part_fails_parity(tmp_path, monkey
             return _softmax(x, axis) + 100j
         """,
     )
-    result = runner.invoke(
-        app, ["verify", "clean-room", "--path", str(root), "--no-metrics", "--json"]
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = runner.invoke(
+            app, ["verify", "clean-room", "--path", str(root), "--no-metrics", "--json"]
+        )
+    # numpy's cast warnings would print English lines naming labctl's files
+    assert [
+        str(w.message) for w in caught if issubclass(w.category, np.exceptions.ComplexWarning)
+    ] == []
     assert result.exit_code == 1
     document = json.loads(result.stdout)
     assert document["status"] == "loaded" and document["isolation"] in ("sandbox", "process")
@@ -354,6 +361,8 @@ def test_numpy_testing_loads_and_an_imaginary_part_fails_parity(tmp_path, monkey
     assert cells[("(package)", "import-policy")]["status"] == "pass"
     parity = cells[("softmax", "parity")]
     assert parity["status"] == "fail" and parity["max_error"] == pytest.approx(100.0)
+    # Weights are real: the rows summing to 1 in their real parts is not enough.
+    assert cells[("softmax", "rows-sum")]["status"] == "fail"
     assert cells[("layer_norm", "parity")]["status"] == "pass"
     folder = tmp_path / "evidence" / "verify"
     record_path = next(p for p in folder.glob("*.json") if not p.name.endswith("-report.json"))

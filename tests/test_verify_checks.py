@@ -345,6 +345,19 @@ def test_complex_values_are_compared_by_both_parts():
     assert compare.compare(ref, np.array([1.0, 2 + 3j]), 1e-10).max_error == 3.0
 
 
+def test_a_dependency_s_imaginary_part_is_an_error_where_its_calls_are_judged():
+    """The diagnosis judges a dependency on the inputs it received by `relative_error`: an
+    imaginary part counts as `compare` counts it, and is not cast away with a warning."""
+    from labctl.verify.calls import relative_error
+
+    ref = np.array([1.0, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert relative_error(np.array([1 + 100j, 2.0]), ref) == pytest.approx(100.0 / 2.0)
+        assert relative_error(np.array([3 + 1j, 2 - 0.5j]), ref) == pytest.approx(2.0 / 2.0)
+        assert relative_error(np.array([1.0, 2.0]), ref) == 0.0
+
+
 def test_a_wrong_shape_is_named_with_the_contracts_letters():
     reference = np.zeros((2, 4, 8))
     problem = compare.structure_problem("transformer_block", np.zeros((2, 8, 4)), reference)

@@ -139,14 +139,19 @@ def check_rows_sum(seen: RoomObservation, function: str) -> CheckResult:
         if structure_problem(function, outcome.value, fx.reference_output(fixture)):
             continue
         weights, blocked = _row_sums(function, fixture, outcome.value)
-        weights = np.asarray(weights, dtype=np.float64)
+        weights = np.asarray(weights)
+        # Weights are real: an imaginary part is a deviation as large as itself.
+        imaginary = (
+            float(np.max(np.abs(weights.imag), initial=0.0)) if np.iscomplexobj(weights) else 0.0
+        )
+        weights = weights.real.astype(np.float64)
         with np.errstate(invalid="ignore"):
             sums = weights.sum(axis=-1)
         target = np.where(blocked, 0.0, 1.0)
         error = np.abs(sums - target)
         error = np.where(np.isnan(error), np.inf, error)
         negative = float(np.max(-weights, initial=0.0))
-        deviation = max(float(np.max(error, initial=0.0)), negative)
+        deviation = max(float(np.max(error, initial=0.0)), negative, imaginary)
         checked += 1
         if deviation > worst:
             worst, worst_name = deviation, fixture.name
