@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from labctl import registry
 from labctl.contract import VERSIONS, ContractError, declared_version
 from labctl.errors import CallError, LabctlError, UsageError, message_of
@@ -306,8 +308,6 @@ def run_lab(
         result.fail(older)
         result.wall_time_s = time.perf_counter() - start
         return result
-    import numpy as np
-
     try:
         # A room's garbage (zeros, NaN) reaches the labs' own arithmetic: the NaN or inf fails
         # the row that shows it, in the learner's words, where numpy's warning printed an

@@ -331,18 +331,17 @@ def verify_clean_room(
     # Named before the worker copies it: the record says which files were verified.
     room = identify(Path(path))
     metrics: list[TemplateMetric] = []
-    # The template's labs wait for torch (~1 s to import) once the room's calls are done;
-    # imported while the sandbox starts and the room loads, it is off that path. Without the
-    # labs, torch waits for a room that loads (`warm_meanwhile`).
-    importing = threading.Thread(target=_import_reference, name="labctl-import-reference")
+    warming: list[threading.Thread] = []
     if measure:
-        importing.start()
+        # The template's labs wait for torch (~1 s to import) once the room's calls are done;
+        # imported while the sandbox starts and the room loads, it is off that path. Without
+        # the labs, torch waits for a room that loads (`warm_meanwhile`).
+        warming.append(threading.Thread(target=_import_reference, name="labctl-import-reference"))
+        warming[-1].start()
 
     def measure_metrics(room: CleanRoom) -> None:
         if measure:
             metrics.extend(template_metrics(room, progress, seed))
-
-    warming: list[threading.Thread] = []
 
     def warm_meanwhile(seen: RoomObservation) -> None:
         # The reference (torch: ~1.5 s to import) is computed while the room's calls run
@@ -365,7 +364,7 @@ def verify_clean_room(
         contract_version=contract_version,
         on_load=warm_meanwhile,
     )
-    for thread in (*warming, *([importing] if measure else [])):
+    for thread in warming:
         thread.join()
     contract.verify_pin(version=seen.contract)
     # Whatever the warming thread did not compute is computed here, before the diagnosis
