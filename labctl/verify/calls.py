@@ -149,14 +149,8 @@ def relative_error(value: Any, expected: Any) -> float:
         if not np.issubdtype(ref.dtype, np.floating) or ref.size == 0:
             continue
         scale = max(1.0, float(np.max(np.abs(ref))))
-        x = np.asarray(x)
-        with np.errstate(invalid="ignore", over="ignore"):
-            diff = np.abs(x.real.astype(np.float64) - ref.astype(np.float64))
-            if np.iscomplexobj(x):
-                # An imaginary part is an error, counted as `compare` counts it: cast to
-                # float64 it was dropped, and the right real part compared equal.
-                diff = np.maximum(diff, np.abs(x.imag))
-        worst = max(worst, float(np.max(np.where(np.isnan(diff), np.inf, diff))) / scale)
+        # Errors as parity counts them (an imaginary part included, NaN against a number inf).
+        worst = max(worst, compare(np.asarray(x), ref, 0.0).max_error / scale)
     return worst
 
 
