@@ -534,11 +534,26 @@ def rename_locals(text: str, prefix: str = "my_") -> str:
             tok.type == tokenize.NAME
             and tok.string in names
             and before != "."
-            and not (keyword_argument)
+            and not keyword_argument
         ):
             tok = tok._replace(string=prefix + tok.string)
+        elif tok.type == tokenize.STRING and tok.string[:2].lower() in ("f'", 'f"'):
+            tok = tok._replace(string=_rename_fields(tok.string, names, prefix))
         out.append(tok)
     return _untokenize(out)
+
+
+def _rename_fields(text: str, names: set[str], prefix: str) -> str:
+    """The names inside an f-string's replacement fields renamed too."""
+
+    def field(match: re.Match) -> str:
+        return re.sub(
+            r"(?<![.\w])(\w+)\b",
+            lambda m: prefix + m.group(1) if m.group(1) in names else m.group(1),
+            match.group(0),
+        )
+
+    return re.sub(r"\{[^{}]*\}", field, text)
 
 
 def _untokenize(tokens: list[tokenize.TokenInfo]) -> str:

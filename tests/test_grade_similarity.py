@@ -13,7 +13,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from gradetools import copy_room, rubric_without
+from gradetools import rubric_without
+from honestrooms import own_copy
 from similarityrooms import EINSUM, LOOPS, STYLES, renamed, write_room
 from typer.testing import CliRunner
 
@@ -31,7 +32,7 @@ def rooms(tmp_path_factory) -> dict[str, Path]:
     found = {name: write_room(root / name, code) for name, code in STYLES.items()}
     found["copier"] = write_room(root / "copier", renamed(EINSUM))
     for name in ("own-a", "own-b"):
-        found[name] = copy_room(root / name)
+        found[name] = own_copy(root / name)
     return found
 
 

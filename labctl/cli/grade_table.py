@@ -53,6 +53,8 @@ def _diagnosis_shown(diagnosis: str) -> str:
 
 
 def render(batch, rubric, found, out_dir: Path) -> None:
+    from labctl.grade.basecode import flag
+
     rows = []
     for row, identical in zip(batch.rows, batch.identical, strict=True):
         diagnosis = shown(_diagnosis_shown(row.diagnosis))
@@ -62,6 +64,9 @@ def render(batch, rubric, found, out_dir: Path) -> None:
         if identical:
             same = _(Msg("same clean room as {learners}", learners=", ".join(identical)))
             diagnosis = f"{diagnosis} ({same})" if diagnosis else same
+        if row.base_code and row.base_code.get("functions"):
+            based = _(Msg("base code, no points: {flag}", flag=flag(row.base_code)))
+            diagnosis = f"{based}; {diagnosis}" if diagnosis else based
         rows.append(
             [
                 escape(shown(row.learner)),

@@ -19,6 +19,7 @@ code: it fails its checks anyway. `grade` gives such a function no points;
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +71,15 @@ class Base:
     def stubs(self) -> frozenset[int]:
         return frozenset().union(*(g for name, g in self.sources if name == STUBS))
 
+    @functools.cached_property
+    def digest(self) -> str:
+        """One sha256 over every source's name and K-grams: a key that changes with the base."""
+        digest = hashlib.sha256()
+        for name, grams in self.sources:
+            digest.update(name.encode("utf-8", "surrogateescape") + b"\0")
+            digest.update(b"".join(g.to_bytes(8, "big") for g in sorted(grams)))
+        return digest.hexdigest()
+
     def source_of(self, hashes: list[int]) -> str:
         """The source (other than the stubs) holding the most of `hashes`."""
         counted = [
@@ -110,10 +120,31 @@ class BaseFunction:
         }
 
 
-def judge(code: RoomCode, functions: list[str], base: Base) -> list[BaseFunction]:
-    """The functions of `functions` (contract names) that `code` defines as base code."""
+@dataclass
+class Verdict:
+    """The base code of one room: its contract functions that are base code, and how many
+    it defines with enough code of their own to judge (a stub, or two lines, is not judged)."""
+
+    functions: list[BaseFunction] = field(default_factory=list)
+    judged: int = 0
+
+    @property
+    def whole(self) -> bool:
+        """Every function judged is base code: the room is base code as a whole."""
+        return bool(self.functions) and len(self.functions) == self.judged
+
+    def to_json(self) -> dict:
+        return {
+            "functions": [f.to_json() for f in self.functions],
+            "judged": self.judged,
+            "whole": self.whole,
+        }
+
+
+def judge(code: RoomCode, functions: list[str], base: Base) -> Verdict:
+    """Which of `functions` (contract names) `code` defines as base code."""
     contract = frozenset(functions)
-    found = []
+    verdict = Verdict()
     for name in functions:
         index = code.function(name)
         if index is None:
@@ -125,19 +156,20 @@ def judge(code: RoomCode, functions: list[str], base: Base) -> list[BaseFunction
             for g in code.units[unit].prints
             if g[0] not in stubs
         ]
-        if not hashes:
+        if len(hashes) < MIN_PRINTS:
             continue
+        verdict.judged += 1
         based = [h for h in hashes if h in base.code]
         share = len(based) / len(hashes)
         if share >= SHARE and len(based) >= MIN_PRINTS:
             unit = code.units[index]
-            found.append(
+            verdict.functions.append(
                 BaseFunction(name, base.source_of(based), share, code.files[unit.file],
                              (unit.first, unit.last))
             )  # fmt: skip
-    return found
+    return verdict
 
 
-def base_functions(room: Path, functions: list[str], base: Base) -> list[BaseFunction]:
+def base_functions(room: Path, functions: list[str], base: Base) -> Verdict:
     """`judge` of the room at `room` (its files read, nothing run)."""
     return judge(read_room(room), functions, base)

@@ -125,14 +125,17 @@ def _prune_body(body: list[ast.stmt], used: set[str]) -> tuple[list[ast.stmt], b
     return kept, changed
 
 
-def prune(function: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-    """Remove `function`'s unused code in place (see the module docstring)."""
-    if _INTROSPECTION & _loaded(function):
+def prune(function: ast.FunctionDef | ast.AsyncFunctionDef, used: set[str] | None = None) -> None:
+    """Remove `function`'s unused code in place (see the module docstring); `used`: the names
+    it reads, when the caller has them already."""
+    used = _loaded(function) if used is None else used
+    if _INTROSPECTION & used:
         return
     for _round in range(_FIXPOINT):
-        function.body, changed = _prune_body(function.body, _loaded(function))
+        function.body, changed = _prune_body(function.body, used)
         if not changed:
             return
+        used = _loaded(function)
 
 
 # ---- tokens from the tree -----------------------------------------------------------------
@@ -170,47 +173,61 @@ def _constant(value: object) -> str:
     return repr(value)
 
 
-def _emit(node: ast.AST, line: int, out: list[Token]) -> None:
-    line = getattr(node, "lineno", line)
-    if isinstance(node, ast.Constant):
-        out.append((_constant(node.value), line))
-        return
-    if isinstance(node, ast.JoinedStr):
-        out.append((STRING, line))
-        return
-    if isinstance(node, (ast.Name, ast.arg, ast.alias)):
-        out.append((NAME, line))
-        return
-    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-        return  # a docstring, or a bare constant: no effect
-    out.append((type(node).__name__, line))
-    if isinstance(node, _NAMED):
-        out.append((NAME, line))  # its name, the attribute's, the keyword's, the module's
-    for name, value in ast.iter_fields(node):
-        if name in _SKIP_FIELDS:
+def _emit(root: ast.AST, line: int, out: list[Token]) -> None:
+    """`root`'s tokens in source order (pre-order), appended to `out`; iterative, so a
+    learner's 10,000-term expression costs no recursion."""
+    stack: list[tuple[ast.AST | None, int]] = [(root, line)]
+    while stack:
+        node, line = stack.pop()
+        if node is None:
+            out.append(("end", line))
             continue
-        children = value if isinstance(value, list) else [value]
-        for child in children:
-            if isinstance(child, ast.AST):
-                _emit(child, line, out)
-    if isinstance(node, _BLOCKS):
-        out.append(("end", getattr(node, "end_lineno", None) or line))
-
-
-def _calls(node: ast.AST) -> frozenset[str]:
-    return frozenset(
-        sub.func.id
-        for sub in ast.walk(node)
-        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name)
-    )
+        line = getattr(node, "lineno", line)
+        if isinstance(node, ast.Constant):
+            out.append((_constant(node.value), line))
+            continue
+        if isinstance(node, ast.JoinedStr):
+            out.append((STRING, line))
+            continue
+        if isinstance(node, (ast.Name, ast.arg, ast.alias)):
+            out.append((NAME, line))
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # a docstring, or a bare constant: no effect
+        out.append((type(node).__name__, line))
+        if isinstance(node, _NAMED):
+            out.append((NAME, line))  # its name, the attribute's, the keyword's, the module's
+        if isinstance(node, _BLOCKS):
+            stack.append((None, getattr(node, "end_lineno", None) or line))
+        children: list[ast.AST] = []
+        for name, value in ast.iter_fields(node):
+            if name in _SKIP_FIELDS:
+                continue
+            for child in value if isinstance(value, list) else [value]:
+                if isinstance(child, ast.AST):
+                    children.append(child)
+        stack.extend((child, line) for child in reversed(children))
 
 
 def _function_unit(node: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> Unit:
-    calls = _calls(node)
+    # One walk: the names it calls (to find its helpers), reads, and the functions it nests.
+    calls: set[str] = set()
+    used: set[str] = set()
+    nested = []
     for sub in ast.walk(node):
-        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            prune(sub)
-    unit = Unit(name, node.lineno, node.end_lineno or node.lineno, calls=calls)
+        if isinstance(sub, ast.Name):
+            if not isinstance(sub.ctx, ast.Store):
+                used.add(sub.id)
+        elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name):
+            calls.add(sub.func.id)
+        elif isinstance(sub, (ast.Global, ast.Nonlocal)):
+            used.update(sub.names)
+        elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)) and sub is not node:
+            nested.append(sub)
+    for inner in nested:
+        prune(inner)
+    prune(node, used)
+    unit = Unit(name, node.lineno, node.end_lineno or node.lineno, calls=frozenset(calls))
     _emit(node, node.lineno, unit.tokens)
     return unit
 
