@@ -210,6 +210,9 @@ def grade_class(
         from labctl.grade.similarity_report import remove_stale
 
         remove_stale(out_dir)
+    from labctl.grade.class_page import write_class_page
+
+    batch.files.append(write_class_page(batch, rubric, found, out_dir))
     for entry in batch.ignored:
         ignored = Msg(
             "ignored {name} ({kind}): at the top of the class folder, not a learner's folder",
