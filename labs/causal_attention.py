@@ -212,6 +212,12 @@ LAB = Lab(
         Section(HANDS_ON, "§03", "Self-Attention 的完整数学推导"),
         Section(HANDS_ON, "§03.5", "最小 NumPy 版 Attention：完整实现与验证"),
         Section(CH8, "阶段二", "scaled dot-product attention 逐步算"),
+        Section(
+            CH8,
+            "阶段六",
+            "动手实验",
+            part="每行 softmax 权重之和为 1；改动未来位置 token 不影响当前位置输出",
+        ),
     ),
     params=Params,
     metrics=METRICS,

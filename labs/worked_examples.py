@@ -225,6 +225,7 @@ LAB = Lab(
         Section(CH8, "阶段二", "scaled dot-product attention 逐步算"),
         Section(CH8, "阶段五", "位置从哪里来"),
         Section(PARTS, "§6.12", "为什么 Attention 是 O(T²)"),
+        Section(CH8, "阶段六", "动手实验", part="固定合成 fixture 的实测消融值"),
     ),
     params=Params,
     metrics=METRICS,
