@@ -179,3 +179,20 @@ def test_the_labs_that_measure_stage_six_cite_it():
         if any(s.chapter == CH8 and s.number == "阶段六" for s in lab.sections)
     }
     assert citing >= MEASURE_STAGE_SIX
+
+
+def test_every_section_the_worked_examples_cite_for_formulas_and_configurations_is_verbatim(
+    course,
+):
+    """The formula inventory, the rows recomputed from published configurations and the
+    formulas other labs check cite sections tests/test_citations.py does not read."""
+    from test_citations import problem
+
+    from labctl.labs.worked_examples_configs import CONFIG_ROWS
+    from labctl.labs.worked_examples_formulas import ELSEWHERE, FORMULAS
+
+    cited = [(f.key, f.section) for f in FORMULAS]
+    cited += [(row.what, row.section) for row in CONFIG_ROWS]
+    cited += [(printed, section) for section, printed, _, _ in ELSEWHERE]
+    problems = [f"{where}: {why}" for where, s in cited if (why := problem(s, course))]
+    assert problems == []
