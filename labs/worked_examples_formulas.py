@@ -630,7 +630,7 @@ FORMULAS: tuple[Formula, ...] = (
         "hands-on-combined-mask",
         Section(HANDS_ON, "§4.3", "Padding Mask vs Causal Mask"),
         "combined_mask = causal_mask | padding_mask",
-        N_("causal_mask(T) | padding_mask(lengths, T): the attention-inspect lab's decoder mask"),
+        N_("causal_mask(T) | padding_mask(lengths, T), as a decoder with padding combines them"),
         lambda i: (causal_blocked(T)[None, None] | (np.arange(T)[None, :] >= i["lengths"][:, None])[:, None, None, :]).astype(np.float64),
         lambda impl, i: _combined(impl, i["lengths"]),
         lambda rng: {"lengths": rng.integers(1, T + 1, B)},
