@@ -121,6 +121,23 @@ def reference_max_error(reference: list, room: list) -> float:
     return worst
 
 
+def allclose_ratio(got, want, atol: float, rtol: float) -> tuple[float, float]:
+    """(max |got - want| / (atol + rtol |want|), max |got - want|) over the elements.
+
+    The ratio is at most 1 exactly where `torch.allclose(got, want, rtol, atol)` holds
+    (`want` is the side whose magnitude scales the allowance, as torch's `other`); it is
+    infinite where the shapes differ and NaN where any element is.
+    """
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        return math.inf, math.inf
+    if not got.size:
+        return 0.0, 0.0
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is NaN, which fails
+        gap = np.abs(got - want)
+        return float(np.max(gap / (atol + rtol * np.abs(want)))), float(np.max(gap))
+
+
 @dataclass(frozen=True)
 class Metric:
     """A metric a lab reports.

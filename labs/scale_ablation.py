@@ -408,6 +408,7 @@ LAB = Lab(
             part="第二步：除以 $\\sqrt{d_k}$ 缩放",
         ),
         Section(HANDS_ON, "§03.2", "为什么要除以 √d_k — 方差分析的严格证明"),
+        Section(CH8, "阶段六", "动手实验", part="去 scale 最大权重差 0.281…"),
     ),
     params=Params,
     metrics=METRICS,

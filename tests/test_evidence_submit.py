@@ -394,7 +394,7 @@ DATA_CASES = {
     "inf-actual": (_set(("metrics", 0, "actual"), float("inf")), "metrics[0].actual", "finite"),
     "actual-fails-expected": (_set(("metrics", 0, "actual"), 0.5), "metrics[0].actual", "does not satisfy <=1e-12"),
     "not-reproduced": (_set(("metrics", 1, "actual"), 5e-11), "metrics[1].actual", "not reproduced"),
-    "loosened-tolerance": (_set(("metrics", 0, "expected"), "<=1"), "metrics[0].expected", "not the v3 tolerance"),
+    "loosened-tolerance": (_set(("metrics", 0, "expected"), "<=1"), "metrics[0].expected", "not the v4 tolerance"),
     "impl-not-measured": (_set(("metrics", 1, "impl"), "reference"), "metrics[1].impl", "measured on both"),
     "commit-not-in-repo": (_set(("commit",), "0123456789abcdef0123456789abcdef01234567"), "commit", "not a commit of this repository"),
     "commit-unknown": (_set(("commit",), "unknown"), "commit", "unknown"),

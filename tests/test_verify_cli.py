@@ -73,7 +73,7 @@ def test_human_output_is_a_table_then_diagnosis_then_a_verdict(workdir):
     last = [line for line in text.splitlines() if line.strip()][-1]
     assert last.startswith("FAIL") and "functions pass every check" in last
     # The parity tolerances the checks used, as the record names them (not the labs' table).
-    assert "tolerances v1," in last and "tolerances v3" not in last
+    assert "tolerances v1," in last and "tolerances v4" not in last
     assert "Traceback" not in text
 
 

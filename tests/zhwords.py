@@ -55,6 +55,9 @@ EXPLICIT = {
     "B", "KiB", "MiB", "GiB", "GB", "ms", "s",
     # authors and the paper the course cites, named as the course names them
     "Xiong", "Ainslie", "et", "al", "Vaswani",
+    # 第8章 阶段五's serving terms, and the published models and papers the worked-examples
+    # lab recomputes the chapters' memory and time from ("base": the paper's model's name)
+    "Prefill", "Worker", "Decode", "RDMA", "NDR", "MB", "Mistral", "Touvron", "Jiang", "base",
     # values of labctl's options and its verdict words' identifiers
     "zh", "en", "reference", "both", "auto", "sandbox", "process", "all", "info",
     # typer's type names in help (`<int>`, `<path>`) and its usage line
@@ -95,14 +98,19 @@ def allowed() -> frozenset[str]:
 
 @cache
 def course_titles() -> re.Pattern:
-    """The course's chapter titles and section headings, quoted as written (some hold
-    English words): removed whole, so their words are not allowed anywhere else."""
+    """The course's chapter titles, section headings and printed formulas, quoted as written
+    (some hold English words): removed whole, so their words are not allowed anywhere else."""
     from labctl import registry
     from labctl.course import CHAPTERS
 
     titles = {c.title for c in CHAPTERS}
     titles |= {s.heading for lab in registry.discover() for s in lab.sections}
     titles |= {s.chapter.title for lab in registry.discover() for s in lab.sections}
+    # the formulas the chapters print, quoted as printed by the worked-examples lab
+    from labctl.labs.worked_examples_formulas import ELSEWHERE
+    from labctl.labs.worked_examples_formulas import FORMULAS as PRINTED
+
+    titles |= {f.printed for f in PRINTED} | {printed for _, printed, _, _ in ELSEWHERE}
     ordered = sorted((t for t in titles if t), key=len, reverse=True)
     return re.compile("|".join(re.escape(t) for t in ordered))
 
