@@ -243,6 +243,10 @@ def _measure(impl, p: Params, table, model, ids, q, k) -> tuple[dict, dict, list
     scores = rope_scores(impl, q, k, positions, p.theta)  # (2, T, T)
     kept["rope"] = scores
     got["rope_past_tmax_relative_error"] = float(np.max(np.abs(scores[0] - scores[1])))
+    # one q and one k at every position 0 .. T_max + past - 1, for the figure's RoPE column
+    L = p.Tmax + p.past
+    line = np.broadcast_to(q[0, :1], (L, p.C)), np.broadcast_to(k[0, :1], (L, p.C))  # (L, C)
+    kept["rope_line"] = np.stack([np.asarray(impl.rope(v, np.arange(L), p.theta)) for v in line])
     return got, kept, refused
 
 
@@ -313,7 +317,39 @@ def _figures(p: Params, kept: dict, refused: dict, table: np.ndarray) -> list:
             for label in labels
         ),
     )  # fmt: skip
-    return [schemes, how]
+    return [schemes, how, *(_by_position(p, kept[n], table, n) for n in names)]
+
+
+def _by_position(p: Params, kept: dict, table: np.ndarray, name: str) -> TableFigure:
+    """The product of each scheme's vectors Δ apart, at positions up to and past T_max: the
+    learned table's rows are unrelated (and refused past it), the other two depend on Δ alone."""
+    d, last = p.delta, p.Tmax + p.past - p.delta - 1
+    step = max(1, last // 8)
+    shown = sorted({*range(0, last + 1, step), p.Tmax - d - 1, p.Tmax - d, p.Tmax, last})
+    rows = []
+    for at in shown:
+        learned = kept["rows"]
+        inside = at + d < p.Tmax and learned.shape == table.shape
+        pe, (q, k) = kept["sinusoid"], kept["rope_line"]
+        rows.append(
+            (
+                at,
+                float(learned[at] @ learned[at + d]) if inside else "—",
+                float(pe[at] @ pe[at + d]),
+                float(q[at + d] @ k[at]),
+            )
+        )
+    return TableFigure(
+        title=Msg(
+            "the product of two vectors {d} positions apart, at p and p + {d}, up to and past "
+            "T_max = {Tmax} ({impl}): the learned table has no rows past it",
+            d=d,
+            Tmax=p.Tmax,
+            impl=implementation(name),
+        ),
+        columns=("p", N_("learned table"), N_("sinusoid"), "RoPE q·k"),
+        rows=tuple(rows),
+    )
 
 
 LAB = Lab(

@@ -24,7 +24,14 @@ def test_passes_on_both_implementations(seed5):
     for impl in ("reference", "clean-room"):
         assert got[("learned_rows_max_abs_diff", impl)].actual == 0.0
         assert got[("learned_past_tmax_not_refused", impl)].actual == 0.0
-    schemes, how = seed5.figures
+    schemes, how, *by_position = seed5.figures
+    assert len(by_position) == 2  # the reference's, then the clean room's
+    for figure in by_position:
+        p = [row[0] for row in figure.rows]
+        assert [row[1] == "—" for row in figure.rows] == [at + 3 >= 16 for at in p]
+        for column in (2, 3):  # the sinusoid and RoPE: the same product at every p
+            values = [row[column] for row in figure.rows]
+            assert max(values) - min(values) < 1e-12 and max(p) > 16
     assert [row[1:] for row in schemes.rows[1:3]] == [("ValueError", "ValueError")] * 2
     assert all(cell.render(str) == "ValueError, naming positions" for row in how.rows[:4]
                for cell in row[1:])  # fmt: skip
