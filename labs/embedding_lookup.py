@@ -32,8 +32,10 @@ from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, Tabl
 
 CHAPTER_V, CHAPTER_D = 1000, 64
 CHAPTER_IDS = (42, 7, 256, 99)  # 手撕 §1.2.1's token_ids
-# The largest one-hot matrix or table a run may build: 32 Mi numbers (256 MiB in float64).
-MOST_NUMBERS = 32 * 2**20
+# The largest one-hot matrix or table a run may build: 16 Mi numbers (128 MiB in float64).
+MOST_NUMBERS = 16 * 2**20
+# The most multiply-adds of the largest one-hot product (n x V x d_model): 4x the default's.
+MOST_PRODUCT = 4 * 256 * 32000 * 64
 # The least one-hot matrix the memory row is judged at: glibc serves allocations up to
 # 32 MiB from memory a process already holds, which a worker's resident memory cannot see.
 LEAST_ONEHOT_BYTES = 40 * 2**20
@@ -76,12 +78,21 @@ class Params(LabParams):
         if max(self.n, self.d_model) * largest > MOST_NUMBERS:
             raise ValueError(
                 Msg(
-                    "n x V and d_model x V must stay under {most:,} numbers (256 MiB), got "
+                    "n x V and d_model x V must stay under {most:,} numbers (128 MiB), got "
                     "V = {V}, n = {n}, d_model = {d}",
                     most=MOST_NUMBERS,
                     V=largest,
                     n=self.n,
                     d=self.d_model,
+                )
+            )
+        if self.n * largest * self.d_model > MOST_PRODUCT:
+            raise ValueError(
+                Msg(
+                    "n x V x d_model = {product:,} multiply-adds of the one-hot product exceed "
+                    "{most:,} (a few seconds on two cores)",
+                    product=self.n * largest * self.d_model,
+                    most=MOST_PRODUCT,
                 )
             )
         return self

@@ -114,7 +114,8 @@ def test_a_lookup_that_builds_the_one_hot_matrix_fails_its_memory_in_the_worker(
         ({"vocabs": (4000, 1000)}, "increasing"),
         ({"n": 64, "vocabs": (1000, 32000)}, "40 MiB"),
         ({"n": 1024, "d_model": 1024, "vocabs": (64000,)}, "at least 2 x d_model"),
-        ({"n": 4096, "vocabs": (100000,)}, "256 MiB"),
+        ({"n": 4096, "vocabs": (100000,)}, "128 MiB"),
+        ({"n": 1024, "d_model": 512, "vocabs": (16000,)}, "multiply-adds"),
     ],
 )
 def test_sizes_that_cannot_be_measured_or_would_not_fit_are_refused(setting, message):

@@ -185,6 +185,7 @@ def test_the_entropy_floor_is_the_first_repeats_least_loss():
         ({"V": 6, "n": 8}, "V >= n"),
         ({"period_min": 9, "n": 8}, "must not exceed"),
         ({"steps": 4000, "batch": 256}, "a minute"),
+        ({"sequences": 2048, "n": 32, "V": 64, "H": 8}, "fewer sequences"),
     ],
 )
 def test_parameters_that_cannot_train_or_take_too_long_are_refused(setting, message):
