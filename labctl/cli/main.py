@@ -23,6 +23,7 @@ from labctl.cli import contract as contract_cli
 from labctl.cli import doctor as doctor_cli
 from labctl.cli import evidence as evidence_cli
 from labctl.cli import grade as grade_cli
+from labctl.cli import quiz as quiz_cli
 from labctl.cli import report as report_cli
 from labctl.cli import run as run_cli
 from labctl.cli import show as show_cli
@@ -139,6 +140,7 @@ app.add_typer(verify_cli.clean_room_app, name="clean-room")
 app.command("faults")(verify_cli.faults)
 app.command("doctor")(doctor_cli.doctor)
 app.command("report")(report_cli.report)
+app.command("quiz")(quiz_cli.quiz)
 
 
 def _version(value: bool) -> None:
