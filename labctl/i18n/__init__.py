@@ -121,13 +121,67 @@ def declared(text: str, /, **args: Any) -> Msg:
 
 
 # The implementations a lab compares, by the names records and figures keep (identifiers),
-# as a person reads them in a title or a column ("（参考实现）", never "（reference）").
-IMPLEMENTATIONS = {"reference": N_("reference"), "clean-room": N_("clean-room")}
+# as a person reads them in a title or a column ("（参考实现）", never "（reference）"); "both"
+# is `--impl both`. A Msg's value named `impl` that holds one of these names is shown so.
+IMPLEMENTATIONS = {
+    "reference": N_("reference"),
+    "clean-room": N_("clean-room"),
+    "both": N_("both"),
+}
 
 
 def implementation(name: str) -> str | Msg:
     """An implementation's name for a message: translated when shown, English in --json."""
     return declared(IMPLEMENTATIONS[name]) if name in IMPLEMENTATIONS else name
+
+
+def message_data(message: str | Msg) -> Any:
+    """A message as JSON data, to be shown later in any language (`from_message_data`): a
+    text as it is, a Msg as its template and values (nested ones alike; a value JSON cannot
+    hold as its text)."""
+    if not isinstance(message, Msg):
+        return (
+            message
+            if isinstance(message, (str, int, float, bool)) or message is None
+            else str(message)
+        )
+    return {
+        "template": message.template,
+        "args": {k: message_data(v) for k, v in message.args.items()},
+    }
+
+
+def shown_from_data(data: Any, english: str) -> str:
+    """A message stored by `message_data`, in the chosen language; `english` (the text stored
+    beside it) where the data is not a message of labctl's catalog or does not render. The
+    file it comes from is a learner's: a template is taken only from the catalog, and a
+    value that does not fit it gives the English text back."""
+    message = _message_from(data)
+    if message is None:
+        return english
+    try:
+        return _(message)
+    except (KeyError, IndexError, ValueError, TypeError, AttributeError):
+        return english
+
+
+def _message_from(data: Any) -> str | Msg | None:
+    if isinstance(data, (str, int, float, bool)):
+        return data
+    if not isinstance(data, dict) or set(data) != {"template", "args"}:
+        return None
+    template, args = data["template"], data["args"]
+    if not isinstance(template, str) or not isinstance(args, dict):
+        return None
+    if template not in catalog("zh"):
+        return None
+    values = {}
+    for name, value in args.items():
+        value = _message_from(value) if isinstance(value, dict) else value
+        if value is None and isinstance(args[name], dict):
+            return None
+        values[str(name)] = value
+    return declared(template, **values)
 
 
 def joined(messages: list[str | Msg]) -> str | Msg:
@@ -150,7 +204,7 @@ class Msg:
         self.args = args
 
     def render(self, translate: Callable[[str], str] = lambda s: s) -> str:
-        values = {k: v.render(translate) if isinstance(v, Msg) else v for k, v in self.args.items()}
+        values = {k: _value(k, v, translate) for k, v in self.args.items()}
         return translate(self.template).format(**values)
 
     def __str__(self) -> str:
@@ -164,3 +218,12 @@ class Msg:
 
     def __repr__(self) -> str:
         return f"Msg({self.template!r}, **{self.args!r})"
+
+
+def _value(name: str, value: Any, translate: Callable[[str], str]) -> Any:
+    """A Msg's value as shown: a Msg rendered, an implementation's name (`impl`) translated."""
+    if isinstance(value, Msg):
+        return value.render(translate)
+    if name == "impl" and isinstance(value, str) and value in IMPLEMENTATIONS:
+        return translate(IMPLEMENTATIONS[value])
+    return value
