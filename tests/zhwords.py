@@ -21,14 +21,14 @@ from functools import cache
 # formats, tools and the values of labctl's options.
 EXPLICIT = {
     # the course's terms kept in Latin letters
-    "Attention", "attention", "Transformer", "Block", "token", "tokens", "clean", "room",
+    "Attention", "attention", "Transformer", "Block", "token", "tokens",
     "KV", "Cache", "RoPE", "GQA", "MQA", "MHA", "FFN", "SwiGLU", "GeGLU", "ReLU", "SiLU",
     "LayerNorm", "RMSNorm", "softmax", "Softmax", "online", "logits", "logit", "decoder",
     "Decoder", "pre", "post", "norm", "FlashAttention", "Llama", "HuggingFace", "HF",
     "padding", "head", "heads", "causal", "scale", "Padding", "Mask", "Causal", "SWA",
     "FLOPs", "FLOP", "NaN", "inf", "Q", "K", "V", "O", "W", "x", "y", "i", "j", "p", "t",
     "dtype", "float", "int", "bool", "dict", "None", "True", "False", "tuple",
-    "argmax", "sqrt", "exp", "max", "min", "mean", "var", "sin", "cos", "ln", "log",
+    "argmax", "sqrt", "exp", "max", "min", "mean", "var", "sin", "cos", "ln", "log", "pi",
     "tril", "triu", "is_causal", "view", "transpose", "reshape", "matmul", "einsum",
     "fixture", "fixtures", "pnpm", "pytest", "query", "key", "keys", "value", "values",
     "block", "blocks", "prompt", "encoder", "embedding", "silu", "sigmoid", "attn", "itemsize", "ulp",
@@ -55,8 +55,8 @@ EXPLICIT = {
     "B", "KiB", "MiB", "GiB", "GB", "ms", "s",
     # authors and the paper the course cites, named as the course names them
     "Xiong", "Ainslie", "et", "al", "Vaswani",
-    # values of labctl's options and its verdict words' identifiers
-    "zh", "en", "reference", "both", "auto", "sandbox", "process", "all", "info",
+    # values of labctl's options (an option's value after it is taken out whole: FORMULAS)
+    "zh", "en", "auto", "all", "info",
     # typer's type names in help (`<int>`, `<path>`) and its usage line
     "OPTIONS", "COMMAND", "ARGS", "str", "path", "list",
 }  # fmt: skip
@@ -148,11 +148,14 @@ def _command_words() -> set[str]:
     return words
 
 
-# A tolerance as labctl writes it (`in [0.9, 1.1]`) and the paper the course cites by title.
-# Code in backticks, a default in help (a value), and a command the text quotes are not prose.
+# The paper the course cites by title. Code in backticks, a default in help (a value), a
+# command the text quotes and an option with its value (`--impl both`) are not prose; nor is
+# "clean room", the glossary's term kept as the chapters write it ("reference", "both",
+# "sandbox" alone are English on a Chinese screen: 参考实现, 两种实现, 沙箱).
 FORMULAS = re.compile(
-    r"\bin \[[^\]]*\]|On Layer Normalization in the Transformer Architecture|`[^`]*`"
-    r"|\[默认：[^\]]*\]|\b(?:apt-get|pip|dnf) install \S+"
+    r"On Layer Normalization in the Transformer Architecture|`[^`]*`"
+    r"|\[默认：[^\]]*\]|\b(?:apt-get|pip|dnf) install \S+|(?<!\S)--[\w-]+[ =][^\s，；。、）]+"
+    r"|\bclean room\b"
 )
 
 

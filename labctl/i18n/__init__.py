@@ -24,6 +24,7 @@ messages they must hold.
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Callable, Mapping
 from functools import cache
@@ -135,53 +136,28 @@ def implementation(name: str) -> str | Msg:
     return declared(IMPLEMENTATIONS[name]) if name in IMPLEMENTATIONS else name
 
 
-def message_data(message: str | Msg) -> Any:
-    """A message as JSON data, to be shown later in any language (`from_message_data`): a
-    text as it is, a Msg as its template and values (nested ones alike; a value JSON cannot
-    hold as its text)."""
-    if not isinstance(message, Msg):
-        return (
-            message
-            if isinstance(message, (str, int, float, bool)) or message is None
-            else str(message)
-        )
-    return {
-        "template": message.template,
-        "args": {k: message_data(v) for k, v in message.args.items()},
-    }
+def message_data(text: str | Msg) -> str | dict:
+    """A message as a record keeps it: plain text, or its template and values, to be shown
+    later in any language (`labctl.report.collect.message`)."""
+    if isinstance(text, Msg):
+        return {"msg": text.template, "args": {k: _data(v) for k, v in text.args.items()}}
+    return text
 
 
-def shown_from_data(data: Any, english: str) -> str:
-    """A message stored by `message_data`, in the chosen language; `english` (the text stored
-    beside it) where the data is not a message of labctl's catalog or does not render. The
-    file it comes from is a learner's: a template is taken only from the catalog, and a
-    value that does not fit it gives the English text back."""
-    message = _message_from(data)
-    if message is None:
-        return english
-    try:
-        return _(message)
-    except (KeyError, IndexError, ValueError, TypeError, AttributeError):
-        return english
-
-
-def _message_from(data: Any) -> str | Msg | None:
-    if isinstance(data, (str, int, float, bool)):
-        return data
-    if not isinstance(data, dict) or set(data) != {"template", "args"}:
-        return None
-    template, args = data["template"], data["args"]
-    if not isinstance(template, str) or not isinstance(args, dict):
-        return None
-    if template not in catalog("zh"):
-        return None
-    values = {}
-    for name, value in args.items():
-        value = _message_from(value) if isinstance(value, dict) else value
-        if value is None and isinstance(args[name], dict):
-            return None
-        values[str(name)] = value
-    return declared(template, **values)
+def _data(value: Any) -> Any:
+    """A message's value as JSON holds it: a number as a number (numpy's too), a Msg as a
+    message, anything else as its text."""
+    if isinstance(value, Msg):
+        return message_data(value)
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [_data(v) for v in value]
+    return str(value)
 
 
 def joined(messages: list[str | Msg]) -> str | Msg:

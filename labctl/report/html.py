@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import labctl
 from labctl import registry
-from labctl.i18n import _, implementation, language, shown_from_data
+from labctl.i18n import _, implementation, language
 from labctl.lab import shown_expected
-from labctl.report.collect import Evidence, Figure, LabRun, margin
+from labctl.report.collect import Evidence, Figure, LabRun, margin, message
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
@@ -289,7 +289,10 @@ def _diagnosis(entry: dict) -> list[str]:
     messages = entry.get("diagnosis_messages")
     if not isinstance(messages, list) or len(messages) != len(english):
         return english
-    return [shown_from_data(m, e) for m, e in zip(messages, english, strict=True)]
+    return [
+        message(m) if isinstance(m, (dict, str)) else e
+        for m, e in zip(messages, english, strict=True)
+    ]
 
 
 def _history(evidence: Evidence) -> str:
