@@ -119,7 +119,8 @@ class Prose:
     far as the line they continue."""
 
     def __init__(self, text: str | Text, hang: int | None = None):
-        self.text = Text.from_markup(text) if isinstance(text, str) else text
+        self.text = Text.from_markup(text) if isinstance(text, str) else text.copy()
+        self.text.expand_tabs(8)  # a tab's width is where it stands: spaces, to be measured
         self.hang = hang
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
