@@ -17,7 +17,6 @@ from gradetools import copy_room, rubric_without
 from rich.cells import cell_len
 from rich.console import Console
 from typer.testing import CliRunner
-from zhwords import english_words
 
 from labctl import faults, i18n, registry
 from labctl import runner as runner_module
@@ -194,8 +193,6 @@ def test_grade_table_fits_and_shows_whole_diagnosis_clauses(graded, lang):
         # a "…" only where the grader's own diagnosis holds one (its 600-character cap), and
         # the clauses left out are counted, not cut
         assert shown.count("…") <= sum(r["diagnosis"].count("…") for r in rows)
-        if lang == "zh":  # the grader's screen in Chinese too: learner ids are identifiers
-            assert not english_words(shown, frozenset({"copycat"})), english_words(shown)
 
 
 # ---- verdict rows --------------------------------------------------------------------------

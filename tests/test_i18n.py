@@ -327,7 +327,7 @@ def _zh_verify(tmp_path) -> list[str]:
 def test_zh_verify_has_no_english_sentence_of_its_own(tmp_path):
     lines = _zh_verify(tmp_path)
     # The first line is the package checks: their names, then their (translated) messages.
-    assert lines[0].split(": ")[1].startswith("loads")
+    assert lines[0].split("：")[1].startswith("加载")
     assert not english_sentences("\n".join(lines)), english_sentences("\n".join(lines))
 
 
