@@ -38,7 +38,8 @@ def wide(char: str) -> bool:
 
 
 def may_break(text: str, i: int) -> bool:
-    """Whether a line may start at `text[i]` (0 < i < len(text))."""
+    """Whether a line may start at `text[i]` (0 < i < len(text)). A space beside a lone sign
+    is a break of last resort (`_may_break_at_a_sign`), taken before a word is folded."""
     before, here = text[i - 1], text[i]
     if here.isspace() or here in CLOSING or before in OPENING:
         return False
@@ -51,6 +52,13 @@ def may_break(text: str, i: int) -> bool:
     return wide(before) or wide(here)
 
 
+def _may_break_at_a_sign(text: str, i: int) -> bool:
+    """A space beside a lone sign: kept whole where the line has room (`Hkv = 4`), broken
+    rather than fold a word of a long formula (`2 × n_layers × … × sizeof(dtype)`)."""
+    before, here = text[i - 1], text[i]
+    return before.isspace() and not here.isspace() and here not in CLOSING
+
+
 def break_offsets(text: str, width: int, rest: int | None = None) -> list[int]:
     """Where to break one line of `text` (no newline in it): the first piece at most `width`
     cells, each later one at most `rest` (default `width`), trailing spaces not counted.
@@ -60,6 +68,7 @@ def break_offsets(text: str, width: int, rest: int | None = None) -> list[int]:
     rest = width if rest is None else rest
     cells = [0, *accumulate(get_character_cell_size(c) for c in text)]
     starts = [i for i in range(1, len(text)) if may_break(text, i)]
+    signs = [i for i in range(1, len(text)) if _may_break_at_a_sign(text, i)]
 
     def shown(a: int, b: int) -> int:
         """Cells of text[a:b] without its trailing spaces."""
@@ -77,6 +86,9 @@ def break_offsets(text: str, width: int, rest: int | None = None) -> list[int]:
         while j < len(starts) and shown(start, starts[j]) <= limit:
             cut = starts[j]
             j += 1
+        if cut is None:  # beside a sign, rather than inside a word
+            fitting = [i for i in signs if i > start and shown(start, i) <= limit]
+            cut = fitting[-1] if fitting else None
         if cut is None:  # a word wider than the line: folded at the line's width
             cut = start + 1
             while cut < len(text) and cells[cut + 1] - cells[start] <= limit:
@@ -91,7 +103,8 @@ def unbreakable(text: str) -> int:
     width it wraps to without folding a word."""
     widest = 0
     for line in text.split("\n"):
-        edges = [0, *(i for i in range(1, len(line)) if may_break(line, i)), len(line)]
+        edges = [0, *(i for i in range(1, len(line)) if _may_break_at_a_sign(line, i)
+                      or may_break(line, i)), len(line)]  # fmt: skip
         for a, b in pairwise(edges):
             widest = max(widest, _cells(line[a:b].rstrip()))
     return widest

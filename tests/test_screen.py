@@ -128,8 +128,11 @@ def split_words(narrow: str, wide: str, width: int = WIDTH) -> list[str]:
         end, start = re.search(r"[A-Za-z0-9_.]+$", line), re.match(r"[A-Za-z0-9_.]+", following)
         if end and start:
             joined = end.group() + start.group()
-            # a word has a letter: numbers at a row's end and the next row's start are cells
-            if joined in words and len(joined) <= width and re.search("[A-Za-z]", joined):
+            # both pieces of a word have a letter: numbers at a row's end and the next row's
+            # start are cells (`32` / `K/V heads`)
+            pieces = (end.group(), start.group())
+            lettered = all(re.search("[A-Za-z]", piece) for piece in pieces)
+            if joined in words and len(joined) <= width and lettered:
                 found.append(f"{end.group()}|{start.group()}: {line[-30:]!r} / {following[:30]!r}")
     return found
 

@@ -51,6 +51,17 @@ def test_chinese_fills_its_lines_instead_of_breaking_at_the_first_space():
     assert any("Hkv = 4" in line for line in lines), lines  # a lone sign keeps its operands
 
 
+def test_a_long_formula_breaks_beside_its_signs_rather_than_inside_a_word():
+    """`… × d_k × sizeof(dty|pe)`: operands bound to their signs made the whole formula one
+    unbreakable piece, folded inside a word."""
+    formula = "KV 字节数 = 2 × n_layers × n_kv_heads × d_k × sizeof(dtype) × T"
+    for width in range(20, 40):
+        lines = wrap(formula, width)
+        assert all(cell_len(line) <= width for line in lines), lines
+        assert any("sizeof(dtype)" in line for line in lines), (width, lines)
+    assert wrap("a b Hkv = 4 c", 9) == ["a b", "Hkv = 4 c"]
+
+
 def test_a_word_wider_than_the_line_is_folded_and_only_then():
     assert break_offsets("a" * 25, 10) == [10, 20]
     assert wrap("see " + "x" * 12 + " then", 10) == ["see", "xxxxxxxxxx", "xx then"]
