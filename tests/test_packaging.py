@@ -59,6 +59,8 @@ def test_the_wheel_installs_only_the_labctl_package(wheel):
     for needed in (
         "labctl/i18n/locale/zh/LC_MESSAGES/labctl.po",
         "labctl/data/contract_v1.json",
+        "labctl/data/contract-v1.md",
+        "labctl/data/contract-v2.md",
         "labctl/data/tolerances-v2.json",
         "labctl/labs/causal_attention.py",
         "labctl/clean_room/attention.py",
