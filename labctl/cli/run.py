@@ -97,7 +97,7 @@ def run(
                 _render_lab(result)
         raise
     for note in record_notes(report.clean_room, "--clean-room"):
-        err.print(_(note), markup=False, soft_wrap=True)
+        err.print(_(note), markup=False)
     if json_:
         print_json(report.to_json(shown_path))
     else:

@@ -151,7 +151,7 @@ def clean_room(
             contract_version=contract_version,
         )
     for note in record_notes(report.clean_room, "--path"):
-        err.print(_(note), markup=False, soft_wrap=True)
+        err.print(_(note), markup=False)
     if json_:
         print_json(report.to_json(shown_path))
     else:

@@ -166,10 +166,12 @@ def record_notes(info: CleanRoomInfo | None, option: str) -> list[Msg]:
 def identify(root: Path) -> CleanRoomInfo:
     """The identity a record carries for the clean room at `root`."""
     files = room_files(root)
+    own = is_own(root, files)
     return CleanRoomInfo(
-        path=repository_path(root),
+        # labctl's own room is never submitted: it is named as shown, not to be found again
+        path=shown_path(root) if own else repository_path(root),
         sha256=files_digest(files),
-        own=is_own(root, files),
+        own=own,
         files=files,
         contract=declared_version(root),
     )
