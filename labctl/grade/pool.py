@@ -1,8 +1,8 @@
 """Local grading workers: N long-lived processes, each learner with its own time limit.
 
 Each worker (`labctl.grade.worker`) runs in its own session, in a private folder, with an
-isolated import path (`python -I`): nothing in the grader's working directory is imported. A learner's
-`learner_timeout_s` is its verify budget (the rule of `verify --budget`): its
+isolated import path (`python -I`): nothing in the grader's working directory is imported.
+A learner's `learner_timeout_s` is its verify budget (the rule of `verify --budget`): its
 calls stop there, with an over-budget verdict. A learner whose observation
 still runs `HARD_STOP_AFTER_S` later is a `hang`: its worker gets SIGTERM
 (it closes its clean room and exits), then SIGKILL for its whole process group
