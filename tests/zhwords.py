@@ -47,6 +47,8 @@ EXPLICIT = {
     # contract v2's terms and the v2 labs' dimension names (the trained length)
     "GELU", "tanh", "erf", "ALiBi", "NTK", "PI", "Ttrain", "Tmax", "Infra",
     "rad", "ISO", "Canvas", "canvas", "LMS",
+    # the font the report's Chinese glyphs come from, and the package that installs it
+    "Noto", "Sans", "SC", "pylopdf", "fonts", "cn",
     # the values contract v2's parameters take (rope scaling, decoder_forward's positional)
     "linear", "ntk", "none", "learned", "alibi", "sinusoidal", "rope",
     # the tokens of 第8章 阶段二's attention figure, quoted as the course prints them

@@ -163,4 +163,20 @@ def root(
 
 
 def main() -> None:
-    app()
+    """The console script: the command, then stdout flushed here, not at interpreter exit.
+
+    With stdout buffered (no PYTHONUNBUFFERED, as in a user's shell), a command writing into
+    a closed pipe (`labctl grade --json | head -c 0`) only fails when the buffer is flushed;
+    at exit Python reports "Exception ignored ... BrokenPipeError" and exits 120. Flushed
+    here, it ends as an unbuffered write does: quietly, exit 1."""
+    try:
+        app()
+    except SystemExit as stop:
+        code = stop.code
+    else:
+        code = 0
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _reader_gone().exit_code
+    sys.exit(code)

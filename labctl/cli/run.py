@@ -66,7 +66,7 @@ def run(
     probe_early(isolation)
     from labctl import registry
     from labctl.evidence.records import shown_path
-    from labctl.evidence.room import own_room_note
+    from labctl.evidence.room import record_notes
     from labctl.runner import run_labs
     from labctl.textsafe import valid
 
@@ -96,8 +96,8 @@ def run(
             for result in done:
                 _render_lab(result)
         raise
-    if report.clean_room is not None and report.clean_room.own:
-        err.print(_(own_room_note(report.clean_room.path, "--clean-room")), markup=False)
+    for note in record_notes(report.clean_room, "--clean-room"):
+        err.print(_(note), markup=False)
     if json_:
         print_json(report.to_json(shown_path))
     else:

@@ -122,7 +122,7 @@ def clean_room(
 ) -> None:
     """Check a clean room: contract, import policy, parity, properties, isolation; diagnose."""
     from labctl.evidence.records import shown_path
-    from labctl.evidence.room import own_room_note
+    from labctl.evidence.room import record_notes
     from labctl.runner import local_clean_room
     from labctl.verify.builders import fresh_seed
     from labctl.verify.record import check_out_dir
@@ -167,8 +167,8 @@ def clean_room(
             budget_s=budget,
             contract_version=contract_version,
         )
-    if report.clean_room is not None and report.clean_room.own:
-        err.print(_(own_room_note(report.clean_room.path, "--path")), markup=False)
+    for note in record_notes(report.clean_room, "--path"):
+        err.print(_(note), markup=False)
     if json_:
         print_json(report.to_json(shown_path))
     else:

@@ -1,6 +1,7 @@
-"""The report as one self-contained HTML document: CSS inline, figures as data: SVGs whose
-text the browser draws, a Content-Security-Policy that forbids every fetch, so it opens
-offline and leaks nothing."""
+"""The report as one self-contained HTML document: CSS inline, figures as data: SVGs that
+carry their own glyphs, the subset of a CJK font its text needs embedded (`glyphs`), a
+Content-Security-Policy that forbids every fetch, so it opens offline, reads on a machine
+with no CJK font, and leaks nothing."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ import labctl
 from labctl import registry
 from labctl.i18n import _, implementation, language
 from labctl.lab import shown_expected
+from labctl.report import glyphs
 from labctl.report.collect import Evidence, Figure, LabRun, margin, message
 
-CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+CSP = "default-src 'none'; img-src data:; font-src data:; style-src 'unsafe-inline'"
 
 CSS = """
-body { font-family: system-ui, "Noto Sans CJK SC", sans-serif; margin: 2rem auto;
+body { font-family: "EMBEDDED", system-ui, "Noto Sans CJK SC", sans-serif; margin: 2rem auto;
   max-width: 72rem; padding: 0 1rem; color: #222; }
 h1 { font-size: 1.6rem; } h2 { border-bottom: 1px solid #ccc; margin-top: 2.5rem; }
 table { border-collapse: collapse; margin: 0.6rem 0; font-size: 0.85rem; }
@@ -29,7 +31,7 @@ th { background: #f4f4f4; } td.text, th.text { text-align: left; }
 .changed { background: #fff4ce; border-left: 4px solid #e0a800; padding: 0.3rem 0.6rem; }
 figure { margin: 1rem 0; } figcaption { font-size: 0.9rem; color: #444; }
 img { max-width: 100%; } details { margin: 0.3rem 0 1rem; } .dim { color: #777; }
-"""
+""".replace("EMBEDDED", glyphs.EMBEDDED)
 
 
 def _e(value: object) -> str:
@@ -349,6 +351,14 @@ def document(evidence: Evidence, plots, now: Callable[[], str]) -> str:
             + "</p>"
         )
     title = _("labctl report")
+    body = f"""<h1>{_e(title)}</h1>
+<p class="dim">{_e(_("built {when} by labctl {version} from the evidence records on disk").format(when=now(), version=labctl.__version__))}</p>
+<p>{_e(_("{passed}/{total} labs passed").format(passed=passed, total=len(runs)))}</p>
+{warning}
+{summary}
+{"".join(_lab(r, plots) for r in runs)}
+{_environment(evidence)}
+{_history(evidence)}"""
     return f"""<!DOCTYPE html>
 <html lang="{_e(language())}">
 <head>
@@ -356,17 +366,10 @@ def document(evidence: Evidence, plots, now: Callable[[], str]) -> str:
 <meta http-equiv="Content-Security-Policy" content="{_e(CSP)}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{_e(title)}</title>
-<style>{CSS}</style>
+<style>{glyphs.font_face(title + body)}{CSS}</style>
 </head>
 <body>
-<h1>{_e(title)}</h1>
-<p class="dim">{_e(_("built {when} by labctl {version} from the evidence records on disk").format(when=now(), version=labctl.__version__))}</p>
-<p>{_e(_("{passed}/{total} labs passed").format(passed=passed, total=len(runs)))}</p>
-{warning}
-{summary}
-{"".join(_lab(r, plots) for r in runs)}
-{_environment(evidence)}
-{_history(evidence)}
+{body}
 </body>
 </html>
 """
