@@ -24,16 +24,24 @@ from labctl.isolation import seccomp
 CPU_LIMIT_S = 600
 # Nothing a clean room writes is kept; 64 MiB bounds a flood into the private tmp.
 FILE_SIZE_LIMIT = 64 << 20
+# Open descriptors: the worker needs about ten (its pipes, what numpy and an import hold
+# open a moment). Each pipe or socket holds kernel memory that RLIMIT_AS does not count,
+# and a descriptor in flight in a socket still counts against this limit: with buffers
+# kept at the system's default (`seccomp`), 64 descriptors bound what they hold to about
+# 128 sockets' default buffers or 64 pipes of pipe-max-size (tens of MiB), where 20,000
+# descriptors with 4 MiB buffers held gigabytes.
+DESCRIPTOR_LIMIT = 64
 NOBODY = 65534
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
 
 def apply_rlimits(memory_mb: int) -> None:
-    """Address space, CPU seconds, file size, no new processes, no core dumps."""
+    """Address space, CPU seconds, file size, descriptors, no new processes, no core dumps."""
     limits = [
         (resource.RLIMIT_CPU, CPU_LIMIT_S),
         (resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT),
+        (resource.RLIMIT_NOFILE, DESCRIPTOR_LIMIT),
         (resource.RLIMIT_CORE, 0),
         # 0: no fork and no thread (numpy runs single-threaded here). The kernel
         # does not enforce it for uid 0, which is why root drops its uid first.
