@@ -142,11 +142,18 @@ def _widen(fd: int) -> None:
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
 
 
+_SPENT = N_("not run: the room's time budget is spent")
+
+
 class CleanRoom:
-    """A clean room held in a worker; contract functions are its attributes."""
+    """A clean room held in a worker; contract functions are its attributes.
+
+    `deadline` (time.monotonic, None: none) is the end of the room's whole time budget:
+    no call starts past it, and a call's timeout is cut to what is left of it."""
 
     _proc: subprocess.Popen | None = None
     _copy: Path | None = None
+    deadline: float | None = None
 
     def __init__(
         self,
@@ -431,6 +438,12 @@ class CleanRoom:
         want_value: bool,
         trace: bool,
     ) -> CallResult:
+        timeout_s = self.timeout_s
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise CallError(name, "timeout", _SPENT, shown=Msg(_SPENT))
+            timeout_s = min(timeout_s, left)
         if self._proc is None:
             self._start()
         self.wait_loaded()
@@ -438,10 +451,10 @@ class CleanRoom:
         peak = None
         if measure_memory:
             with PeakMeter(worker_pid(self._proc.pid)) as meter:
-                reply = self._exchange(request, self.timeout_s, name)
+                reply = self._exchange(request, timeout_s, name)
             peak = meter.growth
         else:
-            reply = self._exchange(request, self.timeout_s, name)
+            reply = self._exchange(request, timeout_s, name)
         self.violations.extend(reply.get("violations", []))
         self._printed_note()
         try:

@@ -25,6 +25,7 @@ from labctl.i18n import Msg
 from labctl.isolation import calltrace, guard, limits, loader, seccomp, wire
 
 _MESSAGE_LIMIT = 500
+_VIOLATIONS_LIMIT = 100  # replies.MAX_VIOLATIONS: labctl refuses more as forged
 
 
 def _short(text: str) -> str:
@@ -41,11 +42,13 @@ class Worker:
         self.recorder = calltrace.Recorder()
 
     def _new_violations(self) -> list[str]:
+        """The refusals since the last reply, each once and cut short, at most as many as
+        labctl reads (a room may try an import in a loop, or name a module of a megabyte)."""
         if self.guard is None:
             return []
-        fresh = [str(v) for v in self.guard.violations[self.reported :]]
+        fresh = list(dict.fromkeys(_short(str(v)) for v in self.guard.violations[self.reported :]))
         self.reported = len(self.guard.violations)
-        return fresh
+        return fresh[:_VIOLATIONS_LIMIT]
 
     def load(self, request: dict) -> dict:
         try:

@@ -204,15 +204,23 @@ def _located(root: Path, text: str) -> Located:
 # --------------------------------------------------------------------------
 
 
-def call(room: Room, name: str, args: tuple, kwargs: dict, trace: bool = False) -> Outcome:
+def call(
+    room: Room,
+    name: str,
+    args: tuple,
+    kwargs: dict,
+    trace: bool = False,
+    deadline: float | None = None,
+) -> Outcome:
     """One call through the sandbox; every failure of the clean room becomes an Outcome.
-    With `trace`, the calls it made to the room's contract functions are kept (`calls`)."""
+    With `trace`, the calls it made to the room's contract functions are kept (`calls`),
+    judged only before `deadline`, the end of the room's time budget."""
     try:
         # Asked only when wanted: a room that records nothing need not know the option.
         options = {"trace": True} if trace else {}
         result = room.invoke(name, *args, **options, **kwargs)
     except CallError as exc:
-        outcome = _failed(name, exc)
+        outcome = _failed(name, exc, deadline)
         if outcome.kind == "crash" and outcome.where:
             outcome.calls = _ended_in(room.path, name, outcome.where)
         return outcome
@@ -224,7 +232,7 @@ def call(room: Room, name: str, args: tuple, kwargs: dict, trace: bool = False) 
         value=result.value,
         mutated=tuple(result.mutated),
         elapsed_s=result.elapsed_s,
-        calls=calls_of(result.trace),
+        calls=calls_of(result.trace, deadline),
     )
 
 
@@ -248,12 +256,16 @@ def _believe_crashes(seen: RoomObservation) -> None:
                 outcome.calls = tuple(c for c in outcome.calls if c.function in ending)
 
 
-def _failed(name: str, exc: CallError) -> Outcome:
+def _failed(name: str, exc: CallError, deadline: float | None = None) -> Outcome:
     body = exc.detail
     if exc.kind == "exception":
         kind = "not-implemented" if exc.exc_type == "NotImplementedError" else "exception"
         return Outcome(
-            kind, message=body, exc_type=exc.exc_type, where=exc.where, calls=calls_of(exc.trace)
+            kind,
+            message=body,
+            exc_type=exc.exc_type,
+            where=exc.where,
+            calls=calls_of(exc.trace, deadline),
         )
     if exc.kind == "timeout":
         return Outcome("timeout", message=Msg("did not return: {body}", body=exc.shown))
@@ -291,7 +303,7 @@ def _within(room: Room, deadline: float | None, name: str, args: tuple, kwargs: 
     full = room.timeout_s
     room.timeout_s = min(full, left)
     try:
-        outcome = call(room, name, args, kwargs, trace)
+        outcome = call(room, name, args, kwargs, trace, deadline)
     finally:
         room.timeout_s = full
     if outcome.kind == "timeout" and left < full:
@@ -444,6 +456,8 @@ def observe(
                     seen.violations.append(found_here)
         _believe_crashes(seen)
         if with_room is not None and not seen.over_budget:
+            # The labs' calls count against the same budget as the room's own calls.
+            room.deadline = deadline
             with_room(room)
         seen.output_bytes, seen.output = room.output()
     return seen
