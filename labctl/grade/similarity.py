@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labctl.i18n import N_
-from labctl.isolation.loader import shown_name, source_files
+from labctl.isolation.loader import shown_name, source_files, walk_room
 
 # The base's names in similarity.json; the CLI shows them translated.
 PROJECT = N_("(labctl's own clean room)")
@@ -55,6 +55,9 @@ class Room:
     lines: list[list[str]] = field(default_factory=list)
     prints: dict[int, list[Place]] = field(default_factory=dict)
     total: int = 0  # fingerprints before the base was removed
+    # Entries not read, as "path (kind)": a `.py` file past the loader's size (too-large),
+    # bytecode, a link... (`loader.walk_room`): what the room's verify refuses it for.
+    refused: list[str] = field(default_factory=list)
 
     @property
     def base_share(self) -> float:
@@ -124,7 +127,11 @@ class Similarity:
             "method": {"k": K, "window": W},
             "base": self.base,
             "rooms": {
-                name: {"fingerprints": len(room.prints), "base_share": round(room.base_share, 4)}
+                name: {
+                    "fingerprints": len(room.prints),
+                    "base_share": round(room.base_share, 4),
+                    **({"refused": room.refused} if room.refused else {}),
+                }
                 for name, room in self.rooms.items()
             },
             "pairs": [p.to_json() for p in self.pairs],
@@ -191,7 +198,9 @@ def base_grams(extra: list[Path]) -> tuple[set[int], list[str]]:
 
 def fingerprint(name: str, folder: Path, base: set[int]) -> Room:
     room = Room(name)
-    for path in source_files(folder):
+    walked = walk_room(folder)
+    room.refused = [f"{path} ({kind})" for path, kind in walked.refused]
+    for path in walked.sources:
         text = _read(path)
         room.files.append(shown_name(path.relative_to(folder).as_posix()))
         room.lines.append(text.splitlines())

@@ -54,6 +54,7 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 STAGED = (
     "errors.py",
     "i18n/__init__.py",
+    "isolation/audit.py",
     "isolation/calltrace.py",
     "isolation/guard.py",
     "isolation/limits.py",

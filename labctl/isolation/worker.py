@@ -22,7 +22,7 @@ from pathlib import Path
 
 from labctl.errors import LabctlError
 from labctl.i18n import Msg
-from labctl.isolation import calltrace, guard, limits, loader, seccomp, wire
+from labctl.isolation import audit, calltrace, guard, limits, loader, seccomp, wire
 
 _MESSAGE_LIMIT = 500
 _VIOLATIONS_LIMIT = 100  # replies.MAX_VIOLATIONS: labctl refuses more as forged
@@ -40,14 +40,14 @@ class Worker:
         self.reported = 0
         self.privileges = privileges
         self.recorder = calltrace.Recorder()
+        self.refused_code = lambda: []
 
     def _new_violations(self) -> list[str]:
         """The refusals since the last reply, each once and cut short, at most as many as
         labctl reads (a room may try an import in a loop, or name a module of a megabyte)."""
-        if self.guard is None:
-            return []
-        fresh = list(dict.fromkeys(_short(str(v)) for v in self.guard.violations[self.reported :]))
-        self.reported = len(self.guard.violations)
+        found = [str(v) for v in self.guard.violations[self.reported :]] if self.guard else []
+        self.reported = len(self.guard.violations) if self.guard else 0
+        fresh = list(dict.fromkeys(_short(v) for v in [*found, *self.refused_code()]))
         return fresh[:_VIOLATIONS_LIMIT]
 
     def load(self, request: dict) -> dict:
@@ -56,6 +56,8 @@ class Worker:
             if request.get("guard", True):
                 self.guard = guard.RuntimeGuard(self.root)
                 self.guard.install()
+            # Before any of the room's code runs: it cannot be removed once in place.
+            self.refused_code = audit.install(self.root, loader.source_files(self.root))
             module = loader.load_package(self.root, keep_alias=True)
         except LabctlError as exc:
             violations = self._new_violations()
