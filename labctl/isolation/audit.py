@@ -10,10 +10,13 @@ would make of other bytes at run time:
   hand-made bytecode go through), unless the import system itself is reading a
   cached module of the runtime, numpy or the worker (a path on `sys.path` as the
   worker started, never the room);
-- `types.CodeType(...)` and `code.replace(...)` (`code.__new__`);
-- compiling or executing code whose file is in the room but is not one of its
-  `.py` files (`SourceFileLoader` on `impl.txt`, `runpy.run_path`), or whose source
-  is the exact text of one of the room's other files (`exec(open("impl.txt").read())`);
+- `types.CodeType(...)` and `code.replace(...)` (`code.__new__`) called by the
+  room's code (`types.coroutine`, the runtime's own, may);
+- compiling or executing code from a file that is neither one of the room's `.py`
+  files nor the runtime's, numpy's or the worker's (`SourceFileLoader` on the room's
+  `impl.txt`, `runpy.run_path`, labctl's reference read from the repository), or
+  whose source is the exact text of one of the room's other files
+  (`exec(open("impl.txt").read())`);
 - `gc.get_objects`, `gc.get_referrers`, `gc.get_referents`: the way to this hook's
   own state.
 
@@ -98,15 +101,22 @@ def install(root: Path, sources: list[Path]) -> Callable[[], list[str]]:
     inside = room + os.sep
     own = frozenset(os.path.realpath(p) for p in sources)
     others = _other_files(Path(room), own)
+    # The folders of sys.path as the worker started (the runtime, numpy, the worker's own
+    # modules), as written and resolved: the process level finds numpy through a link.
+    entries = [p for p in sys.path if p]
     trusted = tuple(
-        os.path.realpath(p) + os.sep
-        for p in sys.path
-        if p and not os.path.realpath(p).startswith(inside) and os.path.realpath(p) != room
+        {
+            form + os.sep
+            for p in entries
+            for form in (os.path.normpath(p), os.path.realpath(p))
+            if not os.path.realpath(p).startswith(inside) and os.path.realpath(p) != room
+        }
     )
     found: list[str] = []
     reported = [0]
     # Bound now: the room may rebind any module attribute before the hook next runs.
-    realpath, getframe, sha256 = os.path.realpath, sys._getframe, hashlib.sha256
+    realpath, normpath, getframe = os.path.realpath, os.path.normpath, sys._getframe
+    sha256 = hashlib.sha256
     code_type, fspath, str_type = types.CodeType, os.fspath, str
     file_loader_get_data = _bootstrap_external.FileLoader.get_data
     loaders = (machinery.SourceFileLoader, machinery.SourcelessFileLoader)
@@ -130,7 +140,14 @@ def install(root: Path, sources: list[Path]) -> Callable[[], list[str]]:
         if not isinstance(path, str_type):
             return False
         resolved = realpath(path)
-        return not resolved.startswith(inside) and resolved.startswith(trusted)
+        if resolved.startswith(inside):
+            return False
+        return normpath(path).startswith(trusted) or resolved.startswith(trusted)
+
+    def made_by_trusted_code() -> bool:
+        """The code that raised the event is the runtime's, numpy's or the worker's own
+        (`types.coroutine` replaces a code object's flags), not the room's."""
+        return is_trusted(getframe(2).f_code.co_filename)  # 0: this, 1: the hook
 
     def importing_a_trusted_module() -> bool:
         """The import system itself is unmarshalling a cached module of a trusted path."""
@@ -165,16 +182,18 @@ def install(root: Path, sources: list[Path]) -> Callable[[], list[str]]:
         return next((shown for shown, d in candidates if d == digest), None)
 
     def not_a_source(filename: object) -> str | None:
-        """`filename` when it is in the room but not one of its `.py` files."""
+        """`filename` shown, when it names a file that is neither one of the room's `.py`
+        files nor the runtime's, numpy's or the worker's (`<string>` and the like name none)."""
         try:
-            resolved = realpath(fspath(filename))
+            name = fspath(filename)
         except TypeError:
             return None
-        if isinstance(resolved, bytes):
+        if isinstance(name, bytes) or (name.startswith("<") and name.endswith(">")):
             return None
-        if resolved.startswith(inside) and resolved not in own:
-            return f"{room_name}/{resolved[len(inside) :]}"
-        return None
+        resolved = realpath(name)
+        if resolved.startswith(inside):
+            return None if resolved in own else f"{room_name}/{resolved[len(inside) :]}"
+        return None if is_trusted(name) else name
 
     def hook(event: str, args: tuple) -> None:
         if event not in _EVENTS:
@@ -184,7 +203,8 @@ def install(root: Path, sources: list[Path]) -> Callable[[], list[str]]:
                 named = named_file(args[0]) if args else None
                 refuse(f"{event} of {named}" if named else event)
         elif event == "code.__new__":
-            refuse("a code object built by hand: types.CodeType or code.replace")
+            if not made_by_trusted_code():
+                refuse("a code object built by hand: types.CodeType or code.replace")
         elif event == "compile":
             named = not_a_source(args[1]) or named_file(args[0])
             if named:

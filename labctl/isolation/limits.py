@@ -73,7 +73,7 @@ def become_subreaper() -> bool:
     return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
-def _readable_by_others(path: Path) -> bool:
+def readable_by_others(path: Path) -> bool:
     """Every directory above `path` searchable and `path` readable by any user."""
     try:
         if not path.stat().st_mode & stat.S_IROTH:
@@ -86,17 +86,26 @@ def _readable_by_others(path: Path) -> bool:
 def drop_privileges(needed: list[Path]) -> str:
     """As root, become `nobody` if it can read what the worker still has to load.
 
-    Returns how the worker runs, for the record: "uid 65534" or why it stayed.
+    Returns how the worker runs, for the record: "uid 65534" or why it stayed (`still_root`
+    then holds, and the worker refuses to load a room).
     """
-    if os.getuid() != 0:
+    if os.getuid() != 0 and os.geteuid() != 0:
         return f"uid {os.getuid()}"
-    unreadable = [str(p) for p in needed if not _readable_by_others(p)]
+    unreadable = [str(p) for p in needed if not readable_by_others(p)]
     if unreadable:
         return f"uid 0 (kept: {unreadable[0]} is not readable by nobody)"
-    os.setgroups([])
-    os.setresgid(NOBODY, NOBODY, NOBODY)
-    os.setresuid(NOBODY, NOBODY, NOBODY)
+    try:
+        os.setgroups([])
+        os.setresgid(NOBODY, NOBODY, NOBODY)
+        os.setresuid(NOBODY, NOBODY, NOBODY)
+    except OSError as exc:  # no CAP_SETUID (a container that keeps uid 0 without it)
+        return f"uid 0 (kept: {exc.strerror or exc})"
     return f"uid {NOBODY}"
+
+
+def still_root() -> bool:
+    """Whether this process still has uid 0, real, effective or saved."""
+    return 0 in os.getresuid()
 
 
 _CLONE_NEWUSER = 0x10000000

@@ -31,7 +31,7 @@ from typing import Any
 from labctl import contract, textsafe
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError
 from labctl.i18n import N_, Msg, declared
-from labctl.isolation import bwrap, limits, replies, seccomp, wire
+from labctl.isolation import bwrap, limits, replies, seccomp, staging, wire
 from labctl.isolation.exits import crash_reason, crash_site
 from labctl.isolation.levels import resolve_isolation
 from labctl.isolation.loader import SENT_TEMPLATES, resolve_package_dir
@@ -210,11 +210,17 @@ class CleanRoom:
             needed = [sysconfig.get_paths()["stdlib"], inside]
             sandbox = bwrap.command(self._copy, env, filter_fd)
             return [*sandbox, *boot, *fds, "0", *needed], inside
+        # A private, world-readable copy, as the sandbox binds: the worker drops to uid 65534
+        # whatever the room's modes, and the room cannot change under a run.
+        if self._copy is None:
+            self._copy = bwrap.copy_room(self.path)
         staged = str(bwrap.staged_worker())
-        needed = [sysconfig.get_paths()["stdlib"], str(bwrap.numpy_dir()), str(self.path), staged]
+        binary, stdlib = staging.runtime()
+        site, numpy = staging.numpy_site()
+        needed = [stdlib, numpy, str(self._copy), staged]
         # -S: no site-packages on its path, only the staged numpy and worker modules.
-        boot = [bwrap.python_binary(), "-I", "-S", "-c", _BOOT, f"{staged}/site", staged]
-        return [*boot, *fds, str(os.getpid()), *needed], str(self.path)
+        boot = [binary, "-I", "-S", "-c", _BOOT, site, staged]
+        return [*boot, *fds, str(os.getpid()), *needed], str(self._copy)
 
     def _start(self) -> None:
         to_child_r, to_child_w = os.pipe()
@@ -235,7 +241,7 @@ class CleanRoom:
                     stdin=subprocess.DEVNULL,
                     stdout=output_w,
                     stderr=output_w,
-                    cwd=self.path.parent,
+                    cwd=self._copy.parent if self._copy is not None else self.path.parent,
                     env=worker_env() if self.isolation == "process" else {"PATH": "/usr/bin:/bin"},
                     start_new_session=True,
                 ).result()

@@ -33,12 +33,14 @@ def _short(text: str) -> str:
 
 
 class Worker:
-    def __init__(self, privileges: str) -> None:
+    def __init__(self, privileges: str, refuse: str = "") -> None:
         self.root: Path | None = None
         self.module = None
         self.guard: guard.RuntimeGuard | None = None
         self.reported = 0
         self.privileges = privileges
+        # Why this process runs no room at all (it could not stop being root), or "".
+        self.refuse = refuse
         self.recorder = calltrace.Recorder()
         self.refused_code = lambda: []
 
@@ -51,6 +53,8 @@ class Worker:
         return fresh[:_VIOLATIONS_LIMIT]
 
     def load(self, request: dict) -> dict:
+        if self.refuse:
+            return {"ok": False, "error": {"kind": "load", "message": self.refuse}}
         try:
             self.root = loader.resolve_package_dir(request["path"])
             if request.get("guard", True):
@@ -144,10 +148,17 @@ def main(argv: list[str]) -> None:
     if parent_pid > 0:
         limits.die_with_parent(parent_pid)
     privileges = limits.drop_privileges(needed)
+    # No learner code as root, at either level: a worker that could not drop answers every
+    # load with why, and loads nothing.
+    refuse = (
+        f"the worker refuses to run the clean room as root: {privileges}"
+        if limits.still_root()
+        else ""
+    )
     limits.apply_rlimits(memory_mb)
     if not seccomp.in_force():  # the process level: bwrap has not loaded the filter
         seccomp.install()
-    worker = Worker(privileges)
+    worker = Worker(privileges, refuse)
     while True:
         try:
             request = wire.read_frame(read_fd)
