@@ -166,6 +166,18 @@ class _OwnObjects(DiskObjectStore):
     def alternates(self) -> list:
         return []
 
+    def _get_loose_object(self, sha):
+        hex_sha = sha if len(sha) == self.object_format.hex_length else sha_to_hex(sha)
+        path = Path(self._get_shafile_path(hex_sha))
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                return None
+        except OSError:
+            return None
+        if Path(os.path.realpath(path.parent)).parent != Path(self.path):
+            return None
+        return super()._get_loose_object(sha)
+
     def get_raw(self, name):
         self._bounded(name, 0)
         return super().get_raw(name)
@@ -256,19 +268,6 @@ def _bounded_delta(data: bytes) -> None:
                 break
     if size > OBJECT_BYTES:
         raise _Unreadable("too large")
-
-    def _get_loose_object(self, sha):
-        hex_sha = sha if len(sha) == self.object_format.hex_length else sha_to_hex(sha)
-        path = Path(self._get_shafile_path(hex_sha))
-        try:
-            if not stat.S_ISREG(os.lstat(path).st_mode):
-                return None
-        except OSError:
-            return None
-        if Path(os.path.realpath(path.parent)).parent != Path(self.path):
-            return None
-        return super()._get_loose_object(sha)
-
 
 class _Budget:
     def __init__(self) -> None:
