@@ -391,16 +391,15 @@ class CleanRoom:
             reason = crash_reason(code, exc, printed)
             raise CallError(what, "crash", str(reason), where=site, shown=reason) from None
         except wire.WireError as exc:
-            reply = exc
+            # Its text only: the exception's traceback holds the frame's buffer (up to 256 MiB)
+            # in a reference cycle that only the collector would break, while the next frames
+            # are read.
+            problem: str | None = f"unreadable frame ({exc})"
         else:
             # The worker's text is the learner's: a lone surrogate in it would stop every
             # writer of a record or a terminal line that reads it later.
             reply = textsafe.valid(reply)
-        problem = (
-            f"unreadable frame ({reply})"
-            if isinstance(reply, wire.WireError)
-            else replies.problem(reply, request)
-        )
+            problem = replies.problem(reply, request)
         if problem:
             self.close()
             note = self._printed_note()

@@ -23,9 +23,11 @@ refused in labctl's process, so one level shows each.
 
 from __future__ import annotations
 
+import gc
 import json
 import textwrap
 import time
+import tracemalloc
 import uuid
 from pathlib import Path
 
@@ -264,3 +266,30 @@ def test_judging_traced_calls_stops_with_the_rooms_time_budget(tmp_path, monkeyp
     )
     assert code == 1 and document["passed"] is False
     assert late == [], f"{len(late)} calls judged after the budget, the last at {late[-1]:.1f} s"
+
+
+UNREADABLE = """
+def _forge(fd, message):
+    _raw(fd, _reply(message["seq"], ok=True, value=" " * (17 << 20)))
+"""
+
+
+def test_unreadable_frames_are_let_go_as_they_are_refused(tmp_path):
+    """Each reply a frame of 17 MiB refused as unreadable (its header past 16 MiB): labctl
+    holds none of them once its call has failed, the collector idle (an exception kept with
+    its traceback held each frame's buffer in a cycle: 200 MiB messages took labctl to
+    1.8 GiB)."""
+    room = forging_room(tmp_path, UNREADABLE)
+    gc.collect()
+    gc.disable()
+    tracemalloc.start()
+    try:
+        with CleanRoom(room, timeout_s=30, isolation="process") as clean:
+            for _ in range(6):
+                with pytest.raises(CallError, match="exceeds the 16777216 limit"):
+                    clean.call("softmax", np.zeros(3))
+            held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    assert held < 24 << 20, held
