@@ -269,6 +269,7 @@ def _bounded_delta(data: bytes) -> None:
     if size > OBJECT_BYTES:
         raise _Unreadable("too large")
 
+
 class _Budget:
     def __init__(self) -> None:
         self.entries = 0
