@@ -43,7 +43,7 @@ import yaml
 import labctl
 from labctl.errors import UsageError
 from labctl.grade.rubric import Rubric
-from labctl.i18n import N_, Msg, _, language
+from labctl.i18n import N_, Msg, _, declared, language
 
 SETUP = """#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image (Ubuntu).
@@ -176,7 +176,7 @@ def sandbox_refusal() -> bytes | None:
             "the sandbox lacks {layers}",
             layers="; ".join(f"{x.name}: {_(x.reason)}" for x in missing),
         )
-    message = _(Msg(NO_SANDBOX, reason=reason))
+    message = _(declared(NO_SANDBOX, reason=reason))
     document = {"score": 0, "output": message, "tests": []}
     return json.dumps(document, ensure_ascii=False).encode("utf-8")
 

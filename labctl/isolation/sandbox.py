@@ -43,6 +43,7 @@ DEFAULT_MEMORY_MB = 4096
 # Loading starts Python and numpy before the learner's code: never less than this.
 _MIN_LOAD_TIMEOUT_S = 10.0
 OUTPUT_LIMIT = 64 << 10
+MAX_VIOLATIONS = 10_000  # a hundred a reply at most (`replies`), over a room's whole life
 _BOOT = (
     "import sys; sys.path[:0] = [sys.argv.pop(1), sys.argv.pop(1)]; "
     "from labctl.isolation.worker import main; main(sys.argv[1:])"
@@ -266,7 +267,7 @@ class CleanRoom:
         self._loading = None
         reply = self._reply(request, timeout_s, deadline, N_("loading the clean room"))
         violations = reply.get("violations", [])
-        self.violations.extend(violations)
+        self._keep(violations)
         if reply["ok"] and violations:
             # An import the clean room wrapped in try/except was refused all the same.
             self.close()
@@ -332,6 +333,10 @@ class CleanRoom:
                 first += output.first[: OUTPUT_LIMIT - len(first)]
         text = textsafe.shown(bytes(first).decode("utf-8", "replace"), lines=True)
         return total, text
+
+    def _keep(self, violations: list[str]) -> None:
+        """The worker's refusals, kept up to MAX_VIOLATIONS over the room's life."""
+        self.violations.extend(violations[: max(0, MAX_VIOLATIONS - len(self.violations))])
 
     def _printed_note(self) -> str:
         if self._output is None:
@@ -447,7 +452,7 @@ class CleanRoom:
         if self.deadline is not None:
             left = self.deadline - time.monotonic()
             if left <= 0:
-                raise CallError(name, "timeout", _SPENT, shown=Msg(_SPENT))
+                raise CallError(name, "timeout", _SPENT, shown=declared(_SPENT))
             timeout_s = min(timeout_s, left)
         if self._proc is None:
             self._start()
@@ -460,7 +465,7 @@ class CleanRoom:
             peak = meter.growth
         else:
             reply = self._exchange(request, timeout_s, name)
-        self.violations.extend(reply.get("violations", []))
+        self._keep(reply.get("violations", []))
         self._printed_note()
         try:
             arg_names = self._arg_names.get(name, [])

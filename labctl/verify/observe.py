@@ -35,6 +35,9 @@ from labctl.verify.places import PACKAGE, Located, function_at, located
 
 # A room as the calls below see it: a learner's in a worker, or one of labctl's own here.
 Room = CleanRoom | InProcessRoom
+# The violations a room's observation (and so its records) keeps: each call may bring a
+# hundred new ones of a thousand characters, and a room may make thousands of calls.
+MAX_VIOLATIONS = 200
 
 # Exception names that are ValueError or TypeError: the builtins' own subclasses
 # and numpy's. A class the clean room defines itself is taken on trust.
@@ -403,7 +406,8 @@ def observe(
     # imported does not stop a load); everything else the scan finds is a refusal.
     found = [v for v in guard.scan(root) if not v.what.startswith("syntax error")]
     if found:
-        return _refused(seen, root, [located(root, v.where, v.what) for v in found])
+        kept = found[:MAX_VIOLATIONS]  # 3,000 import lines were a RecursionError in the message
+        return _refused(seen, root, [located(root, v.where, v.what) for v in kept])
     try:
         room = (
             InProcessRoom(root, timeout_s)
@@ -452,7 +456,7 @@ def observe(
                 found_here = _located(root, text)
                 if found_here.function == PACKAGE:
                     found_here = found_here.placed(function)
-                if found_here not in seen.violations:
+                if found_here not in seen.violations and len(seen.violations) < MAX_VIOLATIONS:
                     seen.violations.append(found_here)
         _believe_crashes(seen)
         if with_room is not None and not seen.over_budget:

@@ -293,3 +293,37 @@ def test_unreadable_frames_are_let_go_as_they_are_refused(tmp_path):
         tracemalloc.stop()
         gc.enable()
     assert held < 24 << 20, held
+
+
+def test_a_room_that_breaks_the_policy_in_a_loop_keeps_its_records_small(tmp_path):
+    """Every call of softmax asks for 300 packages of long names, new ones each call (each
+    refused, each swallowed): the worker reports each refusal once, cut short, a hundred a
+    reply, and the room's observation keeps 200. The records stay under 1 MiB where they
+    grew with each call."""
+    dest = tmp_path / "looping"
+    init_clean_room(dest)
+    with (dest / "__init__.py").open("a", encoding="utf-8") as handle:
+        handle.write(
+            textwrap.dedent(
+                """
+
+                import importlib as _importlib, itertools as _itertools
+                _calls = _itertools.count()
+
+                def softmax(x, axis=-1):
+                    call = next(_calls)
+                    for i in range(300):
+                        try:
+                            _importlib.import_module(f"forbidden_{call}_{i}_" + "x" * 900)
+                        except ImportError:
+                            pass
+                    raise NotImplementedError
+                """
+            )
+        )
+    code, document = verify(dest)
+    assert code == 1 and "breaks the import policy" in json.dumps(document)
+    written = [p for p in (tmp_path / "evidence").rglob("*") if p.is_file()]
+    assert written and all(p.stat().st_size < 1 << 20 for p in written), [
+        (p.name, p.stat().st_size) for p in written
+    ]

@@ -318,3 +318,14 @@ def test_the_project_room_is_still_source(tmp_path):
     assert loader.walk_room(ROOM).refused == []
     init_clean_room(tmp_path / "stubs")
     assert loader.walk_room(tmp_path / "stubs").refused == []
+
+
+def test_thousands_of_forbidden_imports_are_a_refusal_not_a_crash(tmp_path):
+    """3,000 import lines the static scan refuses (45 KB, within a source's size): the
+    message joined every one and was a RecursionError; the first 200 are named."""
+    room = copy_room(tmp_path / "clean_room")
+    (room / "extra.py").write_text("".join(f"import torch{i}\n" for i in range(3000)))
+    code, shown = verify(room, "process")
+    document = json.loads(shown)
+    assert code == 1 and document["status"] == "refused", shown[:500]
+    assert "extra.py:200: imports torch199" in shown and "extra.py:201:" not in shown
