@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gradetools import rubric_without
+from gradetools import append, copy_room, rubric_without
 from typer.testing import CliRunner
 
 from labctl.cli.main import app
@@ -327,3 +327,47 @@ def test_a_room_that_breaks_the_policy_in_a_loop_keeps_its_records_small(tmp_pat
     assert written and all(p.stat().st_size < 1 << 20 for p in written), [
         (p.name, p.stat().st_size) for p in written
     ]
+
+
+def test_the_labs_calls_share_the_rooms_time_budget(tmp_path):
+    """The project's room whose softmax takes 1.5 s on any input larger than a fixture's:
+    its calls on the fixtures end well within the budget, and the template's labs then call
+    it on their own inputs. Verify ends near its budget, not after every lab's calls."""
+    room = copy_room(tmp_path / "clean_room")
+    append(
+        room,
+        "primitives",
+        textwrap.dedent(
+            """
+            import time as _time
+            _softmax = softmax
+
+            def softmax(x, axis=-1):
+                if np.size(x) > 4096:
+                    _time.sleep(1.5)
+                return _softmax(x, axis)
+            """
+        ),
+    )
+    budget = 30.0
+    result = CliRunner().invoke(
+        app,
+        [
+            "verify",
+            "clean-room",
+            "--path",
+            str(room),
+            "--json",
+            "--timeout",
+            "10",
+            "--isolation",
+            "process",
+            "--budget",
+            str(budget),
+            "--out",
+            str(tmp_path / "evidence"),
+        ],
+    )
+    document = json.loads(result.stdout)
+    assert document["wall_time_s"] < budget + 20, document["wall_time_s"]
+    assert "time budget is spent" in json.dumps(document)
