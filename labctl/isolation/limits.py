@@ -12,8 +12,10 @@ import ctypes
 import errno
 import os
 import resource
+import shutil
 import signal
 import stat
+import tempfile
 from pathlib import Path
 
 from labctl.isolation import seccomp
@@ -81,6 +83,39 @@ def readable_by_others(path: Path) -> bool:
         return all(parent.stat().st_mode & stat.S_IXOTH for parent in path.parents)
     except OSError:
         return False
+
+
+# A folder of the worker's files (the room's copy, the staged modules, a runtime's mirror)
+# is named `labctl-<kind>-<pid>-…`, so that one a killed labctl left behind can be swept.
+STAGED_KINDS = ("room", "worker", "runtime", "numpy")
+
+
+def staging_parent() -> str | None:
+    """Where a root labctl puts what a worker that is uid 65534 must read: the temporary
+    folder when that uid reaches it, else the first of /tmp, /var/tmp and /dev/shm it does
+    (a grader's TMPDIR under /root, or a test's under pytest's own folder, it does not);
+    None: the temporary folder, as for any other user."""
+    if os.geteuid() != 0 or readable_by_others(Path(tempfile.gettempdir())):
+        return None
+    for candidate in ("/tmp", "/var/tmp", "/dev/shm"):
+        if Path(candidate).is_dir() and readable_by_others(Path(candidate)):
+            return candidate
+    return None
+
+
+def sweep_staged(parent: str) -> None:
+    """Remove the worker folders under `parent` that a labctl no longer running left
+    (killed, it ran no cleanup of its own): root's, of a pid that is gone."""
+    for entry in os.scandir(parent):
+        kind, _, rest = entry.name.removeprefix("labctl-").partition("-")
+        pid = rest.partition("-")[0]
+        if not (entry.name.startswith("labctl-") and kind in STAGED_KINDS and pid.isdigit()):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.stat(follow_symlinks=False).st_uid != 0 or not entry.is_dir():
+                continue
+            if not os.path.exists(f"/proc/{pid}"):
+                shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def drop_privileges(needed: list[Path]) -> str:

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from labctl.isolation import bwrap
-from labctl.isolation.limits import readable_by_others
+from labctl.isolation.limits import readable_by_others, staging_parent, sweep_staged
 
 # Left out of a mirrored standard library: third-party packages, and its own test suite.
 _LEFT_OUT = frozenset({"site-packages", "dist-packages", "test"})
@@ -68,9 +68,26 @@ def _mirror(source: Path, dest: Path, left_out: frozenset[str] = frozenset()) ->
                 _place(Path(entry.path), target)
 
 
-def _folder(prefix: str) -> Path:
-    top = Path(tempfile.mkdtemp(prefix=prefix))
+def staged_folder(kind: str) -> Path:
+    """A new folder, 0755, for what the worker must read, where uid 65534 reaches it
+    (`limits.staging_parent`), named for this process; removed when labctl exits, and by
+    the next labctl should this one be killed first."""
+    parent = _parent()
+    top = Path(tempfile.mkdtemp(prefix=f"labctl-{kind}-{os.getpid()}-", dir=parent))
     top.chmod(0o755)
+    return top
+
+
+@functools.cache
+def _parent() -> str | None:
+    parent = staging_parent()
+    if parent is not None:
+        sweep_staged(parent)
+    return parent
+
+
+def _folder(kind: str) -> Path:
+    top = staged_folder(kind)
     atexit.register(shutil.rmtree, top, True)
     return top
 
@@ -88,7 +105,7 @@ def runtime() -> tuple[str, str]:
     if not _needs_mirror(binary, stdlib):
         return str(binary), str(stdlib)
     prefix = binary.parent.parent
-    top = _folder("labctl-runtime-")
+    top = _folder("runtime")
     (top / "bin").mkdir(mode=0o755)
     _place(binary, top / "bin" / binary.name)
     mirrored = top / stdlib.relative_to(prefix)
@@ -108,7 +125,7 @@ def numpy_site() -> tuple[str, str]:
     libs = numpy.parent / "numpy.libs"
     if not _needs_mirror(numpy, *([libs] if libs.is_dir() else [])):
         return str(bwrap.staged_worker() / "site"), str(numpy)
-    site = _folder("labctl-numpy-")
+    site = _folder("numpy")
     _mirror(numpy, site / "numpy")
     if libs.is_dir():
         _mirror(libs, site / "numpy.libs")
