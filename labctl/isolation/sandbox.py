@@ -155,6 +155,7 @@ class CleanRoom:
     _proc: subprocess.Popen | None = None
     _copy: Path | None = None
     deadline: float | None = None
+    cut_by_budget = False  # a call was refused, or stopped, at `deadline`
 
     def __init__(
         self,
@@ -452,8 +453,29 @@ class CleanRoom:
         if self.deadline is not None:
             left = self.deadline - time.monotonic()
             if left <= 0:
+                self.cut_by_budget = True
                 raise CallError(name, "timeout", _SPENT, shown=declared(_SPENT))
             timeout_s = min(timeout_s, left)
+        try:
+            return self._call(
+                name, args, kwargs, measure_memory, echo_args, want_value, trace, timeout_s
+            )
+        except CallError as exc:
+            if exc.kind == "timeout" and timeout_s < self.timeout_s:
+                self.cut_by_budget = True
+            raise
+
+    def _call(
+        self,
+        name: str,
+        args: tuple,
+        kwargs: dict,
+        measure_memory: bool,
+        echo_args: bool,
+        want_value: bool,
+        trace: bool,
+        timeout_s: float,
+    ) -> CallResult:
         if self._proc is None:
             self._start()
         self.wait_loaded()

@@ -463,5 +463,7 @@ def observe(
             # The labs' calls count against the same budget as the room's own calls.
             room.deadline = deadline
             with_room(room)
+            if room.cut_by_budget:  # the labs ran out of the room's time: never a pass
+                seen.over_budget.append("metrics")
         seen.output_bytes, seen.output = room.output()
     return seen

@@ -332,7 +332,8 @@ def test_a_room_that_breaks_the_policy_in_a_loop_keeps_its_records_small(tmp_pat
 def test_the_labs_calls_share_the_rooms_time_budget(tmp_path):
     """The project's room whose softmax takes 1.5 s on any input larger than a fixture's:
     its calls on the fixtures end well within the budget, and the template's labs then call
-    it on their own inputs. Verify ends near its budget, not after every lab's calls."""
+    it on their own inputs. Verify ends near its budget, not after every lab's calls, and
+    is over budget."""
     room = copy_room(tmp_path / "clean_room")
     append(
         room,
@@ -370,4 +371,6 @@ def test_the_labs_calls_share_the_rooms_time_budget(tmp_path):
     )
     document = json.loads(result.stdout)
     assert document["wall_time_s"] < budget + 20, document["wall_time_s"]
-    assert "time budget is spent" in json.dumps(document)
+    # The labs ran out of the room's time: over budget, never a pass.
+    assert document["status"] == "over-budget" and document["passed"] is False, document
+    assert document["not_run"] == ["metrics"]
