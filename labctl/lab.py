@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from labctl.course import Section
-from labctl.i18n import Msg
+from labctl.i18n import N_, Msg
 
 IMPLS = ("reference", "clean-room")
 # Contract v2's functions that v1 has not (notes/v2-signatures): a room's worker answers them by
@@ -80,6 +80,39 @@ def tolerance_key(expr: str) -> tuple:
     return ("in", float(match["lo"]), float(match["hi"]))
 
 
+def shown_expected(expr: str) -> str | Msg:
+    """A tolerance expression as a person reads it: `in [0.9, 1.1]` in words of the chosen
+    language (`<=1e-12` is the same in every language). Records keep the expression."""
+    match = _EXPECTED.match(expr)
+    if match and not match["op"]:
+        return Msg("in [{low}, {high}]", low=match["lo"], high=match["hi"])
+    return expr
+
+
+# The units metrics are given in, as a person reads them (records keep the unit as declared).
+UNITS = {
+    "abs": N_("abs"),
+    "ratio": N_("ratio"),
+    "ratio-of-times": N_("ratio-of-times"),
+    "variance": N_("variance"),
+    "probability": N_("probability"),
+    "nats": N_("nats"),
+    "count": N_("count"),
+    "bool": N_("bool"),
+    "bytes": N_("bytes"),
+    "pairs": N_("pairs"),
+    "steps": N_("steps"),
+    "tokens": N_("tokens"),
+    "ms": N_("ms"),
+    "rows": N_("rows"),
+    "weight": N_("weight"),
+    "logit": N_("logit"),
+    "tiles": N_("tiles"),
+    "entries": N_("entries"),
+    "positions": N_("positions"),
+}
+
+
 def satisfies(actual: float, expected: str) -> bool:
     """True when `actual` is a finite number inside `expected`."""
     return math.isfinite(actual) and parse_expected(expected)(actual)
@@ -119,6 +152,23 @@ def reference_max_error(reference: list, room: list) -> float:
             return math.inf
         worst = larger(worst, float(np.max(np.abs(want - got), initial=0.0)))
     return worst
+
+
+def allclose_ratio(got, want, atol: float, rtol: float) -> tuple[float, float]:
+    """(max |got - want| / (atol + rtol |want|), max |got - want|) over the elements.
+
+    The ratio is at most 1 exactly where `torch.allclose(got, want, rtol, atol)` holds
+    (`want` is the side whose magnitude scales the allowance, as torch's `other`); it is
+    infinite where the shapes differ and NaN where any element is.
+    """
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        return math.inf, math.inf
+    if not got.size:
+        return 0.0, 0.0
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is NaN, which fails
+        gap = np.abs(got - want)
+        return float(np.max(gap / (atol + rtol * np.abs(want)))), float(np.max(gap))
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,41 @@ from pydantic import Field
 
 from labctl.course import CH8, HANDS_ON, PARTS, Section
 from labctl.i18n import N_, Msg, implementation
-from labctl.lab import HeatmapFigure, Lab, LabContext, LabOutput, LabParams, Metric, larger, largest
+from labctl.lab import (
+    HeatmapFigure,
+    Lab,
+    LabContext,
+    LabOutput,
+    LabParams,
+    Metric,
+    allclose_ratio,
+    larger,
+    largest,
+)
 
 BOTH_ROWS = ("reference", "clean-room")
+# 逐部件讲透 §6.13: torch.allclose(manual_output, torch_output, atol=1e-6), rtol torch's default.
+SDPA_ATOL, SDPA_RTOL = 1e-6, 1e-5
+FLOAT32_U = 2.0**-24  # float32's unit roundoff
+SDPA_ROUNDINGS = 4  # units of float32 rounding per √D that two correct rooms may differ by
+SDPA_MEASURED_WORST = 0.5  # tests/test_lab_causal_attention.py sweeps sizes and seeds under it
+
+
+def sdpa_atol(D: int) -> float:
+    """The chapter's atol, or float32's rounding of a score's D-term sum where that is larger."""
+    return max(SDPA_ATOL, SDPA_ROUNDINGS * FLOAT32_U * math.sqrt(D))
+
+
+def sdpa_against_torch(impl, q32, k32, v32) -> tuple[float, float]:
+    """(allclose ratio, max |Δ|) of `impl`'s float32 causal attention against torch's."""
+    import torch
+    import torch.nn.functional as F
+
+    torch_out = F.scaled_dot_product_attention(
+        *(torch.from_numpy(a) for a in (q32, k32, v32)), is_causal=True
+    ).numpy()  # top-left causal equals bottom-right here: Tq == Tk
+    out32, _ = impl.scaled_dot_product_attention(q32, k32, v32, impl.causal_mask(q32.shape[2]))
+    return allclose_ratio(out32, torch_out, sdpa_atol(q32.shape[-1]), SDPA_RTOL)
 
 
 class Params(LabParams):
@@ -61,19 +93,27 @@ METRICS = (
         "for a learner who fills the mask with a large finite negative"),
     ),
     Metric(
-        "sdpa_max_error", "abs", "<=1e-6",
+        "sdpa_allclose_ratio", "ratio", "<=1",
         N_(
-            "the clean room's float32 scaled_dot_product_attention vs torch "
-            "F.scaled_dot_product_attention(is_causal=True)"
+            "the clean room's float32 scaled_dot_product_attention against torch "
+            "F.scaled_dot_product_attention(is_causal=True): the largest |clean room - torch| / "
+            "(atol + rtol · |torch|), torch.allclose's test (at most 1 where it holds); the "
+            "record's note keeps the largest |clean room - torch|"
         ),
         impls=("clean-room",),
-        why=N_(
-            "逐部件讲透 §6.13 asserts atol=1e-6 for this comparison (measured about 5e-7: float32 "
-            "has ~6e-8 relative precision, and sums over T and D reorder). No "
-            "reference row: the reference is torch, so it would compare torch with itself (0 by "
-            "construction, a row that cannot fail)"
+        why=Msg(
+            "逐部件讲透 §6.13 asserts torch.allclose(manual_output, torch_output, atol=1e-6), "
+            "whose rtol is torch's default {rtol:g}: |a - b| <= atol + rtol · |b|. float32 "
+            "rounds a score's sum over D by about u·√D (u = 2^-24), so two correct float32 "
+            "implementations differ by ~1e-6 at D = 64 and ~2e-6 at D = 1024 (torch itself is "
+            "1.4e-6 from the exact answer there): atol is the chapter's {atol:g}, or {n}·u·√D "
+            "where that is larger (D > 17). Measured on labctl's own clean room over T ≤ 1024, "
+            "D ≤ 1024 and seeds: at most {worst:g} of the allowance; a wrong mask or scale is "
+            "1e4 times over. No reference row: the reference is torch, so it would compare "
+            "torch with itself (0 by construction, a row that cannot fail)",
+            rtol=SDPA_RTOL, atol=SDPA_ATOL, n=SDPA_ROUNDINGS, worst=SDPA_MEASURED_WORST,
         ),
-        reproduce_abs=1e-6,
+        reproduce_abs=1.0,
     ),
     Metric(
         "reference_output_max_error", "abs", "<=1e-10",
@@ -108,16 +148,9 @@ def _future_invariance(impl, x, weights, noise, H: int) -> float:
 
 
 def run(ctx: LabContext) -> LabOutput:
-    import torch
-    import torch.nn.functional as F
-
     p: Params = ctx.params
     q, k, v, x, weights, noise = _inputs(p, ctx.seed)
     future = np.triu(np.ones((p.T, p.T), dtype=bool), k=1)  # (T, T), True above the diagonal
-    q32, k32, v32 = (a.astype(np.float32) for a in (q, k, v))
-    torch_out = F.scaled_dot_product_attention(
-        *(torch.from_numpy(a) for a in (q32, k32, v32)), is_causal=True
-    ).numpy()  # top-left causal equals bottom-right here: Tq == Tk
     output = LabOutput()
     results = {}
     for name, impl in ctx.impls.items():
@@ -132,8 +165,9 @@ def run(ctx: LabContext) -> LabOutput:
             "future_token_invariance", name, _future_invariance(impl, x, weights, noise, p.H)
         )
         if name == "clean-room":
-            out32, _ = impl.scaled_dot_product_attention(q32, k32, v32, mask)
-            output.add("sdpa_max_error", name, float(np.max(np.abs(out32 - torch_out))))
+            q32, k32, v32 = (a.astype(np.float32) for a in (q, k, v))
+            within, gap = sdpa_against_torch(impl, q32, k32, v32)
+            output.add("sdpa_allclose_ratio", name, within, f"max |clean room - torch| = {gap:.3g}")
     if ctx.both:
         ref, room = results["reference"], results["clean-room"]
         error = largest(np.max(np.abs(a - b)) for a, b in zip(ref, room, strict=True))
@@ -178,6 +212,12 @@ LAB = Lab(
         Section(HANDS_ON, "§03", "Self-Attention 的完整数学推导"),
         Section(HANDS_ON, "§03.5", "最小 NumPy 版 Attention：完整实现与验证"),
         Section(CH8, "阶段二", "scaled dot-product attention 逐步算"),
+        Section(
+            CH8,
+            "阶段六",
+            "动手实验",
+            part="每行 softmax 权重之和为 1；改动未来位置 token 不影响当前位置输出",
+        ),
     ),
     params=Params,
     metrics=METRICS,

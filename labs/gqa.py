@@ -4,7 +4,7 @@ The course (逐部件讲透 §6.6; 手撕 §05.5) says MHA gives every query hea
 head, MQA shares one K/V head among all of them, and GQA shares one per group:
 "compute K and V with fewer heads, then copy each KV head to the query heads it
 serves" (`K.repeat(n_groups, axis=0)`). Fewer K/V heads shrink the KV cache
-(手撕 §07.4) and the K/V projections (手撕 §05.3, §05.5.2), at some cost in
+(手撕 §7.4) and the K/V projections (手撕 §5.3, §5.5.2), at some cost in
 quality: "GQA is close to MHA".
 
 This lab runs MHA, GQA and MQA on one input through both implementations and
@@ -37,7 +37,7 @@ from labctl.lab import (
     reference_max_error,
 )
 
-# The course's Llama-2-70B example (手撕 §07.4): 80 layers, 8 KV heads of width 128, fp16, 4096 tokens.
+# The course's Llama-2-70B example (手撕 §7.4): 80 layers, 8 KV heads of width 128, fp16, 4096 tokens.
 LLAMA_LAYERS, LLAMA_KV_HEADS, LLAMA_HEAD_DIM, LLAMA_TOKENS, FP16_BYTES = 80, 8, 128, 4096, 2
 LLAMA_QUERY_HEADS = 64  # Llama-2-70B: d_model 8192 = 64 heads x 128
 COURSE_LLAMA_PRINTS = "~10.7 GB"

@@ -330,7 +330,9 @@ def _figures(p: Params, model, ids, kept, printed, chapter) -> list:
                 Msg("手撕 §08 says its forward pass is 完全一致 with a real Llama. {impl}: on the "
                     "same weights, Llama's positions alone (RoPE in attention, no added table) "
                     "move the logits by {change:.0%} of their largest value; Llama 2 also unties "
-                    "the head and Llama's RoPE pairs half-split columns (positions lab). The "
+                    "the head (and HuggingFace's port of it pairs RoPE's columns half-split, "
+                    "where Meta's llama/model.py pairs them interleaved as the contract does: "
+                    "positions lab). The "
                     "block (pre-norm RMSNorm, SwiGLU, residuals) is Llama's; the measurement "
                     "{verdict} with the claim for the whole model.",
                     impl=n, change=change,

@@ -108,14 +108,14 @@ METRICS = (
     ),
     Metric(
         "mask_adds_zero_prefix_influence", "abs", ">1e-5",
-        N_("the first mask bug of 第8章 · Attention 与 Transformer Block 阶段六 shown leaking: blocked scores get + 0 instead of -inf (here a mask "
+        N_("the first mask bug of 第8章 · Attention 与 Transformer Block 阶段五's fault table (故障注入与预期信号) shown leaking: blocked scores get + 0 instead of -inf (here a mask "
         "that blocks nothing); the same change of the prefix"),
         why=N_("adding 0 blocks nothing, so the future leaks as without a mask (~0.1 to 1); "
         "exactly 0 means the implementation blocks keys a mask does not ask for"),
     ),
     Metric(
         "mask_reversed_future_share", "probability", ">0.5",
-        N_("the second mask bug of 第8章 · Attention 与 Transformer Block 阶段六 shown leaking: with the triangle reversed (the past blocked, the "
+        N_("the second mask bug of 第8章 · Attention 与 Transformer Block 阶段五's fault table (故障注入与预期信号) shown leaking: with the triangle reversed (the past blocked, the "
         "future visible), the mean weight a query puts on its future, over queries that have one"),
         why=N_("query i then sees keys i..T-1, all but one in its future: on random scores the "
         "share is ≈0.75 for T=8 (the course: the current token is dominated by the future); a "
@@ -425,7 +425,7 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
     lm_rows = []
     curves = []
     for name, (train, held, losses) in masked.items():
-        label = "causal_mask" if same else f"causal_mask ({name})"
+        label = "causal_mask" if same else Msg("{column} ({impl})", column="causal_mask", impl=name)
         lm_rows.append((label, train, held))
         curves.append((label, losses))
         if same:
@@ -519,7 +519,7 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
     return figures
 
 
-def _figure_loss_curves(curves: list[tuple[str, list]], steps: int) -> TableFigure:
+def _figure_loss_curves(curves: list[tuple[str | Msg, list]], steps: int) -> TableFigure:
     """The training loss of each run, averaged over windows of steps so the table stays short."""
     window = max(1, steps // 12)
     ends = range(window, steps + 1, window)
@@ -551,6 +551,7 @@ LAB = Lab(
             "现代长上下文变体深探——滑动窗口注意力（SWA）与推理 Infra 的颠覆",
             part="故障注入与预期信号",
         ),
+        Section(CH8, "阶段六", "动手实验", part="去 mask 后 10.799…"),
         Section(HANDS_ON, "§04", "Causal Mask：为什么生成模型不能偷看未来"),
         Section(HANDS_ON, "§4.2", "Mask 在 softmax 前施加"),
     ),

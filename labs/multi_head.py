@@ -286,6 +286,7 @@ LAB = Lab(
     ),
     sections=(
         Section(CH8, "阶段三", "多头注意力——同时看好几种关系"),
+        Section(CH8, "阶段六", "动手实验", part="多头拆分再拼回"),
         Section(HANDS_ON, "§05", "Multi-Head Attention 深度剖析"),
         Section(PARTS, "§6.5", "多头注意力"),
     ),

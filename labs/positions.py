@@ -10,8 +10,10 @@ Sinusoidal positions (手撕 §1.2.2; 第8章 阶段五) and RoPE (手撕 §01.5
 - RoPE rotates pairs of q and k by angles proportional to the position, so
   q_m·k_n depends on m - n only, norms are preserved, and any positions work.
 
-Contract v1 rotates interleaved pairs (2i, 2i+1), as the RoPE paper and the
-course; Llama/HuggingFace rotate the half-split pairs (i, i + D/2). Written
+Contract v1 rotates interleaved pairs (2i, 2i+1), as the RoPE paper, the
+course and Meta's own Llama (llama/model.py: view_as_complex over consecutive
+pairs); HuggingFace's port of Llama (rotate_half) rotates the half-split pairs
+(i, i + D/2), its conversion script permuting the rows of W_Q and W_K. Written
 here in NumPy, the half-split layout gives other numbers for the same weights,
 and reordering the projection's output columns (evens, then odds) maps one
 onto the other exactly.
@@ -126,7 +128,7 @@ METRICS = (
 
 
 def half_split_rope(x: np.ndarray, positions: np.ndarray, theta: float) -> np.ndarray:
-    """RoPE as Llama/HuggingFace lay it out: pair (i, i + D/2) turns by positions * θ^(-2i/D)."""
+    """RoPE as HuggingFace's Llama lays it out: pair (i, i + D/2) turns by positions * θ^(-2i/D)."""
     D = x.shape[-1]
     angle = np.asarray(positions, dtype=np.float64)[:, None] * theta ** (
         -2.0 * np.arange(D // 2) / D
@@ -306,9 +308,11 @@ def _figures(p: Params, tables: dict[str, np.ndarray]) -> list:
     figures.append(
         Note(
             N_(
-                "Half-split RoPE (Llama/HuggingFace) pairs column i with i + D/2; the contract pairs "
-                "2i with 2i+1. Checkpoints converted between the two reorder the rows of W_Q and "
-                "W_K (here the columns, as y = x @ W): evens first, then odds."
+                "Half-split RoPE (HuggingFace's port of Llama, rotate_half) pairs column i with "
+                "i + D/2; the contract pairs 2i with 2i+1, as Meta's own llama/model.py does "
+                "(view_as_complex over consecutive pairs). Checkpoints converted between the two "
+                "reorder the rows of W_Q and W_K (here the columns, as y = x @ W): evens first, "
+                "then odds."
             )
         )
     )

@@ -390,6 +390,7 @@ LAB = Lab(
     ),
     sections=(
         Section(CH8, "阶段四", "组装 Transformer Block"),
+        Section(CH8, "阶段六", "动手实验", part="去 residual 最大输出差 1.732…"),
         Section(HANDS_ON, "§06.8", "残差连接与深度稳定性"),
         Section(PARTS, "§6.9", "残差连接"),
         Section(HANDS_ON, "§6.4", "Pre-Norm vs Post-Norm"),

@@ -16,10 +16,20 @@ match the arithmetic on the rows it computes, the two must match each other,
 and no row may get a different verdict from the clean room than from the
 reference.
 
-Printed figures and formulas get the same audit (`worked_examples_figures`): a
-figure of attention weights must have rows a causal softmax can produce, and a
-formula evaluated as printed must give what the chapter's own walk-through and
-the contract give.
+Printed figures get the same audit (`worked_examples_figures`): a figure of
+attention weights must have rows a causal softmax can produce. The chapters'
+claims of memory, bandwidth and time that follow from a published model
+configuration are rows too (`worked_examples_configs`), recomputed from the
+configuration, which a table cites.
+
+Every formula the chapters print that a lab implements is set against that
+implementation (`worked_examples_formulas`): the printed formula evaluated as
+printed, the implementing code on the same seeded inputs, and the largest
+difference; a disagreement is flagged with both formulas and that difference.
+Those a correct implementation computes as printed must agree on both
+implementations; the three the course prints otherwise (RMSNorm without ε,
+手撕 §6.4's Post-Norm, the receptive field L x W) must disagree as the
+reference does.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from labctl.course import CH8, CHAPTERS, HANDS_ON, PARTS, Section
-from labctl.i18n import N_, Msg, implementation
+from labctl.i18n import N_, Msg, declared, implementation
 from labctl.lab import (
     IMPLS,
     Lab,
@@ -41,10 +51,13 @@ from labctl.lab import (
     reference_max_error,
 )
 from labctl.labs.handson_decoder import LAB as HANDSON_DECODER
-from labctl.labs.worked_examples_figures import FIGURE_ROWS
+from labctl.labs.worked_examples_configs import CONFIG_ROWS
+from labctl.labs.worked_examples_figures import FIGURE_ROWS, masked_output, unmasked_output
+from labctl.labs.worked_examples_formulas import ELSEWHERE, Judged, expected_verdict, judge
+from labctl.labs.worked_examples_models import CONFIGS
 from labctl.labs.worked_examples_rows import PE_SHAPE, ROWS, UNCHECKED, Row
 
-AUDITED = ROWS + FIGURE_ROWS
+AUDITED = ROWS + FIGURE_ROWS + CONFIG_ROWS
 # 手撕 §08's claim is measured where its decoder is built: that lab's metric, not a copy of it.
 LLAMA_CLAIM_METRIC = "handson_llama_rope_change"
 
@@ -81,6 +94,26 @@ METRICS = (
                "wrong on that example"),
         reproduce_abs=0.0, reproduce_rel=0.0,
     ),
+    Metric(
+        "formula_verdicts_unexpected", "formulas", "==0",
+        N_("printed formulas whose verdict against the implementing code, on seeded inputs, is "
+           "not the inventory's: the code computes each as printed, to rounding, except the "
+           "three the course prints otherwise (RMSNorm without ε, 手撕 §6.4's Post-Norm, the "
+           "receptive field L x W), where it computes the formula the inventory writes out"),
+        why=N_("code that computes a printed formula matches it to float64 rounding (1e-12 for "
+               "one function, 1e-10 through a block); the three differ by ε's share (1e-7 to "
+               "1e-5), O(1) and 2 positions. A function that computes something else, or the "
+               "printed form where the contract differs (RMSNorm without ε), changes a verdict"),
+        reproduce_abs=0.0, reproduce_rel=0.0,
+    ),
+    Metric(
+        "formula_impl_max_difference", "abs", "<=1e-10",
+        N_("largest |clean room - reference| over what the contract's functions return on "
+           "every formula's seeded inputs"),
+        impls=("both",),
+        why=N_("two float64 implementations of one formula differ by rounding only (~1e-15; "
+               "~1e-11 for the softmax derivative taken by central differences)"),
+    ),
 )  # fmt: skip
 
 
@@ -115,7 +148,20 @@ def run(ctx: LabContext) -> LabOutput:
         apart = max(apart, reference_max_error([ref], [room]))
         output.add("worked_impl_max_difference", "both", apart)
         output.add("worked_verdicts_differing", "both", differing)
+    formulas = judge(dict(ctx.impls), ctx.seed)
+    for name in names:
+        unexpected = sum(j.verdicts()[name] != expected_verdict(j.formula) for j in formulas)
+        output.add("formula_verdicts_unexpected", name, unexpected)
+    if ctx.both:
+        output.add(
+            "formula_impl_max_difference", "both",
+            reference_max_error(
+                [j.values["reference"] for j in formulas if j.formula.by_contract],
+                [j.values["clean-room"] for j in formulas if j.formula.by_contract],
+            ),
+        )  # fmt: skip
     output.figures += _figures(judged, names)
+    output.figures += _formula_figures(formulas, names)
     return output
 
 
@@ -199,6 +245,81 @@ def _figures(judged, names: list[str]) -> list:
     return figures
 
 
+def _formula_figures(formulas: list[Judged], names: list[str]) -> list:
+    """The inventory of printed formulas, each disagreement with both formulas, the formulas
+    other labs check, the configurations the rows cite, and 手撕 §3.6's formula."""
+    figures: list = [
+        TableFigure(
+            title=N_("every printed formula a lab implements, against that code on seeded "
+                     "inputs: the largest |printed - code|"),
+            columns=(N_("section"), N_("printed"), N_("code"),
+                     *(Msg("|printed - code|, {impl}", impl=implementation(n)) for n in names),
+                     N_("verdict")),
+            rows=tuple(
+                (f"{j.formula.section.chapter.title} {j.formula.section.number}",
+                 j.formula.printed, j.formula.code, *(j.differences[n] for n in names),
+                 " / ".join(sorted(set(j.verdicts().values()))))
+                for j in formulas
+            ),
+        )
+    ]  # fmt: skip
+    for j in formulas:
+        verdicts = j.verdicts()
+        if set(verdicts.values()) == {"agrees"}:
+            continue
+        figures.append(
+            Note(
+                Msg("{section} prints {printed}, where {code} computes {says}: on seeded inputs "
+                    "the two differ by up to {measured} ({reason}).",
+                    section=str(j.formula.section), printed=j.formula.printed,
+                    code=declared(j.formula.code), says=declared(j.formula.code_says),
+                    measured=", ".join(
+                        f"{j.differences[n]:.3g} ({n}{', neither formula' if verdicts[n] == 'neither' else ''})"
+                        for n in names
+                    ),
+                    reason=declared(j.formula.reason) if j.formula.reason else ""),
+                flag=True,
+            )
+        )  # fmt: skip
+    figures.append(
+        TableFigure(
+            title=N_("printed formulas checked by another lab (a statistical check or a whole "
+                     "model): run that lab for its verdict"),
+            columns=(N_("section"), N_("printed"), N_("lab"), N_("metrics")),
+            rows=tuple((f"{s.chapter.title} {s.number}", printed, lab, ", ".join(metrics))
+                       for s, printed, lab, metrics in ELSEWHERE),
+        )
+    )  # fmt: skip
+    figures.append(
+        TableFigure(
+            title=N_("the published configurations the rows recompute the chapters' memory, "
+                     "bandwidth and time from"),
+            columns=(N_("model"), N_("published in"), N_("layers"), "d_model", N_("heads"),
+                     N_("K/V heads"), "d_ff", N_("window"), N_("rows")),
+            rows=tuple(
+                (c.name, c.source, c.layers, c.d_model, c.heads, c.kv_heads, c.ffn,
+                 c.window or "", sum(c.name in row.config.split("; ") for row in AUDITED))
+                for c in CONFIGS
+            ),
+        )
+    )  # fmt: skip
+    fmt = "[{:.2f}, {:.2f}]"
+    plain, masked = unmasked_output(), masked_output()
+    figures.append(
+        Note(
+            Msg("手撕 §3.6's 完整公式 Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k)·V is Attention Is "
+                "All You Need's equation (1), which 第8章 prints as the paper's; §3.3 calls the "
+                "mask 可选 and the walk-through applies it (假设用 decoder). On 我 and 想 the "
+                "formula as printed gives {a} and {b}, with the causal mask {c} and {d}: the "
+                "section's [0.20, 0.10] and [0.40, 0.23] are the masked ones. A note, not an "
+                "erratum.",
+                a=fmt.format(*plain[0]), b=fmt.format(*plain[1]),
+                c=fmt.format(*masked[0]), d=fmt.format(*masked[1])),
+        )
+    )  # fmt: skip
+    return figures
+
+
 def _figure_row(row: Row, verdict: str, values: dict[str, np.ndarray]) -> tuple:
     """One row of the table of every example: where, what, printed, how, values, verdict."""
     return (
@@ -225,6 +346,7 @@ LAB = Lab(
         Section(CH8, "阶段二", "scaled dot-product attention 逐步算"),
         Section(CH8, "阶段五", "位置从哪里来"),
         Section(PARTS, "§6.12", "为什么 Attention 是 O(T²)"),
+        Section(CH8, "阶段六", "动手实验", part="固定合成 fixture 的实测消融值"),
     ),
     params=Params,
     metrics=METRICS,

@@ -3,10 +3,10 @@
 A figure of attention weights is judged by whether a causal softmax can produce
 it: each printed row against the nearest row a causal softmax gives (the
 printed entries renormalised over the keys the row sees, through the contract's
-`softmax` and `causal_mask`), at the figure's rounding. A formula is evaluated
-as printed on the chapter's own example and judged against the numbers the
-chapter's own walk-through prints (its code and the other chapters apply the
-causal mask), or against the contract's function it names.
+`softmax` and `causal_mask`), at the figure's rounding. 第8章's causal formula is
+evaluated on 手撕 §3.6's own example and judged against the numbers that section's
+walk-through prints; every printed formula is also set against the code that
+implements it (`worked_examples_formulas`).
 """
 
 from __future__ import annotations
@@ -42,14 +42,14 @@ def causal_softmax_of(impl, printed) -> np.ndarray:
     return np.asarray(impl.softmax(logs, -1))
 
 
-def _unmasked_output() -> np.ndarray:
+def unmasked_output() -> np.ndarray:
     """手撕 §3.6's 完整公式 as printed, softmax(Q Kᵀ / √d_k) V, on its own 我, 想, 退款."""
     s = Q3 @ K3.T / math.sqrt(2)
     e = np.exp(s - s.max(axis=-1, keepdims=True))
     return (e / e.sum(axis=-1, keepdims=True) @ V3)[:2]
 
 
-def _masked_output() -> np.ndarray:
+def masked_output() -> np.ndarray:
     """第8章 阶段二's softmax(Q Kᵀ / √d_k + M) V with M the causal mask, written out."""
     s = Q3 @ K3.T / math.sqrt(2) + np.triu(np.full((3, 3), -np.inf), 1)
     e = np.exp(s - s.max(axis=-1, keepdims=True))
@@ -61,27 +61,6 @@ def _masked_output_of(impl) -> np.ndarray:
         Q3[None, None], K3[None, None], V3[None, None], impl.causal_mask(3)
     )
     return np.asarray(out)[0, 0, :2]
-
-
-def _rope_identity(impl) -> np.ndarray:
-    """(R(mθ) q)ᵀ (R(nθ) k) - qᵀ R((n - m)θ) k for m, n in a few pairs, D = 2, θ = 1 rad."""
-    q, k = np.array([[0.3, -1.2]]), np.array([[0.8, 0.5]])
-    gaps = []
-    for m, n in ((0, 3), (5, 2), (7, 7), (100, 37)):
-        rotated = impl.rope(q, np.array([m])) @ impl.rope(k, np.array([n])).T
-        a = (n - m) * 1.0  # θ_0 = 10000^0 = 1 at D = 2
-        turn = np.array([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
-        gaps.append(float(rotated[0, 0] - q[0] @ turn @ k[0]))
-    return np.array(gaps)
-
-
-def _pe_formula(impl) -> np.ndarray:
-    """The table against PE(p, 2i) = sin(p ω_i), PE(p, 2i + 1) = cos(p ω_i), ω_i = 10000^(-2i/D)."""
-    p, i = np.arange(16)[:, None], np.arange(16)[None, :]
-    omega = 10000.0 ** (-2.0 * i / 32)
-    formula = np.empty((16, 32))
-    formula[:, 0::2], formula[:, 1::2] = np.sin(p * omega), np.cos(p * omega)
-    return np.array([np.max(np.abs(np.asarray(impl.sinusoidal_positions(16, 32)) - formula))])
 
 
 FIGURE_ROWS: tuple[Row, ...] = (
@@ -133,24 +112,6 @@ FIGURE_ROWS: tuple[Row, ...] = (
         fmt="{:.2f}",
     ),
     Row(
-        Section(HANDS_ON, "§3.6", "完整公式一览"),
-        N_(
-            "formula: Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k)·V as printed (no mask), on 我 and "
-            "想, against the section's own outputs [0.20, 0.10], [0.40, 0.23]"
-        ),
-        "softmax(Q·K^T / √d_k)·V",
-        (0.2, 0.1, 0.4, 0.23),
-        0.005,
-        N_("2 decimals"),
-        _unmasked_output,
-        reason=N_(
-            "the formula leaves out the mask its own Step 3 applies and 第8章 阶段二's formula "
-            "writes (+M): as printed it gives 我 [0.46, 0.32] and 想 [0.60, 0.46]; the causal "
-            "form softmax(Q·Kᵀ / √d_k + M)·V gives the section's numbers"
-        ),
-        fmt="{:.2f}",
-    ),
-    Row(
         Section(CH8, "阶段二", "scaled dot-product attention 逐步算"),
         N_(
             "formula: softmax(Q Kᵀ / √d_k + M) V with M the causal mask, on 手撕 §3.6's 我 and 想, "
@@ -160,36 +121,8 @@ FIGURE_ROWS: tuple[Row, ...] = (
         (0.2, 0.1, 0.4, 0.23),
         0.005,
         N_("2 decimals"),
-        _masked_output,
+        masked_output,
         _masked_output_of,
         fmt="{:.4f}",
-    ),
-    Row(
-        Section(CH8, "阶段五", "位置从哪里来"),
-        N_(
-            "formula: PE(p, 2i) = sin(p ω_i), PE(p, 2i+1) = cos(p ω_i), ω_i = 10000^(-2i/D), "
-            "against sinusoidal_positions(16, 32): largest difference"
-        ),
-        "PE(p,2i) = sin(p ω_i) …",
-        (0.0,),
-        1e-12,
-        N_("float64 rounding, 1e-12"),
-        lambda: np.array([0.0]),
-        _pe_formula,
-        fmt="{:.1e}",
-    ),
-    Row(
-        Section(HANDS_ON, "§01.5", "位置编码再讲深一点：RoPE 的旋转矩阵推导"),
-        N_(
-            "formula: (R(mθ)·q)ᵀ · (R(nθ)·k) = qᵀ · R((n-m)θ) · k, through rope at D = 2: largest "
-            "difference over four (m, n)"
-        ),
-        "q^T · R((n-m)θ) · k",
-        (0.0, 0.0, 0.0, 0.0),
-        1e-12,
-        N_("float64 rounding, 1e-12"),
-        lambda: np.zeros(4),
-        _rope_identity,
-        fmt="{:.1e}",
     ),
 )

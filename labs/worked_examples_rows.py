@@ -24,6 +24,13 @@ import numpy as np
 
 from labctl.course import CH8, HANDS_ON, PARTS, Section
 from labctl.i18n import N_
+from labctl.labs.worked_examples_models import (
+    LLAMA2_7B,
+    LLAMA2_70B,
+    LLAMA3_8B,
+    MISTRAL_7B,
+    TRANSFORMER_BASE,
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,7 @@ class Row:
     approximation: bool = False
     reason: str = ""
     fmt: str = "{:.4g}"
+    config: str = ""  # the published configuration its numbers come from (worked_examples_models)
 
     def recompute(self, impl: Any | None) -> np.ndarray:
         """Through the contract on `impl` where a function applies, else the arithmetic."""
@@ -145,7 +153,11 @@ def _diluted_closed(n: int) -> np.ndarray:
 
 
 _S3 = Q3 @ K3.T
-_LLAMA_KV_BYTES = 2 * 4096 * 8 * 128 * 2 * 80  # 手撕 §7.4: 2 x seq x kv_heads x d_k x fp16 x layers
+_LLAMA_KV_BYTES = LLAMA2_70B.kv_cache_bytes(
+    4096
+)  # 手撕 §7.4: 2 x seq x kv_heads x d_k x fp16 x layers
+_D, _HIDDEN = LLAMA2_7B.d_model, LLAMA2_7B.ffn  # 第8章 阶段四: D = 4096, hidden 11008
+_SWA_LAYERS, _SWA_WINDOW = MISTRAL_7B.layers, MISTRAL_7B.window or 0  # L = 32, W = 4096
 
 ROWS: tuple[Row, ...] = (
     # ---- Transformer 逐部件讲透 -------------------------------------------------------------
@@ -236,10 +248,11 @@ ROWS: tuple[Row, ...] = (
         (11008,),
         0.5,
         N_("integer; the chapter says 约"),
-        lambda: np.array([8 / 3 * 4096]),
+        lambda: np.array([8 / 3 * _D]),
         approximation=True,
         reason=N_("8/3 x 4096 = 10922.7; 11008 is that rounded up to a multiple of 256"),
         fmt="{:.1f}",
+        config=LLAMA2_7B.name,
     ),
     Row(
         Section(CH8, "阶段四", "组装 Transformer Block"),
@@ -251,12 +264,13 @@ ROWS: tuple[Row, ...] = (
         (1.0,),
         0.0,
         N_("exact, as the chapter says 完全"),
-        lambda: np.array([3 * 4096 * 11008 / (2 * 4096 * 4 * 4096)]),
+        lambda: np.array([3 * _D * _HIDDEN / (2 * _D * 4 * _D)]),
         reason=N_(
             "3 x 4096 x 11008 = 135,266,304 vs 2 x 4096 x 16384 = 134,217,728: 0.78% "
             "more; exact parity needs 8/3 x 4096 = 10922.7, not an integer"
         ),
         fmt="{:.6f}",
+        config=LLAMA2_7B.name,
     ),
     Row(
         Section(CH8, "阶段五", "位置从哪里来"),
@@ -301,13 +315,14 @@ ROWS: tuple[Row, ...] = (
         (131072,),
         0.0,
         N_("exact count"),
-        lambda: np.array([32 * (4096 - 1) + 1]),
+        lambda: np.array([_SWA_LAYERS * (_SWA_WINDOW - 1) + 1]),
         reason=N_(
             "each layer reaches W - 1 positions further back (the chapter's own layer 2 "
             "is [i-2W+2, i]): L(W-1)+1 = 131,041; the contract's sliding_window_mask "
             "stacked 2 layers deep confirms 2W-1 above"
         ),
         fmt="{:,.0f}",
+        config=MISTRAL_7B.name,
     ),
     Row(
         Section(
@@ -446,8 +461,15 @@ ROWS: tuple[Row, ...] = (
         (64, 262144, 1048576),
         0.0,
         N_("exact"),
-        lambda: np.array([512 // 8, 512 * 512, 4 * 512 * 512]),
+        lambda: np.array(
+            [
+                TRANSFORMER_BASE.d_model // TRANSFORMER_BASE.heads,
+                TRANSFORMER_BASE.d_model**2,
+                4 * TRANSFORMER_BASE.d_model**2,
+            ]
+        ),
         fmt="{:,.0f}",
+        config=TRANSFORMER_BASE.name,
     ),
     Row(
         Section(HANDS_ON, "§5.5.2", "三种注意力变体对比"),
@@ -482,6 +504,7 @@ ROWS: tuple[Row, ...] = (
             "heads (no GQA) would need"
         ),
         fmt="{:.3f}",
+        config=LLAMA2_70B.name,
     ),
     Row(
         Section(HANDS_ON, "§7.5.1", "问题：标准 attention 的 IO 瓶颈"),
@@ -514,8 +537,15 @@ ROWS: tuple[Row, ...] = (
         (128, 1024, 4),
         0.0,
         N_("exact"),
-        lambda: np.array([4096 // 32, 8 * (4096 // 32), 32 // 8]),
+        lambda: np.array(
+            [
+                LLAMA3_8B.head_dim,
+                LLAMA3_8B.kv_heads * LLAMA3_8B.head_dim,
+                LLAMA3_8B.heads // LLAMA3_8B.kv_heads,
+            ]
+        ),
         fmt="{:.0f}",
+        config=LLAMA3_8B.name,
     ),
     Row(
         Section(HANDS_ON, "§11.2", '为什么 attention 不是"完美的全局检索"'),

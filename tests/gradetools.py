@@ -1,7 +1,8 @@
 """A generated class for the grading tests: one learner per case the grader must handle.
 
-Every learner's clean room is the project's own, copied, or a catalogued fault
-of it (`labctl.faults`), or a small edit of the copy; the two learners with a
+Every learner's clean room is a learner's own correct room (`honestrooms`:
+labctl's own, rewritten, since labctl's own room is base code and earns
+nothing), or a catalogued fault of it (`labctl.faults`), or a small edit of it; the two learners with a
 submission are copies of one small git repository in which the course
 module's labs ran once, so their submission is a real `evidence template
 --fill` (one of them with a claim changed afterwards).
@@ -16,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 import yaml
+from honestrooms import honest_fault, honest_room
 from typer.testing import CliRunner
 
 from labctl import faults, registry
@@ -62,8 +64,8 @@ def working_directory(path: Path):
 
 
 def copy_room(dest: Path) -> Path:
-    shutil.copytree(ROOM, dest, ignore=shutil.ignore_patterns("__pycache__"))
-    return dest
+    """A learner's own correct room (`honestrooms`: labctl's own is base code, worth nothing)."""
+    return honest_room(dest)
 
 
 def append(room: Path, module: str, source: str) -> None:
@@ -137,7 +139,7 @@ def build_class(root: Path, repo: Path | None) -> dict[str, str]:
     copy_room(root / "no-submission" / "clean_room")
     cases["no-submission"] = "correct, no submission"
     for name in (*FAULTS, HIDDEN_ONLY):
-        faults.get(name).materialize(root / f"fault-{name}" / "clean_room")
+        honest_fault(name, root / f"fault-{name}" / "clean_room")
         cases[f"fault-{name}"] = f"fault {name}"
     init_clean_room(root / "stubs" / "clean_room")
     cases["stubs"] = "clean-room init stubs"

@@ -9,7 +9,11 @@ and its layout shifted: what a copier does.
 
 from __future__ import annotations
 
+import ast
+import io
+import keyword
 import re
+import tokenize
 from pathlib import Path
 
 from labctl.verify.stubs import init_source, module_source
@@ -491,3 +495,167 @@ def write_room(room: Path, functions: dict[str, str]) -> Path:
     (room / "__init__.py").write_text(init_source(), encoding="utf-8")
     (room / "transformer_block.py").write_text(_module(functions), encoding="utf-8")
     return room
+
+
+# ---- a copier's mechanical rewrites of a whole room's source -------------------------------
+
+
+def _function_locals(tree: ast.Module) -> set[str]:
+    """Names assigned inside functions that are no function's parameter (the contract calls
+    by keyword) and no module-level name."""
+    found, params = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            params.add(node.arg)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    found.add(sub.id)
+    top = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+           if isinstance(t, ast.Name)}  # fmt: skip
+    return found - params - top
+
+
+def rename_locals(text: str, prefix: str = "my_") -> str:
+    """Every local variable of every function renamed, and every comment dropped."""
+    names = _function_locals(ast.parse(text))
+    out = []
+    tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    depth = 0
+    for index, tok in enumerate(tokens):
+        before = tokens[index - 1].string if index else ""
+        after = tokens[index + 1].string if index + 1 < len(tokens) else ""
+        depth += tok.string in ("(", "[", "{")
+        depth -= tok.string in (")", "]", "}")
+        keyword_argument = after == "=" and depth > 0
+        if tok.type == tokenize.COMMENT:
+            tok = tok._replace(string="")
+        elif (
+            tok.type == tokenize.NAME
+            and tok.string in names
+            and before != "."
+            and not keyword_argument
+        ):
+            tok = tok._replace(string=prefix + tok.string)
+        elif tok.type == tokenize.STRING and tok.string[:2].lower() in ("f'", 'f"'):
+            tok = tok._replace(string=_rename_fields(tok.string, names, prefix))
+        out.append(tok)
+    return _untokenize(out)
+
+
+def _rename_fields(text: str, names: set[str], prefix: str) -> str:
+    """The names inside an f-string's replacement fields renamed too."""
+
+    def field(match: re.Match) -> str:
+        return re.sub(
+            r"(?<![.\w])(\w+)\b",
+            lambda m: prefix + m.group(1) if m.group(1) in names else m.group(1),
+            match.group(0),
+        )
+
+    return re.sub(r"\{[^{}]*\}", field, text)
+
+
+def _untokenize(tokens: list[tokenize.TokenInfo]) -> str:
+    """Tokens back to text at their columns, a longer token shifting the rest of its line."""
+    out: list[str] = []
+    row, col = 1, 0
+    for tok in tokens:
+        if tok.type in (tokenize.ENCODING, tokenize.ENDMARKER, tokenize.DEDENT):
+            continue
+        (srow, scol), (erow, ecol) = tok.start, tok.end
+        if srow > row:
+            if out and not out[-1].endswith("\n"):
+                out.append(" \\\n" * (srow - row))  # a backslash continuation
+            col = 0
+        out.append(" " * max(0, scol - col) + tok.string)
+        row, col = erow, ecol
+    return "".join(out)
+
+
+_NO_PARENS_AFTER = {".", "def", "class", "import", "from", "as", "global", "nonlocal", "lambda",
+                    "except"}  # fmt: skip
+
+
+def parenthesise(text: str) -> str:
+    """Every name wrapped in parentheses where Python allows it: `(np).exp((x) - (m))`."""
+    out = []
+    tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    depth = 0
+    header = None  # "def" or "lambda" or "import" until its end
+    for index, tok in enumerate(tokens):
+        before = tokens[index - 1].string if index else ""
+        after = tokens[index + 1].string if index + 1 < len(tokens) else ""
+        depth += tok.string in ("(", "[", "{")
+        depth -= tok.string in (")", "]", "}")
+        if tok.type == tokenize.NAME and tok.string in ("def", "lambda", "import", "from"):
+            header = tok.string
+        elif (header in ("def", "lambda") and tok.string == ":" and depth == 0) or (
+            header in ("import", "from") and tok.type == tokenize.NEWLINE
+        ):
+            header = None
+        wrap = (
+            tok.type == tokenize.NAME
+            and not keyword.iskeyword(tok.string)
+            and not keyword.issoftkeyword(tok.string)
+            and before not in _NO_PARENS_AFTER
+            and header is None
+            and not (after == "=" and depth > 0)
+            and before != "@"
+        )
+        if wrap:
+            tok = tok._replace(string=f"({tok.string})")
+        out.append(tok)
+    return _untokenize(out)
+
+
+def pad(text: str, every: int = 1) -> str:
+    """A dead statement after every `every`-th statement of every function body (an unused
+    local, then a bare constant), and unused functions after the code: what a copier adds
+    to hide a copy."""
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    inserts: list[tuple[int, str]] = []
+    count = 0
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for body in _bodies(node):
+            for position, stmt in enumerate(body):
+                if position % every or (isinstance(stmt, ast.Expr) and position == 0):
+                    continue
+                count += 1
+                indent = " " * stmt.col_offset
+                line = f"{indent}_unused_{count} = {count} * 3\n{indent}{count}\n"
+                inserts.append((stmt.end_lineno, line))
+    for after, line in sorted(inserts, key=lambda i: -i[0]):
+        lines.insert(after, line)
+    junk = "".join(
+        f"\n\ndef _never_called_{n}(a, b):\n    c = a * {n}\n    for i in range(b):\n"
+        f"        c = c + i * {n}\n    return c - b\n"
+        for n in range(12)
+    )
+    return "".join(lines) + junk
+
+
+def _bodies(node: ast.AST):
+    for name in ("body", "orelse", "finalbody"):
+        inner = getattr(node, name, None)
+        if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+            yield inner
+            for stmt in inner:
+                if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    yield from _bodies(stmt)
+    for handler in getattr(node, "handlers", []):
+        yield handler.body
+
+
+def rewrite_room(source: Path, dest: Path, rewrite) -> Path:
+    """A copy of the room at `source` with `rewrite` applied to every `.py` file."""
+    for path in sorted(source.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        target = dest / path.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(rewrite(path.read_text("utf-8")), encoding="utf-8")
+    return dest

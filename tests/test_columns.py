@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 from gradetools import copy_room, rubric_without
+from honestrooms import honest_fault
 from rich.cells import cell_len
 from rich.console import Console
 from typer.testing import CliRunner
@@ -161,7 +162,7 @@ def graded(tmp_path_factory):
     """
     base = tmp_path_factory.mktemp("class")
     copy_room(base / "class" / "copycat" / "clean_room")
-    faults.get("mask-reversed").materialize(base / "class" / "mask_reversed" / "clean_room")
+    honest_fault("mask-reversed", base / "class" / "mask_reversed" / "clean_room")
     rubric = rubric_without(base, "metric", "submission")
     kept = {}
 

@@ -14,7 +14,8 @@ from labctl.evidence.findings import Report
 
 # Rows of the live table: causal-attention's, and a timing metric of kv-cache.
 FUTURE = "future_weight_max"  # ==0, probability, reference and clean-room
-SDPA = "sdpa_max_error"  # <=1e-6 (v3; <=1e-5 in v1 and v2), abs, clean-room only
+SDPA = "sdpa_allclose_ratio"  # <=1 (v4), ratio, clean-room only
+RETIRED = "sdpa_max_error"  # <=1e-5 in v1 and v2, <=1e-6 in v3; v4 measures SDPA as SDPA above
 TIMING = "decode_time_ratio[T=64]"  # >1, ratio-of-times, timing
 
 
@@ -44,9 +45,9 @@ def test_a_claim_as_the_table_has_it_raises_nothing():
 
 
 def test_a_claim_on_an_implementation_the_table_does_not_measure_is_refused():
-    report = checked(row(SDPA, expected="<=1e-6", impl="reference"))
+    report = checked(row(SDPA, expected="<=1", impl="reference"))
     assert said(report.problems) == [
-        "metrics[0] (sdpa_max_error, reference): impl sdpa_max_error is measured on "
+        "metrics[0] (sdpa_allclose_ratio, reference): impl sdpa_allclose_ratio is measured on "
         "clean-room, not reference"
     ]
 
@@ -78,13 +79,13 @@ def test_a_required_metric_claimed_on_the_reference_only_is_refused():
 def test_an_expected_that_is_not_the_table_s_is_refused_and_another_spelling_is_not():
     report = checked(row(expected="<=0.1"))
     assert said(report.problems) == [
-        "metrics[0] (future_weight_max, clean-room): expected '<=0.1' is not the v3 tolerance "
+        "metrics[0] (future_weight_max, clean-room): expected '<=0.1' is not the v4 tolerance "
         "of future_weight_max ('==0')"
     ]
     assert checked(row(expected="== 0.0")).problems == []
     unreadable = checked(row(expected="about zero"))
     assert said(unreadable.problems)[0].endswith(
-        "expected 'about zero' is not the v3 tolerance of future_weight_max ('==0')"
+        "expected 'about zero' is not the v4 tolerance of future_weight_max ('==0')"
     )
 
 
@@ -140,7 +141,7 @@ def test_the_passed_flag_must_say_what_the_actual_does():
 def test_an_unknown_metric_is_a_warning_and_is_judged_by_its_own_expected():
     report = checked(row("my_metric", expected="<=1", actual=2.0))
     assert said(report.warnings) == [
-        "metrics[0] (my_metric): name 'my_metric' is not in the tolerance table v3; no lab "
+        "metrics[0] (my_metric): name 'my_metric' is not in the tolerance table v4; no lab "
         "measures it, so it cannot be re-measured"
     ]
     assert said(report.problems) == ["metrics[0] (my_metric): actual 2.0 does not satisfy <=1"]
@@ -186,7 +187,7 @@ def test_every_required_metric_must_be_claimed_unless_the_list_itself_is_refused
     module = modules.Module(id="m1", title="t", section="tests", required=(FUTURE, SDPA))
     report = checked(row(), module=module)
     assert said(report.problems) == [
-        "metrics: required metric 'sdpa_max_error' missing (module m1)"
+        "metrics: required metric 'sdpa_allclose_ratio' missing (module m1)"
     ]
     data = {"metrics": [row()]}
     refused = Report(path=Path("e.yaml"), data=data, module=module)
@@ -287,7 +288,7 @@ def test_numbers_courses_and_claimed_rows():
 def test_a_known_metric_s_actual_is_judged_by_the_table_not_by_the_claim():
     report = checked(row(expected="<=1", actual=0.5))
     assert said(report.problems) == [
-        "metrics[0] (future_weight_max, clean-room): expected '<=1' is not the v3 tolerance of "
+        "metrics[0] (future_weight_max, clean-room): expected '<=1' is not the v4 tolerance of "
         "future_weight_max ('==0')",
         "metrics[0] (future_weight_max, clean-room): actual 0.5 does not satisfy ==0",
     ]
@@ -328,8 +329,10 @@ def test_a_problem_one_past_the_last_claim_names_no_claim():
 
 
 def test_a_record_is_judged_under_the_tolerance_table_it_names():
-    """v3 tightened sdpa_max_error to the chapter's 1e-6; a record made under v2 keeps 1e-5."""
-    claim = row(SDPA, expected="<=1e-5", actual=5e-6, impl="clean-room", passed=True)
+    """v3 tightened sdpa_max_error to the chapter's 1e-6; a record made under v2 keeps 1e-5.
+    v4 retired it (the chapter's allclose is sdpa_allclose_ratio): a record of v1 to v3 is
+    still judged as its table declared it; under v4 no lab measures it."""
+    claim = row(RETIRED, expected="<=1e-5", actual=5e-6, impl="clean-room", passed=True)
     assert checked(dict(claim), tolerances="v2").problems == []
     now = said(checked(dict(claim), tolerances="v3").problems)
     assert now == [
@@ -339,5 +342,12 @@ def test_a_record_is_judged_under_the_tolerance_table_it_names():
         "metrics[0] (sdpa_max_error, clean-room): passed says True, but 5e-06 does not satisfy "
         "<=1e-6",
     ]
+    live = checked(dict(claim), tolerances="v4")
+    assert live.problems == []
+    assert said(live.warnings) == [
+        "metrics[0] (sdpa_max_error, clean-room): name 'sdpa_max_error' is not in the tolerance "
+        "table v4; no lab measures it, so it cannot be re-measured"
+    ]
     # a version labctl never had is judged under the live table, not trusted
-    assert said(checked(dict(claim), tolerances="v9").problems) == now
+    unknown = checked(dict(claim), tolerances="v9")
+    assert (unknown.problems, said(unknown.warnings)) == ([], said(live.warnings))

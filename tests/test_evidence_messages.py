@@ -196,11 +196,11 @@ def test_submit_refusals_in_chinese_english_and_json(repo, tmp_path):
     path = written(repo, record(repo, metrics=metrics))
     store = str(tmp_path / "store")
     english = (
-        "metrics[1] (made_up_metric): name 'made_up_metric' is not in the tolerance table v3: "
+        "metrics[1] (made_up_metric): name 'made_up_metric' is not in the tolerance table v4: "
         "no lab measures it, so it is not reproducible"
     )
     chinese = (
-        "metrics[1] (made_up_metric): name 'made_up_metric' 不在容差表 v3 中："
+        "metrics[1] (made_up_metric): name 'made_up_metric' 不在容差表 v4 中："
         "没有实验测量它，因此无法复现"
     )
     zh = invoke("evidence", "submit", str(path), "--root", store, lang="zh")
@@ -224,7 +224,7 @@ def test_submit_refusals_in_chinese_english_and_json(repo, tmp_path):
     reasons = [p["reason"] for p in json.loads(zh_json.stdout)["problems"]]
     assert reasons == [
         "0.5 does not satisfy ==0",
-        "'made_up_metric' is not in the tolerance table v3: no lab measures it, so it is not "
+        "'made_up_metric' is not in the tolerance table v4: no lab measures it, so it is not "
         "reproducible",
         ROOM_EN.removeprefix("labctl.clean_room: "),
     ]

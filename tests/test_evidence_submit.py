@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from honestrooms import honest_fault, honest_room
+from similarityrooms import parenthesise, rename_locals, rewrite_room
 from typer.testing import CliRunner
 
-from labctl import faults, registry
+from labctl import registry
 from labctl.cli.main import app
 from labctl.evidence import modules
 from labctl.evidence.findings import Report
@@ -73,8 +75,9 @@ def labs_for(names: tuple[str, ...]) -> list[str]:
 
 
 def learner_room(dest: Path) -> Path:
-    """A learner's room: the project's, with a line of its own (a verbatim copy is labctl's)."""
-    shutil.copytree(own_room(), dest, ignore=shutil.ignore_patterns("__pycache__"))
+    """A learner's room (`honestrooms`: labctl's rewritten, as a learner writes the same
+    formulas), with a line of its own."""
+    honest_room(dest)
     with (dest / "primitives.py").open("a") as handle:
         handle.write("\n# written by the learner\n")
     return dest
@@ -113,7 +116,8 @@ def repo(golden, tmp_path, monkeypatch) -> Path:
 
 
 def invoke(*args: str):
-    result = CliRunner().invoke(app, list(args))
+    # content, not layout, is tested here: a terminal wide enough that no line wraps
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(app, list(args))
     assert "Traceback" not in result.output, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     return result
@@ -145,7 +149,9 @@ def submit(path: Path, *extra: str):
 
 def test_filled_template_has_no_placeholders(repo):
     text = filled()
-    assert "<" not in text.split("\n", 3)[3].replace("<=", "")
+    # the header's comment lines name the <...> placeholders; the fields must hold none
+    fields = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    assert "<" not in fields.replace("<=", "")
     data = yaml.safe_load(text)
     assert data["seed"] == 5
     assert data["commit"] == git("rev-parse", "HEAD", cwd=repo)
@@ -391,7 +397,7 @@ DATA_CASES = {
     "inf-actual": (_set(("metrics", 0, "actual"), float("inf")), "metrics[0].actual", "finite"),
     "actual-fails-expected": (_set(("metrics", 0, "actual"), 0.5), "metrics[0].actual", "does not satisfy <=1e-12"),
     "not-reproduced": (_set(("metrics", 1, "actual"), 5e-11), "metrics[1].actual", "not reproduced"),
-    "loosened-tolerance": (_set(("metrics", 0, "expected"), "<=1"), "metrics[0].expected", "not the v3 tolerance"),
+    "loosened-tolerance": (_set(("metrics", 0, "expected"), "<=1"), "metrics[0].expected", "not the v4 tolerance"),
     "impl-not-measured": (_set(("metrics", 1, "impl"), "reference"), "metrics[1].impl", "measured on both"),
     "commit-not-in-repo": (_set(("commit",), "0123456789abcdef0123456789abcdef01234567"), "commit", "not a commit of this repository"),
     "commit-unknown": (_set(("commit",), "unknown"), "commit", "unknown"),
@@ -616,7 +622,7 @@ def test_a_claim_is_re_measured_on_its_own_implementation(repo, tmp_path):
     The reference's row of the same metric still reads 0.0; a claim matched by name
     alone would be compared with it and pass.
     """
-    faults.get("mask-reversed").materialize(repo / "faulty")
+    honest_fault("mask-reversed", repo / "faulty")
     data = yaml.safe_load(filled())
     data["labctl"]["clean_room"] = identify(Path("faulty")).model_dump()
     path = repo / "copied.yaml"
@@ -685,7 +691,7 @@ def test_a_submission_made_from_labctls_own_room_is_refused(repo):
 
 def test_a_room_whose_claims_reproduce_but_which_fails_verify_is_refused(repo):
     """rope-half-split breaks RoPE only: causal-attention's claims reproduce on it."""
-    faults.get("rope-half-split").materialize(repo / "rope_room")
+    honest_fault("rope-half-split", repo / "rope_room")
     run = invoke("run", "causal-attention", "--clean-room", "rope_room", "--json")
     assert run.exit_code == 0, run.output
     path = repo / "rope.yaml"
@@ -696,3 +702,36 @@ def test_a_room_whose_claims_reproduce_but_which_fails_verify_is_refused(repo):
     (problem,) = doc["problems"]
     assert problem["field"] == "labctl.clean_room"
     assert problem["reason"].startswith("the clean room fails verify (rope")
+
+
+@pytest.mark.parametrize("copied", ["whole", "one-function"])
+def test_a_room_with_labctls_own_functions_renamed_is_refused_naming_them(repo, copied):
+    """A copy of labctl's room with every local renamed and every name in parentheses (the
+    whole room), or a learner's room whose softmax is labctl's so rewritten: refused, the
+    functions named; `grade` judges a room with the same detector (`labctl.fingerprints`)."""
+
+    def rewrite(text: str) -> str:
+        return parenthesise(rename_locals(text))
+
+    room = repo / "mine"
+    if copied == "whole":
+        rewrite_room(own_room(), room, rewrite)
+    else:
+        honest_room(room)
+        theirs = rewrite((own_room() / "primitives.py").read_text())
+        start = theirs.index("def softmax(")
+        end = theirs.index("\ndef ", start + 1)
+        mine = (room / "primitives.py").read_text()
+        (room / "primitives.py").write_text(mine + "\n\n" + theirs[start:end] + "\n")
+    run = invoke("run", "causal-attention", "--clean-room", "mine", "--json")
+    assert run.exit_code == 0, run.output
+    path = repo / "mine.yaml"
+    path.write_text(filled())
+    result, doc = submit(path)
+    assert result.exit_code == 1, result.output
+    (problem,) = doc["problems"]
+    assert problem["field"] == "labctl.clean_room"
+    named = problem["reason"].split(" of this clean room are labctl's own", 1)[0].split(", ")
+    assert named == (["softmax"] if copied == "one-function" else named) and len(named) >= 1
+    if copied == "whole":
+        assert {"softmax", "rope", "decoder_forward"} <= set(named)

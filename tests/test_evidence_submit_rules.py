@@ -139,7 +139,7 @@ def test_an_unknown_metric_is_refused_by_name_and_replaces_its_warning():
     assert [(p.field, p.reason) for p in found.problems] == [
         (
             "metrics[0].name",
-            "'nobody_measures_this' is not in the tolerance table v3: no lab measures it, so "
+            "'nobody_measures_this' is not in the tolerance table v4: no lab measures it, so "
             "it is not reproducible",
         )
     ]

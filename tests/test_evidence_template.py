@@ -27,7 +27,7 @@ TEMPLATE_METRICS = (
 
 
 def invoke(*args: str):
-    result = CliRunner().invoke(app, list(args))
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(app, list(args))
     assert "Traceback" not in result.output, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     return result

@@ -25,6 +25,7 @@ from gradetools import (
     FAULTS,
     HIDDEN_ONLY,
     build_class,
+    copy_room,
     rubric_without,
     submission_repo,
 )
@@ -174,6 +175,7 @@ def test_gradebook_csv_has_one_row_per_learner_and_a_column_per_item(klass, grad
         "diagnosis",
         "identical_to",
         *LATE_COLUMNS,
+        "base_code",
     ]
     for row in table:
         points = sum(float(row[i]) for i in ids)
@@ -255,17 +257,17 @@ def test_hidden_items_never_reach_what_a_learner_sees(graded):
     assert [t["visibility"] for t in kept_back] == ["after_published"]
 
 
-def test_similarity_counts_labctls_room_and_the_stubs_as_base_code(graded):
+def test_similarity_counts_the_stubs_as_base_code_and_pairs_the_same_room(graded):
     out, doc = graded
     found = doc["similarity"]
     assert json.loads((out / "similarity.json").read_text()) == found
     rooms = found["rooms"]
-    # labctl's own room (with a comment added for "correct") and the stubs are all base.
-    for learner in ("no-submission", "correct", "stubs"):
-        assert rooms[learner]["base_share"] == 1.0, learner
-    named = {frozenset((p["a"], p["b"])) for p in found["pairs"]}
-    assert frozenset(("correct", "no-submission")) not in named
+    assert rooms["stubs"]["base_share"] == 1.0
+    named = {frozenset((p["a"], p["b"])): p for p in found["pairs"]}
     assert not any("stubs" in pair for pair in named)
+    # "correct" is "no-submission"'s room with a comment added: every function shared.
+    same = named[frozenset(("correct", "no-submission"))]
+    assert {m["a_function"] for m in same["shared_functions"]} >= {"softmax", "rope"}
     assert (out / "similarity.html").is_file()
 
 
@@ -286,7 +288,7 @@ def test_a_second_run_skips_the_unchanged_and_regrades_a_changed_learner(klass, 
     # The learner fixes the bug: only that learner is graded again, and now passes.
     fixed = f"fault-{FAULTS[1]}"
     shutil.rmtree(class_copy / fixed / "clean_room")
-    shutil.copytree(faults.project_clean_room(), class_copy / fixed / "clean_room")
+    copy_room(class_copy / fixed / "clean_room")
     third = grade(class_copy, out_copy, rubric, "--jobs", "1")
     assert third["graded"] == [fixed]
     assert rows(third)[fixed]["score"] > rows(first)[fixed]["score"]
@@ -323,7 +325,7 @@ def test_sandbox_is_refused_where_there_is_none(tmp_path, monkeypatch):
     monkeypatch.setenv(bwrap.ENV_BWRAP, "/nonexistent/bwrap")
     bwrap.sandbox_status.cache_clear()
     root = tmp_path / "class"
-    shutil.copytree(faults.project_clean_room(), root / "one" / "clean_room")
+    copy_room(root / "one" / "clean_room")
     result = invoke(
         "grade",
         str(root),

@@ -17,10 +17,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from gradetools import copy_room, rubric_without
+from gradetools import rubric_without
+from honestrooms import honest_fault, own_copy
 from typer.testing import CliRunner
 
-from labctl import faults
 from labctl.cli.main import app
 
 # The environment of each run: nothing of this machine's locale leaks into the choice.
@@ -37,8 +37,8 @@ def invoke(args: list[str], lang: str | None = None, env_lang: str = ""):
 @pytest.fixture(scope="module")
 def klass(tmp_path_factory) -> tuple[Path, Path]:
     base = tmp_path_factory.mktemp("grade-i18n")
-    copy_room(base / "class" / "copycat" / "clean_room")
-    faults.get("mask-reversed").materialize(base / "class" / "fault" / "clean_room")
+    own_copy(base / "class" / "copycat" / "clean_room")  # labctl's own: base code
+    honest_fault("mask-reversed", base / "class" / "fault" / "clean_room")
     return base / "class", rubric_without(base, "metric", "submission")
 
 
@@ -65,6 +65,9 @@ def test_the_summary_and_similarity_lines_follow_the_language(runs):
     assert "2 位学习者（2 graded；本次评分 2 位，0 位自上次运行以来未变）" in chinese
     assert "基础代码：copycat：其 clean room 有 100% 是基础代码" in chinese
     assert "learners" not in chinese and "base code:" not in chinese
+    # Handed in as labctl's own room, it earns nothing, and the table says so in each language.
+    assert "base code, no points: the whole clean room: softmax" in " ".join(english.split())
+    assert "基础代码，不得分：整个cleanroom：softmax" in "".join(chinese.split())
     # The table's headers are words; the status value is an identifier in both.
     assert "学习者" in chinese and "隔离方式" in chinese and "graded" in chinese
 
@@ -90,8 +93,8 @@ def test_machine_outputs_keep_their_english_structure_and_gradescope_output_foll
     assert "与故障 `mask-reversed` 相符" in fault["zh"]["diagnosis"]
     assert fault["zh"]["status"] == fault["en"]["status"] == "graded"
     assert set(fault["zh"]) == set(fault["en"])
-    en = json.loads((en_out / "gradescope" / "copycat" / "results.json").read_text("utf-8"))
-    zh = json.loads((zh_out / "gradescope" / "copycat" / "results.json").read_text("utf-8"))
+    en = json.loads((en_out / "gradescope" / "fault" / "results.json").read_text("utf-8"))
+    zh = json.loads((zh_out / "gradescope" / "fault" / "results.json").read_text("utf-8"))
     assert set(zh) == set(en)
     assert [sorted(t) for t in zh["tests"]] == [sorted(t) for t in en["tests"]]
     assert [(t["name"], t["status"], t["visibility"]) for t in zh["tests"]] == [
@@ -101,6 +104,14 @@ def test_machine_outputs_keep_their_english_structure_and_gradescope_output_foll
     assert "可见的" in zh["output"] and "visible" not in zh["output"]
     assert en["tests"][0]["output"] == "passes every check"
     assert zh["tests"][0]["output"] == "通过全部检查"
+    # labctl's own room: each function's output says it is base code, in each language.
+    own = {
+        lang: json.loads((out / "gradescope" / "copycat" / "results.json").read_text("utf-8"))
+        for lang, out in (("en", en_out), ("zh", zh_out))
+    }
+    assert own["en"]["tests"][0]["output"].startswith("base code: softmax (primitives.py, lines")
+    assert own["zh"]["tests"][0]["output"].startswith("基础代码：softmax（primitives.py，第 ")
+    assert own["zh"]["score"] == own["en"]["score"] == 0
 
 
 def test_usage_errors_follow_the_language(tmp_path):

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 from gradetools import append, copy_room
+from honestrooms import honest_fault
 from typer.testing import CliRunner
 
-from labctl import faults
 from labctl.cli.main import app
 from labctl.grade.rubric import RubricError, default_rubric_text, parse_rubric
 from labctl.grade.score import score
@@ -40,7 +40,7 @@ def rubric(scoring: str | None):
 def graded(tmp_path_factory) -> tuple[Path, dict]:
     base = tmp_path_factory.mktemp("scoring")
     klass = base / "class"
-    faults.get("no-sqrt-dk").materialize(klass / "scale" / "clean_room")
+    honest_fault("no-sqrt-dk", klass / "scale" / "clean_room")
     room = copy_room(klass / "loop" / "clean_room")
     append(
         room,

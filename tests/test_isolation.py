@@ -31,7 +31,8 @@ from labctl.isolation.sandbox import CleanRoom
 from labctl.verify.observe import depends_on
 from labctl.verify.stubs import init_clean_room
 
-runner = CliRunner()
+# Content, not layout, is tested here: a terminal wide enough that no line wraps.
+runner = CliRunner(env={"COLUMNS": "300"})
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -14,7 +14,9 @@ import pytest
 from labtools import ROOM, cli_run_json, failing, faulty_room, rows, run, values
 
 from labctl.faults import labs_v2
+from labctl.faults.v2 import FaultV2
 from labctl.lab import Note
+from labctl.labs import alibi as alibi_lab
 from labctl.labs.alibi import LAB, paper_slopes, written_bias
 from labctl.runner import room_contract
 
@@ -115,3 +117,78 @@ def test_cli_run_json(tmp_path, monkeypatch):
     assert slopes["rows"][0][1] == 0.5
     assert far["rows"][0][2] == 0.0  # at 1x no key is farther than Ttrain
     assert any("ALiBi" in note["text"] and not note["flag"] for note in lab["notes"])
+
+
+# --------------------------------------------------------------------------
+# A bias is judged by the attention it gives (issue 40)
+# --------------------------------------------------------------------------
+
+
+def _form_room(name: str, body: str) -> FaultV2:
+    """The project's room with alibi_bias written another way (a right one, or not)."""
+    return FaultV2(
+        name=name,
+        function="alibi_bias",
+        module="positions",
+        description="alibi_bias in another form",
+        course="Transformer 手撕与注意力机制 §01.5",
+        source=f"""
+        def alibi_bias(n_heads, t_q, t_k=None):
+            slopes = alibi_slopes(n_heads)[:, None, None]
+            t_k = t_q if t_k is None else t_k
+            p = (t_k - t_q) + np.arange(t_q, dtype=np.float64)[:, None]  # (Tq, 1)
+            j = np.arange(t_k, dtype=np.float64)[None, :]  # (1, Tk)
+            return {body}
+        """,
+    )
+
+
+# The chapter's own -λ|m - n| (手撕 §01.5), the ALiBi paper's code (slope times key index) and
+# the bias measured from the query index (top-left): each the contract's bias plus a constant
+# per row, or other values at the masked keys only.
+SAME_ATTENTION = {
+    "chapter": "-slopes * np.abs(p - j)",
+    "paper-code": "slopes * np.broadcast_to(j, (t_q, t_k))",
+    "top-left": "-slopes * (p - (t_k - t_q) - j)",
+}
+
+
+@pytest.mark.parametrize("form", sorted(SAME_ATTENTION))
+def test_a_bias_that_gives_the_same_attention_passes_and_its_form_is_named(tmp_path, form):
+    result = run(LAB, faulty_room(tmp_path, _form_room(f"alibi-{form}", SAME_ATTENTION[form])))
+    assert result.error is None
+    assert result.passed, result.failures()
+    assert rows(result)[("alibi_bias_max_error", "clean-room")].actual <= 1e-13
+    notes = [str(f.text) for f in result.figures if isinstance(f, Note) and f.flag]
+    assert len(notes) == 1 and notes[0].startswith("clean-room's alibi_bias is ")
+    assert str(alibi_lab.BIAS_FORMS[form]) in notes[0] and "labctl verify" in notes[0]
+
+
+def test_the_contract_s_form_is_named_without_a_flag(seed5):
+    notes = [f for f in seed5.figures if isinstance(f, Note) and "alibi_bias is" in str(f.text)]
+    assert [n.flag for n in notes] == [False, False]
+    assert all(str(alibi_lab.BIAS_FORMS["contract"]) in str(n.text) for n in notes)
+
+
+@pytest.mark.parametrize(
+    ("body", "least"),
+    [
+        ("-slopes * (p - j) * 2 ** (1 / 8)", 1e-3),  # every slope a head off
+        ("-slopes * np.abs(p - j) + 0.1 * (j == 0)", 1e-3),  # one visible key moved
+        ("np.where(j > p, np.nan, -slopes * (p - j))", 1e-3),  # NaN, if only at masked keys
+    ],
+)
+def test_a_bias_that_gives_other_attention_fails(tmp_path, body, least):
+    result = run(LAB, faulty_room(tmp_path, _form_room("alibi-other", body)), impl="clean-room")
+    row = rows(result)[("alibi_bias_max_error", "clean-room")]
+    assert not row.passed and not row.actual < least
+    note = next(str(f.text) for f in result.figures if isinstance(f, Note) and f.flag)
+    assert "a form of its own" in note
+
+
+def test_the_attention_of_a_bias_under_the_causal_mask():
+    scores = np.zeros((1, 2, 3))
+    weights = alibi_lab.causal_weights(np.zeros((1, 2, 3)), scores)
+    # query 0 sits at position 1 of 3 keys (bottom-right): it sees keys 0 and 1
+    assert weights[0].tolist() == [[0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]]
+    assert np.isinf(alibi_lab.causal_weights(np.zeros((1, 3, 2)), scores)).all()

@@ -12,6 +12,7 @@ from labctl import faults
 from labctl.labs.causal_attention import LAB
 
 INVARIANCE = "future_token_invariance"
+SDPA = "sdpa_allclose_ratio"
 
 # The future leaks into position 0 only, from position 1: only the perturbation after t = 0
 # changes position 1 while looking at position 0, so a loop starting at t = 1 misses it.
@@ -63,14 +64,18 @@ def test_passes_on_both_implementations_at_seed_5(seed5):
         # Masked keys contribute exactly 0: the prefix does not move at all.
         assert got[(INVARIANCE, impl)].actual == 0.0
         assert got[("future_weight_max", impl)].actual == 0.0
-    # float32 against torch: reordered sums only (~1e-7), inside 1e-5.
-    assert got[("sdpa_max_error", "clean-room")].actual <= 1e-6
+    # float32 against torch: reordered sums only (~3e-7), a fraction of the chapter's 1e-6.
+    sdpa = got[(SDPA, "clean-room")]
+    assert 0 < sdpa.actual <= 0.5
+    # the record keeps the largest absolute difference beside the ratio
+    assert sdpa.note.startswith("max |clean room - torch| = ")
+    assert 1e-8 < float(sdpa.note.rsplit("= ", 1)[1]) < 1e-6
 
 
 def test_the_sdpa_row_is_measured_on_the_clean_room_only(seed5):
     """torch against torch is 0 by construction: the reference has no such row."""
-    assert LAB.metric("sdpa_max_error").impls == ("clean-room",)
-    assert {impl for name, impl in rows(seed5) if name == "sdpa_max_error"} == {"clean-room"}
+    assert LAB.metric(SDPA).impls == ("clean-room",)
+    assert {impl for name, impl in rows(seed5) if name == SDPA} == {"clean-room"}
 
 
 def test_a_leak_at_the_first_position_fails_the_future_invariance(tmp_path):
@@ -85,8 +90,8 @@ def test_a_leak_at_the_first_position_fails_the_future_invariance(tmp_path):
 
 def test_a_reversed_mask_fails_the_sdpa_row(tmp_path):
     result = run(LAB, faulty_room(tmp_path, "mask-reversed"), impl="clean-room")
-    sdpa = rows(result)[("sdpa_max_error", "clean-room")]
-    assert not sdpa.passed and sdpa.actual > 1e-2  # another set of keys: O(1), not float32
+    sdpa = rows(result)[(SDPA, "clean-room")]
+    assert not sdpa.passed and sdpa.actual > 1e3  # another set of keys: O(1), not float32
 
 
 def test_a_leak_at_the_last_position_fails_the_future_invariance(tmp_path):
@@ -102,7 +107,7 @@ def test_a_seed_gives_the_same_values_and_another_seed_other_inputs(seed5):
     assert values(run(LAB)) == values(seed5)
     other = values(run(LAB, seed=6))
     # The exact zeros stay zero; the float32-against-torch error follows the inputs.
-    key = ("sdpa_max_error", "clean-room")
+    key = (SDPA, "clean-room")
     assert other[key] != values(seed5)[key]
 
 
@@ -169,8 +174,8 @@ def test_the_sdpa_row_compares_float32_with_float32():
     """Against torch's float32 kernel the clean room differs by float32 rounding (~1e-7), not
     float64's (~1e-16): the row really runs in float32."""
     # its own run, not the module's fixture: mutmut attributes a fixture's run to one test only
-    error = rows(run(LAB, impl="clean-room"))[("sdpa_max_error", "clean-room")].actual
-    assert 1e-9 < error <= 1e-5
+    sdpa = rows(run(LAB, impl="clean-room"))[(SDPA, "clean-room")]
+    assert 1e-9 < float(sdpa.note.rsplit("= ", 1)[1]) <= 1e-5
 
 
 def test_the_heatmaps_are_each_implementation_s_own_weights():
@@ -193,3 +198,88 @@ def test_the_heatmaps_are_each_implementation_s_own_weights():
         assert m.row_ticks == m.col_ticks == tuple(str(t) for t in range(p.T))
         # batch 0, head 0; the clean room's own numbers, equal to float64 rounding
         np.testing.assert_allclose(np.array(m.matrix), attn[0, 0], rtol=0, atol=1e-12)
+
+
+# --------------------------------------------------------------------------
+# float32 against torch at the sizes and seeds a learner may run (issue 40)
+# --------------------------------------------------------------------------
+
+
+def _qkv32(T: int, D: int, seed: int, B: int = 2, H: int = 4):
+    """The lab's q, k, v at (T, D, seed), in float32: `_inputs` draws them first, in this order."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal((B, H, T, D)).astype(np.float32) for _ in range(3))
+
+
+def test_the_sweep_draws_the_lab_s_own_inputs():
+    import numpy as np
+
+    from labctl.labs import causal_attention as lab_module
+
+    drawn = lab_module._inputs(LAB.params(T=16, D=8), 3)[:3]
+    for mine, lab in zip(_qkv32(16, 8, 3), drawn, strict=True):
+        np.testing.assert_array_equal(mine, lab.astype(np.float32))
+
+
+def _worst(cases) -> tuple[float, list]:
+    """The largest allclose ratio of labctl's own clean room over (T, D, seed[, B, H]) cases,
+    and the cases over the bound."""
+    import labctl.clean_room as room
+    from labctl.labs.causal_attention import sdpa_against_torch
+
+    ratios = [(sdpa_against_torch(room, *_qkv32(*case))[0], case) for case in cases]
+    return max(r for r, _ in ratios), [case for r, case in ratios if not r <= 1]
+
+
+# The issue's failing runs (T = 256, D = 64, seed 4: 1.43e-6; D = 512: seeds over 1e-6), the
+# smallest sizes, the head width where the allowance starts to grow, and the worst measured.
+QUICK_CASES = [(256, 64, 4), *((8, 512, s) for s in range(10)), (2, 1, 0), (8, 17, 2), (64, 256, 3)]
+
+
+def test_labctl_s_own_room_passes_the_sdpa_row_where_an_absolute_1e_6_failed():
+    from labctl.labs.causal_attention import SDPA_MEASURED_WORST
+
+    worst, failed = _worst(QUICK_CASES)
+    assert failed == []
+    assert worst <= SDPA_MEASURED_WORST  # the figure the metric's why quotes
+
+
+@pytest.mark.slow
+def test_labctl_s_own_room_passes_the_sdpa_row_at_every_size_and_seed_swept():
+    """T up to 1024 (past the lab's 512) and D up to 1024 on a log grid, T x D up to 1024 x
+    512. A ratio's size follows T and D (the sums' lengths); B and H only add elements, so
+    the large sizes run one (batch, head) pair and one seed, and the grid stays a few
+    seconds (the widest sweep, below the why's figure, is in the commit that set it)."""
+    from labctl.labs.causal_attention import SDPA_MEASURED_WORST
+
+    grid = [(T, D) for T in (2, 8, 64, 256, 1024) for D in (1, 4, 16, 64, 256, 512, 1024)]
+    small = [(T, D, seed, 2, 4) for T, D in grid if T * D <= 16 * 1024 for seed in range(2)]
+    large = [(T, D, 0, 1, 1) for T, D in grid if 16 * 1024 < T * D <= 512 * 1024]
+    cases = small + large
+    worst, failed = _worst(cases)
+    assert failed == []
+    assert worst <= SDPA_MEASURED_WORST
+
+
+def test_the_allclose_ratio_is_torch_s_allclose():
+    """At most 1 exactly where torch.allclose holds, elementwise |a - b| <= atol + rtol |b|: a
+    difference just inside and just outside the allowance, at small and large |b|."""
+    import numpy as np
+    import torch
+
+    from labctl.lab import allclose_ratio
+
+    rng = np.random.default_rng(0)
+    want = rng.standard_normal(200) * np.logspace(-3, 2, 200)
+    for scale in (0.5, 0.99, 1.01, 2.0):
+        gap = scale * (1e-6 + 1e-5 * np.abs(want)) * rng.choice([-1.0, 1.0], 200)
+        got = want + gap
+        ratio, largest = allclose_ratio(got, want, 1e-6, 1e-5)
+        held = torch.allclose(torch.from_numpy(got), torch.from_numpy(want), rtol=1e-5, atol=1e-6)
+        assert (ratio <= 1) == held == (scale < 1)
+        assert ratio == pytest.approx(scale, rel=1e-6)
+        assert largest == pytest.approx(float(np.max(np.abs(gap))))
+    assert allclose_ratio(np.zeros(3), np.zeros(4), 1e-6, 1e-5)[0] == float("inf")
+    assert np.isnan(allclose_ratio(np.array([np.nan, 0.0]), np.zeros(2), 1e-6, 1e-5)[0])

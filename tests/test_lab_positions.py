@@ -162,3 +162,35 @@ def test_odd_widths_and_heads_that_do_not_divide_are_refused(params):
         result = run_lab(LAB, 5, impls, Params(**params))
     assert result.error is not None and "must be even and a multiple of H" in result.error
     assert result.metrics == []
+
+
+def test_meta_s_llama_pairs_interleaved_and_huggingface_s_port_half_split():
+    """The lab's text (issue 40): Meta's llama/model.py rotates consecutive pairs, the contract's
+    layout; HuggingFace's port (rotate_half) rotates (i, i + D/2). Each written here as its
+    source computes it, at Llama's θ = 10000, on the reference's rope and the lab's half split."""
+    import numpy as np
+    import torch
+
+    from labctl import reference
+    from labctl.labs.positions import half_split_rope
+
+    T, D, theta = 7, 8, 10000.0
+    x = torch.from_numpy(np.random.default_rng(3).standard_normal((1, T, 1, D)))  # (B, T, H, D)
+    # Meta: precompute_freqs_cis, then apply_rotary_emb (complex64 there; complex128 here)
+    freqs = 1.0 / (theta ** (torch.arange(0, D, 2)[: D // 2].double() / D))
+    freqs_cis = torch.polar(
+        torch.ones(T, D // 2, dtype=torch.float64), torch.outer(torch.arange(T).double(), freqs)
+    )
+    x_ = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+    meta = (
+        torch.view_as_real(x_ * freqs_cis[None, :, None, :]).flatten(3)[0, :, 0].numpy()
+    )  # (T, D)
+    # HuggingFace: LlamaRotaryEmbedding's cos and sin, then apply_rotary_pos_emb's rotate_half
+    emb = torch.cat((torch.outer(torch.arange(T).double(), freqs),) * 2, dim=-1)  # (T, D)
+    q = x[0, :, 0]  # (T, D)
+    rotated = torch.cat((-q[..., D // 2 :], q[..., : D // 2]), dim=-1)
+    hf = (q * emb.cos() + rotated * emb.sin()).numpy()
+    rows, positions = q.numpy(), np.arange(T)
+    np.testing.assert_allclose(meta, reference.rope(rows, positions, theta), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(hf, half_split_rope(rows, positions, theta), rtol=0, atol=1e-12)
+    assert np.max(np.abs(meta - hf)) > 0.1  # the two layouts are not one

@@ -74,3 +74,45 @@ def test_a_v1_room_is_told_it_needs_v2_and_the_reference_still_shows(tmp_path):
     got = rows(result)
     assert got[("temperature_max_error", "reference")].passed
     assert {impl for _, impl in got} == {"reference"}
+
+
+def _ignoring():
+    impls = {
+        "reference": Implementation("reference", reference_v2),
+        "clean-room": Implementation(
+            "clean-room", Faulty(lambda x, axis=-1, temperature=1.0: reference_v2.softmax(x, axis))
+        ),
+    }
+    return rows(run_lab(LAB, 5, impls))
+
+
+def test_the_figures_the_whys_quote_are_what_a_room_measures():
+    """Issue 40: temperature_hot_gap's why said 0.35 where the value is 0.393. Each number a
+    why quotes is what the lab measures: a room that ignores the temperature, and the right
+    one at T = 1 and T = 1e4."""
+    from labctl.labs import temperature as lab_module
+
+    ignored = _ignoring()
+    hot_why = str(LAB.metric("temperature_hot_gap").why)
+    measured = ignored[("temperature_hot_gap", "clean-room")].actual
+    assert f"it is {measured:.3f}" in hot_why and f"{measured:.3f}" == "0.393"
+    right = rows(run(LAB, impl="reference"))[("temperature_hot_gap", "reference")].actual
+    assert f"= {right:.1e} for the default logits" in hot_why
+    cold_why = str(LAB.metric("temperature_cold_gap").why)
+    # the cold gap of a room that ignores the temperature is its gap at T = 1
+    at_one = ignored[("temperature_cold_gap", "clean-room")].actual
+    assert f"gap is {at_one:.3f}" in cold_why and at_one == lab_module.GAP_AT_ONE
+
+
+def test_no_table_prints_the_widget_s_percentages_beside_fitted_weights():
+    """Issue 24 moved the widget's percentages to the unchecked list: logits fitted to them
+    check nothing, so no table sets them beside weights; the note still checks their sum."""
+    from labctl.i18n import _
+    from labctl.lab import TableFigure
+
+    result = run(LAB)
+    for table in (f for f in result.figures if isinstance(f, TableFigure)):
+        shown = " ".join(str(_(c)) for c in table.columns) + repr(table.rows) + str(_(table.title))
+        assert "widget" not in shown and "63.1" not in shown and "printed" not in shown
+    note = next(str(f.text) for f in result.figures if isinstance(f, Note))
+    assert "sum to 100.0%" in note

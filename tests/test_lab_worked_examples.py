@@ -17,10 +17,11 @@ from typer.testing import CliRunner
 
 from labctl import reference
 from labctl.cli.main import app
-from labctl.lab import Implementation
+from labctl.lab import Implementation, Note
 from labctl.labs.worked_examples import AUDITED as ROWS
 from labctl.labs.worked_examples import LAB
 from labctl.labs.worked_examples_figures import CH8_MASK_FIGURE, FIGURE_ROWS, nearest_causal
+from labctl.labs.worked_examples_formulas import ELSEWHERE, FORMULAS, expected_verdict, judge
 from labctl.runner import run_lab
 
 # The rows the chapters get wrong, by what they compute, with the true value checked by hand
@@ -34,11 +35,17 @@ WRONG = {
     "KV cache of Llama 2 70B at 4096 tokens: 2 x 4096 x 8 x 128 x 2 B x 80 layers, in GB",
     "the softmax denominator e^2 + e^1 + e^0",
     "softmax([2, 1, 0])",
-    # formulas and figures
+    # figures
     "figure: the causal-mask weights of The, cat, sat (0.85 / 0.40 0.60 / 0.10 0.75 0.15) "
     "against the causal softmax rows nearest to them",
-    "formula: Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k)·V as printed (no mask), on 我 and "
-    "想, against the section's own outputs [0.20, 0.10], [0.40, 0.23]",
+    # memory, bandwidth and time from a published configuration (issue 40)
+    "KV cache shrink of GQA in the Llama models that use it: Llama 2 70B (64 query heads, 8 "
+    "K/V) and Llama 3 8B (32, 8); the chapter: 32 query heads in 8 groups, 4x, 'Llama 2/3 "
+    "采用此方案'",
+    "KV cache of the last W = 4096 tokens a prefill worker sends (Mistral 7B, fp16: 2 x 4096 x "
+    "8 x 128 x 2 B x 32 layers), in MB; the chapter: 数十兆字节以内",
+    "time to send that window's KV over one 400 Gb/s RDMA port (InfiniBand NDR), in "
+    "microseconds; the chapter: 传输耗时稳定在微秒级",
 }
 APPROXIMATE = {"SwiGLU hidden width ≈ 8/3·D at D = 4096 (the chapter takes 11008)"}
 
@@ -83,27 +90,66 @@ def test_contract_rows_agree_between_implementations_on_the_project_clean_room()
     assert by_impl["reference"] == by_impl["clean-room"] == verdicts()
 
 
+ROW_METRICS = {
+    ("worked_arithmetic_max_error", "clean-room"),
+    ("worked_impl_max_difference", "both"),
+    ("worked_verdicts_differing", "both"),
+}
+FORMULA_METRICS = {
+    ("formula_verdicts_unexpected", "clean-room"),
+    ("formula_impl_max_difference", "both"),
+}
+
+
 @pytest.mark.parametrize(
-    "fault", ["mask-reversed", "sinusoidal-odd-frequency", "tiled-no-rescale", "window-off-by-one"]
+    ("fault", "caught"),
+    [
+        ("mask-reversed", ROW_METRICS | FORMULA_METRICS),
+        ("sinusoidal-odd-frequency", ROW_METRICS | FORMULA_METRICS),
+        ("window-off-by-one", ROW_METRICS | FORMULA_METRICS),  # L W + 1 is neither formula
+        ("tiled-no-rescale", ROW_METRICS),  # the online-softmax row; no formula is tiled here
+    ],
 )
-def test_a_faulty_clean_room_fails_every_metric(tmp_path, fault):
+def test_a_faulty_clean_room_fails_every_metric_of_what_it_breaks(tmp_path, fault, caught):
     result = run(LAB, faulty_room(tmp_path, wave2_fault(fault)))
     assert result.error is None
-    assert failing(result) == {
-        ("worked_arithmetic_max_error", "clean-room"),
-        ("worked_impl_max_difference", "both"),
-        ("worked_verdicts_differing", "both"),
-    }
+    assert failing(result) == caught
 
 
-def test_a_fault_the_examples_do_not_touch_passes(tmp_path):
-    # The examples use no GQA order: a tiled repeat_kv still gives 4 query heads per K/V head.
-    result = run(LAB, faulty_room(tmp_path, wave2_fault("gqa-tiled")))
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "gqa-tiled",  # the rows use no GQA order; 手撕 §05.5's K.repeat(n_groups, axis=0) does
+        "mha-always-causal",  # 第8章's MultiHead and 手撕 §5.2's heads have no mask
+        "swiglu-swapped",
+        "layer-norm-unbiased",
+        "rope-half-split",  # at d = 2, the rows' only RoPE, half split is interleaved
+        "padding-off-by-one",  # 手撕 §4.3's causal_mask | padding_mask
+        "rms-eps-outside-sqrt",  # the pre-norm block, through its RMSNorm
+    ],
+)
+def test_a_fault_the_printed_numbers_miss_breaks_a_printed_formula(tmp_path, fault):
+    """Each passed every row of this lab before the formulas were checked (issue 40)."""
+    room = faulty_room(tmp_path, wave2_fault(fault))
+    result = run(LAB, room)
+    assert result.error is None
+    assert failing(result) == FORMULA_METRICS
+
+
+def test_a_fault_the_chapters_do_not_print_passes(tmp_path):
+    # No printed formula or number goes through decoder_forward's final norm.
+    result = run(LAB, faulty_room(tmp_path, "decoder-no-final-norm"))
     assert result.passed, result.failures()
 
 
 def test_same_seed_same_values():
-    assert values(run(LAB, seed=5)) == values(run(LAB, seed=6))  # no randomness at all
+    """The rows are the chapters' own numbers; the formulas' inputs are drawn from the seed."""
+    first, again = (values(run(LAB, seed=5)) for _ in range(2))
+    assert first == again
+    drawn = {seed: judge({"reference": reference}, seed) for seed in (5, 6)}
+    (index,) = [i for i, f in enumerate(FORMULAS) if f.key == "parts-attention"]
+    five, six = (drawn[seed][index].values["reference"] for seed in (5, 6))
+    assert five.shape == six.shape and not np.array_equal(five, six)
 
 
 def test_the_lab_module_imports_without_torch():
@@ -113,13 +159,17 @@ def test_the_lab_module_imports_without_torch():
 
 def test_cli_json_carries_every_row(tmp_path, monkeypatch):
     lab, _ = cli_run_json("worked-examples", tmp_path, monkeypatch)
-    by_chapter, wrong, every = lab["tables"]
+    by_chapter, wrong, every, formulas, elsewhere, configs = lab["tables"]
     counts = [sum(row[k] for row in by_chapter["rows"]) for k in (1, 2, 3)]
     assert counts == [len(ROWS) - len(WRONG) - len(APPROXIMATE), len(WRONG), len(APPROXIMATE)]
     assert len(every["rows"]) == len(ROWS)
     assert {row[1] for row in wrong["rows"]} == WRONG | APPROXIMATE
     assert every["columns"][-1] == "verdict"
     assert [row[-1] for row in every["rows"]][: len(WRONG)] == ["disagrees"] * len(WRONG)
+    assert len(formulas["rows"]) == len(FORMULAS) and len(elsewhere["rows"]) == len(ELSEWHERE)
+    assert [row[-1] for row in formulas["rows"]].count("disagrees") == len(PRINTED_OTHERWISE)
+    # every configuration cited is used by a row, and says where it is published
+    assert all(row[-1] >= 1 and row[1] for row in configs["rows"])
 
 
 def test_terminal_shows_the_disagreements_first(tmp_path, monkeypatch):
@@ -172,16 +222,16 @@ def test_a_value_half_a_unit_off_agrees_and_one_and_a_half_units_off_does_not():
 
 
 def test_figures_and_formulas_flag_the_wrong_ones_only():
-    """Both directions: the two wrong ones disagree, the five right ones agree, on every impl."""
+    """Both directions: the wrong figure disagrees, the three right rows agree, on every impl."""
     from labctl.runner import implementations
 
     wrong = {row.what for row in FIGURE_ROWS} & WRONG
-    assert len(wrong) == 2 and len(FIGURE_ROWS) == 7
+    assert len(wrong) == 1 and len(FIGURE_ROWS) == 4
     with implementations("both", ROOM) as impls:
         for impl in (None, *impls.values()):
             judged = {row.what: row.verdict(row.recompute(impl)) for row in FIGURE_ROWS}
             assert {w for w, v in judged.items() if v == "disagrees"} == wrong
-            assert sum(v == "agrees" for v in judged.values()) == 5
+            assert sum(v == "agrees" for v in judged.values()) == 3
 
 
 def test_a_figure_a_causal_softmax_can_make_agrees_and_one_it_cannot_does_not():
@@ -210,3 +260,121 @@ def test_the_llama_claim_points_at_the_handson_decoder_metric(tmp_path, monkeypa
     assert "handson_llama_rope_change" in note["text"] and HANDSON.metric(
         "handson_llama_rope_change"
     )
+
+
+# --------------------------------------------------------------------------
+# Every printed formula against the code that implements it (issue 40)
+# --------------------------------------------------------------------------
+
+# The three formulas the course prints otherwise than the code computes, by key.
+PRINTED_OTHERWISE = {"hands-on-rms-norm", "hands-on-post-norm", "ch8-receptive-field"}
+
+
+@pytest.fixture(scope="module")
+def formulas():
+    from labctl.runner import implementations
+
+    with implementations("both", ROOM) as impls:
+        yield {j.formula.key: j for j in judge(dict(impls), 5)}
+
+
+def test_the_formulas_disagree_exactly_where_the_course_prints_another_formula(formulas):
+    assert {f.key for f in FORMULAS if expected_verdict(f) == "disagrees"} == PRINTED_OTHERWISE
+    for key, judged in formulas.items():
+        want = "disagrees" if key in PRINTED_OTHERWISE else "agrees"
+        assert judged.verdicts() == {"reference": want, "clean-room": want}, key
+    # by how much, as the metric's why says: ε's share, O(1), and two positions
+    assert 1e-7 < formulas["hands-on-rms-norm"].differences["reference"] < 1e-5
+    assert formulas["hands-on-post-norm"].differences["reference"] > 0.1
+    assert formulas["ch8-receptive-field"].differences["reference"] == 2.0
+    assert all(
+        j.differences["reference"] <= 1e-10
+        for k, j in formulas.items()
+        if k not in PRINTED_OTHERWISE
+    )
+
+
+def test_the_rms_formula_as_printed_is_what_the_code_would_be_without_eps(formulas):
+    """The disagreement is ε alone: the printed side equals rms_norm with eps = 0."""
+    from labctl.labs import worked_examples_formulas as module
+
+    (index,) = [i for i, f in enumerate(FORMULAS) if f.key == "hands-on-rms-norm"]
+    inputs = FORMULAS[index].inputs(np.random.default_rng([5, index]))
+    printed = FORMULAS[index].printed_side(inputs)
+    no_eps = reference.rms_norm(inputs["x"], inputs["gamma"], eps=0.0)
+    assert np.max(np.abs(printed - no_eps)) <= 1e-15
+    assert module.rms_eps(inputs["x"], inputs["gamma"]).shape == printed.shape
+
+
+def test_each_disagreement_is_flagged_with_both_formulas_and_the_measured_difference():
+    result = run(LAB)
+    flagged = [str(f.text) for f in result.figures if isinstance(f, Note) and f.flag]
+    for key in PRINTED_OTHERWISE:
+        (formula,) = [f for f in FORMULAS if f.key == key]
+        (note,) = [n for n in flagged if formula.printed in n]
+        assert formula.code_says in note and "(reference)" in note and "(clean-room)" in note
+    (rms,) = [n for n in flagged if "RMS(x)" in n]
+    measured = float(rms.split("differ by up to ")[1].split(" (reference)")[0])
+    assert 1e-7 < measured < 1e-5
+
+
+def test_a_formula_another_lab_checks_names_metrics_that_lab_has():
+    from labctl import registry
+
+    for _section, _printed, lab_id, metrics in ELSEWHERE:
+        lab = registry.get(lab_id)
+        for name in metrics:
+            assert lab.metric(name)
+
+
+def test_the_full_formula_of_3_6_is_a_note_not_an_erratum():
+    """手撕 §3.6's softmax(QKᵀ/√d_k)V is the paper's equation (1); §3.3 calls the mask optional."""
+    result = run(LAB)
+    (note,) = [f for f in result.figures if isinstance(f, Note) and "equation (1)" in str(f.text)]
+    assert not note.flag
+    text = str(note.text)
+    assert "[0.46, 0.32] and [0.60, 0.46]" in text and "[0.20, 0.10] and [0.40, 0.23]" in text
+    assert not any("as printed (no mask)" in row.what for row in ROWS)
+
+
+def test_the_configuration_claims_by_hand():
+    from labctl.labs.worked_examples_configs import CONFIG_ROWS
+    from labctl.labs.worked_examples_models import LLAMA2_70B, MISTRAL_7B
+
+    got = {row.what.split(",")[0]: row.recompute(None).tolist() for row in CONFIG_ROWS}
+    window = 2 * 4096 * 8 * 128 * 2 * 32  # Mistral 7B: 32 layers, 8 K/V heads of 128, fp16
+    assert window == MISTRAL_7B.kv_cache_bytes(4096) == 536_870_912
+    assert got["KV cache of the last W = 4096 tokens a prefill worker sends (Mistral 7B"] == [
+        pytest.approx(536.870912)
+    ]
+    # 537 MB at 400 Gb/s = 50 GB/s: 10.7 ms, not microseconds
+    (seconds,) = got["time to send that window's KV over one 400 Gb/s RDMA port (InfiniBand NDR)"]
+    assert seconds == pytest.approx(window / 50e9 * 1e6) and 10_000 < seconds < 11_000
+    assert got["KV cache of a 32K-token prompt without the window (Mistral 7B's geometry"] == [
+        pytest.approx(2 * 32768 * 8 * 128 * 2 * 32 / 1e9)
+    ]
+    assert got[
+        "KV cache shrink of GQA in the Llama models that use it: Llama 2 70B (64 query heads"
+    ] == [8, 4]
+    assert LLAMA2_70B.kv_cache_bytes(4096) == 1_342_177_280  # 手撕 §7.4's 1.34 GB, not 10.7
+
+
+class NoEps:
+    """The reference, with rms_norm as 手撕 §6.2 prints it: no ε under the root."""
+
+    def __getattr__(self, fn: str):
+        return getattr(reference, fn)
+
+    def rms_norm(self, x, weight, eps=1e-6):
+        return reference.rms_norm(x, weight, 0.0)
+
+
+def test_a_room_that_follows_a_printed_formula_the_contract_corrects_is_caught():
+    impls = {
+        "reference": Implementation("reference", reference),
+        "clean-room": Implementation("clean-room", NoEps()),
+    }
+    got = rows(run_lab(LAB, 5, impls))
+    assert got[("formula_verdicts_unexpected", "reference")].actual == 0
+    assert got[("formula_verdicts_unexpected", "clean-room")].actual == 1  # the RMSNorm formula
+    assert not got[("formula_impl_max_difference", "both")].passed

@@ -26,7 +26,8 @@ from labctl.faults import project_clean_room
 from labctl.lab import Lab, LabOutput, LabParams, Metric, parse_expected, satisfies
 from labctl.runner import implementations, judge, run_lab
 
-runner = CliRunner()
+# Content, not layout, is tested here: a terminal wide enough that no line wraps.
+runner = CliRunner(env={"COLUMNS": "300"})
 ROOM = str(project_clean_room())
 
 
@@ -140,7 +141,7 @@ def test_list_shows_every_lab_and_json_parses():
     listed = json.loads(run_cli("list", "--json").output)
     ids = [lab["id"] for lab in listed["labs"]]
     assert ids == [lab.id for lab in registry.discover()]
-    assert listed["tolerances"] == registry.TOLERANCE_TABLE_VERSION == "v3"
+    assert listed["tolerances"] == registry.TOLERANCE_TABLE_VERSION == "v4"
 
 
 def test_unknown_lab_is_a_usage_error_that_lists_the_known_ones(workdir):
@@ -176,7 +177,7 @@ def test_run_json_is_one_document_and_records_validate(workdir):
     assert from_yaml == from_json
     assert from_json.seed == 5
     assert from_json.labctl.tolerances == registry.TOLERANCE_TABLE_VERSION
-    assert {m.name for m in from_json.metrics} >= {"future_token_invariance", "sdpa_max_error"}
+    assert {m.name for m in from_json.metrics} >= {"future_token_invariance", "sdpa_allclose_ratio"}
     environment = from_json.environment
     assert "/" not in environment.platform
     assert environment.device == "cpu"
@@ -194,7 +195,9 @@ def test_same_seed_same_values_other_seed_other_values(workdir):
 
     first, again, other = values(5), values(5), values(6)
     assert first == again
-    assert first[("sdpa_max_error", "clean-room")] != other[("sdpa_max_error", "clean-room")]
+    assert (
+        first[("sdpa_allclose_ratio", "clean-room")] != other[("sdpa_allclose_ratio", "clean-room")]
+    )
 
 
 def test_a_second_run_writes_new_records_and_leaves_the_first_untouched(workdir):

@@ -21,14 +21,14 @@ from functools import cache
 # formats, tools and the values of labctl's options.
 EXPLICIT = {
     # the course's terms kept in Latin letters
-    "Attention", "attention", "Transformer", "Block", "token", "tokens", "clean", "room",
+    "Attention", "attention", "Transformer", "Block", "token", "tokens",
     "KV", "Cache", "RoPE", "GQA", "MQA", "MHA", "FFN", "SwiGLU", "GeGLU", "ReLU", "SiLU",
     "LayerNorm", "RMSNorm", "softmax", "Softmax", "online", "logits", "logit", "decoder",
     "Decoder", "pre", "post", "norm", "FlashAttention", "Llama", "HuggingFace", "HF",
     "padding", "head", "heads", "causal", "scale", "Padding", "Mask", "Causal", "SWA",
     "FLOPs", "FLOP", "NaN", "inf", "Q", "K", "V", "O", "W", "x", "y", "i", "j", "p", "t",
     "dtype", "float", "int", "bool", "dict", "None", "True", "False", "tuple",
-    "argmax", "sqrt", "exp", "max", "min", "mean", "var", "sin", "cos", "ln", "log",
+    "argmax", "sqrt", "exp", "max", "min", "mean", "var", "sin", "cos", "ln", "log", "pi",
     "tril", "triu", "is_causal", "view", "transpose", "reshape", "matmul", "einsum",
     "fixture", "fixtures", "pnpm", "pytest", "query", "key", "keys", "value", "values",
     "block", "blocks", "prompt", "encoder", "embedding", "silu", "sigmoid", "attn", "itemsize", "ulp",
@@ -42,6 +42,8 @@ EXPLICIT = {
     "LABCTL_LANG", "LABCTL_DEBUG", "NO_COLOR", "COLUMNS", "CI", "locale", "schema",
     "OK", "ok", "Ctrl", "mount", "runs", "submissions", "manifest", "autograd", "BLAS", "Adam", "GLU", "repeat", "diag", "PE",
     "Step", "running", "sum", "Tp", "Tn", "Dv", "Tq", "Tk", "Hkv", "fp16", "nats",
+    # 第8章 阶段四's circuits, as the chapter writes them (QK 电路, OV 电路)
+    "QK", "OV",
     # contract v2's terms and the v2 labs' dimension names (the trained length)
     "GELU", "tanh", "erf", "ALiBi", "NTK", "PI", "Ttrain", "Tmax", "Infra",
     "rad", "ISO", "Canvas", "canvas", "LMS",
@@ -55,8 +57,11 @@ EXPLICIT = {
     "B", "KiB", "MiB", "GiB", "GB", "ms", "s",
     # authors and the paper the course cites, named as the course names them
     "Xiong", "Ainslie", "et", "al", "Vaswani",
-    # values of labctl's options and its verdict words' identifiers
-    "zh", "en", "reference", "both", "auto", "sandbox", "process", "all", "info",
+    # 第8章 阶段五's serving terms, and the published models and papers the worked-examples
+    # lab recomputes the chapters' memory and time from ("base": the paper's model's name)
+    "Prefill", "Worker", "Decode", "RDMA", "NDR", "MB", "Mistral", "Touvron", "Jiang", "base",
+    # values of labctl's options (an option's value after it is taken out whole: FORMULAS)
+    "zh", "en", "auto", "all", "info",
     # typer's type names in help (`<int>`, `<path>`) and its usage line
     "OPTIONS", "COMMAND", "ARGS", "str", "path", "list",
 }  # fmt: skip
@@ -95,14 +100,20 @@ def allowed() -> frozenset[str]:
 
 @cache
 def course_titles() -> re.Pattern:
-    """The course's chapter titles and section headings, quoted as written (some hold
-    English words): removed whole, so their words are not allowed anywhere else."""
+    """The course's chapter titles, section headings and printed formulas, quoted as written
+    (some hold English words): removed whole, so their words are not allowed anywhere else."""
     from labctl import registry
     from labctl.course import CHAPTERS
 
     titles = {c.title for c in CHAPTERS}
     titles |= {s.heading for lab in registry.discover() for s in lab.sections}
+    titles |= {s.part for lab in registry.discover() for s in lab.sections}
     titles |= {s.chapter.title for lab in registry.discover() for s in lab.sections}
+    # the formulas the chapters print, quoted as printed by the worked-examples lab
+    from labctl.labs.worked_examples_formulas import ELSEWHERE
+    from labctl.labs.worked_examples_formulas import FORMULAS as PRINTED
+
+    titles |= {f.printed for f in PRINTED} | {printed for _, printed, _, _ in ELSEWHERE}
     ordered = sorted((t for t in titles if t), key=len, reverse=True)
     return re.compile("|".join(re.escape(t) for t in ordered))
 
@@ -148,11 +159,15 @@ def _command_words() -> set[str]:
     return words
 
 
-# A tolerance as labctl writes it (`in [0.9, 1.1]`) and the paper the course cites by title.
-# Code in backticks, a default in help (a value), and a command the text quotes are not prose.
+# The papers the course cites by title. Code in backticks, a default in help (a value), a
+# command the text quotes and an option with its value (`--impl both`) are not prose; nor is
+# "clean room", the glossary's term kept as the chapters write it ("reference", "both",
+# "sandbox" alone are English on a Chinese screen: 参考实现, 两种实现, 沙箱).
 FORMULAS = re.compile(
-    r"\bin \[[^\]]*\]|On Layer Normalization in the Transformer Architecture|`[^`]*`"
-    r"|\[默认：[^\]]*\]|\b(?:apt-get|pip|dnf) install \S+"
+    r"On Layer Normalization in the Transformer Architecture|`[^`]*`"
+    r"|A Mathematical Framework for Transformer Circuits"
+    r"|\[默认：[^\]]*\]|\b(?:apt-get|pip|dnf) install \S+|(?<!\S)--[\w-]+[ =][^\s，；。、）]+"
+    r"|\bclean room\b"
 )
 
 

@@ -9,7 +9,7 @@ import typer
 from rich.cells import cell_len
 from rich.markup import escape
 
-from labctl.cli.render import out, print_json, text, verdict
+from labctl.cli.render import Prose, out, print_json, text, verdict
 from labctl.i18n import N_, _
 
 # The sandbox's layers as a person reads them (JSON keeps the English names).
@@ -22,6 +22,8 @@ LAYER_NAMES = {
 # The row names of the report (python, numpy and torch are names, the same in every language).
 ROWS = {"sandbox": N_("sandbox"), "isolation": N_("isolation"), "figures": N_("figures")}
 LAYER_LINE = N_("{layer}: {verdict}  {reason}")
+# Where a row's value starts, in cells; its wrapped lines start there too.
+ROW = 10
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
 
@@ -73,7 +75,7 @@ def _figures_line(figures: dict) -> str:
 
 def _row(name: str) -> str:
     """A row's name padded to one column in terminal cells (a Chinese character takes two)."""
-    return name + " " * max(1, 10 - cell_len(name))
+    return name + " " * max(1, ROW - cell_len(name))
 
 
 def doctor(json_: JsonFlag = False) -> None:
@@ -90,21 +92,19 @@ def doctor(json_: JsonFlag = False) -> None:
         for name in ("python", "numpy", "torch"):
             value = found[name] or _("not installed")
             out.print(f"{_row(name)}{escape(value)}")
-        out.print(
-            f"{_row(_(ROWS['sandbox']))}{verdict(ready)}  {text(status.reason)}", soft_wrap=True
-        )
+        out.print(Prose(f"{_row(_(ROWS['sandbox']))}{verdict(ready)}  {text(status.reason)}", ROW))
         for layer in status.layers:
             line = _(LAYER_LINE).format(
                 layer=escape(_(LAYER_NAMES[layer.name])),
                 verdict=verdict(layer.works),
                 reason=text(layer.reason),
             )
-            out.print(f"  {line}", soft_wrap=True)
+            out.print(Prose(f"  {line}", hang=4))
         level = _("--isolation auto runs learner code as: {level}").format(
             level=escape(found["isolation"]["shown"])
         )
-        out.print(f"{_row(_(ROWS['isolation']))}{level}", soft_wrap=True)
+        out.print(Prose(f"{_row(_(ROWS['isolation']))}{level}", ROW))
         figures = escape(_figures_line(found["figures"]))
-        out.print(f"{_row(_(ROWS['figures']))}{figures}", soft_wrap=True)
+        out.print(Prose(f"{_row(_(ROWS['figures']))}{figures}", ROW))
     if not ready:
         raise typer.Exit(1)

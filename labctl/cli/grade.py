@@ -127,8 +127,9 @@ def grade_class(
         list[Path] | None,
         typer.Option(
             "--base",
-            help="A folder of starting code every learner was given (repeatable): it never "
-            "counts as similar, like labctl's own clean room and the clean-room init stubs.",
+            help="A folder of starting code every learner was given (repeatable): a function "
+            "that is its code earns no points and it never counts as similar, like labctl's own "
+            "clean room (and the clean-room init stubs).",
         ),
     ] = None,
     seed: Annotated[
@@ -176,6 +177,7 @@ def grade_class(
         jobs=jobs or os.cpu_count() or 1,
         scheduler=scheduler,
         seed=seed,
+        base=tuple(base or ()),
     )
     with _progress_bar() as bar:
         task = bar.add_task("grading", total=None, last="")
@@ -208,6 +210,9 @@ def grade_class(
         from labctl.grade.similarity_report import remove_stale
 
         remove_stale(out_dir)
+    from labctl.grade.class_page import write_class_page
+
+    batch.files.append(write_class_page(batch, rubric, found, out_dir))
     for entry in batch.ignored:
         ignored = Msg(
             "ignored {name} ({kind}): at the top of the class folder, not a learner's folder",

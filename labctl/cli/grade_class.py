@@ -99,6 +99,7 @@ def workflow(
 
 def export(batch, rubric, roster: Path, assignment: str | None, out_dir: Path) -> None:
     """Write canvas.csv into the batch's outputs; its warnings join the batch's."""
+    from labctl.grade.basecode import flag
     from labctl.grade.export import write_canvas
 
     path, warnings = write_canvas(
@@ -106,6 +107,17 @@ def export(batch, rubric, roster: Path, assignment: str | None, out_dir: Path) -
     )
     batch.files.append(path)
     batch.warnings.extend(warnings)
+    # Canvas's import reads scores only (a column it does not know becomes an assignment):
+    # the learners whose score leaves base code out are named as it is written.
+    for row in batch.rows:
+        if row.base_code and row.base_code.get("functions"):
+            batch.warnings.append(
+                Msg(
+                    "canvas.csv: {learner}'s score gives no points to base code: {flag}",
+                    learner=row.learner,
+                    flag=flag(row.base_code),
+                )
+            )
 
 
 def output_cost(row) -> str:

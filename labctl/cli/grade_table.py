@@ -53,6 +53,8 @@ def _diagnosis_shown(diagnosis: str) -> str:
 
 
 def render(batch, rubric, found, out_dir: Path) -> None:
+    from labctl.grade.basecode import flag
+
     rows = []
     for row, identical in zip(batch.rows, batch.identical, strict=True):
         diagnosis = shown(_diagnosis_shown(row.diagnosis))
@@ -62,6 +64,9 @@ def render(batch, rubric, found, out_dir: Path) -> None:
         if identical:
             same = _(Msg("same clean room as {learners}", learners=", ".join(identical)))
             diagnosis = f"{diagnosis} ({same})" if diagnosis else same
+        if row.base_code and row.base_code.get("functions"):
+            based = _(Msg("base code, no points: {flag}", flag=flag(row.base_code)))
+            diagnosis = f"{based}; {diagnosis}" if diagnosis else based
         rows.append(
             [
                 escape(shown(row.learner)),
@@ -80,6 +85,8 @@ def render(batch, rubric, found, out_dir: Path) -> None:
 
 
 def _render_similarity(found) -> None:
+    from labctl.grade.similarity_report import headline
+
     for name, room in found.rooms.items():
         if room.base_share >= found.threshold:
             line = Msg(
@@ -92,20 +99,27 @@ def _render_similarity(found) -> None:
     if not found.pairs:
         out.print(Prose(escape(_("similarity: no pair of clean rooms above the threshold"))))
     for pair in found.pairs:
-        # Each file pair's span; similarity.html shows every region of it.
-        files = ", ".join(
-            f"{shown(f.a_file)} {min(r.a_lines[0] for r in f.regions)}-"
-            f"{max(r.a_lines[1] for r in f.regions)} ~ {shown(f.b_file)} "
-            f"{min(r.b_lines[0] for r in f.regions)}-{max(r.b_lines[1] for r in f.regions)}"
-            for f in pair.files[:3]
-        )
-        line = Msg(
-            "similar: {a} ~ {b}: {a_share:.0%} / {b_share:.0%} of their code beyond the base; "
-            "{files}",
-            a=shown(pair.a),
-            b=shown(pair.b),
-            a_share=pair.a_share,
-            b_share=pair.b_share,
-            files=files,
-        )
+        if pair.shared_functions:
+            where = ", ".join(
+                f"{shown(m.a_function)} ({shown(m.a_file)} {m.a_lines[0]}-{m.a_lines[1]} ~ "
+                f"{shown(m.b_file)} {m.b_lines[0]}-{m.b_lines[1]})"
+                for m in pair.shared_functions[:3]
+            )
+            more = len(pair.shared_functions) - 3
+            if more > 0:
+                where += " " + _(Msg("(and {n} more in similarity.html)", n=more))
+            line = Msg(
+                "similar: {headline}; shared functions: {functions}",
+                headline=shown(headline(pair)),
+                functions=where,
+            )
+        else:
+            # Each file pair's span; similarity.html shows every region of it.
+            files = ", ".join(
+                f"{shown(f.a_file)} {min(r.a_lines[0] for r in f.regions)}-"
+                f"{max(r.a_lines[1] for r in f.regions)} ~ {shown(f.b_file)} "
+                f"{min(r.b_lines[0] for r in f.regions)}-{max(r.b_lines[1] for r in f.regions)}"
+                for f in pair.files[:3]
+            )
+            line = Msg("similar: {headline}; {files}", headline=shown(headline(pair)), files=files)
         out.print(Prose(escape(_(line))))

@@ -23,12 +23,13 @@ from labctl.cli import contract as contract_cli
 from labctl.cli import doctor as doctor_cli
 from labctl.cli import evidence as evidence_cli
 from labctl.cli import grade as grade_cli
+from labctl.cli import quiz as quiz_cli
 from labctl.cli import report as report_cli
 from labctl.cli import run as run_cli
 from labctl.cli import show as show_cli
 from labctl.cli import verify as verify_cli
 from labctl.cli.lang import LANG_HELP, Language, click_message, localized
-from labctl.cli.render import print_json
+from labctl.cli.render import err, print_json
 from labctl.errors import EXIT_FAILED, EXIT_USAGE, LabctlError, UsageError
 from labctl.i18n import N_, Msg, _
 
@@ -59,9 +60,8 @@ class _HandledGroup(TyperGroup):
         `message` is shown in the chosen language; the JSON document keeps `english`."""
         # An error can quote a learner (an exception, a file name): no escape reaches the terminal.
         line = textsafe.shown(message, lines=True)
-        typer.echo(
-            _(Msg("error: {message}", message=line)) if kind != "internal" else line, err=True
-        )
+        said = _(Msg("error: {message}", message=line)) if kind != "internal" else line
+        err.print(said, markup=False)
         if self.json_mode:
             shown = message if english is None else english
             try:
@@ -139,6 +139,7 @@ app.add_typer(verify_cli.clean_room_app, name="clean-room")
 app.command("faults")(verify_cli.faults)
 app.command("doctor")(doctor_cli.doctor)
 app.command("report")(report_cli.report)
+app.command("quiz")(quiz_cli.quiz)
 
 
 def _version(value: bool) -> None:

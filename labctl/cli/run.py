@@ -20,7 +20,7 @@ from labctl.cli.render import (
     verdict,
 )
 from labctl.errors import EXIT_FAILED
-from labctl.i18n import N_, _
+from labctl.i18n import N_, _, implementation
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
@@ -111,7 +111,7 @@ def run(
             passed=passed,
             total=len(report.labs),
             seed=report.seed,
-            impl=report.impl,
+            impl=_(implementation(report.impl)),
             tolerances=registry.TOLERANCE_TABLE_VERSION,
             seconds=report.wall_time_s,
             where=valid(str(out_dir)),
@@ -123,7 +123,7 @@ def run(
 
 def _render_lab(result) -> None:
     from labctl.cli.figures import figures, text
-    from labctl.lab import Note
+    from labctl.lab import Note, shown_expected
     from labctl.params import record_values
 
     lab = result.lab
@@ -153,7 +153,14 @@ def _render_lab(result) -> None:
             cells = ("[dim]↔[/dim]", _shown(rows["both"]))
         else:
             cells = tuple(_shown(rows[i]) if i in rows else "" for i in ("reference", "clean-room"))
-        rows_shown.append([label, *cells, escape(first.expected), row_verdict(list(rows.values()))])
+        rows_shown.append(
+            [
+                label,
+                *cells,
+                escape(_(shown_expected(first.expected))),
+                row_verdict(list(rows.values())),
+            ]
+        )
     # Metric names are identifiers a learner copies into a submission: never broken.
     table = fit(
         [

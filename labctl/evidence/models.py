@@ -153,7 +153,7 @@ class LabctlInfo(Strict):
     version: str
     contract_id: str
     contract_sha256: str
-    tolerances: Literal["v1", "v2", "v3"]
+    tolerances: Literal["v1", "v2", "v3", "v4"]
     impl: Literal["reference", "clean-room", "both"] | None = None
     lab: str | None = None
     # Which clean room ran; an older labctl wrote its path alone.

@@ -7,7 +7,10 @@ by its target (never followed), anything else (a FIFO, a device) by its kind.
 out (they never run there): a run in the process fallback writes them into the
 learner's room, which would otherwise read as "changed". labctl's own clean
 room is recognised by where it lies and by its files: a learner's verbatim copy
-of it is labctl's own too.
+of it is labctl's own too. `evidence submit` also refuses a room whose
+functions are labctl's own code, in whole or in part, renamed or not: the
+base-code detector `grade` uses (`labctl.fingerprints.base`), so both tools
+judge a room alike.
 
 Everything here reads files in labctl's process; nothing a room holds is run.
 """
@@ -112,6 +115,16 @@ def is_own(root: Path, files: dict[str, str]) -> bool:
     if root.resolve() == own.resolve():
         return True
     return files == room_files(own)
+
+
+def own_functions(root: Path) -> list[str]:
+    """The contract functions of the room at `root` that are labctl's own clean room's code
+    (renamed, re-laid-out or padded: `labctl.fingerprints.base`), read from its files."""
+    from labctl.contract import LATEST, function_names
+    from labctl.fingerprints.base import PROJECT, base_functions, load_base
+
+    found = base_functions(root, list(function_names(LATEST)), load_base())
+    return [f.function for f in found.functions if f.source == PROJECT]
 
 
 def room_json(room: CleanRoomInfo | None) -> dict | None:
@@ -236,6 +249,18 @@ def named_room(report: Report, root: Path) -> Path | None:
     now = room_files(resolved)
     if is_own(resolved, now):
         report.refuse(here, _OWN)
+        return None
+    copied = own_functions(resolved)
+    if copied:
+        report.refuse(
+            here,
+            Msg(
+                "{functions} of this clean room are labctl's own clean room's code (renamed or "
+                "not), not yours: records made with them are no evidence of your code; write "
+                "them yourself and run the labs again",
+                functions=", ".join(copied),
+            ),
+        )
         return None
     diff = changes(info.files, now)
     if diff:

@@ -3,7 +3,8 @@
 For the grader (everything, hidden items included):
 
 - `gradebook.csv`: one row per learner: status, score, max, points per rubric
-  item, isolation, diagnosis, the learners whose clean room is identical;
+  item, isolation, diagnosis, the learners whose clean room is identical, lateness and
+  adjustments, and `base_code`: the functions that are base code (`labctl.grade.basecode`);
   learner text in it escaped (`labctl.textsafe.cell`: no control character, no
   formula);
 - `records/<learner>.json` (written by the runner): the row and the facts it came from;
@@ -34,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from labctl.evidence.store import replace_atomically
+from labctl.grade import basecode
 from labctl.grade.layout import Ignored, stem
 from labctl.grade.rubric import Rubric
 from labctl.grade.score import GRADED, Row
@@ -73,6 +75,7 @@ def gradebook_csv(
             "diagnosis",
             "identical_to",
             *LATE_COLUMNS,
+            "base_code",
         ]
     )
     for index, row in enumerate(rows):
@@ -88,6 +91,7 @@ def gradebook_csv(
                 cell(row.diagnosis),
                 cell(" ".join(identical[index]) if identical else ""),
                 *_late_cells(row),
+                cell(basecode.flag(row.base_code)),
             ]
         )
     return buffer.getvalue()
@@ -205,6 +209,8 @@ def feedback(row: Row, seen: Audience | None = None) -> dict:
     }
     if row.status != GRADED:
         document["message"] = row.diagnosis
+    if row.base_code and row.base_code.get("functions"):
+        document["base_code"] = basecode.learner_json(row.base_code)
     return document
 
 
@@ -291,6 +297,7 @@ def summary(
                 "late_penalty": r.late_penalty,
                 "wall_time_s": r.wall_time_s,
                 "output_bytes": r.output_bytes,
+                "base_code": r.base_code,
                 **_late_json(r),
             }
             for index, r in enumerate(rows)

@@ -24,10 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import labctl
+from labctl import contract
 from labctl.errors import UsageError
 from labctl.evidence.environment import now_iso
 from labctl.evidence.store import replace_atomically
-from labctl.grade import outputs
+from labctl.fingerprints.base import load_base
+from labctl.grade import basecode, outputs
 from labctl.grade.batch_seed import batch_secrets
 from labctl.grade.layout import Ignored, Learner, survey
 from labctl.grade.pool import LocalPool, Outcome
@@ -54,6 +56,7 @@ class GradeOptions:
     jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
     scheduler: str | None = None
     seed: int | None = None  # None: the batch's kept seed, else a fresh one (`batch_seed`)
+    base: tuple[Path, ...] = ()  # `--base`: the course's starting code (`labctl.grade.basecode`)
 
     def verdict_key(self) -> dict:
         """The options that can change a verdict (not how the work is spread)."""
@@ -96,7 +99,9 @@ def identical_rooms(learners: list[Learner]) -> list[list[str]]:
     ]
 
 
-def learner_key(learner: Learner, rubric: Rubric, options: GradeOptions) -> str:
+def learner_key(
+    learner: Learner, rubric: Rubric, options: GradeOptions, base_digest: str = ""
+) -> str:
     text = json.dumps(
         {
             "inputs": learner.inputs_sha256,
@@ -106,6 +111,8 @@ def learner_key(learner: Learner, rubric: Rubric, options: GradeOptions) -> str:
             "options": options.verdict_key(),
             # Diagnoses and item messages are written in the batch's language.
             "language": language(),
+            # What counts as base code (the course's starting code given with --base).
+            "base": base_digest,
         },
         sort_keys=True,
     )
@@ -246,6 +253,8 @@ def grade_learners(
     (out / RECORDS).mkdir(parents=True, exist_ok=True)
     kept = batch_secrets(out, options.seed)
     options = dataclasses.replace(options, seed=kept.seed)
+    base = load_base(list(options.base))
+    functions = contract.function_names(rubric.contract)
     rows: dict[int, Row] = {}
     batch = Batch(
         [], [], [], out, learners=list(learners), ignored=list(ignored or []), seed=kept.seed
@@ -264,7 +273,7 @@ def grade_learners(
             progress(len(rows), total, learner.id, row.status)
 
     for index, learner in enumerate(learners):
-        keys[index] = learner_key(learner, rubric, options)
+        keys[index] = learner_key(learner, rubric, options, base.digest)
         previous = read_record(out, learner.stem)
         if workflow.reuse(learner, previous, keys[index]):
             rows[index] = row_from_record(previous)
@@ -284,6 +293,12 @@ def grade_learners(
             index = int(key)
             learner = learners[index]
             if outcome.status == "observed":
+                # Read here, in labctl's process, from the learner's files (no learner code
+                # runs), for a room that loaded: the static scan has passed its files.
+                if (outcome.facts.get("verify") or {}).get("status") == "loaded":
+                    outcome.facts["base_code"] = basecode.observe(
+                        learner.clean_room, base, functions
+                    )
                 row = score(learner.id, rubric, outcome.facts)
             else:
                 row = failed_row(

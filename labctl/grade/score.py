@@ -15,6 +15,9 @@ failing function is charged: `cascade`, like any failing function;
 `independent`, not at all when verify localises its failure to the failing
 function it is built on (its item names that function and passes).
 
+Base code earns nothing (`labctl.grade.basecode`): a function that is labctl's own
+clean room or the course's starting code scores 0, whatever its checks say.
+
 The row's score is its items' points, less the late penalty (a share of them,
 `labctl.grade.late`), plus the TA's adjustments (`labctl.grade.overrides`).
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from labctl.grade import basecode
 from labctl.grade.late import Lateness
 from labctl.grade.rubric import Item, Rubric
 from labctl.i18n import _
@@ -75,6 +79,7 @@ class Row:
     adjustments: list[dict] = field(default_factory=list)  # {"points", "reason"}
     wall_time_s: float | None = None  # what observing the learner took (None: not known)
     output_bytes: int = 0  # what the learner's room printed in all
+    base_code: dict | None = None  # `labctl.grade.basecode`: which functions are base code
 
     @property
     def items_score(self) -> float:
@@ -253,17 +258,19 @@ def score(learner: str, rubric: Rubric, facts: dict) -> Row:
     verify = facts["verify"]
     status = {"refused": "refused", "unloadable": NOT_LOADED}.get(verify["status"], GRADED)
     row = Row(learner, status, _short(_diagnosis(verify)), facts.get("isolation"))
+    base = facts.get("base_code") if status == GRADED else None
     for item in rubric.items:
         if item.kind == "function":
             passed, message = _function(item, rubric, verify)
         elif item.kind == "check":
-            passed, message = _check(item, verify)
+            passed, message = _check(item, basecode.without_base(verify, base))
         elif item.kind == "package":
             passed, message = _package(verify)
         elif item.kind == "metric":
             passed, message = _metric(item, verify)
         else:
             passed, message = _submission(facts)
+        passed, message = basecode.charge(item, passed, message, verify, base)
         row.items.append(_result(item, passed, message))
     return observed(row, facts)
 
@@ -273,6 +280,8 @@ def observed(row: Row, facts: dict | None) -> Row:
     if facts:
         row.wall_time_s = facts.get("wall_time_s")
         row.output_bytes = (facts.get("verify") or {}).get("output_bytes", 0)
+        if row.status == GRADED:
+            row.base_code = facts.get("base_code")
     return row
 
 

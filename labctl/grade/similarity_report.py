@@ -1,7 +1,8 @@
 """The similarity report in `--out`: `similarity.json` and `similarity.html`, or neither.
 
-`similarity.html` shows each listed pair side by side, file by file, region by
-region, in the style of labctl's report (its CSS, its Content-Security-Policy
+`similarity.html` shows each listed pair, longest match first: the functions it
+shares (name, file and lines of both sides), then every matching region side by
+side, longest first, in the style of labctl's report (its CSS, its Content-Security-Policy
 that forbids every script and fetch). Everything in it that a learner wrote
 (code, file names, ids) is escaped: learner code is text here, never markup.
 A run without `--similarity` removes both files, so no report from an earlier
@@ -52,12 +53,37 @@ def _lines(room: Room, file: str, span: tuple[int, int]) -> str:
     return "<pre>" + "\n".join(shown_lines) + "</pre>"
 
 
+def headline(pair: Pair) -> str:
+    """A pair in words, the same for both sides: who copied is not for labctl to say."""
+    return _(
+        "{a} ~ {b}: {a_lines} lines of {a} and {b_lines} lines of {b} match beyond the base"
+    ).format(a=pair.a, b=pair.b, a_lines=pair.a_matched, b_lines=pair.b_matched)
+
+
+def _span(lines: tuple[int, int]) -> str:
+    return f"{lines[0]}-{lines[1]}"
+
+
+def _functions(pair: Pair) -> str:
+    shared = pair.shared_functions
+    if not shared:
+        return ""
+    head = (
+        f'<tr><th class="text">{_e(pair.a)}</th><th class="text">{_e(pair.b)}</th>'
+        f"<th>{_e(_('fingerprints'))}</th></tr>"
+    )
+    rows = "".join(
+        f'<tr><td class="text">{_e(m.a_function)} ({_e(m.a_file)} {_span(m.a_lines)})</td>'
+        f'<td class="text">{_e(m.b_function)} ({_e(m.b_file)} {_span(m.b_lines)})</td>'
+        f"<td>{m.fingerprints} / {m.a_prints} ~ {m.b_prints}</td></tr>"
+        for m in shared
+    )
+    return f"<h3>{_e(_('shared functions'))}</h3><table>{head}{rows}</table>"
+
+
 def _pair(index: int, pair: Pair, rooms: dict[str, Room]) -> str:
     a, b = rooms[pair.a], rooms[pair.b]
-    title = _("{a} ~ {b}: {a_share:.0%} / {b_share:.0%} of their code beyond the base").format(
-        a=pair.a, b=pair.b, a_share=pair.a_share, b_share=pair.b_share
-    )
-    parts = [f'<h2 id="pair-{index}">{index}. {_e(title)}</h2>']
+    parts = [f'<h2 id="pair-{index}">{index}. {_e(headline(pair))}</h2>', _functions(pair)]
     for match in pair.files:
         parts.append(
             "<table><tr>"
@@ -76,12 +102,20 @@ def _pair(index: int, pair: Pair, rooms: dict[str, Room]) -> str:
 def document(result: Similarity) -> str:
     base = ", ".join(_name(n) for n in result.base)
     intro = _(
-        "Pairs of clean rooms ranked by the code they share beyond the base code ({base}); "
-        "listed at {threshold:.0%} of either side. For a person to judge: it changes no score."
+        "Pairs of clean rooms that match beyond the base code ({base}), longest match first. "
+        "A pair is listed when it shares a whole function, whatever its share of either room, "
+        "or when its matches add up to {threshold:.0%} of either room's code. Both sides' "
+        "matching lines are counted alike: which learner wrote the code first is not for "
+        "labctl to say. For a person to judge: it changes no score."
     ).format(base=base, threshold=result.threshold)
     index = "".join(
-        f'<li><a href="#pair-{i}">{_e(p.a)} ~ {_e(p.b)}</a> '
-        f"({p.a_share:.0%} / {p.b_share:.0%}, {p.shared})</li>"
+        f'<li><a href="#pair-{i}">{_e(headline(p))}</a>'
+        + (
+            f" ({_e(', '.join(sorted({m.a_function for m in p.shared_functions})))})"
+            if p.shared_functions
+            else ""
+        )
+        + "</li>"
         for i, p in enumerate(result.pairs, 1)
     )
     pairs = "\n".join(_pair(i, p, result.rooms) for i, p in enumerate(result.pairs, 1))

@@ -11,8 +11,9 @@ from collections.abc import Callable
 
 import labctl
 from labctl import registry
-from labctl.i18n import _, language
-from labctl.report.collect import Evidence, Figure, LabRun, margin
+from labctl.i18n import _, implementation, language
+from labctl.lab import shown_expected
+from labctl.report.collect import Evidence, Figure, LabRun, margin, message
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
@@ -97,9 +98,9 @@ def _metrics(run: LabRun) -> str:
         rows.append(
             [
                 f"<code>{_e(m.name)}</code>{timing}",
-                _e(m.impl or ""),
+                _e(_(implementation(m.impl)) if m.impl else ""),
                 _e(_num(m.actual)),
-                f"<code>{_e(m.expected)}</code>",
+                f"<code>{_e(_(shown_expected(m.expected)))}</code>",
                 _e(_num(inside)),
                 verdict,
             ]
@@ -115,8 +116,8 @@ def _metrics(run: LabRun) -> str:
                 _("largest error: {value} ({name}, {impl}), tolerance {expected}").format(
                     value=_num(worst.actual),
                     name=worst.name,
-                    impl=worst.impl or "",
-                    expected=worst.expected,
+                    impl=_(implementation(worst.impl)) if worst.impl else "",
+                    expected=_(shown_expected(worst.expected)),
                 )
             )
             + "</p>"
@@ -281,6 +282,19 @@ def _environment(evidence: Evidence) -> str:
     return f"<h2>{_e(_('Environment and versions'))}</h2>" + _table(columns, rows)
 
 
+def _diagnosis(entry: dict) -> list[str]:
+    """A verify run's diagnosis in the report's language, from the messages the history
+    keeps beside the English sentences (a history written before it kept them: English)."""
+    english = [str(s) for s in entry.get("diagnosis") or []]
+    messages = entry.get("diagnosis_messages")
+    if not isinstance(messages, list) or len(messages) != len(english):
+        return english
+    return [
+        message(m) if isinstance(m, (dict, str)) else e
+        for m, e in zip(messages, english, strict=True)
+    ]
+
+
 def _history(evidence: Evidence) -> str:
     if not evidence.verify_history:
         return (
@@ -300,7 +314,7 @@ def _history(evidence: Evidence) -> str:
                 _e(entry.get("path", "")),
                 _verdict(passed if isinstance(passed, bool) else None) + _e(mark),
                 _e(", ".join(entry.get("failing_functions") or [])),
-                _e("; ".join(entry.get("diagnosis") or [])),
+                _e(_("; ").join(_diagnosis(entry))),
             ]
         )
         previous = passed

@@ -1,0 +1,142 @@
+"""Base code earns nothing: labctl's own clean room, or the course's `--base` code, in whole or
+in part, as is or rewritten, is flagged in the gradebook, the feedback, summary.json, the
+table and at the Canvas export, and its functions score 0.
+
+One class, graded once through CliRunner (the rubric without lab metrics or submission):
+labctl's own room as handed in; the same with every local renamed, the comments dropped,
+every name in parentheses and an unused statement after every statement; a learner's own
+room (`honestrooms`) whose softmax is labctl's, rewritten so; that learner's room as is;
+and a learner who handed in the course's starting code (`--base`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from gradetools import rubric_without
+from honestrooms import honest_room, own_copy
+from similarityrooms import EINSUM, pad, parenthesise, rename_locals, rewrite_room, write_room
+from typer.testing import CliRunner
+
+from labctl import contract
+from labctl.cli.main import app
+
+V1 = contract.function_names(1)
+
+
+def _disguise(text: str) -> str:
+    return pad(parenthesise(rename_locals(text)))
+
+
+def _with_labctls_softmax(room: Path) -> tuple[int, int]:
+    """Append labctl's softmax, rewritten, to the learner's primitives.py (the def that wins);
+    returns its lines there."""
+    own = own_copy(room.parent / "labctl-room")
+    theirs = _disguise((own / "primitives.py").read_text())
+    start = theirs.index("def softmax(")
+    end = theirs.index("\ndef ", start + 1)
+    mine = (room / "primitives.py").read_text().rstrip("\n") + "\n\n\n"
+    first = mine.count("\n") + 1
+    code = theirs[start:end].rstrip("\n") + "\n"
+    (room / "primitives.py").write_text(mine + code)
+    return first, first + code.count("\n") - 1
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    base = tmp_path_factory.mktemp("basecode")
+    klass = base / "class"
+    own_copy(klass / "own" / "clean_room")
+    rewrite_room(klass / "own" / "clean_room", klass / "disguised" / "clean_room", _disguise)
+    honest_room(klass / "honest" / "clean_room")
+    partial = honest_room(klass / "partial" / "clean_room")
+    lines = _with_labctls_softmax(partial)
+    starter = write_room(base / "starter", EINSUM)
+    write_room(klass / "starter-only" / "clean_room", EINSUM)
+    roster = base / "roster.csv"
+    roster.write_text(
+        "learner,Student,ID,SIS User ID,SIS Login ID,Section\n"
+        + "".join(f"{n},{n.title()},{i},,,\n" for i, n in enumerate(sorted(
+            ["own", "disguised", "honest", "partial", "starter-only"]), 1))
+    )  # fmt: skip
+    out = base / "out"
+    result = CliRunner().invoke(
+        app,
+        ["grade", str(klass), "--out", str(out), "--rubric",
+         str(rubric_without(base, "metric", "submission")), "--jobs", "2", "--base",
+         str(starter), "--export", "canvas", "--roster", str(roster)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    with (out / "gradebook.csv").open(newline="") as handle:
+        rows = {r["learner"]: r for r in csv.DictReader(handle)}
+    return out, rows, result, lines, starter
+
+
+def _feedback(out: Path, learner: str) -> dict:
+    return json.loads((out / "feedback" / f"{learner}.json").read_text())
+
+
+@pytest.mark.parametrize("learner", ["own", "disguised"])
+def test_labctls_own_room_as_is_or_disguised_earns_nothing_and_is_flagged(graded, learner):
+    out, rows, result, _, _ = graded
+    row = rows[learner]
+    assert row["status"] == "graded"
+    assert float(row["score"]) == 0.0, row
+    assert all(float(row[f"fn.{name}"]) == 0.0 for name in V1), row
+    assert row["base_code"].startswith("the whole clean room: ")
+    assert row["base_code"].endswith("(labctl's own clean room)")
+    assert set(row["base_code"].split(": ", 1)[1].split(" (")[0].split(", ")) == set(V1)
+    feedback = _feedback(out, learner)
+    assert feedback["base_code"]["whole"] is True
+    assert {f["function"] for f in feedback["base_code"]["functions"]} == set(V1)
+    assert {f["source"] for f in feedback["base_code"]["functions"]} == {"labctl"}
+    item = next(i for i in feedback["items"] if i["id"] == "fn.softmax")
+    assert item["points"] == 0 and item["message"].startswith("base code: softmax (primitives.py")
+    assert "is labctl's own clean room's code, not yours: it earns no points" in item["message"]
+    said = " ".join(result.stderr.split())
+    assert f"canvas.csv: {learner}'s score gives no points to base code" in said
+
+
+def test_a_learners_room_with_labctls_softmax_loses_that_function_only(graded):
+    out, rows, _, lines, _ = graded
+    partial, honest = rows["partial"], rows["honest"]
+    assert float(partial["fn.softmax"]) == 0.0
+    assert partial["base_code"] == "softmax (labctl's own clean room)"
+    for name in V1:
+        if name != "softmax":
+            assert partial[f"fn.{name}"] == honest[f"fn.{name}"], name
+    # The rest of its checks judge the learner's own functions: the bad-input item stands.
+    assert partial["check.bad-input"] == honest["check.bad-input"] != "0"
+    (flagged,) = _feedback(out, "partial")["base_code"]["functions"]
+    assert (flagged["function"], flagged["file"], tuple(flagged["lines"])) == (
+        "softmax",
+        "primitives.py",
+        lines,
+    )
+
+
+def test_a_learners_own_room_is_not_base_code(graded):
+    out, rows, result, _, _ = graded
+    honest = rows["honest"]
+    assert honest["base_code"] == ""
+    assert all(float(honest[f"fn.{name}"]) == 4.0 for name in V1), honest
+    assert "base_code" not in _feedback(out, "honest")
+    assert "honest's score gives no points" not in result.stderr
+
+
+def test_the_courses_starting_code_earns_nothing_and_the_learner_reads_no_path(graded):
+    out, rows, _, _, starter = graded
+    row = rows["starter-only"]
+    assert row["base_code"].endswith(f"({starter})")
+    assert float(row["fn.softmax"]) == 0.0 and float(row["score"]) == 0.0
+    feedback = _feedback(out, "starter-only")
+    assert {f["source"] for f in feedback["base_code"]["functions"]} == {"course"}
+    assert str(starter) not in json.dumps(feedback)
+    item = next(i for i in feedback["items"] if i["id"] == "fn.softmax")
+    assert "is the course's starting code, not yours" in item["message"]
+    summary = json.loads((out / "summary.json").read_text())
+    flagged = {r["learner"]: r["base_code"] for r in summary["rows"]}
+    assert flagged["honest"]["functions"] == [] and flagged["own"]["whole"] is True
