@@ -477,8 +477,9 @@ def test_contract_check_survives_a_clean_room_that_exits_at_import(tmp_path):
 
 
 def test_source_nested_past_the_parser_is_refused_not_a_crash(tmp_path):
-    # 100,000 attribute accesses: ast.parse raises RecursionError in labctl's own process.
-    room = room_with(tmp_path, "DEEP = x" + ".a" * 100_000 + "\n")
+    # 50,000 attribute accesses (100 KB, within the size a source may have): ast.parse raises
+    # RecursionError in labctl's own process.
+    room = room_with(tmp_path, "DEEP = x" + ".a" * 50_000 + "\n")
     result = runner.invoke(
         app,
         [

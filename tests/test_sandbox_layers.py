@@ -34,9 +34,10 @@ NEWUSER, NEWNS, NEWNET = 0x10000000, 0x00020000, 0x40000000
 THREAD_FLAGS, FORK_FLAGS = 0x3D0F00, 0x01200011
 
 
-def run_filter(code: bytes, arch: int, nr: int, arg0: int = 0) -> int:
+def run_filter(code: bytes, arch: int, nr: int, arg0: int = 0, *more: int) -> int:
     """What the classic-BPF program answers for one system call (the subset it uses)."""
-    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    args = (arg0, *more, 0, 0, 0, 0, 0)[:6]
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *args)
     insns = [struct.unpack("=HBBI", code[i : i + 8]) for i in range(0, len(code), 8)]
     pc, acc = 0, 0
     while True:
@@ -64,7 +65,9 @@ def test_the_filter_refuses_each_listed_call_and_allows_others(arch):
     denied = {n[column] for n in seccomp.DENIED.values()}
     for nr in range(0, 460):
         special = (seccomp._CLONE[column], seccomp._CLONE3[column], seccomp._PERSONALITY[column])
-        if nr not in denied and nr not in special:
+        sockets = {n[column] for n in seccomp.SOCKET_CALLS.values()}
+        sockets.add(seccomp._SETSOCKOPT[column])
+        if nr not in denied and nr not in special and nr not in sockets:
             assert run_filter(code, audit, nr) == ALLOW, nr
     assert run_filter(code, audit, seccomp._CLONE3[column]) == ENOSYS
     clone = seccomp._CLONE[column]
@@ -79,6 +82,18 @@ def test_the_filter_refuses_each_listed_call_and_allows_others(arch):
     assert run_filter(code, audit, prctl, seccomp.PR_SET_DUMPABLE) == EPERM
     for option in (1, 3, 15, 36):  # PDEATHSIG, GET_DUMPABLE, SET_NAME, SET_CHILD_SUBREAPER
         assert run_filter(code, audit, prctl, option) == ALLOW, option
+    # Sockets: AF_UNIX only (AF_INET, AF_INET6, AF_NETLINK, AF_PACKET, AF_VSOCK, AF_ALG refused).
+    for numbers in seccomp.SOCKET_CALLS.values():
+        assert run_filter(code, audit, numbers[column], 1) == ALLOW
+        for family in (2, 10, 16, 17, 40, 38, 0):
+            assert run_filter(code, audit, numbers[column], family) == EPERM, family
+    # A socket's buffers stay at the system's default; its other options are free.
+    setsockopt = seccomp._SETSOCKOPT[column]
+    for option in seccomp.BUFFER_OPTIONS.values():
+        assert run_filter(code, audit, setsockopt, 3, seccomp.SOL_SOCKET, option) == EPERM
+        assert run_filter(code, audit, setsockopt, 3, 6, option) == ALLOW  # IPPROTO_TCP
+    for option in (2, 9, 20):  # SO_REUSEADDR, SO_KEEPALIVE, SO_RCVTIMEO
+        assert run_filter(code, audit, setsockopt, 3, seccomp.SOL_SOCKET, option) == ALLOW
     # Another architecture's numbers mean other calls: all refused.
     other = seccomp.AUDIT_ARCH["aarch64" if arch == "x86_64" else "x86_64"]
     assert run_filter(code, other, 0) == EPERM

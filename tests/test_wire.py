@@ -173,3 +173,77 @@ def test_a_closed_pipe_is_named():
             wire.read_frame(read_fd)
     finally:
         os.close(read_fd)
+
+
+@pytest.mark.parametrize(
+    ("payload", "says"),
+    [
+        (
+            _frame({"$nd": 0}, [{"dtype": "<f8", "shape": [0, 10**30]}]),
+            r"an array of shape \[0, 1000000000000000000000000000000\] exceeds the 67108864 limit",
+        ),
+        (
+            _frame({"$nd": 0}, [{"dtype": "<f8", "shape": [0, 2**26 + 1]}]),
+            r"an array of shape \[0, 67108865\] exceeds the 67108864 limit",
+        ),
+        (_frame("x" * (wire.MAX_TEXT + 1)), "a text of 16385 characters exceeds the 16384 limit"),
+        (
+            _frame({"$dict": {"k" * (wire.MAX_TEXT + 1): 1}}),
+            "a key longer than the 16384 character limit",
+        ),
+        (_frame({"$unsupported": 5}), "bad unsupported node"),
+        (
+            _frame([], [{"dtype": "<f8", "shape": [0]}] * (wire.MAX_ARRAYS + 1)),
+            "16385 arrays in one frame exceed the 16384 limit",
+        ),
+    ],
+)
+def test_a_frame_past_the_limits_of_what_a_worker_sends_is_a_named_wire_error(payload, says):
+    with pytest.raises(wire.WireError, match=f"^{says}$"):
+        wire.decode(payload)
+
+
+def test_a_header_past_its_limit_is_refused_before_it_is_parsed(monkeypatch):
+    monkeypatch.setattr(wire, "MAX_HEADER_BYTES", 64)
+    with pytest.raises(wire.WireError, match=r"^a header of \d+ bytes exceeds the 64 limit$"):
+        wire.decode(_frame([[]] * 30))
+
+
+def test_what_decoding_would_build_is_admitted_before_it_is_built():
+    """`admit` sees an upper bound of the header's cost first, and refusing leaves it unbuilt."""
+    seen: list[int] = []
+
+    class Refused(Exception):
+        pass
+
+    def admit(cost: int) -> None:
+        seen.append(cost)
+        raise Refused
+
+    payload = _frame([[]] * 1000)
+    with pytest.raises(Refused):
+        wire.decode(payload, admit)
+    # A thousand lists and the outer one: at least two counted values each, NODE_BYTES apiece.
+    assert seen == [wire.decode_cost(payload[4:])]
+    assert seen[0] >= 2000 * wire.NODE_BYTES
+
+
+def test_a_long_string_a_room_returns_travels_as_unsupported():
+    value = wire.decode(wire.encode(["x" * (wire.MAX_TEXT + 1), "short"]))
+    assert value == [wire.Unsupported(f"str of {wire.MAX_TEXT + 1} characters"), "short"]
+
+
+def test_any_corruption_of_a_frame_is_a_wire_error_or_a_value():
+    """Every byte of a genuine frame changed, one at a time, to each of a few values, and
+    thirty zeros put after it: decode gives a value or a WireError, never another exception
+    (labctl's internal error; an empty array's other size made 10**30 was one)."""
+    value = (np.arange(6.0).reshape(2, 3), [np.int64(4)], np.zeros((0, 3)))
+    frame = wire.encode({"ok": True, "value": value})
+    (length,) = struct.unpack(">I", frame[:4])
+    header, data = frame[4 : 4 + length], frame[4 + length :]
+    for i in range(len(header)):
+        changed = [header[:i] + bytes([b]) + header[i + 1 :] for b in (0, 34, 45, 49, 57, 91, 255)]
+        for text in [*changed, header[: i + 1] + b"0" * 30 + header[i + 1 :]]:
+            for broken in (struct.pack(">I", len(text)) + text + data, frame[:i] + frame[i + 1 :]):
+                with contextlib.suppress(wire.WireError):
+                    wire.decode(broken)

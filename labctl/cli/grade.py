@@ -285,6 +285,15 @@ def gradescope(
     memory_mb: MemoryOption = 4096,
     isolation: IsolationOption = "auto",
     metadata: ta.SubmissionMetadataOption = None,
+    require_sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--require-sandbox",
+            help="Run the learner's code only in a working sandbox with every layer; without "
+            "one, run nothing and write a 0-point results.json that says why (run_autograder "
+            "passes this unless the bundle was built with --allow-process-isolation).",
+        ),
+    ] = False,
     json_: JsonFlag = False,
 ) -> None:
     """Grade one learner's folder into Gradescope's results.json (what run_autograder calls)."""
@@ -301,6 +310,20 @@ def gradescope(
     if not submission.is_dir():
         raise UsageError(Msg("{path} is not a folder", path=str(submission)))
     rubric = load_rubric(rubric_path)
+    if require_sandbox:
+        from labctl.grade.bundle import sandbox_refusal
+
+        refusal = sandbox_refusal()
+        if refusal is not None:
+            # Gradescope reads results.json: the learner is told why, and nothing ran.
+            replace_atomically(results, refusal)
+            said = Msg(
+                "no working sandbox: nothing was run; results in {results}", results=str(results)
+            )
+            err.print(escape(_(said)), soft_wrap=True)
+            if json_:
+                print_json({"passed": True, "results": str(results), "status": "no-sandbox"})
+            return
     options = GradeOptions(timeout, memory_mb, learner_timeout, isolation, 1, None)
     learner = check_learner(submission)
     # When the learner handed in: Gradescope's word (created_at), never the learner's files.
@@ -330,6 +353,15 @@ def bundle_command(
     learner_timeout: LearnerTimeoutOption = 600.0,
     memory_mb: MemoryOption = 4096,
     isolation: IsolationOption = "auto",
+    allow_process: Annotated[
+        bool,
+        typer.Option(
+            "--allow-process-isolation",
+            help="Let run_autograder run learner code at the process level (uid 65534, not a "
+            "security boundary) where Gradescope's image has no working sandbox. Without it, "
+            "such a submission gets 0 points and a message that says why, and nothing runs.",
+        ),
+    ] = False,
     json_: JsonFlag = False,
 ) -> None:
     """Write a Gradescope autograder: setup.sh, run_autograder, the rubric, labctl itself."""
@@ -341,7 +373,9 @@ def bundle_command(
     check_out_file(zip_path, "OUT.zip")
     resolve_isolation(isolation)
     rubric = load_rubric(rubric_path)
-    names = bundle(zip_path, rubric, timeout, learner_timeout, memory_mb, isolation)
+    names = bundle(
+        zip_path, rubric, timeout, learner_timeout, memory_mb, isolation.lower(), allow_process
+    )
     if json_:
         print_json({"passed": True, "zip": str(zip_path), "files": len(names)})
         return

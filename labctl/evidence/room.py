@@ -34,6 +34,7 @@ from labctl.evidence.models import CleanRoomInfo, files_digest
 from labctl.evidence.records import shown_path
 from labctl.evidence.repository import resolve_inside
 from labctl.i18n import N_, Msg, declared
+from labctl.isolation.loader import MAX_DEPTH, MAX_ENTRIES, not_source, shown_name
 from labctl.textsafe import valid
 
 if TYPE_CHECKING:
@@ -76,14 +77,25 @@ def room_files(root: Path) -> dict[str, str]:
         raise UsageError(Msg("clean room {path}: not a directory", path=str(root)))
     files: dict[str, str] = {}
     total = 0
-    for folder, dirs, names in os.walk(root, followlinks=False):
-        dirs[:] = [d for d in dirs if d != _CACHE]
-        here = Path(folder)
-        for name in sorted(dirs + names):
+    # Folder by folder from a list, not by recursion (`os.walk` recursed once per level: a room
+    # 1,100 folders deep was a RecursionError), and no deeper than the loader walks.
+    pending: list[tuple[Path, int]] = [(root, 0)]
+    while pending:
+        here, depth = pending.pop()
+        for name in sorted(os.listdir(here)):
             path = here / name
             mode = path.lstat().st_mode
             if stat.S_ISDIR(mode):
-                continue  # walked into; a link to a directory is not a directory to lstat
+                if name == _CACHE:
+                    continue
+                if depth + 1 >= MAX_DEPTH:
+                    raise not_source(root, [(shown_name(str(path.relative_to(root))), "too-deep")])
+                pending.append((path, depth + 1))
+                continue  # a link to a directory is not a directory to lstat
+            if len(files) >= MAX_ENTRIES:
+                raise not_source(
+                    root, [(shown_name(str(path.relative_to(root))), "too-many-files")]
+                )
             total += path.lstat().st_size
             if total > MAX_ROOM_BYTES:
                 raise CleanRoomError(

@@ -20,6 +20,12 @@ must leave `/autograder/results/results.json`. Here:
   into a private folder of the run, and run_autograder moves it into place
   only when labctl exits 0. Should labctl fail or be killed, run_autograder
   writes a 0-point results.json that names the exit code or the signal.
+- learner code never runs as root, nor outside a sandbox: `run_autograder` passes
+  `--require-sandbox`, so on an image where bubblewrap cannot start (or a layer of
+  it is missing) labctl runs nothing and leaves a 0-point results.json that says
+  why (`sandbox_refusal`). A bundle built with `--allow-process-isolation` leaves
+  it out: the learner's code then runs at the process level, as uid 65534, which
+  is not a security boundary (the grader chose it, by name).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import yaml
 import labctl
 from labctl.errors import UsageError
 from labctl.grade.rubric import Rubric
-from labctl.i18n import Msg, _, language
+from labctl.i18n import N_, Msg, _, declared, language
 
 SETUP = """#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image (Ubuntu).
@@ -147,6 +153,34 @@ def _fallback(killed: bool) -> str:
     return shlex.quote(before) + variable + shlex.quote(after)
 
 
+NO_SANDBOX = N_(
+    "This autograder runs your code only inside a sandbox, and there is none on this machine "
+    "({reason}): nothing was run, so nothing was graded. Please tell your instructor."
+)
+
+
+def sandbox_refusal() -> bytes | None:
+    """The 0-point results.json for a machine without a working sandbox with every layer
+    (what `grade gradescope --require-sandbox` leaves instead of running learner code), or
+    None where the sandbox works."""
+    from labctl.isolation import sandbox_status
+
+    status = sandbox_status()
+    if status.works and not status.missing:
+        return None
+    if not status.works:
+        reason: str | Msg = status.reason
+    else:
+        missing = [x for x in status.layers if not x.works]
+        reason = Msg(
+            "the sandbox lacks {layers}",
+            layers="; ".join(f"{x.name}: {_(x.reason)}" for x in missing),
+        )
+    message = _(declared(NO_SANDBOX, reason=reason))
+    document = {"score": 0, "output": message, "tests": []}
+    return json.dumps(document, ensure_ascii=False).encode("utf-8")
+
+
 def _add(archive: zipfile.ZipFile, name: str, data: bytes, executable: bool = False) -> None:
     info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
     mode = 0o755 if executable else 0o644
@@ -162,12 +196,21 @@ def bundle(
     learner_timeout_s: float,
     memory_mb: int,
     isolation: str,
+    allow_process: bool = False,
 ) -> list[str]:
-    """Write the autograder zip to `out`; return the names it holds."""
+    """Write the autograder zip to `out`; return the names it holds. Its `run_autograder`
+    runs learner code only in a working sandbox unless `allow_process`."""
     if out.suffix.lower() != ".zip":
         raise UsageError(Msg("{path}: the autograder is a .zip file", path=str(out)))
     if out.exists() and out.is_dir():
         raise UsageError(Msg("{path} is a folder; give a .zip file name", path=str(out)))
+    if isolation == "process" and not allow_process:
+        raise UsageError(
+            Msg(
+                "--isolation process runs learner code outside a sandbox on Gradescope: "
+                "say so with --allow-process-isolation"
+            )
+        )
     options = shlex.join(
         [
             "--timeout",
@@ -178,6 +221,7 @@ def bundle(
             str(memory_mb),
             "--isolation",
             isolation,
+            *([] if allow_process else ["--require-sandbox"]),
         ]
     )
     package = Path(labctl.__file__).resolve().parent

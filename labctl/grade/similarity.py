@@ -32,6 +32,7 @@ from pathlib import Path
 from labctl.fingerprints.base import PROJECT, STUBS, Base, load_base
 from labctl.fingerprints.room import RoomCode, read_room
 from labctl.fingerprints.winnow import K, W
+from labctl.isolation.loader import walk_room
 
 __all__ = ["PROJECT", "STUBS", "compare"]
 
@@ -62,6 +63,9 @@ class Room:
     prints: dict[int, list[Place]] = field(default_factory=dict)
     total: int = 0  # fingerprints before the base was removed
     unit_prints: dict[int, set[int]] = field(default_factory=dict)  # beyond the base
+    # Entries not read, as "path (kind)": a `.py` file past the loader's size (too-large),
+    # bytecode, a link... (`loader.walk_room`): what the room's verify refuses it for.
+    refused: list[str] = field(default_factory=list)
 
     @property
     def files(self) -> list[str]:
@@ -198,7 +202,11 @@ class Similarity:
             },
             "base": self.base,
             "rooms": {
-                name: {"fingerprints": len(room.prints), "base_share": round(room.base_share, 4)}
+                name: {
+                    "fingerprints": len(room.prints),
+                    "base_share": round(room.base_share, 4),
+                    **({"refused": room.refused} if room.refused else {}),
+                }
                 for name, room in self.rooms.items()
             },
             "pairs": [p.to_json() for p in self.pairs],
@@ -207,6 +215,7 @@ class Similarity:
 
 def fingerprint(name: str, folder: Path, base: Base) -> Room:
     room = Room(name, read_room(folder))
+    room.refused = [f"{path} ({kind})" for path, kind in walk_room(folder).refused]
     hashes = base.hashes
     for index, unit in enumerate(room.code.units):
         mine = room.unit_prints.setdefault(index, set())

@@ -120,6 +120,15 @@ def document(result: Similarity) -> str:
     )
     pairs = "\n".join(_pair(i, p, result.rooms) for i, p in enumerate(result.pairs, 1))
     empty = "" if result.pairs else f"<p>{_e(_('no pair of clean rooms above the threshold'))}</p>"
+    unread = "".join(
+        "<li>"
+        + _e(_("{room}: not read: {entries}").format(room=name, entries="; ".join(room.refused)))
+        + "</li>"
+        for name, room in result.rooms.items()
+        if room.refused
+    )
+    if unread:
+        unread = f"<ul>{unread}</ul>"
     title = _("labctl grade: similar clean rooms")
     return f"""<!DOCTYPE html>
 <html lang="{language()}">
@@ -133,6 +142,7 @@ def document(result: Similarity) -> str:
 <h1>{_e(title)}</h1>
 <p>{_e(intro)}</p>
 <ol>{index}</ol>
+{unread}
 {empty}
 {pairs}
 </body>

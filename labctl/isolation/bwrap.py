@@ -54,6 +54,7 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 STAGED = (
     "errors.py",
     "i18n/__init__.py",
+    "isolation/audit.py",
     "isolation/calltrace.py",
     "isolation/guard.py",
     "isolation/limits.py",
@@ -93,7 +94,9 @@ class SandboxStatus:
 @functools.cache
 def staged_worker() -> Path:
     """A private directory holding `labctl/` with only the worker's modules (once per process)."""
-    top = Path(tempfile.mkdtemp(prefix="labctl-worker-"))
+    from labctl.isolation.staging import staged_folder
+
+    top = staged_folder("worker")
     atexit.register(shutil.rmtree, top, True)
     for relative in STAGED:
         dest = top / "labctl" / relative
@@ -136,7 +139,9 @@ def copy_room(room: Path) -> Path:
             f"clean room {room.name} holds {size >> 20} MiB; a clean room is source code "
             f"(at most {ROOM_COPY_LIMIT >> 20} MiB)"
         )
-    top = Path(tempfile.mkdtemp(prefix="labctl-room-"))
+    from labctl.isolation.staging import staged_folder
+
+    top = staged_folder("room")
     dest = top / room.name
     shutil.copytree(room, dest, ignore=_not_source, symlinks=True)
     for path in [top, *top.rglob("*")]:

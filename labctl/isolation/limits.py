@@ -12,8 +12,10 @@ import ctypes
 import errno
 import os
 import resource
+import shutil
 import signal
 import stat
+import tempfile
 from pathlib import Path
 
 from labctl.isolation import seccomp
@@ -24,16 +26,24 @@ from labctl.isolation import seccomp
 CPU_LIMIT_S = 600
 # Nothing a clean room writes is kept; 64 MiB bounds a flood into the private tmp.
 FILE_SIZE_LIMIT = 64 << 20
+# Open descriptors: the worker needs about ten (its pipes, what numpy and an import hold
+# open a moment). Each pipe or socket holds kernel memory that RLIMIT_AS does not count,
+# and a descriptor in flight in a socket still counts against this limit: with buffers
+# kept at the system's default (`seccomp`), 64 descriptors bound what they hold to about
+# 128 sockets' default buffers or 64 pipes of pipe-max-size (tens of MiB), where 20,000
+# descriptors with 4 MiB buffers held gigabytes.
+DESCRIPTOR_LIMIT = 64
 NOBODY = 65534
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
 
 def apply_rlimits(memory_mb: int) -> None:
-    """Address space, CPU seconds, file size, no new processes, no core dumps."""
+    """Address space, CPU seconds, file size, descriptors, no new processes, no core dumps."""
     limits = [
         (resource.RLIMIT_CPU, CPU_LIMIT_S),
         (resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT),
+        (resource.RLIMIT_NOFILE, DESCRIPTOR_LIMIT),
         (resource.RLIMIT_CORE, 0),
         # 0: no fork and no thread (numpy runs single-threaded here). The kernel
         # does not enforce it for uid 0, which is why root drops its uid first.
@@ -65,7 +75,7 @@ def become_subreaper() -> bool:
     return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
-def _readable_by_others(path: Path) -> bool:
+def readable_by_others(path: Path) -> bool:
     """Every directory above `path` searchable and `path` readable by any user."""
     try:
         if not path.stat().st_mode & stat.S_IROTH:
@@ -75,20 +85,62 @@ def _readable_by_others(path: Path) -> bool:
         return False
 
 
+# A folder of the worker's files (the room's copy, the staged modules, a runtime's mirror)
+# is named `labctl-<kind>-<pid>-…`, so that one a killed labctl left behind can be swept.
+STAGED_KINDS = ("room", "worker", "runtime", "numpy")
+
+
+def staging_parent() -> str | None:
+    """Where a root labctl puts what a worker that is uid 65534 must read: the temporary
+    folder when that uid reaches it, else the first of /tmp, /var/tmp and /dev/shm it does
+    (a grader's TMPDIR under /root, or a test's under pytest's own folder, it does not);
+    None: the temporary folder, as for any other user."""
+    if os.geteuid() != 0 or readable_by_others(Path(tempfile.gettempdir())):
+        return None
+    for candidate in ("/tmp", "/var/tmp", "/dev/shm"):
+        if Path(candidate).is_dir() and readable_by_others(Path(candidate)):
+            return candidate
+    return None
+
+
+def sweep_staged(parent: str) -> None:
+    """Remove the worker folders under `parent` that a labctl no longer running left
+    (killed, it ran no cleanup of its own): root's, of a pid that is gone."""
+    for entry in os.scandir(parent):
+        kind, _, rest = entry.name.removeprefix("labctl-").partition("-")
+        pid = rest.partition("-")[0]
+        if not (entry.name.startswith("labctl-") and kind in STAGED_KINDS and pid.isdigit()):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.stat(follow_symlinks=False).st_uid != 0 or not entry.is_dir():
+                continue
+            if not os.path.exists(f"/proc/{pid}"):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
 def drop_privileges(needed: list[Path]) -> str:
     """As root, become `nobody` if it can read what the worker still has to load.
 
-    Returns how the worker runs, for the record: "uid 65534" or why it stayed.
+    Returns how the worker runs, for the record: "uid 65534" or why it stayed (`still_root`
+    then holds, and the worker refuses to load a room).
     """
-    if os.getuid() != 0:
+    if os.getuid() != 0 and os.geteuid() != 0:
         return f"uid {os.getuid()}"
-    unreadable = [str(p) for p in needed if not _readable_by_others(p)]
+    unreadable = [str(p) for p in needed if not readable_by_others(p)]
     if unreadable:
         return f"uid 0 (kept: {unreadable[0]} is not readable by nobody)"
-    os.setgroups([])
-    os.setresgid(NOBODY, NOBODY, NOBODY)
-    os.setresuid(NOBODY, NOBODY, NOBODY)
+    try:
+        os.setgroups([])
+        os.setresgid(NOBODY, NOBODY, NOBODY)
+        os.setresuid(NOBODY, NOBODY, NOBODY)
+    except OSError as exc:  # no CAP_SETUID (a container that keeps uid 0 without it)
+        return f"uid 0 (kept: {exc.strerror or exc})"
     return f"uid {NOBODY}"
+
+
+def still_root() -> bool:
+    """Whether this process still has uid 0, real, effective or saved."""
+    return 0 in os.getresuid()
 
 
 _CLONE_NEWUSER = 0x10000000

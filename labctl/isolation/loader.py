@@ -9,10 +9,14 @@ previous owner of the name is put back.
 A clean room is source. Before a load (in labctl's process, and again in the
 worker) the room is walked, never following a link and never deeper than
 MAX_DEPTH folders, and refused when it holds what Python could import without
-source or what no source tree holds: bytecode outside `__pycache__/`, compiled
-extensions, `.pth` files, importable archives, symbolic links, FIFOs, sockets,
-devices. The load itself imports `.py` files only, compiled from their source
-here: a `__pycache__/` (stale, or planted beside a stub) is never read.
+source or what no source tree holds: bytecode outside `__pycache__/` (by its name,
+or by its content whatever its name: a `.pyc` header or a marshalled code object
+in a `.bin`), compiled extensions and shared libraries (by name, or an ELF
+header), `.pth` files, importable archives, symbolic links, FIFOs, sockets,
+devices, and a `.py` file too large to be read as source (`MAX_SOURCE_BYTES`).
+The load itself imports `.py` files only, compiled from their source here: a
+`__pycache__/` (stale, or planted beside a stub) is never read; what the room's
+code makes of other bytes at run time is the worker's audit hook's (`audit`).
 
 Standard library only: this runs in the process that holds a learner's code.
 """
@@ -28,6 +32,7 @@ import itertools
 import json
 import keyword
 import os
+import re
 import stat
 import sys
 import threading
@@ -53,6 +58,26 @@ NOT_SOURCE = frozenset(
     | {".pyc", ".pyo", ".pyd", ".so", ".pth", ".egg-link", ".zip", ".egg", ".whl", ".pyz"}
 )
 CACHE_DIR = "__pycache__"
+# A `.py` file is parsed in labctl's process (the import scan, similarity, where a crash
+# sits), and parsing costs hundreds of times the text: `ast.parse` of 1 MB of `a\n` peaked at
+# 893 MiB, and a 60 MB file took labctl to 23 GB. A clean room's file is a few hundred lines
+# (the project's largest is 11 KiB): past these, the file is refused unread ("too-large").
+MAX_SOURCE_BYTES = 128 << 10
+MAX_SOURCES_BYTES = 512 << 10  # all the room's `.py` files together
+# Every file's bytes are read for bytecode; a room is source and data, copied whole into
+# the sandbox up to this (`bwrap.copy_room` refuses more): past it, "too-large" too.
+MAX_ROOM_BYTES = 64 << 20
+# A marshalled code object, wherever it sits in a file (after a `.pyc` header, inside a
+# marshalled tuple or dict): the code type ("c", with or without marshal's reference flag),
+# argcount, posonlyargcount and kwonlyargcount (each under 256), the stack size (and, from
+# 3.8 to 3.10, nlocals: under 65,536), the flags (any: `from __future__` sets high bits),
+# then the bytecode as a bytes object ("s") of an even, non-zero length (checked after).
+_CODE_OBJECT = re.compile(
+    rb"[\x63\xe3](?:[\x00-\xff]\x00\x00\x00){3}(?:[\x00-\xff]{2}\x00\x00){1,2}"
+    rb"[\x00-\xff]{4}[\x73\xf3](?P<length>[\x00-\xff]{4})"
+)
+_ELF = b"\x7fELF"
+_CHUNK = 1 << 20
 
 
 def unique_name(path: Path) -> str:
@@ -116,7 +141,7 @@ class RoomFiles:
 
 
 def _kind(entry: os.DirEntry, in_cache: bool) -> str | None:
-    """Why `entry` (not a folder) has no place in a clean room, or None."""
+    """Why `entry` (not a folder) has no place in a clean room by its kind and name, or None."""
     if entry.is_symlink():
         return "symlink"
     mode = entry.stat(follow_symlinks=False).st_mode
@@ -130,6 +155,28 @@ def _kind(entry: os.DirEntry, in_cache: bool) -> str | None:
     return None
 
 
+def content_kind(path: str | os.PathLike) -> str | None:
+    """What code a file holds whatever its name: "bytecode" (a `.pyc`, a marshalled code
+    object), "not-source" (an ELF binary: an extension or a shared library), or None.
+    Read in chunks that overlap by a code object's header, never whole."""
+    tail = b""
+    try:
+        with open(path, "rb", buffering=0) as handle:
+            while chunk := handle.read(_CHUNK):
+                if not tail and chunk.startswith(_ELF):
+                    return "not-source"
+                if not tail and chunk[:4] == importlib.util.MAGIC_NUMBER:
+                    return "bytecode"
+                for match in _CODE_OBJECT.finditer(tail + chunk):
+                    length = int.from_bytes(match["length"], "little")
+                    if length > 0 and length % 2 == 0:
+                        return "bytecode"
+                tail = chunk[-32:]
+    except OSError:
+        return None
+    return None
+
+
 def walk_room(root: Path) -> RoomFiles:
     """Every `.py` file under `root` and every entry refused, without following a link.
 
@@ -139,6 +186,7 @@ def walk_room(root: Path) -> RoomFiles:
     found = RoomFiles()
     pending: list[tuple[Path, int]] = [(root, 0)]
     seen = 0
+    read = sources = 0
     while pending:
         folder, depth = pending.pop()
         in_cache = folder.name == CACHE_DIR
@@ -161,9 +209,19 @@ def walk_room(root: Path) -> RoomFiles:
                 pending.append((Path(entry.path), depth + 1))
                 continue
             kind = _kind(entry, in_cache)
+            if kind is None and not in_cache:
+                size = entry.stat(follow_symlinks=False).st_size
+                read += size
+                is_source = entry.name.endswith(".py")
+                sources += size if is_source else 0
+                too_large = is_source and (size > MAX_SOURCE_BYTES or sources > MAX_SOURCES_BYTES)
+                if too_large or read > MAX_ROOM_BYTES:
+                    kind = "too-large"
+                else:
+                    kind = content_kind(entry.path)
             if kind is not None:
                 found.refused.append((relative, kind))
-            elif entry.name.endswith(".py"):
+            elif entry.name.endswith(".py") and not in_cache:
                 found.sources.append(Path(entry.path))
     found.sources.sort()
     return found
@@ -177,11 +235,15 @@ def source_files(root: Path) -> list[Path]:
 def check_source_only(root: Path) -> None:
     """Refuse a room that holds anything but source (see the module docstring)."""
     refused = walk_room(root).refused
-    if not refused:
-        return
+    if refused:
+        raise not_source(root, refused)
+
+
+def not_source(root: Path, refused: list[tuple[str, str]]) -> CleanRoomError:
+    """The refusal of the room at `root` for its `refused` entries, each named with its kind."""
     listed = "; ".join(f"{path} ({kind})" for path, kind in refused[:_LISTED])
     more = len(refused) - _LISTED
-    raise CleanRoomError(
+    return CleanRoomError(
         Msg(
             "clean room {room} holds what is not source, refused: {listed}{more}; a clean room "
             "is .py files (and data), no bytecode, binaries, links or special files",

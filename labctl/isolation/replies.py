@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from labctl.isolation import wire
+from labctl.isolation import calltrace, wire
 
 MALFORMED = "the clean room's process sent a malformed reply"
 # The reply bytes labctl's process holds at once, every clean room together. Measured: a
@@ -28,6 +28,13 @@ MALFORMED = "the clean room's process sent a malformed reply"
 # meets it, and labctl's own memory stays bounded however many calls return the most.
 REPLY_BUDGET_BYTES = 512 << 20
 ERROR_KINDS = frozenset({"exception", "missing", "unsupported-return", "protocol"})
+# What a genuine worker sends (`worker`): a message cut to 500 characters, at most 100
+# violations of as many, a trace of at most `calltrace.MAX_ENTRIES` calls. Past these a reply
+# is forged, and labctl would copy its text into every line and record that shows it.
+MESSAGE_CHARS = 1000
+NAME_CHARS = 200
+PLACE_CHARS = 4200  # a path in the room (PATH_MAX) and a line number
+MAX_VIOLATIONS = 100
 LOAD_ERROR_KINDS = frozenset({"import-policy", "load", "protocol"})
 _SHOWN_OUTPUT = 300
 # Control characters (terminal escapes, bidi overrides) other than newline and tab.
@@ -35,7 +42,15 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2
 
 
 def _is_str_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return (
+        isinstance(value, list)
+        and len(value) <= MAX_VIOLATIONS
+        and all(isinstance(v, str) and len(v) <= MESSAGE_CHARS for v in value)
+    )
+
+
+def _text(value: Any, limit: int) -> bool:
+    return isinstance(value, str) and len(value) <= limit
 
 
 def _error_problem(reply: dict, kinds: frozenset[str]) -> str | None:
@@ -44,8 +59,11 @@ def _error_problem(reply: dict, kinds: frozenset[str]) -> str | None:
         return "an error of no known kind"
     if not isinstance(error.get("message"), str):
         return "an error without a message"
+    if len(error["message"]) > MESSAGE_CHARS:
+        return f"a message of {len(error['message'])} characters"
     if error["kind"] == "exception" and not (
-        isinstance(error.get("type"), str) and isinstance(error.get("where"), (str, type(None)))
+        _text(error.get("type"), NAME_CHARS)
+        and (error.get("where") is None or _text(error["where"], PLACE_CHARS))
     ):
         return "an exception without its type"
     if error["kind"] == "import-policy" and not _is_str_list(error.get("violations")):
@@ -60,7 +78,7 @@ def problem(reply: Any, request: dict) -> str | None:
     if reply.get("seq") != request["seq"]:
         return f"an answer to request {reply.get('seq')!r}, not to request {request['seq']}"
     if "violations" in reply and not _is_str_list(reply["violations"]):
-        return "violations that are not text"
+        return "violations that are not text, or more than a worker sends"
     if "trace" in reply and not request.get("trace"):
         return "a trace of calls, which was not asked for"
     if "trace" in reply and not _trace_ok(reply["trace"]):
@@ -96,17 +114,22 @@ _TRACE_KEYS = frozenset({"function", "depth", "args", "kwargs", "out", "raised"}
 
 
 def _trace_ok(trace: Any) -> bool:
-    """`[{"function": str, "depth": int >= 1, "args": list, "kwargs": dict, "out"?, "raised"?}]`."""
-    return isinstance(trace, list) and all(
-        isinstance(e, dict)
-        and set(e) <= _TRACE_KEYS
-        and isinstance(e.get("function"), str)
-        and type(e.get("depth")) is int
-        and e["depth"] >= 1
-        and isinstance(e.get("args"), list)
-        and isinstance(e.get("kwargs"), dict)
-        and isinstance(e.get("raised", ""), str)
-        for e in trace
+    """`[{"function": str, "depth": int >= 1, "args": list, "kwargs": dict, "out"?, "raised"?}]`,
+    at most `calltrace.MAX_ENTRIES` calls: each is judged in labctl, which runs the reference."""
+    return (
+        isinstance(trace, list)
+        and len(trace) <= calltrace.MAX_ENTRIES
+        and all(
+            isinstance(e, dict)
+            and set(e) <= _TRACE_KEYS
+            and _text(e.get("function"), NAME_CHARS)
+            and type(e.get("depth")) is int
+            and 1 <= e["depth"] <= calltrace.MAX_DEPTH
+            and isinstance(e.get("args"), list)
+            and isinstance(e.get("kwargs"), dict)
+            and _text(e.get("raised", ""), NAME_CHARS)
+            for e in trace
+        )
     )
 
 
@@ -254,19 +277,18 @@ BUDGET = ReplyBudget()
 
 
 def read_counted(fd: int, deadline: float | None = None, budget: ReplyBudget = BUDGET) -> Any:
-    """The next frame on `fd`, its bytes counted against `budget` while its arrays live;
-    OverBudget (the frame left unread) past the budget."""
+    """The next frame on `fd`, its bytes and what decoding it builds counted against `budget`
+    while its arrays live; OverBudget (the frame left unread or undecoded) past the budget."""
     admitted: list[int] = []
 
-    def admit(length: int) -> None:
-        budget.admit(length)
-        admitted.append(length)
+    def admit(nbytes: int) -> None:
+        budget.admit(nbytes)
+        admitted.append(nbytes)
 
     try:
         reply = wire.read_frame(fd, deadline, admit)
     except BaseException:
-        if admitted:
-            budget.release(admitted[0])
+        budget.release(sum(admitted))
         raise
-    budget.hold(reply, admitted[0])
+    budget.hold(reply, sum(admitted))
     return reply

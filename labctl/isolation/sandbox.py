@@ -31,7 +31,7 @@ from typing import Any
 from labctl import contract, textsafe
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError
 from labctl.i18n import N_, Msg, declared
-from labctl.isolation import bwrap, limits, replies, seccomp, wire
+from labctl.isolation import bwrap, limits, replies, seccomp, staging, wire
 from labctl.isolation.exits import crash_reason, crash_site
 from labctl.isolation.levels import resolve_isolation
 from labctl.isolation.loader import SENT_TEMPLATES, resolve_package_dir
@@ -43,6 +43,7 @@ DEFAULT_MEMORY_MB = 4096
 # Loading starts Python and numpy before the learner's code: never less than this.
 _MIN_LOAD_TIMEOUT_S = 10.0
 OUTPUT_LIMIT = 64 << 10
+MAX_VIOLATIONS = 10_000  # a hundred a reply at most (`replies`), over a room's whole life
 _BOOT = (
     "import sys; sys.path[:0] = [sys.argv.pop(1), sys.argv.pop(1)]; "
     "from labctl.isolation.worker import main; main(sys.argv[1:])"
@@ -142,11 +143,19 @@ def _widen(fd: int) -> None:
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
 
 
+_SPENT = N_("not run: the room's time budget is spent")
+
+
 class CleanRoom:
-    """A clean room held in a worker; contract functions are its attributes."""
+    """A clean room held in a worker; contract functions are its attributes.
+
+    `deadline` (time.monotonic, None: none) is the end of the room's whole time budget:
+    no call starts past it, and a call's timeout is cut to what is left of it."""
 
     _proc: subprocess.Popen | None = None
     _copy: Path | None = None
+    deadline: float | None = None
+    cut_by_budget = False  # a call was refused, or stopped, at `deadline`
 
     def __init__(
         self,
@@ -203,11 +212,17 @@ class CleanRoom:
             needed = [sysconfig.get_paths()["stdlib"], inside]
             sandbox = bwrap.command(self._copy, env, filter_fd)
             return [*sandbox, *boot, *fds, "0", *needed], inside
+        # A private, world-readable copy, as the sandbox binds: the worker drops to uid 65534
+        # whatever the room's modes, and the room cannot change under a run.
+        if self._copy is None:
+            self._copy = bwrap.copy_room(self.path)
         staged = str(bwrap.staged_worker())
-        needed = [sysconfig.get_paths()["stdlib"], str(bwrap.numpy_dir()), str(self.path), staged]
+        binary, stdlib = staging.runtime()
+        site, numpy = staging.numpy_site()
+        needed = [stdlib, numpy, str(self._copy), staged]
         # -S: no site-packages on its path, only the staged numpy and worker modules.
-        boot = [bwrap.python_binary(), "-I", "-S", "-c", _BOOT, f"{staged}/site", staged]
-        return [*boot, *fds, str(os.getpid()), *needed], str(self.path)
+        boot = [binary, "-I", "-S", "-c", _BOOT, site, staged]
+        return [*boot, *fds, str(os.getpid()), *needed], str(self._copy)
 
     def _start(self) -> None:
         to_child_r, to_child_w = os.pipe()
@@ -228,7 +243,7 @@ class CleanRoom:
                     stdin=subprocess.DEVNULL,
                     stdout=output_w,
                     stderr=output_w,
-                    cwd=self.path.parent,
+                    cwd=self._copy.parent if self._copy is not None else self.path.parent,
                     env=worker_env() if self.isolation == "process" else {"PATH": "/usr/bin:/bin"},
                     start_new_session=True,
                 ).result()
@@ -253,7 +268,7 @@ class CleanRoom:
         self._loading = None
         reply = self._reply(request, timeout_s, deadline, N_("loading the clean room"))
         violations = reply.get("violations", [])
-        self.violations.extend(violations)
+        self._keep(violations)
         if reply["ok"] and violations:
             # An import the clean room wrapped in try/except was refused all the same.
             self.close()
@@ -320,6 +335,10 @@ class CleanRoom:
         text = textsafe.shown(bytes(first).decode("utf-8", "replace"), lines=True)
         return total, text
 
+    def _keep(self, violations: list[str]) -> None:
+        """The worker's refusals, kept up to MAX_VIOLATIONS over the room's life."""
+        self.violations.extend(violations[: max(0, MAX_VIOLATIONS - len(self.violations))])
+
     def _printed_note(self) -> str:
         if self._output is None:
             return ""
@@ -378,16 +397,15 @@ class CleanRoom:
             reason = crash_reason(code, exc, printed)
             raise CallError(what, "crash", str(reason), where=site, shown=reason) from None
         except wire.WireError as exc:
-            reply = exc
+            # Its text only: the exception's traceback holds the frame's buffer (up to 256 MiB)
+            # in a reference cycle that only the collector would break, while the next frames
+            # are read.
+            problem: str | None = f"unreadable frame ({exc})"
         else:
             # The worker's text is the learner's: a lone surrogate in it would stop every
             # writer of a record or a terminal line that reads it later.
             reply = textsafe.valid(reply)
-        problem = (
-            f"unreadable frame ({reply})"
-            if isinstance(reply, wire.WireError)
-            else replies.problem(reply, request)
-        )
+            problem = replies.problem(reply, request)
         if problem:
             self.close()
             note = self._printed_note()
@@ -431,6 +449,33 @@ class CleanRoom:
         want_value: bool,
         trace: bool,
     ) -> CallResult:
+        timeout_s = self.timeout_s
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                self.cut_by_budget = True
+                raise CallError(name, "timeout", _SPENT, shown=declared(_SPENT))
+            timeout_s = min(timeout_s, left)
+        try:
+            return self._call(
+                name, args, kwargs, measure_memory, echo_args, want_value, trace, timeout_s
+            )
+        except CallError as exc:
+            if exc.kind == "timeout" and timeout_s < self.timeout_s:
+                self.cut_by_budget = True
+            raise
+
+    def _call(
+        self,
+        name: str,
+        args: tuple,
+        kwargs: dict,
+        measure_memory: bool,
+        echo_args: bool,
+        want_value: bool,
+        trace: bool,
+        timeout_s: float,
+    ) -> CallResult:
         if self._proc is None:
             self._start()
         self.wait_loaded()
@@ -438,11 +483,11 @@ class CleanRoom:
         peak = None
         if measure_memory:
             with PeakMeter(worker_pid(self._proc.pid)) as meter:
-                reply = self._exchange(request, self.timeout_s, name)
+                reply = self._exchange(request, timeout_s, name)
             peak = meter.growth
         else:
-            reply = self._exchange(request, self.timeout_s, name)
-        self.violations.extend(reply.get("violations", []))
+            reply = self._exchange(request, timeout_s, name)
+        self._keep(reply.get("violations", []))
         self._printed_note()
         try:
             arg_names = self._arg_names.get(name, [])

@@ -8,10 +8,19 @@ an attacker uses to leave or outgrow its box: new namespaces (`unshare`,
 library falls back to `clone`, whose flags the filter can read), mounts, the
 kernel keyring (shared by every process of a uid, so it would carry a string
 from one learner's sandbox to the next), debugging another process, eBPF,
-io_uring, and memory that RLIMIT_AS does not count (`memfd_create`,
-`memfd_secret`, System V shared memory), and `prctl(PR_SET_DUMPABLE)` (which
-would let the worker reset the peak memory labctl measures in its /proc). On an architecture without a table
-here the layer is reported missing, never guessed.
+io_uring, memory that RLIMIT_AS does not count (`memfd_create`,
+`memfd_secret`), System V IPC and POSIX message queues (shared memory is memory
+the limit misses; a message queue or a semaphore outlives the worker and would
+carry a string from one learner to the next where the IPC namespace is shared,
+as at the process level), every socket family but `AF_UNIX` (`socket` and
+`socketpair` read their first argument: no `AF_INET`, `AF_INET6`, `AF_NETLINK`,
+`AF_PACKET`, `AF_VSOCK`, ...; the kernel and the hypervisor answer on some of
+them even without a network), growing a socket's buffers past the system's default
+(`setsockopt` of `SO_SNDBUF`, `SO_RCVBUF` and their `FORCE` forms: with the
+descriptor limit, what sockets hold in the kernel, which RLIMIT_AS does not
+count, stays bounded), and `prctl(PR_SET_DUMPABLE)` (which would let the
+worker reset the peak memory labctl measures in its /proc). On an architecture
+without a table here the layer is reported missing, never guessed.
 """
 
 from __future__ import annotations
@@ -61,8 +70,34 @@ DENIED = {
     "kexec_file_load": (320, 294),
     "memfd_create": (319, 279),
     "memfd_secret": (447, 447),
+    # System V IPC, every call of it (x86_64 and aarch64 have no `ipc` multiplexer).
     "shmget": (29, 194),
+    "shmat": (30, 196),
+    "shmctl": (31, 195),
+    "shmdt": (67, 197),
+    "semget": (64, 190),
+    "semop": (65, 193),
+    "semctl": (66, 191),
+    "semtimedop": (220, 192),
+    "msgget": (68, 186),
+    "msgsnd": (69, 189),
+    "msgrcv": (70, 188),
+    "msgctl": (71, 187),
+    # POSIX message queues: kernel objects that outlive the worker, as System V's do.
+    "mq_open": (240, 180),
+    "mq_unlink": (241, 181),
+    "mq_timedsend": (242, 182),
+    "mq_timedreceive": (243, 183),
+    "mq_notify": (244, 184),
+    "mq_getsetattr": (245, 185),
 }
+# socket(2) and socketpair(2): allowed for AF_UNIX only (their first argument).
+SOCKET_CALLS = {"socket": (41, 198), "socketpair": (53, 199)}
+AF_UNIX = 1
+# setsockopt(2): SOL_SOCKET's buffer sizes refused (args[1] the level, args[2] the option).
+_SETSOCKOPT = (54, 208)
+SOL_SOCKET = 1
+BUFFER_OPTIONS = {"SO_SNDBUF": 7, "SO_RCVBUF": 8, "SO_SNDBUFFORCE": 32, "SO_RCVBUFFORCE": 33}
 _CLONE = (56, 220)
 _CLONE3 = (435, 435)
 _PERSONALITY = (135, 92)
@@ -87,6 +122,8 @@ RET_ERRNO = 0x00050000
 _ARCH_OFFSET = 4
 _NR_OFFSET = 0
 _ARG0_LOW = 16  # args[0], its low 32 bits (both tables are little-endian)
+_ARG1_LOW = 24
+_ARG2_LOW = 32
 
 
 def machine() -> str | None:
@@ -114,6 +151,19 @@ def _program(arch: str) -> list[tuple[int, int, int, int]]:
         ("jeq", _CLONE3[column], "enosys", None),
         ("jeq", _PERSONALITY[column], "personality", None),
         ("jeq", _PRCTL[column], "prctl", None),
+        *[("jeq", numbers[column], "socket", None) for numbers in SOCKET_CALLS.values()],
+        ("jeq", _SETSOCKOPT[column], "setsockopt", None),
+        allow,
+        "socket",
+        ("ld", _ARG0_LOW),
+        ("jeq", AF_UNIX, None, "deny"),
+        allow,
+        "setsockopt",
+        ("ld", _ARG1_LOW),
+        ("jeq", SOL_SOCKET, None, "allowed"),
+        ("ld", _ARG2_LOW),
+        *[("jeq", option, "deny", None) for option in BUFFER_OPTIONS.values()],
+        "allowed",
         allow,
         "clone",
         ("ld", _ARG0_LOW),

@@ -28,6 +28,20 @@ import numpy as np
 MAX_FRAME_BYTES = 256 << 20
 MAX_ELEMENTS = 1 << 26
 MAX_NDIM = 32
+# A frame's JSON header describes values; the arrays' bytes travel beside it. A genuine
+# header is kilobytes (a trace of 48 calls, a few dozen arrays): these bound what decoding a
+# forged one builds. Decoding turns each JSON value into a Python object, so its cost is
+# counted before anything is built (`decode_cost`): a 120 MiB header of `[]`s took labctl to
+# 7 GB, a frame of 1,000,000 zero-size arrays to 2.87 GB.
+MAX_HEADER_BYTES = 16 << 20
+MAX_ARRAYS = 1 << 14
+# Text in a frame: names, dtypes, a path, a message the worker cut to 500 characters.
+MAX_TEXT = 1 << 14
+# Python's cost per JSON value decoded (an empty list is 72 bytes with its collector header,
+# and `_decode` builds the tree a second time), and per array beside its spec (the array and
+# its view, and the finalizer the reply budget keeps on it): upper bounds, measured.
+NODE_BYTES = 128
+ARRAY_BYTES = 1024
 # The dtypes that cross the wire, whatever their byte order: numeric, fixed size.
 ALLOWED_DTYPES = frozenset(
     ["b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16"]
@@ -46,6 +60,8 @@ class Unsupported:
 
 
 def _encode(value: Any, blobs: list[bytes], specs: list[dict]) -> Any:
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        return {"$unsupported": f"str of {len(value)} characters"}
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, (np.ndarray, np.generic)):
@@ -63,7 +79,7 @@ def _encode(value: Any, blobs: list[bytes], specs: list[dict]) -> Any:
         return {"$tuple": [_encode(v, blobs, specs) for v in value]}
     if isinstance(value, list):
         return [_encode(v, blobs, specs) for v in value]
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+    if isinstance(value, dict) and all(isinstance(k, str) and len(k) <= MAX_TEXT for k in value):
         return {"$dict": {k: _encode(v, blobs, specs) for k, v in value.items()}}
     return {"$unsupported": type(value).__name__}
 
@@ -93,30 +109,58 @@ def _array(spec: dict, payload: memoryview, offset: int) -> tuple[np.ndarray, in
             raise ValueError(f"shape {shape} holds a size that is not a natural number")
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"bad array spec: {exc}") from None
+    # Each size on its own too: an empty array can claim (0, 10**30), which numpy cannot make.
+    if any(n > MAX_ELEMENTS for n in shape):
+        raise WireError(f"an array of shape {_shown(shape)} exceeds the {MAX_ELEMENTS} limit")
     count = math.prod(shape)
     if count > MAX_ELEMENTS:
         raise WireError(f"an array of {count} elements exceeds the {MAX_ELEMENTS} limit")
     nbytes = dtype.itemsize * count
     if offset + nbytes > len(payload):
         raise WireError("truncated array data")
-    array = np.frombuffer(payload[offset : offset + nbytes], dtype=dtype).reshape(shape)
+    try:
+        array = np.frombuffer(payload[offset : offset + nbytes], dtype=dtype).reshape(shape)
+    except ValueError as exc:
+        raise WireError(f"bad array spec: {exc}") from None
     if not array.flags.writeable:  # a frame read from a pipe is already this process's own
         array = array.copy()
     return array, offset + nbytes
 
 
-def decode(payload: bytes) -> Any:
+def _shown(shape: tuple) -> str:
+    """A forged shape as text of bounded length (a size can have thousands of digits)."""
+    text = str(list(shape))
+    return text if len(text) <= 200 else text[:200] + "…"
+
+
+def decode_cost(header: bytes) -> int:
+    """What decoding `header` can cost in Python objects, at most: every JSON value follows a
+    `[`, `{`, `,` or `:` (or is the first), and each array spec becomes arrays too."""
+    values = 1 + sum(header.count(c) for c in (b"[", b"{", b",", b":"))
+    return values * NODE_BYTES + header.count(b'"dtype"') * ARRAY_BYTES
+
+
+def decode(payload: bytes, admit: Callable[[int], None] | None = None) -> Any:
+    """The value in a frame's body. `admit` sees what decoding its header can cost (beyond the
+    frame's own bytes) before anything is built, and may raise to leave it undecoded."""
     view = memoryview(payload)
     if len(view) < 4:
         raise WireError("frame too short")
     (header_len,) = struct.unpack(">I", view[:4])
+    if header_len > MAX_HEADER_BYTES:
+        raise WireError(f"a header of {header_len} bytes exceeds the {MAX_HEADER_BYTES} limit")
+    text = bytes(view[4 : 4 + header_len])
+    if admit is not None:
+        admit(decode_cost(text))
     try:
-        header = json.loads(bytes(view[4 : 4 + header_len]))
+        header = json.loads(text)
         tree, specs = header["tree"], header["blobs"]
         if not isinstance(specs, list) or not all(isinstance(s, dict) for s in specs):
             raise TypeError("blobs is not a list of array specs")
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
-        raise WireError(f"bad header: {exc}") from None
+        raise WireError(f"bad header: {str(exc)[:200]}") from None
+    if len(specs) > MAX_ARRAYS:
+        raise WireError(f"{len(specs)} arrays in one frame exceed the {MAX_ARRAYS} limit")
     arrays = []
     offset = 4 + header_len
     for spec in specs:
@@ -133,6 +177,8 @@ def decode(payload: bytes) -> Any:
 def _decode(node: Any, arrays: list[np.ndarray]) -> Any:
     if isinstance(node, list):
         return [_decode(v, arrays) for v in node]
+    if isinstance(node, str) and len(node) > MAX_TEXT:
+        raise WireError(f"a text of {len(node)} characters exceeds the {MAX_TEXT} limit")
     if not isinstance(node, dict):
         return node
     if len(node) != 1:
@@ -147,9 +193,13 @@ def _decode(node: Any, arrays: list[np.ndarray]) -> Any:
     if tag == "$dict":
         if not isinstance(body, dict):
             raise WireError("bad dict node")
+        if any(len(k) > MAX_TEXT for k in body):
+            raise WireError(f"a key longer than the {MAX_TEXT} character limit")
         return {k: _decode(v, arrays) for k, v in body.items()}
     if tag == "$unsupported":
-        return Unsupported(str(body))
+        if not isinstance(body, str) or len(body) > MAX_TEXT:
+            raise WireError("bad unsupported node")
+        return Unsupported(body)
     raise WireError(f"unknown tag {tag!r}")
 
 
@@ -187,11 +237,12 @@ def read_exactly(fd: int, n: int, deadline: float | None = None) -> bytearray:
 def read_frame(
     fd: int, deadline: float | None = None, admit: Callable[[int], None] | None = None
 ) -> Any:
-    """The next frame's value; `admit` sees its length before the body is read, and may
-    raise to leave it unread (the caller then closes the pipe)."""
+    """The next frame's value; `admit` sees its length before the body is read, then what
+    decoding its header can cost before that is built (`decode`), and may raise to leave it
+    unread or undecoded (the caller then closes the pipe)."""
     (length,) = struct.unpack(">Q", read_exactly(fd, 8, deadline))
     if length > MAX_FRAME_BYTES:
         raise WireError(f"frame of {length} bytes exceeds the {MAX_FRAME_BYTES} byte limit")
     if admit is not None:
         admit(length)
-    return decode(read_exactly(fd, length, deadline))
+    return decode(read_exactly(fd, length, deadline), admit)

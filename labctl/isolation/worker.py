@@ -22,9 +22,10 @@ from pathlib import Path
 
 from labctl.errors import LabctlError
 from labctl.i18n import Msg
-from labctl.isolation import calltrace, guard, limits, loader, seccomp, wire
+from labctl.isolation import audit, calltrace, guard, limits, loader, seccomp, wire
 
 _MESSAGE_LIMIT = 500
+_VIOLATIONS_LIMIT = 100  # replies.MAX_VIOLATIONS: labctl refuses more as forged
 
 
 def _short(text: str) -> str:
@@ -32,27 +33,35 @@ def _short(text: str) -> str:
 
 
 class Worker:
-    def __init__(self, privileges: str) -> None:
+    def __init__(self, privileges: str, refuse: str = "") -> None:
         self.root: Path | None = None
         self.module = None
         self.guard: guard.RuntimeGuard | None = None
         self.reported = 0
         self.privileges = privileges
+        # Why this process runs no room at all (it could not stop being root), or "".
+        self.refuse = refuse
         self.recorder = calltrace.Recorder()
+        self.refused_code = lambda: []
 
     def _new_violations(self) -> list[str]:
-        if self.guard is None:
-            return []
-        fresh = [str(v) for v in self.guard.violations[self.reported :]]
-        self.reported = len(self.guard.violations)
-        return fresh
+        """The refusals since the last reply, each once and cut short, at most as many as
+        labctl reads (a room may try an import in a loop, or name a module of a megabyte)."""
+        found = [str(v) for v in self.guard.violations[self.reported :]] if self.guard else []
+        self.reported = len(self.guard.violations) if self.guard else 0
+        fresh = list(dict.fromkeys(_short(v) for v in [*found, *self.refused_code()]))
+        return fresh[:_VIOLATIONS_LIMIT]
 
     def load(self, request: dict) -> dict:
+        if self.refuse:
+            return {"ok": False, "error": {"kind": "load", "message": self.refuse}}
         try:
             self.root = loader.resolve_package_dir(request["path"])
             if request.get("guard", True):
                 self.guard = guard.RuntimeGuard(self.root)
                 self.guard.install()
+            # Before any of the room's code runs: it cannot be removed once in place.
+            self.refused_code = audit.install(self.root, loader.source_files(self.root))
             module = loader.load_package(self.root, keep_alias=True)
         except LabctlError as exc:
             violations = self._new_violations()
@@ -139,10 +148,17 @@ def main(argv: list[str]) -> None:
     if parent_pid > 0:
         limits.die_with_parent(parent_pid)
     privileges = limits.drop_privileges(needed)
+    # No learner code as root, at either level: a worker that could not drop answers every
+    # load with why, and loads nothing.
+    refuse = (
+        f"the worker refuses to run the clean room as root: {privileges}"
+        if limits.still_root()
+        else ""
+    )
     limits.apply_rlimits(memory_mb)
     if not seccomp.in_force():  # the process level: bwrap has not loaded the filter
         seccomp.install()
-    worker = Worker(privileges)
+    worker = Worker(privileges, refuse)
     while True:
         try:
             request = wire.read_frame(read_fd)

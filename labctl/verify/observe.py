@@ -35,6 +35,9 @@ from labctl.verify.places import PACKAGE, Located, function_at, located
 
 # A room as the calls below see it: a learner's in a worker, or one of labctl's own here.
 Room = CleanRoom | InProcessRoom
+# The violations a room's observation (and so its records) keeps: each call may bring a
+# hundred new ones of a thousand characters, and a room may make thousands of calls.
+MAX_VIOLATIONS = 200
 
 # Exception names that are ValueError or TypeError: the builtins' own subclasses
 # and numpy's. A class the clean room defines itself is taken on trust.
@@ -204,15 +207,23 @@ def _located(root: Path, text: str) -> Located:
 # --------------------------------------------------------------------------
 
 
-def call(room: Room, name: str, args: tuple, kwargs: dict, trace: bool = False) -> Outcome:
+def call(
+    room: Room,
+    name: str,
+    args: tuple,
+    kwargs: dict,
+    trace: bool = False,
+    deadline: float | None = None,
+) -> Outcome:
     """One call through the sandbox; every failure of the clean room becomes an Outcome.
-    With `trace`, the calls it made to the room's contract functions are kept (`calls`)."""
+    With `trace`, the calls it made to the room's contract functions are kept (`calls`),
+    judged only before `deadline`, the end of the room's time budget."""
     try:
         # Asked only when wanted: a room that records nothing need not know the option.
         options = {"trace": True} if trace else {}
         result = room.invoke(name, *args, **options, **kwargs)
     except CallError as exc:
-        outcome = _failed(name, exc)
+        outcome = _failed(name, exc, deadline)
         if outcome.kind == "crash" and outcome.where:
             outcome.calls = _ended_in(room.path, name, outcome.where)
         return outcome
@@ -224,7 +235,7 @@ def call(room: Room, name: str, args: tuple, kwargs: dict, trace: bool = False) 
         value=result.value,
         mutated=tuple(result.mutated),
         elapsed_s=result.elapsed_s,
-        calls=calls_of(result.trace),
+        calls=calls_of(result.trace, deadline),
     )
 
 
@@ -248,12 +259,16 @@ def _believe_crashes(seen: RoomObservation) -> None:
                 outcome.calls = tuple(c for c in outcome.calls if c.function in ending)
 
 
-def _failed(name: str, exc: CallError) -> Outcome:
+def _failed(name: str, exc: CallError, deadline: float | None = None) -> Outcome:
     body = exc.detail
     if exc.kind == "exception":
         kind = "not-implemented" if exc.exc_type == "NotImplementedError" else "exception"
         return Outcome(
-            kind, message=body, exc_type=exc.exc_type, where=exc.where, calls=calls_of(exc.trace)
+            kind,
+            message=body,
+            exc_type=exc.exc_type,
+            where=exc.where,
+            calls=calls_of(exc.trace, deadline),
         )
     if exc.kind == "timeout":
         return Outcome("timeout", message=Msg("did not return: {body}", body=exc.shown))
@@ -291,7 +306,7 @@ def _within(room: Room, deadline: float | None, name: str, args: tuple, kwargs: 
     full = room.timeout_s
     room.timeout_s = min(full, left)
     try:
-        outcome = call(room, name, args, kwargs, trace)
+        outcome = call(room, name, args, kwargs, trace, deadline)
     finally:
         room.timeout_s = full
     if outcome.kind == "timeout" and left < full:
@@ -391,7 +406,8 @@ def observe(
     # imported does not stop a load); everything else the scan finds is a refusal.
     found = [v for v in guard.scan(root) if not v.what.startswith("syntax error")]
     if found:
-        return _refused(seen, root, [located(root, v.where, v.what) for v in found])
+        kept = found[:MAX_VIOLATIONS]  # 3,000 import lines were a RecursionError in the message
+        return _refused(seen, root, [located(root, v.where, v.what) for v in kept])
     try:
         room = (
             InProcessRoom(root, timeout_s)
@@ -440,10 +456,14 @@ def observe(
                 found_here = _located(root, text)
                 if found_here.function == PACKAGE:
                     found_here = found_here.placed(function)
-                if found_here not in seen.violations:
+                if found_here not in seen.violations and len(seen.violations) < MAX_VIOLATIONS:
                     seen.violations.append(found_here)
         _believe_crashes(seen)
         if with_room is not None and not seen.over_budget:
+            # The labs' calls count against the same budget as the room's own calls.
+            room.deadline = deadline
             with_room(room)
+            if room.cut_by_budget:  # the labs ran out of the room's time: never a pass
+                seen.over_budget.append("metrics")
         seen.output_bytes, seen.output = room.output()
     return seen

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from labctl import contract, pysource
 from labctl.i18n import Msg
+from labctl.isolation.loader import MAX_SOURCE_BYTES
 
 PACKAGE = "(package)"
 
@@ -22,10 +23,16 @@ def _file_of(root: Path, where: str) -> tuple[Path, int] | None:
     if not match:
         return None
     shown, line = match["file"], int(match["line"])
-    # `where` is "<package dir name>/<path inside it>.py".
+    # `where` is "<package dir name>/<path inside it>.py": a worker's claim, so only a source
+    # file of the room's own, of a size the loader reads, is opened and parsed here.
     relative = shown.split("/", 1)[1] if "/" in shown else shown
     path = root / relative
-    return (path, line) if path.is_file() else None
+    try:
+        inside = path.resolve().is_relative_to(root.resolve())
+        small = path.is_file() and path.stat().st_size <= MAX_SOURCE_BYTES
+    except (OSError, ValueError):
+        return None
+    return (path, line) if inside and small else None
 
 
 def function_at(root: Path, where: str) -> str:

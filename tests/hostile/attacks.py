@@ -2,8 +2,10 @@
 
 Each attack is code a learner appends to a clean room (at import, or in a
 function). It raises where it is blocked, as hostile code naturally does, so
-the verify run names the reason. `PROCESS_STOPS` is the honest record of which
-attacks the `process` fallback stops; the README's table says the same.
+the verify run names the reason. `Attack.process_stops` is the honest record of
+which attacks the `process` fallback stops where labctl runs as root (its worker
+is then uid 65534), `process_stops_unprivileged` where it does not (its worker is
+labctl's own user); docs/isolation.md's table says the same.
 """
 
 from __future__ import annotations
@@ -33,8 +35,15 @@ class Attack:
     harm: str = ""  # a file under the watched directory whose existence is the harm
     labctl_signal: bool = False  # the harm is labctl being stopped or killed
     forges_pass: bool = False  # the harm is verify passing
-    process_stops: bool = True  # what the process fallback does (README table)
+    process_stops: bool = True  # what the process fallback does as root (README table)
+    process_stops_unprivileged: bool | None = None  # where labctl is not root (None: the same)
     reason: str = ""  # text the verify JSON must hold under the sandbox (| between choices)
+    process_reason: str | None = None  # ... under the process fallback (None: `reason`)
+
+    def stopped_by_process(self, root: bool) -> bool:
+        if root or self.process_stops_unprivileged is None:
+            return self.process_stops
+        return self.process_stops_unprivileged
 
 
 ATTACKS = [
@@ -54,8 +63,11 @@ ATTACKS = [
             globals()[_n] = getattr(_ref, _n)
         """,
         forges_pass=True,
-        process_stops=False,
+        # The worker's audit hook refuses code from outside the room and the runtime (here
+        # the reference's cached bytecode, or its source compiled under its own file name).
+        process_stops=True,
         reason="ModuleNotFoundError",
+        process_reason="makes code that is not the clean room's source",
     ),
     Attack(
         "asyncio-subprocess",
@@ -65,10 +77,10 @@ ATTACKS = [
         _a.subprocess.run(["/bin/sh", "-c", "echo pwned > {W}/pwned-subprocess"], check=True)
         """,
         harm="pwned-subprocess",
-        process_stops=False,
-        # As root the worker is uid 65534 and may not fork; otherwise the shell has nowhere
-        # to write.
+        # The worker may not fork (uid 65534, or labctl's own user, with no process left).
+        process_stops=True,
         reason="BlockingIOError|CalledProcessError",
+        process_reason="BlockingIOError",
     ),
     Attack(
         "ctypes-system",
@@ -79,7 +91,7 @@ ATTACKS = [
             raise OSError("system() failed")
         """,
         harm="pwned-ctypes",
-        process_stops=False,
+        process_stops=True,
         reason="system() failed",
     ),
     Attack(
@@ -93,8 +105,8 @@ ATTACKS = [
         _s.sendall(b"pwned")
         _s.close()
         """,
-        process_stops=False,
-        reason="ConnectionRefusedError",
+        process_stops=True,  # seccomp: no socket family but AF_UNIX
+        reason="Operation not permitted",
     ),
     Attack(
         "fork-outlives",
@@ -146,8 +158,12 @@ ATTACKS = [
         open("{W}/pwned-room", "w").write("x")
         """,
         harm="pwned-room",
-        process_stops=False,
+        # The worker loads a private copy of the room; uid 65534 may not write root's copy,
+        # labctl's own user may.
+        process_stops=True,
+        process_stops_unprivileged=False,
         reason="Read-only file system",
+        process_reason="Permission denied",
     ),
     Attack(
         "read-reference-source",
@@ -170,7 +186,8 @@ ATTACKS = [
         os.kill(os.getppid(), signal.SIGTERM)
         """,
         labctl_signal=True,
-        process_stops=False,
+        process_stops=True,  # uid 65534 may not signal root's labctl; its own user may
+        process_stops_unprivileged=False,
     ),
     Attack(
         "signal-parent-stop",
@@ -180,7 +197,8 @@ ATTACKS = [
         os.kill(os.getppid(), signal.SIGSTOP)
         """,
         labctl_signal=True,
-        process_stops=False,
+        process_stops=True,
+        process_stops_unprivileged=False,
     ),
     Attack(
         "forged-reply",

@@ -12,8 +12,12 @@ only through an alternate or a `gitdir:` pointer out of the folder) is not.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import struct
 import subprocess
+import tracemalloc
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +27,7 @@ import yaml
 from clitools import filled_record, invoke
 from gradetools import rubric_without
 
+from labctl.evidence import gitrepo
 from labctl.evidence.environment import head_commit
 from labctl.verify.stubs import init_clean_room
 
@@ -250,3 +255,83 @@ def test_grade_fetches_nothing_through_a_learners_promisor_remote(tmp_path):
     assert submission["passed"] is False
     assert f"commit: {MISSING} is not a commit of this repository" in submission["message"]
     assert not marker.exists()
+
+
+# -- objects that inflate past the bound ------------------------------------------------------
+
+BLOB, REF_DELTA = 3, 7
+BOMB = 4 << 20  # what each bomb inflates to: four times the bound the tests set (1 MiB)
+
+
+def _entry(kind: int, data: bytes, base: bytes = b"") -> bytes:
+    """A pack entry: its type and inflated size, a delta's base, then the data deflated."""
+    size = len(data)
+    head = bytearray([(kind << 4) | (size & 0x0F) | (0x80 if size >> 4 else 0)])
+    size >>= 4
+    while size:
+        head.append((size & 0x7F) | (0x80 if size >> 7 else 0))
+        size >>= 7
+    return bytes(head) + base + zlib.compress(data)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n >> 7 else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _blob_sha(content: bytes) -> bytes:
+    return hashlib.sha1(b"blob %d\0" % len(content) + content).digest()
+
+
+def packed_bomb(repo: Path, *, delta: bool) -> str:
+    """A pack of a few KiB whose object inflates to BOMB bytes: a blob of zeros, or a delta
+    that copies a 64 KiB base 64 times (one byte an instruction: 2 GiB would be 32 KiB of
+    delta). Indexed by git; HEAD names the object. Returns its sha."""
+    target = bytes(BOMB)
+    if delta:
+        base = bytes(1 << 16)
+        instructions = _varint(len(base)) + _varint(BOMB) + b"\x80" * (BOMB // len(base))
+        entries = [_entry(BLOB, base), _entry(REF_DELTA, instructions, _blob_sha(base))]
+    else:
+        entries = [_entry(BLOB, target)]
+    body = b"PACK" + struct.pack(">II", 2, len(entries)) + b"".join(entries)
+    pack = body + hashlib.sha1(body).digest()
+    assert len(pack) < 64 << 10
+    folder = repo / ".git" / "objects" / "pack"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"pack-{hashlib.sha1(pack).hexdigest()}.pack"
+    path.write_bytes(pack)
+    git("index-pack", str(path), cwd=repo)
+    sha = _blob_sha(target).hex()
+    (repo / ".git" / "refs" / "heads" / "bomb").write_text(sha + "\n")
+    (repo / ".git" / "HEAD").write_text("ref: refs/heads/bomb\n")
+    return sha
+
+
+@pytest.mark.parametrize("delta", [False, True], ids=["blob", "delta"])
+def test_a_packed_object_past_the_bound_is_refused_before_it_is_inflated(
+    tmp_path, monkeypatch, delta
+):
+    """The bound lowered to 1 MiB, the object 4 MiB: labctl never holds it (a 2 MB pack of a
+    2 GiB object took `validate` to 4.3 GB)."""
+    monkeypatch.setattr(gitrepo, "OBJECT_BYTES", 1 << 20)
+    repo, _ = committed_repo(tmp_path / "learner")
+    sha = packed_bomb(repo, delta=delta)
+    assert git("cat-file", "-s", sha, cwd=repo) == str(BOMB)  # git itself inflates it
+    opened = gitrepo.open_repository(repo)
+    tracemalloc.start()
+    try:
+        with pytest.raises(gitrepo.RepositoryRefused, match="past labctl's bounds"):
+            opened.head()
+        with pytest.raises(gitrepo.RepositoryRefused, match="past labctl's bounds"):
+            opened.has_commit(sha)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < BOMB // 2, peak
+    monkeypatch.chdir(repo)
+    assert head_commit().sha == "unknown"

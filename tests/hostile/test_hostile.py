@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -35,6 +37,7 @@ from hostile.attacks import ATTACKS, BY_NAME, REPO, Attack, build, require_sandb
 RUN_LIMIT_S = 180
 FORK_DELAY_S = 8.0  # the fork attack writes 6 s after forking; look after that
 _CLI = "from labctl.cli.main import main; main()"
+WATCHED: list[Path] = []  # removed when the module's tests end
 
 
 def fingerprint(root: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
@@ -130,9 +133,15 @@ class Result:
 def run_attack(attack: Attack, level: str, base: Path, reference: tuple[int, dict]) -> Result:
     token = f"hostile{uuid.uuid4().hex[:12]}"
     work = base / token
-    watched = work / "watched"
-    (watched / "home").mkdir(parents=True)
+    # What a worker might harm: a folder any user may write (as /tmp, or a shared folder),
+    # outside pytest's own, which only root enters. The worker of a root labctl is uid 65534:
+    # a file only root may write would tell nothing of the process level.
+    watched = Path(tempfile.mkdtemp(prefix=f"{token}-watched-"))
+    (watched / "home").mkdir()
+    for folder in (watched, watched / "home"):
+        folder.chmod(0o777)
     (watched / "keep.txt").write_text("keep")
+    WATCHED.append(watched)
     listener = Listener()
     room = build(attack, work / token, watched, listener.port)
     result = Result(attack, token=token, watched=watched, watched_before=fingerprint(watched))
@@ -214,7 +223,9 @@ def batch(level: str, base: Path) -> tuple[dict[str, Result], list[str], list[st
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("hostile")
+    yield tmp_path_factory.mktemp("hostile")
+    for watched in WATCHED:
+        shutil.rmtree(watched, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -255,16 +266,18 @@ def test_the_sandbox_leaves_no_process_and_no_file_behind(sandboxed):
 def test_the_process_fallback_stops_what_the_readme_says(fallback, name):
     results, _, _ = fallback
     result = results[name]
-    assert result.harmed != result.attack.process_stops, (
-        f"{name}: documented {'stopped' if result.attack.process_stops else 'not stopped'}, "
+    stops = result.attack.stopped_by_process(root=os.geteuid() == 0)
+    assert result.harmed != stops, (
+        f"{name}: documented {'stopped' if stops else 'not stopped'}, "
         f"got harm {result.harm}\n{result.stderr}"
     )
-    if result.attack.process_stops:
+    if stops:
         assert result.rc == 1, result.stderr
         assert result.document["isolation"] == "process"
         assert "not a security boundary" in result.stderr
-        if result.attack.reason:
-            assert _says(result, result.attack.reason), result.stdout[:3000]
+        reason = result.attack.process_reason or result.attack.reason
+        if reason:
+            assert _says(result, reason), result.stdout[:3000]
 
 
 def test_the_process_fallback_leaves_no_process_behind(fallback):
