@@ -373,11 +373,14 @@ def verify_clean_room(
         tuple(f for f, run in seen.runs.items() if not run.not_implemented), seed, seen.contract
     )
     if measure and not metrics:
+        # Whole, whatever stopped the labs: a room over its budget loaded (no message of its own).
+        why = (
+            Msg("over the time budget of {budget:g} s", budget=seen.budget_s)
+            if seen.over_budget
+            else Msg("the clean room {message}", message=seen.message)
+        )
         metrics = [
-            TemplateMetric(
-                name,
-                note=Msg("not measured: the clean room {message}", message=seen.message),
-            )
+            TemplateMetric(name, note=Msg("not measured: {why}", why=why))
             for name in next(m for m in MODULES if m.id == DEFAULT_MODULE).required
         ]
     if progress and diagnose_failures:
