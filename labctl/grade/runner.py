@@ -8,7 +8,9 @@
    every worker), then observe the rest: local workers (`--jobs`) or a Dask
    cluster (`--scheduler`). Each row is scored here and its record written as
    soon as it is known.
-4. Write the class's outputs from all the records (`labctl.grade.outputs`).
+4. Apply this run's lateness, extensions and adjustments to every row and keep them
+   in its record (so `labctl grade publish` shows the very same scores), then write the
+   class's outputs from all the records (`labctl.grade.outputs`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from labctl.evidence.environment import now_iso
 from labctl.evidence.store import replace_atomically
 from labctl.grade import outputs
 from labctl.grade.batch_seed import batch_secrets
+from labctl.grade.late import Lateness
 from labctl.grade.layout import Ignored, Learner, survey
 from labctl.grade.pool import LocalPool, Outcome
 from labctl.grade.rubric import Rubric
@@ -128,7 +131,23 @@ def row_from_record(record: dict) -> Row:
         )
         for i in record["items"]
     ]
+    late = record.get("late")
+    row.late = Lateness.from_json(late) if late else None
+    row.adjustments = list(record.get("adjustments") or [])
+    row.due_at = record.get("due_at")
     return observed(row, record.get("facts"))
+
+
+def _settled(record: dict, row: Row) -> dict:
+    """`record` with the row's score as the outputs show it: lateness and adjustments in."""
+    return {
+        **record,
+        "score": row.score,
+        "late_penalty": row.late_penalty,
+        "due_at": row.due_at,
+        "late": row.late.to_json() if row.late else None,
+        "adjustments": list(row.adjustments),
+    }
 
 
 def _record(row: Row, learner: Learner, key: str, rubric: Rubric, facts: dict | None) -> dict:
@@ -199,7 +218,8 @@ def _job(learner: Learner, rubric: Rubric, options: GradeOptions) -> dict:
         "timeout_s": options.timeout_s,
         "memory_mb": options.memory_mb,
         "isolation": options.isolation,
-        "measure": rubric.needs_metrics,
+        # A submission's claims are measured at the batch's seed too (`score._submission`).
+        "measure": rubric.needs_metrics or rubric.needs_submission,
         "remeasure": rubric.needs_submission,
         "seed": options.seed,
         "contract": rubric.contract,
@@ -247,6 +267,7 @@ def grade_learners(
     kept = batch_secrets(out, options.seed)
     options = dataclasses.replace(options, seed=kept.seed)
     rows: dict[int, Row] = {}
+    records: dict[int, dict] = {}
     batch = Batch(
         [], [], [], out, learners=list(learners), ignored=list(ignored or []), seed=kept.seed
     )
@@ -257,7 +278,7 @@ def grade_learners(
     def keep(index: int, row: Row, facts: dict | None) -> None:
         learner = learners[index]
         rows[index] = row
-        record = _record(row, learner, keys[index], rubric, facts)
+        record = records[index] = _record(row, learner, keys[index], rubric, facts)
         replace_atomically(out / RECORDS / f"{learner.stem}.json", outputs.json_bytes(record))
         batch.graded.append(learner.id)
         if progress:
@@ -268,6 +289,7 @@ def grade_learners(
         previous = read_record(out, learner.stem)
         if workflow.reuse(learner, previous, keys[index]):
             rows[index] = row_from_record(previous)
+            records[index] = previous
             batch.skipped.append(learner.id)
             if progress:
                 progress(len(rows), total, learner.id, "unchanged")
@@ -308,6 +330,11 @@ def grade_learners(
 
     batch.rows = [rows[index] for index in range(total)]
     batch.warnings += workflow.apply(batch.rows, rubric)
+    for index, row in enumerate(batch.rows):
+        settled = _settled(records[index], row)
+        if settled != records[index]:
+            path = out / RECORDS / f"{learners[index].stem}.json"
+            replace_atomically(path, outputs.json_bytes(settled))
     batch.identical = identical_rooms(learners)
     batch.files = outputs.write_all(
         batch.rows,
