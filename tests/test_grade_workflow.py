@@ -245,6 +245,9 @@ def test_only_regrades_the_learners_named_and_keeps_the_other_rows(setup):
     assert scoped.exit_code == 0, scoped.output
     doc = json.loads(scoped.stdout)
     assert doc["graded"] == ["bob"] and sorted(doc["skipped"]) == ["ann", "cy"]
+    # --only scopes --seed too: one seed per batch, so a new one with --only is refused.
+    reseeded = invoke(*grade_args(base, out), "--only", "bob", "--seed", "7")
+    assert reseeded.exit_code == 2 and "--seed 7 with --only" in " ".join(reseeded.output.split())
     forced = invoke(*grade_args(base, out), "--force", "--json")
     assert forced.exit_code == 0, forced.output
     assert sorted(json.loads(forced.stdout)["graded"]) == ["ann", "bob", "cy"]

@@ -30,7 +30,7 @@ from labctl.errors import UsageError
 from labctl.evidence.environment import now_iso
 from labctl.evidence.store import replace_atomically
 from labctl.grade import outputs
-from labctl.grade.batch_seed import batch_secrets
+from labctl.grade.batch_seed import batch_secrets, kept_seed
 from labctl.grade.late import Lateness
 from labctl.grade.layout import Ignored, Learner, survey
 from labctl.grade.pool import LocalPool, Outcome
@@ -264,6 +264,17 @@ def grade_learners(
     if out.exists() and not out.is_dir():
         raise UsageError(Msg("--out {path} is a file; give a folder", path=str(out)))
     (out / RECORDS).mkdir(parents=True, exist_ok=True)
+    before = kept_seed(out)
+    if workflow.only and options.seed is not None and before not in (None, options.seed):
+        # One seed per batch: --only regrades its learners at the batch's own seed.
+        raise UsageError(
+            Msg(
+                "--seed {seed} with --only: the class was graded at seed {kept}; a new seed "
+                "regrades everyone (leave out --only)",
+                seed=options.seed,
+                kept=before,
+            )
+        )
     kept = batch_secrets(out, options.seed)
     options = dataclasses.replace(options, seed=kept.seed)
     rows: dict[int, Row] = {}

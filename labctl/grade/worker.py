@@ -11,7 +11,9 @@ starts it reads the reference's outputs at the batch's seed (the seed comes with
 from the batch's signed cache, and imports torch only for a job that runs labs (the
 template metrics, a submission's claims), once: a rubric that scores neither costs a worker
 no torch (about 1.5 s of CPU to import), unless a failing room's diagnosis asks the
-reference about the inputs one of its calls received.
+reference about the inputs one of its calls received. The template metrics' labs compute
+their reference side once per worker (`labctl.memo`): the same inputs at the batch's seed
+for every learner.
 
 SIGTERM ends the worker through SystemExit, so the clean room it holds is
 closed (its whole process group killed) before the worker goes.
@@ -43,8 +45,12 @@ def _prepare(job: dict) -> None:
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _stop)
     reply_fd = int(argv[0])
+    from labctl import memo
     from labctl.grade.task import observe_learner
     from labctl.i18n import choose, set_language
+
+    # Learner after learner at one seed: the labs' reference side is computed once.
+    memo.enable()
 
     # The texts a worker puts in the facts (verify's messages) are in the batch's language,
     # which the pool passes as LABCTL_LANG.
