@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 T = TypeVar("T")
-LIMIT = 768 << 20
+LIMIT = 512 << 20
 
 _store: dict[str, Any] | None = None
 _held = 0
@@ -140,6 +140,22 @@ def remember(parts: Any, compute: Callable[[], T]) -> T:
     if _plain(value) and _held + size <= _limit:
         _store[key] = _copy(value)
         _held += size
+    return value
+
+
+def remember_draws(rng: np.random.Generator, parts: Any, compute: Callable[[], T]) -> T:
+    """`compute()`, which draws from `rng`, or what it gave before from the same generator
+    state for the same `parts`; either way `rng` is left where `compute` leaves it, so every
+    later draw is the one a fresh run makes."""
+    if _store is None:
+        return compute()
+    state = rng.bit_generator.state
+    drawn = remember(
+        ("draws", parts, state),
+        lambda: (compute(), rng.bit_generator.state),
+    )
+    value, after = drawn
+    rng.bit_generator.state = after
     return value
 
 

@@ -74,6 +74,20 @@ def test_nothing_is_kept_past_the_limit(remembering):
     assert len(calls) == 2
 
 
+def test_remembered_draws_leave_the_generator_where_a_fresh_run_would(remembering):
+    def run() -> tuple[np.ndarray, float]:
+        rng = np.random.default_rng(SEED)
+        drawn = memo.remember_draws(rng, ("draws",), lambda: rng.standard_normal(5))
+        return drawn, rng.standard_normal()  # the next draw, after the remembered ones
+
+    memo.disable()
+    fresh = run()
+    memo.enable()
+    first, again = run(), run()
+    for got in (first, again):
+        assert got[0].tolist() == fresh[0].tolist() and got[1] == fresh[1]
+
+
 def _rows(result) -> list[tuple]:
     return sorted((m.name, m.impl, m.actual) for m in result.metrics)
 
