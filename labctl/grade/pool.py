@@ -138,6 +138,12 @@ class LocalPool:
         return code
 
     def close(self) -> None:
+        # Every worker is asked to stop before any is waited for: their exits overlap.
+        for slot in list(self._slots):
+            with contextlib.suppress(OSError):
+                slot.proc.stdin.close()
+            with contextlib.suppress(ProcessLookupError):
+                slot.proc.send_signal(signal.SIGTERM)
         for slot in list(self._slots):
             self._stop(slot, gently=True)
         self._selector.close()
@@ -147,6 +153,12 @@ class LocalPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def boot(self, count: int) -> None:
+        """Start now the workers `count` jobs will need, so they boot while the batch gets
+        ready (`run` starts any still missing)."""
+        while len(self._slots) < min(self.jobs, count):
+            self._start()
 
     # -- the loop -----------------------------------------------------------
 

@@ -311,7 +311,6 @@ def grade_learners(
 
     if todo:
         cache = out / CACHE
-        batch.warnings = warm_reference_cache(cache, kept.seed, kept.reference_key)
 
         def done(key: str, outcome: Outcome) -> None:
             index = int(key)
@@ -331,12 +330,19 @@ def grade_learners(
             "LABCTL_REFERENCE_KEY": kept.reference_key,
             "LABCTL_LANG": language(),
         }
+        if rubric.needs_metrics or rubric.needs_submission:
+            env["LABCTL_WORKER_TORCH"] = "1"  # the labs need it: imported as the worker starts
         if options.scheduler:
             from labctl.grade.dask_exec import run_on_dask
 
+            batch.warnings = warm_reference_cache(cache, kept.seed, kept.reference_key)
             run_on_dask(options.scheduler, jobs, done, options.learner_timeout_s, env)
         else:
             with LocalPool(min(options.jobs, len(jobs)), options.learner_timeout_s, env) as pool:
+                # The workers start (Python, labctl, torch) while this process computes the
+                # reference's outputs; no job is sent before they are written.
+                pool.boot(len(jobs))
+                batch.warnings = warm_reference_cache(cache, kept.seed, kept.reference_key)
                 pool.run(jobs, done)
 
     batch.rows = [rows[index] for index in range(total)]
