@@ -37,6 +37,7 @@ from labctl.lab import (
     TableFigure,
     reference_max_error,
 )
+from labctl.memo import remember
 
 DEPTHS = (2, 8, 32)
 DEEPEST = DEPTHS[-1]
@@ -264,7 +265,11 @@ def run(ctx: LabContext) -> LabOutput:
         output.add("residual_reference_max_error", "both", error)
     grads = None
     if "reference" in ctx.impls:
-        grads = _gradients(p, ctx.seed)
+        # A pure function of the parameters and the seed: computed once per grading worker.
+        grads = remember(
+            ("residual-ablation gradients", p.model_dump(), ctx.seed),
+            lambda: _gradients(p, ctx.seed),
+        )
         output.add(
             f"grad_ratio_pre_norm[depth={DEEPEST}]", "reference", grads[("pre-norm", DEEPEST)][0]
         )

@@ -40,6 +40,7 @@ from labctl.lab import (
     larger,
     ratio,
 )
+from labctl.memo import remember, remember_draws
 
 D_KS = (2, 16, 64, 256, 512)  # 手撕 §03.2's table
 LARGEST = D_KS[-1]
@@ -204,9 +205,8 @@ def _sampling_sd(d: int, n: int) -> float:
     return math.sqrt((2 * d * d + 6 * d) / n)
 
 
-def run(ctx: LabContext) -> LabOutput:
-    p: Params = ctx.params
-    rng = np.random.default_rng(ctx.seed)
+def _inputs(rng: np.random.Generator, p: Params) -> tuple[dict, dict]:
+    """The pairs and the attention rows at each d_k, drawn from `rng`."""
     pair_inputs = {d: _pair_inputs(rng, d, p) for d in D_KS}
     R, T = p.rows, p.keys
     row_inputs = {
@@ -217,29 +217,52 @@ def run(ctx: LabContext) -> LabOutput:
         )
         for d in D_KS
     }
+    return pair_inputs, row_inputs
+
+
+def _measured(impl, pair_inputs: dict, row_inputs: dict) -> tuple:
+    """One implementation's (variances, sharpness, weights read, largest weight change) over
+    every d_k."""
+    variances, sharpness, read = {}, {}, []
+    weight_delta = 0.0
+    for d in D_KS:
+        q, k, v = pair_inputs[d]
+        _, w_scaled = impl.scaled_dot_product_attention(q, k, v)
+        _, w_raw = impl.scaled_dot_product_attention(q, k, v, None, 1.0)
+        variances[d] = (float(np.var(_scores_back(w_raw))), float(np.var(_scores_back(w_scaled))))
+        q, k, v = row_inputs[d]
+        _, r_scaled = impl.scaled_dot_product_attention(q, k, v)
+        _, r_raw = impl.scaled_dot_product_attention(q, k, v, None, 1.0)
+        sharpness[d] = (_sharpness(r_scaled), _sharpness(r_raw))
+        weight_delta = larger(weight_delta, float(np.max(np.abs(r_scaled - r_raw))))
+        read += [w_scaled, w_raw, r_scaled, r_raw]
+    return variances, sharpness, read, weight_delta
+
+
+def run(ctx: LabContext) -> LabOutput:
+    p: Params = ctx.params
+    rng = np.random.default_rng(ctx.seed)
+    # Drawn from the seed alone; a grading worker draws them once per batch (`labctl.memo`).
+    pair_inputs, row_inputs = remember_draws(
+        rng, ("scale-ablation inputs", p.model_dump()), lambda: _inputs(rng, p)
+    )
     n_pairs = (p.pairs // p.pairs_per_block) * p.pairs_per_block
     output = LabOutput()
     variances: dict[str, dict[int, tuple[float, float]]] = {}
     sharpness: dict[str, dict[int, tuple[tuple[float, ...], tuple[float, ...]]]] = {}
     read: dict[str, list[np.ndarray]] = {}
     for name, impl in ctx.impls.items():
-        variances[name], sharpness[name], read[name] = {}, {}, []
-        weight_delta = 0.0
+        if name == "reference":  # on inputs drawn from the seed: once per grading worker
+            measured = remember(
+                ("scale-ablation reference", ctx.seed, p.model_dump()),
+                lambda impl=impl: _measured(impl, pair_inputs, row_inputs),
+            )
+        else:
+            measured = _measured(impl, pair_inputs, row_inputs)
+        variances[name], sharpness[name], read[name], weight_delta = measured
         for d in D_KS:
-            q, k, v = pair_inputs[d]
-            _, w_scaled = impl.scaled_dot_product_attention(q, k, v)
-            _, w_raw = impl.scaled_dot_product_attention(q, k, v, None, 1.0)
-            raw_var = float(np.var(_scores_back(w_raw)))
-            scaled_var = float(np.var(_scores_back(w_scaled)))
-            variances[name][d] = (raw_var, scaled_var)
-            output.add(f"raw_score_var[d_k={d}]", name, raw_var)
-            output.add(f"scaled_score_var[d_k={d}]", name, scaled_var)
-            q, k, v = row_inputs[d]
-            _, r_scaled = impl.scaled_dot_product_attention(q, k, v)
-            _, r_raw = impl.scaled_dot_product_attention(q, k, v, None, 1.0)
-            sharpness[name][d] = (_sharpness(r_scaled), _sharpness(r_raw))
-            weight_delta = larger(weight_delta, float(np.max(np.abs(r_scaled - r_raw))))
-            read[name] += [w_scaled, w_raw, r_scaled, r_raw]
+            output.add(f"raw_score_var[d_k={d}]", name, variances[name][d][0])
+            output.add(f"scaled_score_var[d_k={d}]", name, variances[name][d][1])
         output.add("scale_ablation_max_weight_delta", name, weight_delta)
         scaled_max = [sharpness[name][d][0][0] for d in D_KS]
         output.add("scaled_max_prob_spread", name, max(scaled_max) - min(scaled_max))

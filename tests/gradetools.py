@@ -83,12 +83,15 @@ def rubric_without(tmp: Path, *kinds: str, name: str = "test rubric") -> Path:
     return path
 
 
-def submission_repo(root: Path) -> Path:
-    """A git repository holding the project's clean room, in which the course module's labs
-    ran on seed 5, with `submission.yaml` filled from those runs."""
+def submission_repo(root: Path, room: Path | None = None) -> Path:
+    """A git repository holding the project's clean room (or `room`), in which the course
+    module's labs ran on seed 5, with `submission.yaml` filled from those runs."""
     root.mkdir(parents=True)
-    # A line of the learner's own: a verbatim copy is labctl's room, which submit refuses.
-    append(copy_room(root / "clean_room"), "primitives", "# written by the learner")
+    if room is not None:
+        shutil.copytree(room, root / "clean_room")
+    else:
+        # A line of the learner's own: a verbatim copy is labctl's room, which submit refuses.
+        append(copy_room(root / "clean_room"), "primitives", "# written by the learner")
     (root / "README.md").write_text("learner repository\n")
     git("init", "-q", cwd=root)
     git("add", "README.md", "clean_room", cwd=root)
@@ -177,3 +180,66 @@ def _never_verified(root: Path) -> dict[str, str]:
         "torch-importer": "imports torch",
         "malformed": "no clean_room/",
     }
+
+
+def one_score_everywhere(out: Path, canvas: dict[str, str] | None = None) -> dict[str, float]:
+    """Every score the batch in `out` shows, compared learner by learner: the gradebook's,
+    its record's, summary.json's, Gradescope's results.json, the learner's feedback (the
+    gradebook's score wherever the feedback shows every item; else the same rule over the
+    items it shows) and, given `canvas` ({Student: learner}), canvas.csv's. Returns
+    {files: score}. Fails on the first difference, naming the learner and the file."""
+    import csv
+    import json
+
+    from labctl.grade.score import points_text
+
+    with (out / "gradebook.csv").open(encoding="utf-8") as handle:
+        book = list(csv.DictReader(handle))
+    summary = {
+        (r["learner"], r["score"]) for r in json.loads((out / "summary.json").read_text())["rows"]
+    }
+    ids = (
+        [c for c in book[0] if c.startswith(("fn.", "check.", "metric.", "package", "submission"))]
+        if book
+        else []
+    )
+    scores: dict[str, float] = {}
+    for row in book:
+        files, score = row["files"], float(row["score"])
+        where = f"{row['learner']} ({files})"
+        scores[files] = score
+        record = json.loads((out / "records" / f"{files}.json").read_text())
+        assert record["score"] == score, (where, "record", record["score"], score)
+        assert (record["learner"], score) in summary, (where, "summary.json")
+        results = json.loads((out / "gradescope" / files / "results.json").read_text())
+        assert results["score"] == score, (where, "results.json", results["score"], score)
+        assert (
+            round(sum(t["score"] for t in results["tests"]), 2)
+            == float(sum(float(row[i]) for i in ids if row[i] != ""))
+            or not ids
+        ), (where, "results.json tests")
+        seen = json.loads((out / "feedback" / f"{files}.json").read_text())
+        shown = {i["id"] for i in seen["items"]}
+        if shown == set(ids):
+            assert seen["score"] == score, (where, "feedback", seen["score"], score)
+        else:
+            points = round(sum(float(row[i]) for i in shown), 6)
+            percent = (record.get("late") or {}).get("penalty_percent", 0)
+            extra = sum(a["points"] for a in record.get("adjustments") or [])
+            expected = round(points - round(points * percent / 100, 2) + extra, 2)
+            assert seen["score"] == expected, (where, "feedback (items kept back)", seen["score"])
+        assert points_text(score) == row["score"], (where, "gradebook text")
+    if canvas is not None:
+        with (out / "canvas.csv").open(encoding="utf-8") as handle:
+            table = list(csv.reader(handle))[2:]
+        by_learner = {r["learner"]: r for r in book}
+        for line in table:
+            row = by_learner[canvas[line[0]]]
+            expected = row["score"] if row["status"] == "graded" else ("", "0")
+            assert line[-1] in (expected if isinstance(expected, tuple) else (expected,)), (
+                canvas[line[0]],
+                "canvas.csv",
+                line[-1],
+                row["score"],
+            )
+    return scores

@@ -176,6 +176,7 @@ def test_gradebook_csv_has_one_row_per_learner_and_a_column_per_item(klass, grad
         "identical_to",
         *LATE_COLUMNS,
         "base_code",
+        "files",
     ]
     for row in table:
         points = sum(float(row[i]) for i in ids)

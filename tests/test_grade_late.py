@@ -7,6 +7,7 @@ hour) from the due date costs `penalty_percent` of the score, up to `cap_percent
 from __future__ import annotations
 
 import json
+import unicodedata
 from datetime import datetime, timedelta
 
 import pytest
@@ -17,6 +18,7 @@ from labctl.grade.late import (
     LateError,
     LatePolicy,
     lateness,
+    read_extensions,
     read_gradescope_metadata,
     read_submitted_csv,
 )
@@ -99,13 +101,14 @@ def test_the_submission_times_csv(tmp_path):
     path.write_text(
         "learner,submitted_at\nann,2026-03-01T10:00:00+08:00\nbob,2026-03-02T01:00:00Z\n"
     )
-    times = read_submitted_csv(path)
+    times = read_submitted_csv(path).submitted
     assert times["ann"] == datetime.fromisoformat("2026-03-01T10:00:00+08:00")
     assert times["bob"].utcoffset() == timedelta(0)
     for bad, reason in (
         ("ann,2026-03-01T10:00:00\n", "timezone"),
         ("ann,yesterday\n", "ISO 8601"),
         ("ann,2026-03-01T10:00:00Z\nann,2026-03-01T11:00:00Z\n", "twice"),
+        ("ann,2026-03-01T10:00:00Z,next week\n", "ISO 8601"),
     ):
         path.write_text(bad)
         with pytest.raises(LateError, match=reason):
@@ -114,12 +117,71 @@ def test_the_submission_times_csv(tmp_path):
         read_submitted_csv(tmp_path / "missing.csv")
 
 
+def test_an_extension_is_a_third_column_of_the_times(tmp_path):
+    path = tmp_path / "times.csv"
+    path.write_text(
+        "learner,submitted_at,due_at\n"
+        "ann,2026-03-01T10:00:00+08:00,\n"
+        "bob,2026-03-04T01:00:00Z,2026-03-04T23:59:00+08:00\n"
+    )
+    times = read_submitted_csv(path)
+    assert set(times.submitted) == {"ann", "bob"}
+    assert times.due == {"bob": datetime.fromisoformat("2026-03-04T23:59:00+08:00")}
+    # bob handed in 1 h before his own due date: on time, whatever the rubric's date.
+    late = lateness(times.submitted["bob"], times.due["bob"], PER_DAY, extended=True)
+    assert late.label() == "on-time" and late.extended and late.due_at.startswith("2026-03-04")
+
+
+def test_the_extensions_file_takes_a_date_or_a_duration(tmp_path):
+    path = tmp_path / "extensions.csv"
+    nfd = unicodedata.normalize("NFD", "Zoë")
+    path.write_text(f"learner,due_at\nann,2026-03-05T12:00:00Z\nbob,P2D\n{nfd},PT36H\n")
+    found = read_extensions(path, DUE)
+    assert found["ann"] == datetime.fromisoformat("2026-03-05T12:00:00+00:00")
+    assert found["bob"] == DUE + timedelta(days=2)
+    assert found["Zoë"] == DUE + timedelta(hours=36)  # NFC, as the folder's name is
+    with pytest.raises(LateError, match="needs the rubric's due date"):
+        read_extensions(path, None)
+    for bad in ("ann,tomorrow\n", "ann,P\n", "ann,2D\n", "ann,P2D\nann,P3D\n"):
+        path.write_text(bad)
+        with pytest.raises(LateError):
+            read_extensions(path, DUE)
+
+
 def test_gradescope_metadata_gives_created_at(tmp_path):
     path = tmp_path / "submission_metadata.json"
     path.write_text(json.dumps({"created_at": "2026-03-02T12:00:00.365935-08:00", "id": 7}))
-    assert read_gradescope_metadata(path) == datetime.fromisoformat(
-        "2026-03-02T12:00:00.365935-08:00"
-    )
+    said = read_gradescope_metadata(path)
+    assert said.created_at == datetime.fromisoformat("2026-03-02T12:00:00.365935-08:00")
+    assert said.assignment_due is None and said.extension is None
     path.write_text(json.dumps({"id": 7}))
     with pytest.raises(LateError, match="created_at"):
+        read_gradescope_metadata(path)
+
+
+def test_gradescope_metadata_due_dates_rule_the_learner_first(tmp_path):
+    """Gradescope's format (submission_metadata.json): `assignment.due_date` is the
+    assignment's; each `users[].assignment.due_date` is that user's own, an extension in."""
+    path = tmp_path / "submission_metadata.json"
+    document = {
+        "created_at": "2026-03-03T12:00:00.000000-08:00",
+        "assignment": {"due_date": "2026-03-01T23:59:00.000000-08:00", "late_due_date": None},
+        "users": [
+            {"email": "a@example.edu", "id": 1, "name": "A", "assignment": {
+                "due_date": "2026-03-01T23:59:00.000000-08:00"}},
+            {"email": "b@example.edu", "id": 2, "name": "B", "assignment": {
+                "due_date": "2026-03-04T23:59:00.000000-08:00"}},
+        ],
+    }  # fmt: skip
+    path.write_text(json.dumps(document))
+    # A group's due date is its latest member's: one member's extension is the group's.
+    said = read_gradescope_metadata(path)
+    assert said.extension == datetime.fromisoformat("2026-03-04T23:59:00-08:00")
+    assert said.assignment_due == datetime.fromisoformat("2026-03-01T23:59:00-08:00")
+    document["users"] = document["users"][:1]  # the assignment's date: no extension
+    path.write_text(json.dumps(document))
+    assert read_gradescope_metadata(path).extension is None
+    document["assignment"]["due_date"] = "soon"
+    path.write_text(json.dumps(document))
+    with pytest.raises(LateError, match="due_date"):
         read_gradescope_metadata(path)

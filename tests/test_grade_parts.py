@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from labctl import contract
 from labctl.cli.main import app
 from labctl.grade import outputs
-from labctl.grade.layout import check_learner, discover
+from labctl.grade.layout import check_learner, discover, stem
 from labctl.grade.rubric import RubricError, load_rubric, parse_rubric
 from labctl.grade.score import ItemResult, Row
 from labctl.verify import fixtures, reference_cache
@@ -104,15 +104,15 @@ def test_layout_errors_are_named_per_learner(tmp_path):
     (root / "nopkg" / "clean_room" / "a.py").write_text("x = 1\n")
     copy_room(root / "link" / "clean_room")
     (root / "link" / "clean_room" / "out.py").symlink_to("/etc/hostname")
-    (root / "bad id").mkdir()
+    (root / "bad  id").mkdir()  # two spaces: a name no platform gives
     found = {learner.id: learner for learner in discover(root)}
     assert found["ok"].error is None and found["ok"].submission.name == "submission.yaml"
     assert len(found["ok"].inputs_sha256) == 64
     assert found["two"].error.code == "two-submissions"
     assert found["nopkg"].error.code == "not-a-package"
     assert found["link"].error.code == "symlink"
-    assert found["bad id"].error.code == "bad-id"
-    assert found["bad id"].stem.startswith("invalid-")
+    assert found["bad  id"].error.code == "bad-id"
+    assert found["bad  id"].stem.startswith("invalid-")
 
 
 def test_a_flat_upload_is_the_room_when_unambiguous(tmp_path):
@@ -156,27 +156,49 @@ def test_a_flat_upload_is_graded_like_the_same_room_in_clean_room(tmp_path):
     assert rows["flat"]["identical_to"] == ["nested"]  # one room, uploaded two ways
 
 
-def test_learner_ids_are_letters_and_digits_of_any_script_nfc(tmp_path):
-    """A learner id is Unicode letters and digits (NFC-normalised), '.', '_', '-'; files are
-    named by an ASCII id itself and by a digest of the folder's bytes otherwise."""
+def test_learner_ids_are_the_names_platforms_hand_out_nfc(tmp_path):
+    """A learner id is Unicode letters, marks and digits (NFC-normalised), single spaces and
+    the punctuation of names; files are named by a plain ASCII id itself and by a digest of
+    the folder's bytes otherwise. NFC and NFD spellings of one name are one id: both folders
+    are refused by name, never two rows of one learner."""
     root = tmp_path / "class"
     decomposed = unicodedata.normalize("NFD", "Zoë")  # as a zip made on macOS names it
-    for name in ("张三", decomposed, "Zoë", "ana.b_c-1", "x y", "-dash", "a\u202eb", "a" * 129):
+    good = ("张三", "Mary Ann Lee", "José", "O'Brien", "ana.b_c-1", "हिन्दी")
+    bad = ("x  y", "x ", "-dash", "a\u202eb", "a" * 129, "a\u200db", "a\tb")
+    for name in (*good, decomposed, "Zoë", *bad):
         copy_room(root / name / "clean_room")
     learners = discover(root)
     by_folder = {learner.folder.name: learner for learner in learners}
-    assert by_folder["张三"].error is None and by_folder["张三"].id == "张三"
-    assert by_folder[decomposed].error is None and by_folder[decomposed].id == "Zoë"
+    for name in good:
+        assert by_folder[name].error is None and by_folder[name].id == name, name
     assert by_folder["ana.b_c-1"].stem == "ana.b_c-1"
+    for name in (decomposed, "Zoë"):
+        error = by_folder[name].error
+        assert by_folder[name].id == "Zoë" and error.code == "same-id", name
+        assert "'Zoe\\u0308'" in error.message and "'Zo\\xeb'" in error.message
     # Two folders whose names normalise alike keep apart in every output file.
     stems = {learner.stem for learner in learners}
     assert len(stems) == len(learners)
-    assert by_folder["张三"].stem.startswith("learner-") and by_folder["张三"].stem.isascii()
-    for bad in ("x y", "-dash", "a\u202eb", "a" * 129):
-        error = by_folder[bad].error
-        assert error is not None and error.code == "bad-id", bad
-        assert "letters and digits (any script), '.', '_' and '-'" in error.message
-        assert by_folder[bad].stem.startswith("invalid-")
+    for name in ("张三", "Mary Ann Lee"):
+        assert by_folder[name].stem.startswith("learner-") and by_folder[name].stem.isascii()
+    for name in bad:
+        error = by_folder[name].error
+        assert error is not None and error.code == "bad-id", name
+        assert "letters and digits (any script), single spaces" in error.message
+        assert by_folder[name].stem.startswith("invalid-")
+
+
+def test_a_folder_named_like_a_digest_never_shares_a_learners_files(tmp_path):
+    """Issue 42: a folder named `learner-<digest of 张三>` took 张三's record, feedback and
+    Gradescope files; and names alike but for case share one file on macOS and Windows."""
+    root = tmp_path / "class"
+    for name in ("张三", stem("张三"), "Bob", "bob"):
+        copy_room(root / name / "clean_room")
+    by_folder = {learner.folder.name: learner for learner in discover(root)}
+    assert by_folder[stem("张三")].error is None
+    assert by_folder[stem("张三")].stem != by_folder["张三"].stem
+    assert len({learner.stem.casefold() for learner in by_folder.values()}) == 4
+    assert by_folder["Bob"].stem.startswith("learner-")
 
 
 def test_the_inputs_digest_follows_the_files_not_git_or_caches(tmp_path):

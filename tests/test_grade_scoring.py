@@ -63,32 +63,49 @@ def facts(out: Path, learner: str) -> dict:
     return json.loads((out / "records" / f"{learner}.json").read_text())["facts"]
 
 
+def checked(out: Path, learner: str) -> list[str]:
+    """The functions the bad-input check applies to (those with bad inputs in the contract)."""
+    return [
+        c["function"] for c in facts(out, learner)["verify"]["checks"] if c["name"] == "bad-input"
+    ]
+
+
+def share(out: Path, learner: str, earned: int) -> float:
+    """What the bad-input item pays when `earned` of its functions earn their share."""
+    return round(6 * earned / len(checked(out, learner)), 2)
+
+
 def lost(row) -> dict[str, float]:
-    return {i.id: i.max_points - i.points for i in row.items if i.points < i.max_points}
+    return {i.id: round(i.max_points - i.points, 6) for i in row.items if i.points < i.max_points}
 
 
 def test_a_single_sdpa_scale_bug_costs_24_points_under_cascade(graded):
     out, _ = graded
     row = score("scale", rubric("cascade"), facts(out, "scale"))
+    broken = ("scaled_dot_product_attention", *BUILT_ON_SDPA)
+    kept = share(out, "scale", len([f for f in checked(out, "scale") if f not in broken]))
     expected = {
         "fn.scaled_dot_product_attention": 4.0,
         **{f"fn.{name}": 4.0 for name in BUILT_ON_SDPA},
         **{metric: 2.0 for metric in SCALE_METRICS},
+        "check.bad-input": round(6 - kept, 6),  # the broken functions' shares
         "submission": 8.0,  # the room has no submission
     }
     assert lost(row) == expected
-    assert row.score == 100 - 24 - 8
+    assert row.score == round(100 - 24 - (6 - kept) - 8, 2)
 
 
 def test_the_same_bug_costs_8_points_under_independent_and_names_the_dependency(graded):
     out, _ = graded
     row = score("scale", rubric("independent"), facts(out, "scale"))
+    kept = share(out, "scale", len(checked(out, "scale")) - 1)  # all but SDPA's own share
     assert lost(row) == {
         "fn.scaled_dot_product_attention": 4.0,
         **{metric: 2.0 for metric in SCALE_METRICS},
+        "check.bad-input": round(6 - kept, 6),
         "submission": 8.0,
     }
-    assert row.score == 100 - 8 - 8
+    assert row.score == round(100 - 8 - (6 - kept) - 8, 2)
     items = {i.id: i for i in row.items}
     for name in BUILT_ON_SDPA:
         message = items[f"fn.{name}"].message
@@ -99,12 +116,16 @@ def test_the_same_bug_costs_8_points_under_independent_and_names_the_dependency(
 def test_cascade_is_the_default_and_an_unknown_policy_is_refused(graded):
     out, doc = graded
     assert rubric(None).scoring == "cascade"
-    assert {r["learner"]: r["score"] for r in doc["rows"]}["scale"] == 100 - 24 - 8
+    assert {r["learner"]: r["score"] for r in doc["rows"]}["scale"] == score(
+        "scale", rubric(None), facts(out, "scale")
+    ).score
     with pytest.raises(RubricError, match="scoring"):
         rubric("lenient")
 
 
 def test_a_check_not_run_is_charged_to_its_own_function_only(graded):
+    """tiled_attention hangs: it loses its own item and its share of bad-input, and the other
+    functions keep theirs (before the shares, the whole item was kept)."""
     out, _ = graded
     verify = facts(out, "loop")["verify"]
     unrun = [c for c in verify["checks"] if c["status"] == "not-run"]
@@ -112,10 +133,31 @@ def test_a_check_not_run_is_charged_to_its_own_function_only(graded):
     for policy in ("cascade", "independent"):
         row = score("loop", rubric(policy), facts(out, "loop"))
         items = {i.id: i for i in row.items}
-        assert items["check.bad-input"].passed, items["check.bad-input"].message
-        assert items["check.bad-input"].points == 6
-        assert "not run for tiled_attention" in items["check.bad-input"].message
-        assert lost(row) == {"fn.tiled_attention": 4.0, "submission": 8.0}
+        kept = share(out, "loop", len(checked(out, "loop")) - 1)
+        assert items["check.bad-input"].points == kept
+        assert "not run for: tiled_attention" in items["check.bad-input"].message
+        assert lost(row) == {
+            "fn.tiled_attention": 4.0,
+            "check.bad-input": round(6 - kept, 6),
+            "submission": 8.0,
+        }
+
+
+def test_a_check_earns_a_share_only_for_a_function_seen_to_work(graded):
+    """Points only for work (issue 42): under cascade the five functions the √d_k fault breaks
+    earn no bad-input share; under independent the four built on SDPA are not charged, so
+    they earn theirs."""
+    out, _ = graded
+    broken = {"scaled_dot_product_attention", *BUILT_ON_SDPA}
+    functions = checked(out, "scale")
+    assert broken <= set(functions)  # each of them refuses bad input: the shares are theirs
+    cascade = {i.id: i for i in score("scale", rubric("cascade"), facts(out, "scale")).items}
+    assert cascade["check.bad-input"].points == share(out, "scale", len(functions) - 5)
+    assert "fails its own checks" in cascade["check.bad-input"].message
+    independent = score("scale", rubric("independent"), facts(out, "scale")).items
+    assert {i.id: i for i in independent}["check.bad-input"].points == share(
+        out, "scale", len(functions) - 1
+    )
 
 
 def test_a_check_that_ran_for_no_function_earns_nothing():

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gradetools import GIT, copy_room
+from gradetools import GIT, copy_room, one_score_everywhere
 from typer.testing import CliRunner
 
 from labctl.cli.main import app
@@ -41,6 +41,7 @@ ROSTER = (
     'ann,"Lovelace, Ada",1001,S1001,ada,A\n'
     'bob,"Babbage, Charles",1002,S1002,cb,A\n'
 )
+CANVAS = {"Lovelace, Ada": "ann", "Babbage, Charles": "bob"}
 
 
 def invoke(*args: str):
@@ -149,6 +150,75 @@ def test_the_canvas_export_is_what_canvas_imports(setup):
     assert "cy is not in the roster" in " ".join(stderr.split())
 
 
+def test_one_score_everywhere_before_and_after_publishing(setup):
+    """Issue 39: `grade publish` showed bob 20 where Canvas had 16 (his late penalty dropped)
+    and cy 20 instead of 17 (her override dropped)."""
+    base, out, _, _ = setup
+    before = one_score_everywhere(out, CANVAS)
+    assert before == {"ann": 20, "bob": 16, "cy": 17}
+    published = invoke("grade", "publish", str(out), "--rubric", str(base / "rubric.yaml"))
+    assert published.exit_code == 0, published.output
+    assert one_score_everywhere(out, CANVAS) == before
+    feedback = json.loads((out / "feedback" / "bob.json").read_text())
+    assert feedback["published"] and feedback["late"]["penalty_percent"] == 20
+    assert json.loads((out / "feedback" / "cy.json").read_text())["adjustments"][0]["points"] == -3
+    # Graded again into the published folder: the same scores still.
+    again = invoke(*grade_args(base, out))
+    assert again.exit_code == 0, again.output
+    assert one_score_everywhere(out, CANVAS) == before
+
+
+def test_an_override_past_the_maximum_is_refused_unless_the_rubric_allows_bonus(setup, tmp_path):
+    """Issue 39: an override of +50 gave 118/100 without a word."""
+    base, out, _, _ = setup
+    bonus = tmp_path / "overrides.yaml"
+    bonus.write_text(OVERRIDES.replace("learner: cy", "learner: ann").replace("-3", "5"))
+    args = grade_args(base, tmp_path / "out")
+    args[args.index("--overrides") + 1] = str(bonus)
+    refused = invoke(*args)
+    assert refused.exit_code == 1, refused.output
+    said = " ".join(refused.output.split())
+    assert "ann (25)" in said and "outside 0 to 20 points" in said, said
+    assert not (tmp_path / "out" / "gradebook.csv").exists()
+    rubric = tmp_path / "bonus.yaml"
+    rubric.write_text(RUBRIC + "bonus_points: 5\n")
+    args[args.index("--rubric") + 1] = str(rubric)
+    allowed = invoke(*args, "--json")
+    assert allowed.exit_code == 0, allowed.output
+    assert {r["learner"]: r["score"] for r in json.loads(allowed.stdout)["rows"]}["ann"] == 25
+    one_score_everywhere(tmp_path / "out", CANVAS)
+
+
+def test_an_extension_is_one_line_and_needs_no_override(setup, tmp_path):
+    """Issue 39: an extension meant an override computed by hand (+20 % of the score) that went
+    stale at the next regrade. bob's own due date is a line of --extensions (or a third column
+    of the times): his work is on time, and his feedback says whose date counted."""
+    base, out, _, _ = setup
+    extensions = tmp_path / "extensions.csv"
+    extensions.write_text("learner,due_at\nbob,P2D\n")
+    done = invoke(*grade_args(base, out), "--extensions", str(extensions), "--json")
+    assert done.exit_code == 0, done.output
+    rows = {r["learner"]: r for r in json.loads(done.stdout)["rows"]}
+    assert rows["bob"]["score"] == 20 and rows["bob"]["late"]["extended"]
+    assert rows["bob"]["late"]["due_at"] == "2026-03-03T23:59:00+08:00"
+    assert gradebook(out)["bob"]["due_at"] == "2026-03-03T23:59:00+08:00"
+    results = json.loads((out / "gradescope" / "bob" / "results.json").read_text())
+    assert "own due date (an extension): 2026-03-03T23:59:00+08:00" in results["output"]
+    one_score_everywhere(out, CANVAS)
+    # The same date as a third column of the times; the two sources disagreeing is refused.
+    times = tmp_path / "times.csv"
+    times.write_text(TIMES.replace("11:59:00+08:00", "11:59:00+08:00,2026-03-03T12:00:00+08:00"))
+    args = grade_args(base, out)
+    args[args.index("--submitted-at") + 1] = str(times)
+    column = invoke(*args, "--json")
+    assert column.exit_code == 0, column.output
+    assert {r["learner"]: r["score"] for r in json.loads(column.stdout)["rows"]}["bob"] == 20
+    clash = invoke(*args, "--extensions", str(extensions))
+    assert clash.exit_code == 1 and "bob has two due dates" in " ".join(clash.output.split())
+    # Without them, bob is 2 days late again: nothing was kept by hand.
+    assert json.loads(invoke(*grade_args(base, out), "--json").stdout)["rows"][1]["score"] == 16
+
+
 def test_new_times_change_the_penalty_without_regrading_anyone(setup, tmp_path):
     base, out, _, _ = setup
     (base / "times-late.csv").write_text(TIMES + "cy,2026-03-10T00:00:00Z\n")
@@ -158,6 +228,7 @@ def test_new_times_change_the_penalty_without_regrading_anyone(setup, tmp_path):
     assert doc["graded"] == [] and sorted(doc["skipped"]) == ["ann", "bob", "cy"]
     # 9 started days past the due date: the 30 % cap; then the override's -3.
     assert {r["learner"]: r for r in doc["rows"]}["cy"]["score"] == 20 * 0.7 - 3
+    one_score_everywhere(out, CANVAS)
 
 
 def test_only_regrades_the_learners_named_and_keeps_the_other_rows(setup):
@@ -168,9 +239,19 @@ def test_only_regrades_the_learners_named_and_keeps_the_other_rows(setup):
     assert only.exit_code == 0, only.output
     doc = json.loads(only.stdout)
     assert doc["graded"] == ["bob"] and sorted(doc["skipped"]) == ["ann", "cy"]
+    one_score_everywhere(out, CANVAS)
+    # Issue 39: `--only ID --force` regraded the whole class; --only scopes --force too.
+    scoped = invoke(*grade_args(base, out), "--only", "bob", "--force", "--json")
+    assert scoped.exit_code == 0, scoped.output
+    doc = json.loads(scoped.stdout)
+    assert doc["graded"] == ["bob"] and sorted(doc["skipped"]) == ["ann", "cy"]
+    # --only scopes --seed too: one seed per batch, so a new one with --only is refused.
+    reseeded = invoke(*grade_args(base, out), "--only", "bob", "--seed", "7")
+    assert reseeded.exit_code == 2 and "--seed 7 with --only" in " ".join(reseeded.output.split())
     forced = invoke(*grade_args(base, out), "--force", "--json")
     assert forced.exit_code == 0, forced.output
     assert sorted(json.loads(forced.stdout)["graded"]) == ["ann", "bob", "cy"]
+    one_score_everywhere(out, CANVAS)
 
 
 def test_only_a_learner_the_class_does_not_hold_is_a_usage_error(setup):
@@ -210,3 +291,41 @@ def test_gradescope_takes_the_time_from_submission_metadata(setup, tmp_path):
     assert done.exit_code == 0, done.output
     document = json.loads(results.read_text())
     assert document["score"] == 16 and "2 day(s) late: 20%" in document["output"]
+    one_score_everywhere(tmp_path / "work")
+
+
+def test_on_gradescope_the_learners_own_due_date_rules_over_the_rubric(setup, tmp_path):
+    """Issue 39: the bundle baked in the rubric's due date and ignored the assignment's due date
+    and the learner's extension in submission_metadata.json."""
+    base, _, _, _ = setup
+    metadata = tmp_path / "submission_metadata.json"
+    document = {
+        "created_at": "2026-03-02T12:00:00.5-08:00",  # 2 started days past the rubric's date
+        "assignment": {"due_date": "2026-03-01T23:59:00.000000+08:00", "late_due_date": None},
+        "users": [{"email": "b@example.edu", "id": 2, "name": "Bob",
+                   "assignment": {"due_date": "2026-03-03T00:00:00.000000-08:00"}}],
+    }  # fmt: skip
+    metadata.write_text(json.dumps(document))
+
+    def graded(work: str) -> dict:
+        results = tmp_path / f"{work}.json"
+        done = invoke(
+            "grade", "gradescope", str(base / "class" / "bob"), "--results", str(results),
+            "--work", str(tmp_path / work), "--rubric", str(base / "rubric.yaml"),
+            "--submission-metadata", str(metadata),
+        )  # fmt: skip
+        assert done.exit_code == 0, done.output
+        one_score_everywhere(tmp_path / work)
+        return json.loads(results.read_text())
+
+    extended = graded("extended")
+    assert extended["score"] == 20 and "late" not in extended["output"]
+    assert "own due date (an extension): 2026-03-03T00:00:00-08:00" in extended["output"]
+    # The assignment's own due date rules over the rubric's too: a day later than the
+    # rubric's, bob is 1 started day late, not 2.
+    del document["users"]
+    document["assignment"]["due_date"] = "2026-03-02T23:59:00+08:00"
+    metadata.write_text(json.dumps(document))
+    moved = graded("moved")
+    assert moved["score"] == 18 and "1 day(s) late: 10%" in moved["output"]
+    assert "extension" not in moved["output"]

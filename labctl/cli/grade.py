@@ -144,10 +144,12 @@ def grade_class(
     only: ta.OnlyOption = None,
     force: ta.ForceOption = False,
     submitted_at: ta.SubmittedAtOption = None,
+    extensions: ta.ExtensionsOption = None,
     overrides: ta.OverridesOption = None,
     export: ta.ExportOption = None,
     roster: ta.RosterOption = None,
     assignment: ta.AssignmentOption = None,
+    no_grade: ta.NoGradeOption = "blank",
     json_: JsonFlag = False,
 ) -> None:
     """Grade every learner folder under SUBMISSIONS: verify, re-measure, score, report."""
@@ -168,7 +170,9 @@ def grade_class(
         if not folder.is_dir():
             raise UsageError(Msg("--base {path} is not a folder", path=str(folder)))
     rubric = load_rubric(rubric_path)
-    workflow = ta.workflow(only, force, submitted_at, overrides, export, roster)
+    workflow = ta.workflow(
+        only, force, submitted_at, overrides, export, roster, extensions, no_grade, rubric.due_at
+    )
     options = GradeOptions(
         timeout_s=timeout,
         memory_mb=memory_mb,
@@ -190,7 +194,7 @@ def grade_class(
         batch = run_class(submissions, out_dir, rubric, options, progress, workflow)
     internal = _internal_errors(batch)
     if export is not None and not internal:
-        ta.export(batch, rubric, roster, assignment, out_dir)
+        ta.export(batch, rubric, roster, assignment, out_dir, no_grade)
     _warn(batch)
     # The grader's to know (stderr, the JSON document): never in a learner-facing file.
     err.print(_(Msg("verify inputs drawn with seed {seed}", seed=batch.seed)), markup=False)
@@ -326,9 +330,14 @@ def gradescope(
             return
     options = GradeOptions(timeout, memory_mb, learner_timeout, isolation, 1, None)
     learner = check_learner(submission)
-    # When the learner handed in: Gradescope's word (created_at), never the learner's files.
-    when = read_gradescope_metadata(metadata) if metadata else None
-    workflow = Workflow(submitted={learner.id: when} if when else None)
+    # When the learner handed in: Gradescope's word (created_at), never the learner's files;
+    # and the due date Gradescope holds for this learner (an extension), over the rubric's.
+    said = read_gradescope_metadata(metadata) if metadata else None
+    workflow = Workflow(
+        submitted={learner.id: said.created_at} if said else None,
+        due_date=said.assignment_due if said else None,
+        due={learner.id: said.extension} if said and said.extension else None,
+    )
     batch = grade_learners([learner], work, rubric, options, workflow=workflow)
     _warn(batch)
     produced = work / "gradescope" / learner.stem / "results.json"

@@ -25,8 +25,26 @@ SubmittedAtOption = Annotated[
     typer.Option(
         "--submitted-at",
         help="CSV of learner,submitted_at rows (ISO 8601 with timezone): when each learner "
-        "handed in, for the rubric's due date and late rules.",
+        "handed in, for the rubric's due date and late rules; an optional third column, "
+        "due_at, is the learner's own due date (an extension).",
         show_default=False,
+    ),
+]
+ExtensionsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--extensions",
+        help="CSV of learner,due_at rows: each learner's own due date, an ISO 8601 time with "
+        "timezone or a duration added to the rubric's (P2D, PT36H).",
+        show_default=False,
+    ),
+]
+NoGradeOption = Annotated[
+    str,
+    typer.Option(
+        "--no-grade",
+        help="What canvas.csv holds for a learner with no grade (layout-error, refused, "
+        "not-loaded, hang, crash): blank (Canvas keeps the grade it had) or zero.",
     ),
 ]
 OverridesOption = Annotated[
@@ -76,34 +94,59 @@ def workflow(
     overrides: Path | None,
     export: str | None,
     roster: Path | None,
+    extensions: Path | None = None,
+    no_grade: str = "blank",
+    due=None,
 ):
-    """The run's `Workflow`, its files read and checked before any learner is graded."""
-    from labctl.grade.late import read_submitted_csv
+    """The run's `Workflow`, its files read and checked before any learner is graded (`due`:
+    the rubric's due date, from which an extension by a duration counts)."""
+    from labctl.grade.export import NO_GRADE_RULES
+    from labctl.grade.late import LateError, learner_key, read_extensions, read_submitted_csv
     from labctl.grade.overrides import load_overrides
     from labctl.grade.workflow import Workflow
 
+    if no_grade not in NO_GRADE_RULES:
+        raise UsageError(Msg("--no-grade {rule}: give blank or zero", rule=no_grade))
     if export is not None and export != "canvas":
         raise UsageError(Msg("--export {format}: the one format is canvas", format=export))
     if export is not None and roster is None:
         raise UsageError(Msg("--export canvas needs --roster FILE"))
     if roster is not None and not roster.is_file():
         raise UsageError(Msg("--roster {path} is not a file", path=str(roster)))
+    times = read_submitted_csv(submitted_at) if submitted_at else None
+    own = dict(times.due) if times else {}
+    for learner, when in (read_extensions(extensions, due) if extensions else {}).items():
+        if own.get(learner, when) != when:
+            raise LateError(
+                Msg(
+                    "{learner} has two due dates: {first} in {times} and {second} in {file}",
+                    learner=learner,
+                    first=own[learner].isoformat(),
+                    times=submitted_at.name,
+                    second=when.isoformat(),
+                    file=extensions.name,
+                )
+            )
+        own[learner] = when
     return Workflow(
-        only=frozenset(only or ()),
+        only=frozenset(learner_key(name) for name in only or ()),
         force=force,
-        submitted=read_submitted_csv(submitted_at) if submitted_at else None,
+        submitted=times.submitted if times else None,
+        due=own or None,
         overrides=load_overrides(overrides) if overrides else None,
         overrides_name=overrides.name if overrides else "overrides.yaml",
     )
 
 
-def export(batch, rubric, roster: Path, assignment: str | None, out_dir: Path) -> None:
+def export(
+    batch, rubric, roster: Path, assignment: str | None, out_dir: Path, no_grade: str = "blank"
+) -> None:
     """Write canvas.csv into the batch's outputs; its warnings join the batch's."""
     from labctl.grade.basecode import flag
     from labctl.grade.export import write_canvas
 
     path, warnings = write_canvas(
-        batch.rows, roster, assignment or rubric.name, rubric.max_score, out_dir
+        batch.rows, roster, assignment or rubric.name, rubric.max_score, out_dir, no_grade
     )
     batch.files.append(path)
     batch.warnings.extend(warnings)

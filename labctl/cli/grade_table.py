@@ -54,6 +54,7 @@ def _diagnosis_shown(diagnosis: str) -> str:
 
 def render(batch, rubric, found, out_dir: Path) -> None:
     from labctl.grade.basecode import flag
+    from labctl.grade.score import points_text  # the gradebook's figures, to the cent
 
     rows = []
     for row, identical in zip(batch.rows, batch.identical, strict=True):
@@ -71,7 +72,7 @@ def render(batch, rubric, found, out_dir: Path) -> None:
             [
                 escape(shown(row.learner)),
                 row.status if row.status == "graded" else f"[bold red]{row.status}[/bold red]",
-                f"{row.score:g}/{row.max_score:g}",
+                f"{points_text(row.score)}/{points_text(row.max_score)}",
                 row.isolation or "—",
                 escape(diagnosis),
             ]

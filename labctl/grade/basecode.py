@@ -70,12 +70,9 @@ def charge(item: Item, passed: bool, message: str, verify: dict, facts: dict | N
     return passed, message
 
 
-def without_base(verify: dict, facts: dict | None) -> dict:
-    """`verify` with the checks of base-code functions left out (for the `check` items)."""
-    found = _names(facts)
-    if not found:
-        return verify
-    return {**verify, "checks": [c for c in verify["checks"] if c["function"] not in found]}
+def functions(facts: dict | None) -> frozenset[str]:
+    """The functions that are base code (a `check` item gives them no share)."""
+    return frozenset(_names(facts))
 
 
 def flag(facts: dict | None) -> str:

@@ -48,6 +48,12 @@ def _kept(path: Path) -> BatchSecrets | None:
     return BatchSecrets(seed, key)
 
 
+def kept_seed(out: Path) -> int | None:
+    """The seed the batch in `out` was graded at, or None where none is kept."""
+    kept = _kept(out / SECRETS)
+    return kept.seed if kept else None
+
+
 def batch_secrets(out: Path, seed: int | None) -> BatchSecrets:
     """The batch's seed (`seed`, else the one kept in `out`, else a fresh one) and its key."""
     path = out / SECRETS

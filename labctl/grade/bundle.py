@@ -13,7 +13,8 @@ must leave `/autograder/results/results.json`. Here:
   in the language `bundle` ran in (`labctl --lang zh grade bundle`): the text
   Gradescope shows learners (`output`, and the fallback below) is in it.
   Gradescope's `submission_metadata.json` is passed on when there is one: its
-  `created_at` is when the learner handed in (late work, `labctl.grade.late`).
+  `created_at` is when the learner handed in, and its due dates (the assignment's, the
+  learner's own with an extension) rule over the rubric's `due:` (`labctl.grade.late`).
   `AUTOGRADER_ROOT` and `LABCTL` override `/autograder` and the labctl it
   runs, so the script can be tried outside Gradescope. Only labctl's own
   results count: a results.json already there is removed first, labctl writes

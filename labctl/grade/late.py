@@ -12,6 +12,15 @@ learner's own files (a commit date is whatever the learner's clock said):
 Gradescope's `submission_metadata.json` (`created_at`) or a CSV the TA gives
 (`learner,submitted_at`). A learner the CSV does not list is treated as on time,
 and named in a warning and in the gradebook (`late` = `unknown`).
+
+Extensions: a learner's own due date replaces the rubric's for that learner (its
+lateness, and when its `after_due_date` items are shown). In class mode it is a third
+column of the times CSV (`learner,submitted_at,due_at`, blank: the rubric's) or a line of
+`--extensions FILE` (`learner,due_at`: an ISO 8601 time with its timezone, or an ISO
+8601 duration added to the rubric's due date, `P2D`, `PT36H`); on Gradescope, the
+learner's own `users[].assignment.due_date` of `submission_metadata.json` (the latest
+of a group's), else the assignment's `assignment.due_date`, rules over the rubric's.
+Learner ids in every file are NFC-normalised, as the class folder's names are.
 """
 
 from __future__ import annotations
@@ -20,8 +29,10 @@ import csv
 import io
 import json
 import math
-from dataclasses import dataclass
-from datetime import datetime
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -68,6 +79,8 @@ class Lateness:
     units: int = 0  # started days or hours past the due date
     penalty_percent: float = 0.0
     unit_word: str = "day"
+    due_at: str | None = None  # the due date this learner's lateness counts from
+    extended: bool = False  # that date is the learner's own (an extension), not the rubric's
 
     @property
     def known(self) -> bool:
@@ -88,40 +101,93 @@ class Lateness:
             "units": self.units,
             "unit": self.unit_word,
             "penalty_percent": self.penalty_percent,
+            "due_at": self.due_at,
+            "extended": self.extended,
         }
 
+    @classmethod
+    def from_json(cls, data: dict) -> Lateness:
+        """The lateness a record kept (`to_json`)."""
+        return cls(
+            data["submitted_at"],
+            data["late_s"],
+            data["units"],
+            data["penalty_percent"],
+            data["unit"],
+            data.get("due_at"),
+            data.get("extended", False),
+        )
 
-def lateness(submitted: datetime | None, due: datetime, policy: LatePolicy | None) -> Lateness:
-    """The lateness of work handed in at `submitted` (None: unknown) against `due`."""
+
+def lateness(
+    submitted: datetime | None,
+    due: datetime,
+    policy: LatePolicy | None,
+    extended: bool = False,
+) -> Lateness:
+    """The lateness of work handed in at `submitted` (None: unknown) against `due` (the
+    rubric's, or the learner's own when `extended`)."""
     unit = policy.unit if policy else "day"
+    said = {"due_at": due.isoformat(), "extended": extended}
     if submitted is None:
-        return Lateness(None, unit_word=unit)
+        return Lateness(None, unit_word=unit, **said)
     stamp = submitted.isoformat()
     late_s = (submitted - due).total_seconds()
     grace_s = policy.grace_minutes * 60 if policy else 0.0
     if late_s <= grace_s:
-        return Lateness(stamp, unit_word=unit)
+        return Lateness(stamp, unit_word=unit, **said)
     units = math.ceil(late_s / _UNIT_S[unit])
     percent = min(policy.cap_percent, units * policy.penalty_percent) if policy else 0.0
-    return Lateness(stamp, late_s, units, round(percent, 6), unit)
+    return Lateness(stamp, late_s, units, round(percent, 6), unit, **said)
 
 
-def read_submitted_csv(path: Path) -> dict[str, datetime]:
-    """`--submitted-at FILE`: a CSV of `learner,submitted_at` rows (that header is optional)."""
+def learner_key(text: str) -> str:
+    """A learner id as a file names it: stripped and NFC-normalised, as folder names are."""
+    return unicodedata.normalize("NFC", text.strip())
+
+
+@dataclass
+class SubmissionTimes:
+    """`--submitted-at FILE`: when each learner handed in, and each learner's own due date
+    where the file gives one (an extension)."""
+
+    submitted: dict[str, datetime] = field(default_factory=dict)
+    due: dict[str, datetime] = field(default_factory=dict)
+
+
+def _rows(path: Path, flag: str) -> list[tuple[int, list[str]]]:
+    """The CSV's non-blank rows with their line numbers."""
     try:
         text = path.read_text("utf-8-sig")
     except FileNotFoundError:
-        raise UsageError(Msg("--submitted-at {path}: no such file", path=str(path))) from None
+        raise UsageError(Msg("{flag} {path}: no such file", flag=flag, path=str(path))) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LateError(Msg("cannot read {path}: {why}", path=str(path), why=str(exc))) from None
-    found: dict[str, datetime] = {}
-    for number, row in enumerate(csv.reader(io.StringIO(text)), start=1):
-        if not row or not "".join(row).strip():
+    return [
+        (number, row)
+        for number, row in enumerate(csv.reader(io.StringIO(text)), start=1)
+        if row and "".join(row).strip()
+    ]
+
+
+def _once(found: dict, learner: str, path: Path) -> None:
+    if learner in found:
+        raise LateError(
+            Msg("{path}: learner {learner} appears twice", path=path.name, learner=learner)
+        )
+
+
+def read_submitted_csv(path: Path) -> SubmissionTimes:
+    """`--submitted-at FILE`: a CSV of `learner,submitted_at` rows (that header is optional),
+    with an optional third column `due_at`: the learner's own due date (blank: the rubric's)."""
+    found = SubmissionTimes()
+    for number, row in _rows(path, "--submitted-at"):
+        header = [c.strip().lower() for c in row]
+        if number == 1 and header in (["learner", "submitted_at"], [*_HEADER, "due_at"]):
             continue
-        if number == 1 and [c.strip().lower() for c in row] == ["learner", "submitted_at"]:
-            continue
-        when = parse_time(row[1]) if len(row) == 2 else None
-        if when is None:
+        when = parse_time(row[1]) if len(row) in (2, 3) else None
+        due = parse_time(row[2]) if len(row) == 3 and row[2].strip() else None
+        if when is None or (len(row) == 3 and row[2].strip() and due is None):
             raise LateError(
                 Msg(
                     "{path} line {line}: expected learner,time with an ISO 8601 time and its "
@@ -130,17 +196,106 @@ def read_submitted_csv(path: Path) -> dict[str, datetime]:
                     line=number,
                 )
             )
-        learner = row[0].strip()
-        if learner in found:
+        learner = learner_key(row[0])
+        _once(found.submitted, learner, path)
+        found.submitted[learner] = when
+        if due is not None:
+            found.due[learner] = due
+    return found
+
+
+_HEADER = ["learner", "submitted_at"]
+# An ISO 8601 duration of weeks, days, hours and minutes: P2D, PT36H, P1DT12H, P1W.
+_DURATION = re.compile(
+    r"^P(?:(?P<W>\d+(?:\.\d+)?)W)?(?:(?P<D>\d+(?:\.\d+)?)D)?"
+    r"(?:T(?:(?P<H>\d+(?:\.\d+)?)H)?(?:(?P<M>\d+(?:\.\d+)?)M)?)?$"
+)
+
+
+def _duration(text: str) -> timedelta | None:
+    match = _DURATION.match(text.strip().upper())
+    if match is None or not any(match.groupdict().values()):
+        return None
+    parts = {k: float(v) for k, v in match.groupdict().items() if v}
+    return timedelta(
+        weeks=parts.get("W", 0),
+        days=parts.get("D", 0),
+        hours=parts.get("H", 0),
+        minutes=parts.get("M", 0),
+    )
+
+
+def read_extensions(path: Path, due: datetime | None) -> dict[str, datetime]:
+    """`--extensions FILE`: a CSV of `learner,due_at` rows (that header is optional), each the
+    learner's own due date: an ISO 8601 time with its timezone, or an ISO 8601 duration
+    (`P2D`, `PT36H`, `P1DT12H`) added to the rubric's due date `due`."""
+    found: dict[str, datetime] = {}
+    for number, row in _rows(path, "--extensions"):
+        if number == 1 and [c.strip().lower() for c in row] == ["learner", "due_at"]:
+            continue
+        when = parse_time(row[1]) if len(row) == 2 else None
+        longer = _duration(row[1]) if len(row) == 2 and when is None else None
+        if longer is not None and due is None:
             raise LateError(
-                Msg("{path}: learner {learner} appears twice", path=path.name, learner=learner)
+                Msg(
+                    "{path} line {line}: an extension by a duration needs the rubric's due "
+                    "date (due:); give the learner's due date instead",
+                    path=path.name,
+                    line=number,
+                )
             )
+        if longer is not None:
+            when = due + longer
+        if when is None:
+            raise LateError(
+                Msg(
+                    "{path} line {line}: expected learner,due_at with an ISO 8601 time and its "
+                    "timezone (2026-03-03T23:59:00+08:00) or a duration added to the rubric's "
+                    "due date (P2D, PT36H)",
+                    path=path.name,
+                    line=number,
+                )
+            )
+        learner = learner_key(row[0])
+        _once(found, learner, path)
         found[learner] = when
     return found
 
 
-def read_gradescope_metadata(path: Path) -> datetime:
-    """`created_at` of Gradescope's `submission_metadata.json`: when the learner uploaded."""
+@dataclass(frozen=True)
+class GradescopeSubmission:
+    """What `submission_metadata.json` says of one submission: when it was handed in, the
+    assignment's due date and the learner's own (None where the file gives none)."""
+
+    created_at: datetime
+    assignment_due: datetime | None = None
+    own_due: datetime | None = None
+
+    @property
+    def extension(self) -> datetime | None:
+        """The learner's own due date where it is not the assignment's: an extension."""
+        return self.own_due if self.own_due != self.assignment_due else None
+
+
+def _due(text: object, path: Path) -> datetime | None:
+    if text is None:
+        return None
+    when = parse_time(text)
+    if when is None:
+        raise LateError(
+            Msg(
+                "{path} holds a due_date that is not an ISO 8601 time with its timezone",
+                path=path.name,
+            )
+        )
+    return when
+
+
+def read_gradescope_metadata(path: Path) -> GradescopeSubmission:
+    """Gradescope's `submission_metadata.json`: `created_at` (when the learner uploaded), the
+    assignment's `assignment.due_date`, and the learner's own `users[].assignment.due_date`
+    (Gradescope's per-user dates, an extension in; the latest of a group's: one member's
+    extension is the group's)."""
     try:
         data = json.loads(path.read_text("utf-8"))
     except FileNotFoundError:
@@ -154,4 +309,13 @@ def read_gradescope_metadata(path: Path) -> datetime:
         raise LateError(
             Msg("{path} has no created_at time with a timezone (ISO 8601)", path=path.name)
         )
-    return when
+    assignment = data.get("assignment")
+    general = _due(assignment.get("due_date") if isinstance(assignment, dict) else None, path)
+    users = data.get("users") if isinstance(data.get("users"), list) else []
+    own = [
+        _due(user["assignment"].get("due_date"), path)
+        for user in users
+        if isinstance(user, dict) and isinstance(user.get("assignment"), dict)
+    ]
+    own = [d for d in own if d is not None]
+    return GradescopeSubmission(when, general, max(own) if own else None)

@@ -9,10 +9,16 @@
         ...                        with the artifacts it names, inside the learner's folder,
                                    which is then the learner's git repository
 
-A learner id is letters, digits, `.`, `_` and `-` (it names output files). An
-entry that does not fit gets a named layout error in its own row (a name that
-is not even UTF-8 included, shown escaped); the batch goes on. A file at the
-top is no learner: it is listed as ignored. The digest of a learner's inputs
+A learner id is the folder's name as a platform hands it out, NFC-normalised:
+letters, marks and digits of any script, single spaces ("Mary Ann Lee") and
+`._-'’,()@+`, starting with a letter or digit. An entry that does not fit gets a
+named layout error in its own row (a name that is not even UTF-8 included, shown
+escaped); so do two folders whose names are one id once normalised (NFC and NFD
+spellings of "Zoë"), both of them; the batch goes on. Output files are named by
+the id itself only when it is a plain ASCII name that no other learner's file name
+can be (not `learner-<hex>`, not the same as another's but for case); otherwise by a
+digest of the folder's real name, which the gradebook's `files` column maps back. A
+file at the top is no learner: it is listed as ignored. The digest of a learner's inputs
 covers every file under the folder (names and bytes; of `.git/` only the
 commit's payload, HEAD, refs and objects; `__pycache__/` aside, which tools
 rewrite) so a re-run can skip a learner whose inputs did not change.
@@ -20,6 +26,7 @@ rewrite) so a re-run can skip a learner whose inputs did not change.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -35,11 +42,15 @@ from labctl.isolation.loader import check_source_only
 
 PACKAGE_DIR = "clean_room"
 SUBMISSION_NAMES = ("submission.yaml", "submission.yml", "submission.json")
-# A learner id: letters and digits of any script (NFC), '.', '_', '-'; an output file is named
-# by the id itself only when it is ASCII, which every file system and zip tool carries.
-ID_PUNCTUATION = "._-"
+# A learner id: letters, marks and digits of any script (NFC), single spaces and the
+# punctuation of names and e-mail addresses; an output file is named by the id itself only
+# when it is plain ASCII, which every file system and zip tool carries.
+ID_PUNCTUATION = "._-'\u2019,()@+"
 MAX_ID_LENGTH = 128
 _ASCII_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# The names labctl gives files by digest: a folder named so is digested too, never sharing
+# another learner's files.
+_DIGEST_STEM = re.compile(r"^(learner|invalid)-[0-9a-f]{12}$")
 CACHE, GIT = b"__pycache__", b".git"
 # Of `.git/`, what the submission's commit is made of; its config, hooks, index and logs
 # are not inputs (tools rewrite them, and none of them changes what was handed in).
@@ -53,7 +64,7 @@ MAX_DEPTH = 64
 @dataclass(frozen=True)
 class LayoutError:
     # not-a-folder | bad-id | no-clean-room | not-a-package | two-submissions | not-source
-    # | symlink | special-file | too-deep | too-large | unreadable | ambiguous
+    # | symlink | special-file | too-deep | too-large | unreadable | ambiguous | same-id
     code: str
     message: str
 
@@ -72,26 +83,34 @@ class Learner:
     error: LayoutError | None = None
     inputs_sha256: str = ""
     room_sha256: str = ""  # the clean room's files alone: two learners' rooms alike
+    digested: bool = False  # its files are named by digest whatever its id (`survey`)
 
     @property
     def stem(self) -> str:
         """The learner's name for output files: its id, or a digest of the folder's real name
         (its bytes: two names shown alike stay apart) when the id is not one."""
-        return stem(os.fsdecode(self.folder.name))
+        return stem(os.fsdecode(self.folder.name), self.digested)
+
+
+def _id_character(c: str) -> bool:
+    return unicodedata.category(c)[0] in "LMN" or c in ID_PUNCTUATION
 
 
 def learner_id(name: str) -> str | None:
     """The learner id a folder's name gives (NFC-normalised), or None when it gives none."""
     text = unicodedata.normalize("NFC", name)
-    if not text or len(text) > MAX_ID_LENGTH or not text[0].isalnum():
+    if not text or len(text) > MAX_ID_LENGTH or not text[0].isalnum() or "  " in text:
         return None
-    return text if all(c.isalnum() or c in ID_PUNCTUATION for c in text) else None
+    if text.endswith(" "):
+        return None
+    return text if all(c == " " or _id_character(c) for c in text) else None
 
 
-def stem(name: str) -> str:
-    """Output files' name for the folder `name`: an ASCII id itself, else a digest of the
-    name's real bytes (two names that normalise alike stay apart)."""
-    if _ASCII_ID.match(name):
+def stem(name: str, digested: bool = False) -> str:
+    """Output files' name for the folder `name`: a plain ASCII id itself, else (or when
+    `digested`) a digest of the name's real bytes (two names that normalise alike stay
+    apart; a name shaped like a digest's never takes another learner's)."""
+    if _ASCII_ID.match(name) and not _DIGEST_STEM.match(name) and not digested:
         return name
     prefix = "learner-" if learner_id(name) else "invalid-"
     return prefix + hashlib.sha256(os.fsencode(name)).hexdigest()[:12]
@@ -210,9 +229,11 @@ def check_learner(entry: Path) -> Learner:
     if learner_id(entry.name) is None:
         why = _(
             Msg(
-                "{name} is not a learner id: use letters and digits (any script), '.', '_' "
-                "and '-', starting with a letter or digit, at most {most} characters",
+                "{name} is not a learner id: use letters and digits (any script), single "
+                "spaces and {punctuation}, starting with a letter or digit, at most {most} "
+                "characters",
                 name=repr(name),
+                punctuation=" ".join(ID_PUNCTUATION),
                 most=MAX_ID_LENGTH,
             )
         )
@@ -332,7 +353,42 @@ def survey(submissions_dir: Path) -> tuple[list[Learner], list[Ignored]]:
             )
     if not learners:
         raise UsageError(Msg("{path} holds no learner folders", path=str(submissions_dir)))
-    return learners, ignored
+    return _apart(learners), ignored
+
+
+def _apart(learners: list[Learner]) -> list[Learner]:
+    """One learner, one id, one set of files: folders whose names are one id once normalised
+    are each refused by name; files whose names differ only in case (one file on macOS or
+    Windows) are named by digest."""
+    ids: dict[str, list[Learner]] = {}
+    stems: dict[str, int] = {}
+    for learner in learners:
+        ids.setdefault(learner.id, []).append(learner)
+        key = learner.stem.casefold()
+        stems[key] = stems.get(key, 0) + 1
+    found = []
+    for learner in learners:
+        same = ids[learner.id]
+        if len(same) > 1:
+            names = ", ".join(ascii(os.fsdecode(other.folder.name)) for other in same)
+            why = Msg(
+                "{count} folders are the one learner id {id} once NFC-normalised ({names}): "
+                "each is refused; rename them apart",
+                count=len(same),
+                id=repr(learner.id),
+                names=names,
+            )
+            learner = dataclasses.replace(
+                learner,
+                clean_room=None,
+                submission=None,
+                room_sha256="",
+                error=LayoutError("same-id", _(why)),
+            )
+        if stems[learner.stem.casefold()] > 1:
+            learner = dataclasses.replace(learner, digested=True)
+        found.append(learner)
+    return found
 
 
 def discover(submissions_dir: Path) -> list[Learner]:

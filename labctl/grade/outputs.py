@@ -36,9 +36,10 @@ from pathlib import Path
 
 from labctl.evidence.store import replace_atomically
 from labctl.grade import basecode
+from labctl.grade.late import parse_time
 from labctl.grade.layout import Ignored, stem
 from labctl.grade.rubric import Rubric
-from labctl.grade.score import GRADED, Row
+from labctl.grade.score import GRADED, Row, points_text
 from labctl.grade.visibility import Audience, audience, published_at
 from labctl.i18n import N_, _
 from labctl.isolation.sandbox import OUTPUT_LIMIT
@@ -54,13 +55,17 @@ def _xml_text(text: str) -> str:
     return shown(text, lines=True).replace("\ufffe", "\\ufffe").replace("\uffff", "\\uffff")
 
 
-def _points(value: float) -> str:
-    return f"{value:g}"
+_points = points_text
 
 
 def gradebook_csv(
-    rows: list[Row], rubric: Rubric, identical: Sequence[Sequence[str]] | None = None
+    rows: list[Row],
+    rubric: Rubric,
+    identical: Sequence[Sequence[str]] | None = None,
+    stems: Sequence[str] | None = None,
 ) -> str:
+    """The grader's table; `files` names each learner's output files (`records/`,
+    `feedback/`, `gradescope/`), a digest where the learner's id is not a plain ASCII name."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     ids = [item.id for item in rubric.items]
@@ -76,6 +81,7 @@ def gradebook_csv(
             "identical_to",
             *LATE_COLUMNS,
             "base_code",
+            "files",
         ]
     )
     for index, row in enumerate(rows):
@@ -92,6 +98,7 @@ def gradebook_csv(
                 cell(" ".join(identical[index]) if identical else ""),
                 *_late_cells(row),
                 cell(basecode.flag(row.base_code)),
+                stems[index] if stems else stem(row.learner),
             ]
         )
     return buffer.getvalue()
@@ -101,6 +108,7 @@ def gradebook_csv(
 # then what the learner's room printed. (Its time is in summary.json: the gradebook of two
 # runs of one batch is the same file.)
 LATE_COLUMNS = (
+    "due_at",
     "submitted_at",
     "late",
     "late_penalty",
@@ -131,6 +139,7 @@ def printed(row: Row) -> str:
 def _late_cells(row: Row) -> list[str]:
     late = row.late
     return [
+        row.due_at or "",
         late.submitted_at or "" if late else "",
         late.label() if late else "",
         _points(row.late_penalty) if late else "",
@@ -192,6 +201,13 @@ def junit_xml(rows: list[Row]) -> bytes:
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
+def seen_by(row: Row, rubric: Rubric, published: bool, now=None) -> Audience:
+    """What this learner may see now: `after_due_date` items from the learner's own due date
+    (an extension's, else the rubric's)."""
+    due = parse_time(row.due_at) if row.due_at else rubric.due_at
+    return audience(due, published, now)
+
+
 def feedback(row: Row, seen: Audience | None = None) -> dict:
     """What the learner may see (`seen`; default: before the due date, unpublished): no item
     kept back, not even how many there are."""
@@ -227,6 +243,8 @@ def _learner_output(row: Row) -> str:
     if row.status != GRADED:
         lines.insert(0, row.diagnosis)
     late = row.late
+    if late is not None and late.extended and late.due_at:
+        lines.append(_("Your own due date (an extension): {due}.").format(due=late.due_at))
     if late is not None and late.units:
         said = (
             N_("Handed in {units} day(s) late: {percent:g}% of the score taken off.")
@@ -329,11 +347,12 @@ def write_all(
         replace_atomically(path, data)
         written.append(path)
 
-    put(out / "gradebook.csv", gradebook_csv(rows, rubric, identical).encode("utf-8"))
+    put(out / "gradebook.csv", gradebook_csv(rows, rubric, identical, stems).encode("utf-8"))
     put(out / "junit.xml", junit_xml(rows))
-    seen = audience(rubric.due_at, published_at(out) is not None)
+    published = published_at(out) is not None
     for index, row in enumerate(rows):
         name = stems[index] if stems else stem(row.learner)
+        seen = seen_by(row, rubric, published)
         put(out / "feedback" / f"{name}.json", json_bytes(feedback(row, seen)))
         put(out / "gradescope" / name / "results.json", json_bytes(gradescope_results(row)))
     put(out / "summary.json", json_bytes(summary(rows, rubric, identical, ignored)))

@@ -7,7 +7,7 @@
         reason: "bad-input check regraded by hand: the ValueError is raised, one call later"
 
 The file is validated strictly (unknown keys, an empty reason, a learner the
-class does not hold: refused, exit 1). An adjustment is added after the late
+class does not hold: refused, exit 1); learner ids are NFC-normalised, as folder names are. An adjustment is added after the late
 penalty (the TA's word is the last one), and the score is not clamped to the
 rubric's range. Each is recorded in the gradebook and shown, with its reason, in
 the learner's feedback.
@@ -38,6 +38,13 @@ class Override(Strict):
     learner: str = Field(min_length=1, max_length=200)
     points: float = Field(ge=-1000, le=1000)
     reason: str = Field(min_length=1, max_length=2000)
+
+    @field_validator("learner")
+    @classmethod
+    def _normalised(cls, value: str) -> str:
+        from labctl.grade.late import learner_key
+
+        return learner_key(value)  # NFC, as the class folder's names are
 
     @field_validator("points")
     @classmethod

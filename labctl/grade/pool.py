@@ -12,7 +12,8 @@ dies mid-learner (a crash, the memory limit, an attack on its parent) is a
 carries the isolation level the worker announced before the learner's code ran.
 Each worker keeps its temporary files (its clean-room copies, staged worker,
 fault rooms) in a folder of its own, which the pool removes when the worker
-ends: a worker killed at a limit or by a learner's code cleans up nothing.
+ends: a worker killed at a limit or by a learner's code cleans up nothing; the
+folders of a labctl killed outright are removed by the next run (`labctl.grade.scratch`).
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from labctl.errors import LabctlError, UsageError
+from labctl.grade import scratch
 from labctl.i18n import Msg, _
 
 BOOT_TIMEOUT_S = 180.0
@@ -97,6 +98,7 @@ class LocalPool:
         }
         self._slots: list[_Slot] = []
         self._selector = selectors.DefaultSelector()
+        scratch.remove_stale()  # what a run killed outright left behind
 
     # -- workers ------------------------------------------------------------
 
@@ -110,9 +112,7 @@ class LocalPool:
     def _start(self) -> _Slot:
         read_fd, write_fd = os.pipe()
         debug = os.environ.get("LABCTL_DEBUG") == "1"
-        tmp = tempfile.mkdtemp(prefix="labctl-grading-")
-        # A clean room's process drops to uid 65534 and reads the worker staged in here.
-        os.chmod(tmp, 0o755)
+        tmp = scratch.make()
         proc = subprocess.Popen(
             self._command(write_fd),
             stdin=subprocess.PIPE,
@@ -125,6 +125,7 @@ class LocalPool:
             env={**self.env, "TMPDIR": tmp},
         )
         os.close(write_fd)
+        scratch.claim(tmp, proc.pid)
         slot = _Slot(proc, read_fd, tmp, deadline=time.monotonic() + BOOT_TIMEOUT_S)
         self._selector.register(read_fd, selectors.EVENT_READ, slot)
         self._slots.append(slot)
@@ -154,6 +155,12 @@ class LocalPool:
         return code
 
     def close(self) -> None:
+        # Every worker is asked to stop before any is waited for: their exits overlap.
+        for slot in list(self._slots):
+            with contextlib.suppress(OSError):
+                slot.proc.stdin.close()
+            with contextlib.suppress(ProcessLookupError):
+                slot.proc.send_signal(signal.SIGTERM)
         for slot in list(self._slots):
             self._stop(slot, gently=True)
         self._selector.close()
@@ -163,6 +170,12 @@ class LocalPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def boot(self, count: int) -> None:
+        """Start now the workers `count` jobs will need, so they boot while the batch gets
+        ready (`run` starts any still missing)."""
+        while len(self._slots) < min(self.jobs, count):
+            self._start()
 
     # -- the loop -----------------------------------------------------------
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from labctl.errors import LabctlError, UsageError
 from labctl.evidence.store import replace_atomically
-from labctl.grade.outputs import feedback, json_bytes
+from labctl.grade.outputs import feedback, json_bytes, seen_by
 from labctl.grade.rubric import Rubric
 from labctl.grade.runner import RECORD_SCHEMA, RECORDS, read_record, row_from_record
 from labctl.grade.visibility import PUBLISHED, PUBLISHED_SCHEMA, audience
@@ -70,11 +70,13 @@ def publish(out: Path, rubric: Rubric, now: datetime | None = None) -> Published
     now = now or datetime.now(UTC)
     when = now.isoformat(timespec="seconds")
     marker = {"schema": PUBLISHED_SCHEMA, "published_at": when, "rubric_sha256": rubric.sha256()}
-    seen = audience(rubric.due_at, True, now)
-    done = Published(len(records), seen.due_passed)
+    # The same rows as the batch's outputs: lateness, extensions and adjustments are in
+    # each record, so a learner's score here is the gradebook's.
+    done = Published(len(records), audience(rubric.due_at, True, now).due_passed)
     for stem, record in records.items():
+        row = row_from_record(record)
         path = out / "feedback" / f"{stem}.json"
-        replace_atomically(path, json_bytes(feedback(row_from_record(record), seen)))
+        replace_atomically(path, json_bytes(feedback(row, seen_by(row, rubric, True, now))))
         done.files.append(path)
     replace_atomically(out / PUBLISHED, json_bytes(marker))
     done.files.append(out / PUBLISHED)

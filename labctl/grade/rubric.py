@@ -134,6 +134,8 @@ class Rubric(Strict):
     # `after_due_date` items are shown from then on (`labctl.grade.visibility`).
     due: str | None = None
     late: LatePolicy | None = None
+    # How far past `max_score` a TA's overrides may take a score (`labctl.grade.overrides`).
+    bonus_points: float = Field(default=0, ge=0, le=1000)
 
     @field_validator("due", mode="before")
     @classmethod
@@ -205,6 +207,8 @@ class Rubric(Strict):
         if self.contract == 1:
             # A v1 rubric dumps (and so digests) as it did before rubrics named a contract.
             data.pop("contract")
+        if not self.bonus_points:
+            data.pop("bonus_points")  # likewise before rubrics allowed bonus points
         return data
 
     def sha256(self) -> str:

@@ -8,7 +8,9 @@
    every worker), then observe the rest: local workers (`--jobs`) or a Dask
    cluster (`--scheduler`). Each row is scored here and its record written as
    soon as it is known.
-4. Write the class's outputs from all the records (`labctl.grade.outputs`).
+4. Apply this run's lateness, extensions and adjustments to every row and keep them
+   in its record (so `labctl grade publish` shows the very same scores), then write the
+   class's outputs from all the records (`labctl.grade.outputs`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from labctl.evidence.environment import now_iso
 from labctl.evidence.store import replace_atomically
 from labctl.fingerprints.base import load_base
 from labctl.grade import basecode, outputs
-from labctl.grade.batch_seed import batch_secrets
+from labctl.grade.batch_seed import batch_secrets, kept_seed
+from labctl.grade.late import Lateness
 from labctl.grade.layout import Ignored, Learner, survey
 from labctl.grade.pool import INTERNAL_ERROR, GradingError, LocalPool, Outcome
 from labctl.grade.rubric import Rubric
@@ -139,7 +142,23 @@ def row_from_record(record: dict) -> Row:
         )
         for i in record["items"]
     ]
+    late = record.get("late")
+    row.late = Lateness.from_json(late) if late else None
+    row.adjustments = list(record.get("adjustments") or [])
+    row.due_at = record.get("due_at")
     return observed(row, record.get("facts"))
+
+
+def _settled(record: dict, row: Row) -> dict:
+    """`record` with the row's score as the outputs show it: lateness and adjustments in."""
+    return {
+        **record,
+        "score": row.score,
+        "late_penalty": row.late_penalty,
+        "due_at": row.due_at,
+        "late": row.late.to_json() if row.late else None,
+        "adjustments": list(row.adjustments),
+    }
 
 
 def _record(row: Row, learner: Learner, key: str, rubric: Rubric, facts: dict | None) -> dict:
@@ -210,7 +229,8 @@ def _job(learner: Learner, rubric: Rubric, options: GradeOptions) -> dict:
         "timeout_s": options.timeout_s,
         "memory_mb": options.memory_mb,
         "isolation": options.isolation,
-        "measure": rubric.needs_metrics,
+        # A submission's claims are measured at the batch's seed too (`score._submission`).
+        "measure": rubric.needs_metrics or rubric.needs_submission,
         "remeasure": rubric.needs_submission,
         "seed": options.seed,
         "contract": rubric.contract,
@@ -275,11 +295,23 @@ def grade_learners(
     if out.exists() and not out.is_dir():
         raise UsageError(Msg("--out {path} is a file; give a folder", path=str(out)))
     (out / RECORDS).mkdir(parents=True, exist_ok=True)
+    before = kept_seed(out)
+    if workflow.only and options.seed is not None and before not in (None, options.seed):
+        # One seed per batch: --only regrades its learners at the batch's own seed.
+        raise UsageError(
+            Msg(
+                "--seed {seed} with --only: the class was graded at seed {kept}; a new seed "
+                "regrades everyone (leave out --only)",
+                seed=options.seed,
+                kept=before,
+            )
+        )
     kept = batch_secrets(out, options.seed)
     options = dataclasses.replace(options, seed=kept.seed)
     base = load_base(list(options.base))
     functions = contract.function_names(rubric.contract)
     rows: dict[int, Row] = {}
+    records: dict[int, dict] = {}
     batch = Batch(
         [], [], [], out, learners=list(learners), ignored=list(ignored or []), seed=kept.seed
     )
@@ -290,7 +322,7 @@ def grade_learners(
     def keep(index: int, row: Row, facts: dict | None) -> None:
         learner = learners[index]
         rows[index] = row
-        record = _record(row, learner, keys[index], rubric, facts)
+        record = records[index] = _record(row, learner, keys[index], rubric, facts)
         replace_atomically(out / RECORDS / f"{learner.stem}.json", outputs.json_bytes(record))
         batch.graded.append(learner.id)
         if progress:
@@ -301,6 +333,7 @@ def grade_learners(
         previous = read_record(out, learner.stem)
         if workflow.reuse(learner, previous, keys[index]):
             rows[index] = row_from_record(previous)
+            records[index] = previous
             batch.skipped.append(learner.id)
             if progress:
                 progress(len(rows), total, learner.id, "unchanged")
@@ -311,7 +344,6 @@ def grade_learners(
 
     if todo:
         cache = out / CACHE
-        batch.warnings = warm_reference_cache(cache, kept.seed, kept.reference_key)
         ended: list[Outcome] = []
 
         def done(key: str, outcome: Outcome) -> None:
@@ -340,16 +372,28 @@ def grade_learners(
             "LABCTL_REFERENCE_KEY": kept.reference_key,
             "LABCTL_LANG": language(),
         }
+        if rubric.needs_metrics or rubric.needs_submission:
+            env["LABCTL_WORKER_TORCH"] = "1"  # the labs need it: imported as the worker starts
         if options.scheduler:
             from labctl.grade.dask_exec import run_on_dask
 
+            batch.warnings = warm_reference_cache(cache, kept.seed, kept.reference_key)
             run_on_dask(options.scheduler, jobs, done, options.learner_timeout_s, env)
         else:
             with LocalPool(min(options.jobs, len(jobs)), options.learner_timeout_s, env) as pool:
+                # The workers start (Python, labctl, torch) while this process computes the
+                # reference's outputs; no job is sent before they are written.
+                pool.boot(len(jobs))
+                batch.warnings = warm_reference_cache(cache, kept.seed, kept.reference_key)
                 pool.run(jobs, done)
 
     batch.rows = [rows[index] for index in range(total)]
     batch.warnings += workflow.apply(batch.rows, rubric)
+    for index, row in enumerate(batch.rows):
+        settled = _settled(records[index], row)
+        if settled != records[index]:
+            path = out / RECORDS / f"{learners[index].stem}.json"
+            replace_atomically(path, outputs.json_bytes(settled))
     batch.identical = identical_rooms(learners)
     batch.files = outputs.write_all(
         batch.rows,

@@ -9,17 +9,25 @@ room observed that does not load is `not-loaded`, one the import policy refuses 
 `refused`, as verify says (every item 0, the reason named).
 
 A check that could not run for a function (`not-run`: an earlier call of that
-function hung) is charged to that function's own item only, never to a `check`
-item of every function. The rubric's `scoring` says how a function built on a
-failing function is charged: `cascade`, like any failing function;
-`independent`, not at all when verify localises its failure to the failing
-function it is built on (its item names that function and passes).
+function hung) is charged to that function only: its own item, and its share of a
+`check` item, never the whole `check` item. The rubric's `scoring` says how a
+function built on a failing function is charged: `cascade`, like any failing
+function; `independent`, not at all when verify localises its failure to the
+failing function it is built on (its item names that function and passes).
+
+Points only for work: a `check` item's points are shared among the functions the
+check applies to, and a function earns its share only when it passes that check and
+its own function item passes (under the rubric's `scoring`): a function that raises
+`ValueError` on every input "refuses bad input" but earns nothing for it. A room
+over its time budget (`over-budget`) keeps the points of what ran: only the functions
+and metrics the budget left unrun lose theirs.
 
 Base code earns nothing (`labctl.grade.basecode`): a function that is labctl's own
 clean room or the course's starting code scores 0, whatever its checks say.
 
 The row's score is its items' points, less the late penalty (a share of them,
-`labctl.grade.late`), plus the TA's adjustments (`labctl.grade.overrides`).
+`labctl.grade.late`), plus the TA's adjustments (`labctl.grade.overrides`), to the
+cent: every output shows this one number (`points_text`).
 """
 
 from __future__ import annotations
@@ -29,13 +37,17 @@ from dataclasses import dataclass, field
 from labctl.grade import basecode
 from labctl.grade.late import Lateness
 from labctl.grade.rubric import Item, Rubric
-from labctl.i18n import _
+from labctl.i18n import Msg, _
 
 # Row statuses: `graded` (the learner's code was observed; its items say how it did), or
 # the named failure that stopped the observation.
 GRADED = "graded"
 NOT_LOADED = "not-loaded"
 FAILURES = ("layout-error", "hang", "crash", "refused")
+# The verify statuses whose room ran: its checks say how each function did.
+_RAN = ("loaded", "over-budget")
+# Scores, penalties and shares are kept to the cent, so every output shows the same number.
+_CENTS = 2
 # What a list of checks or diagnoses aims at: whole ones that fit, the rest named (`listed`).
 _LIST_CHARS = 600
 # No message is longer (a room's own text inside one is capped, but their number is not);
@@ -77,6 +89,7 @@ class Row:
     items: list[ItemResult] = field(default_factory=list)
     late: Lateness | None = None
     adjustments: list[dict] = field(default_factory=list)  # {"points", "reason"}
+    due_at: str | None = None  # the learner's due date: the rubric's, or an extension
     wall_time_s: float | None = None  # what observing the learner took (None: not known)
     output_bytes: int = 0  # what the learner's room printed in all
     base_code: dict | None = None  # `labctl.grade.basecode`: which functions are base code
@@ -85,16 +98,19 @@ class Row:
     def items_score(self) -> float:
         return round(sum(i.points for i in self.items), 6)
 
+    def penalty(self, points: float) -> float:
+        """The late penalty on `points`: its share of them, to the cent."""
+        percent = self.late.penalty_percent if self.late else 0.0
+        return round(points * percent / 100, _CENTS)
+
     def adjusted(self, points: float) -> float:
         """`points` less the late penalty (its share of them), plus the adjustments."""
-        percent = self.late.penalty_percent if self.late else 0.0
         extra = sum(a["points"] for a in self.adjustments)
-        return round(points * (1 - percent / 100) + extra, 6)
+        return round(points - self.penalty(points) + extra, _CENTS)
 
     @property
     def late_penalty(self) -> float:
-        percent = self.late.penalty_percent if self.late else 0.0
-        return round(self.items_score * percent / 100, 6)
+        return self.penalty(self.items_score)
 
     @property
     def score(self) -> float:
@@ -105,6 +121,12 @@ class Row:
         return round(sum(i.max_points for i in self.items), 6)
 
 
+def points_text(value: float) -> str:
+    """A score as every table shows it (gradebook, JUnit, Canvas): to the cent, no exponent."""
+    text = f"{round(value, 6):.6f}".rstrip("0").rstrip(".")
+    return "0" if text in ("", "-0") else text
+
+
 def _short(text: str) -> str:
     """`text`, or as many of its words as fit and "…": never cut inside a word."""
     if len(text) <= _MESSAGE_CHARS:
@@ -113,12 +135,14 @@ def _short(text: str) -> str:
     return (head.rsplit(" ", 1)[0] if " " in head else head) + "…"
 
 
-def _result(item: Item, passed: bool, message: str) -> ItemResult:
+def _result(item: Item, passed: bool, message: str, points: float | None = None) -> ItemResult:
+    """The item's result: all its points when passed, none otherwise, unless `points` says
+    what share of them was earned (a `check` item)."""
     return ItemResult(
         item.id,
         item.kind,
         item.target,
-        item.points if passed else 0.0,
+        (item.points if passed else 0.0) if points is None else points,
         item.points,
         item.visibility,
         passed,
@@ -131,11 +155,21 @@ def _failing(checks: list[dict], keep) -> list[dict]:
     return [c for c in checks if keep(c) and c["status"] != "pass"]
 
 
+def _unrun(verify: dict, function: str) -> str | None:
+    """Why `function` was not run at all (the room's time budget ran out first), or None."""
+    if function not in verify.get("over_budget", ()):
+        return None
+    return _(Msg("not run: over the time budget of {budget:g} s", budget=verify["budget_s"]))
+
+
 def _function(item: Item, rubric: Rubric, verify: dict) -> tuple[bool, str]:
     scored = set(rubric.function_checks(item))
     bad = _failing(verify["checks"], lambda c: c["function"] == item.target and c["name"] in scored)
-    if verify["status"] != "loaded":
+    if verify["status"] not in _RAN:
         return False, verify["message"]
+    unrun = _unrun(verify, item.target)
+    if unrun is not None:
+        return False, unrun
     if not bad:
         return True, _("passes every check")
     if rubric.scoring == "independent":
@@ -183,29 +217,69 @@ def listed(parts: list[tuple[str, str]], limit: int = _LIST_CHARS) -> str:
     return "; ".join(kept)
 
 
-def _check(item: Item, verify: dict) -> tuple[bool, str]:
-    if verify["status"] != "loaded":
-        return False, verify["message"]
+def _works(function: str, rubric: Rubric, verify: dict) -> bool:
+    """Whether `function` was seen to work: its function item (the rubric's, or one scoring
+    what a function item would by default) passes under the rubric's `scoring`."""
+    item = next(
+        (i for i in rubric.items if i.kind == "function" and i.target == function),
+        None,
+    ) or Item(id="share", kind="function", target=function, points=1)
+    return _function(item, rubric, verify)[0]
+
+
+def _check(
+    item: Item, rubric: Rubric, verify: dict, base: frozenset[str] = frozenset()
+) -> tuple[bool, str, float]:
+    """(passed, message, points): each function the check applies to earns its share of the
+    item when it passes the check and its own function item passes, and is not base code."""
+    if verify["status"] not in _RAN:
+        return False, verify["message"], 0.0
     mine = [c for c in verify["checks"] if c["name"] == item.target]
-    failed = sorted({c["function"] for c in mine if c["status"] == "fail"})
+    functions = list(dict.fromkeys(c["function"] for c in mine))
+    status = {c["function"]: c for c in mine}
+    ran = [f for f in functions if status[f]["status"] != "not-run"]
+    if not ran:
+        return False, _("{check} could not run for any function").format(check=item.target), 0.0
+    failed = [f for f in ran if status[f]["status"] == "fail"]
+    unrun = [f for f in functions if f not in ran]
+    idle = [f for f in ran if f not in failed and not _works(f, rubric, verify)]
+    based = [f for f in ran if f not in failed and f not in idle and f in base]
+    earned = len(functions) - len(failed) - len(unrun) - len(idle) - len(based)
+    points = round(item.points * earned / len(functions), _CENTS)
+    if earned == len(functions):
+        return True, _("{check} passes for every function").format(check=item.target), points
+    parts = []
     if failed:
-        return False, _("{check} does not pass for: {functions}").format(
-            check=item.target, functions=", ".join(failed)
+        parts.append(
+            _("{check} does not pass for: {functions}").format(
+                check=item.target, functions=", ".join(failed)
+            )
         )
-    # Not run for a function: its own item is charged for that, not this one.
-    unrun = [c for c in mine if c["status"] == "not-run"]
-    if mine and len(unrun) == len(mine):
-        return False, _("{check} could not run for any function").format(check=item.target)
-    if not unrun:
-        return True, _("{check} passes for every function").format(check=item.target)
-    return True, _("{check} passes for every function it ran for; not run for {functions}").format(
-        check=item.target,
-        functions="; ".join(f"{c['function']} ({c['message']})" for c in unrun[:3]),
+    if idle:
+        parts.append(
+            _("no share where the function fails its own checks: {functions}").format(
+                functions=", ".join(idle)
+            )
+        )
+    if based:
+        parts.append(_("no share for base code: {functions}").format(functions=", ".join(based)))
+    if unrun:
+        parts.append(
+            _("not run for: {functions}").format(
+                functions="; ".join(
+                    f"{f} ({_unrun(verify, f) or status[f]['message']})" for f in unrun[:3]
+                )
+                + (f"; +{len(unrun) - 3}" if len(unrun) > 3 else "")
+            )
+        )
+    head = _("{earned} of {total} functions earn their share").format(
+        earned=earned, total=len(functions)
     )
+    return False, f"{head}: " + "; ".join(parts), points
 
 
 def _package(verify: dict) -> tuple[bool, str]:
-    if verify["status"] != "loaded":
+    if verify["status"] not in _RAN:
         return False, verify["message"]
     bad = _failing(verify["checks"], lambda c: c["name"] in ("loads", "import-policy"))
     if bad:
@@ -229,14 +303,25 @@ def _submission(facts: dict) -> tuple[bool, str]:
     found = facts.get("submission")
     if found is None:
         return False, _("no submission (submission.yaml or submission.json)")
-    if found["accepted"]:
-        return True, _("{file}: valid, every claim reproduced").format(file=found["file"])
-    problems = "; ".join(f"{p['field']}: {p['reason']}" for p in found["problems"][:3])
-    return False, _("{file} refused: {problems}").format(file=found["file"], problems=problems)
+    if not found["accepted"]:
+        problems = "; ".join(f"{p['field']}: {p['reason']}" for p in found["problems"][:3])
+        return False, _("{file} refused: {problems}").format(file=found["file"], problems=problems)
+    # Reproduced at the seed the learner wrote, which the learner knew: the room must also do
+    # the work at labctl's own seed, as `evidence submit` requires (verify passes there, and
+    # every claimed metric measured there meets its tolerance).
+    verify = facts["verify"]
+    claimed = {r["name"] for r in found["reproduced"]}
+    short = [m["name"] for m in verify["metrics"] if m["name"] in claimed and not m.get("passed")]
+    if not verify["passed"] or short:
+        failing = sorted({c["function"] for c in verify["checks"] if c["status"] != "pass"})
+        return False, _(
+            "{file}: its claims reproduce at the seed it names, but not labctl's own seed: {what}"
+        ).format(file=found["file"], what=", ".join(failing + short) or verify["message"])
+    return True, _("{file}: valid, every claim reproduced").format(file=found["file"])
 
 
 def _diagnosis(verify: dict) -> str:
-    if verify["status"] != "loaded":
+    if verify["status"] != "loaded":  # over the budget: which functions it left unrun
         return verify["message"]
     found = [
         (d["function"], d["message"]) for d in verify["diagnosis"] if d["kind"] != "not-implemented"
@@ -258,20 +343,28 @@ def score(learner: str, rubric: Rubric, facts: dict) -> Row:
     verify = facts["verify"]
     status = {"refused": "refused", "unloadable": NOT_LOADED}.get(verify["status"], GRADED)
     row = Row(learner, status, _short(_diagnosis(verify)), facts.get("isolation"))
-    base = facts.get("base_code") if status == GRADED else None
+    if status != GRADED:
+        # The cause once, in the row's diagnosis; each item only says it was not graded.
+        row.items = [_result(item, False, _not_graded(status)) for item in rubric.items]
+        return observed(row, facts)
+    base = facts.get("base_code")
     for item in rubric.items:
+        points = None
         if item.kind == "function":
             passed, message = _function(item, rubric, verify)
         elif item.kind == "check":
-            passed, message = _check(item, basecode.without_base(verify, base))
+            passed, message, points = _check(item, rubric, verify, basecode.functions(base))
         elif item.kind == "package":
             passed, message = _package(verify)
         elif item.kind == "metric":
             passed, message = _metric(item, verify)
         else:
             passed, message = _submission(facts)
-        passed, message = basecode.charge(item, passed, message, verify, base)
-        row.items.append(_result(item, passed, message))
+        charged = basecode.charge(item, passed, message, verify, base)
+        if charged != (passed, message) and points is not None:
+            points = 0.0  # a check of base code alone: no share to earn
+        passed, message = charged
+        row.items.append(_result(item, passed, message, points))
     return observed(row, facts)
 
 
@@ -290,6 +383,9 @@ def failed_row(
 ) -> Row:
     """Every item 0: the learner could not be observed, for the reason `why` (a named failure)."""
     row = Row(learner, status, _short(f"{status}: {why}"), isolation)
-    why = _("not graded: {status}").format(status=status)
-    row.items = [_result(item, False, why) for item in rubric.items]
+    row.items = [_result(item, False, _not_graded(status)) for item in rubric.items]
     return row
+
+
+def _not_graded(status: str) -> str:
+    return _("not graded: {status}").format(status=status)

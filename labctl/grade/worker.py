@@ -11,7 +11,9 @@ starts it reads the reference's outputs at the batch's seed (the seed comes with
 from the batch's signed cache, and imports torch only for a job that runs labs (the
 template metrics, a submission's claims), once: a rubric that scores neither costs a worker
 no torch (about 1.5 s of CPU to import), unless a failing room's diagnosis asks the
-reference about the inputs one of its calls received.
+reference about the inputs one of its calls received. The template metrics' labs compute
+their reference side once per worker (`labctl.memo`): the same inputs at the batch's seed
+for every learner.
 
 SIGTERM ends the worker through SystemExit, so the clean room it holds is
 closed (its whole process group killed) before the worker goes.
@@ -23,6 +25,7 @@ import json
 import os
 import signal
 import sys
+import threading
 
 
 def _stop(signum, frame) -> None:
@@ -40,11 +43,26 @@ def _prepare(job: dict) -> None:
         from labctl import reference  # noqa: F401  (torch, for the labs)
 
 
+def _import_torch() -> None:
+    try:
+        from labctl import reference  # noqa: F401
+    except Exception:  # raised again, and reported, where a job imports it
+        return
+
+
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _stop)
     reply_fd = int(argv[0])
+    from labctl import memo
     from labctl.grade.task import observe_learner
     from labctl.i18n import choose, set_language
+
+    # Learner after learner at one seed: the labs' reference side is computed once.
+    memo.enable()
+    if os.environ.get("LABCTL_WORKER_TORCH") == "1":
+        # The batch's labs need torch (~1.5 s to import): imported while the batch's process
+        # computes the reference cache, before the first learner's clock starts.
+        threading.Thread(target=_import_torch, name="labctl-import-torch", daemon=True).start()
 
     # The texts a worker puts in the facts (verify's messages) are in the batch's language,
     # which the pool passes as LABCTL_LANG.
@@ -67,4 +85,10 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit as stopped:
+        code = stopped.code if isinstance(stopped.code, int) else 1
+    # Every clean room is closed by now (its process group killed): skipping the interpreter's
+    # teardown (torch's takes seconds) ends the worker at once.
+    os._exit(code)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from clitools import invoke
-from gradetools import copy_room, rubric_without
+from gradetools import copy_room, rubric_without, submission_repo
 
 from labctl import contract, reference
 from labctl.verify import fixtures as fx
@@ -215,3 +215,27 @@ def test_an_honest_room_outscores_the_table_in_grade(table_room, tmp_path):
     honest, table = scores["honest"], scores["table"]
     assert honest["score"] == honest["max_score"]
     assert table["score"] < honest["score"] / 2, (table["score"], honest["score"])
+
+
+def test_a_submission_claiming_the_published_seed_earns_nothing_for_the_table(table_room, tmp_path):
+    """Issue 42: the answer table with a submission whose claims are the labs' runs at seed 5
+    scored 14/100 (the 8 submission points among them): grade re-measured the claims at the
+    seed the learner wrote, the one seed the table answers. Its claims do reproduce there;
+    at labctl's own seed the room fails verify and the claimed metrics, so the item is 0."""
+    klass = tmp_path / "class"
+    submission_repo(klass / "table", table_room)
+    rubric = rubric_without(tmp_path, "metric")
+    result = invoke(
+        "grade", "class", str(klass), "--out", str(tmp_path / "grades"),
+        "--rubric", str(rubric), "--jobs", "1", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "grades" / "records" / "table.json").read_text())
+    facts = record["facts"]
+    assert facts["submission"]["accepted"]  # the claims reproduce at seed 5: the attack is real
+    assert facts["verify"]["seed"] != SEED and not facts["verify"]["passed"]
+    items = {i["id"]: i for i in record["items"]}
+    assert items["submission"]["points"] == 0, items["submission"]
+    assert "not labctl's own seed" in items["submission"]["message"]
+    functions = sum(i["points"] for i in record["items"] if i["kind"] == "function")
+    assert record["score"] == round(functions + items["check.bad-input"]["points"], 2)
