@@ -536,29 +536,29 @@ def test_bad_input_does_not_run_without_cases():
     assert (result.status, result.message) == (NOT_RUN, "not run")
 
 
+def _rule(index: int) -> str:
+    """The contract's rule a case of _BAD tests, as a failure quotes it (issue 38)."""
+    rule = bad_cases(_BAD)[index].rule
+    return (
+        f"the contract's rule: {rule.condition} must raise ValueError (or TypeError) naming "
+        f"{rule.argument}"
+    )
+
+
 @pytest.mark.parametrize(
     ("outcome", "status", "says"),
     [
-        (
-            Outcome("value"),
-            FAIL,
-            "case {name}: returned a value instead of raising ValueError or TypeError",
-        ),
-        (
-            Outcome("timeout"),
-            FAIL,
-            "case {name}: did not return in time (stopped) instead of raising ValueError "
-            "or TypeError",
-        ),
+        (Outcome("value"), FAIL, "case {name}: returned a value; {rule}"),
+        (Outcome("timeout"), FAIL, "case {name}: did not return in time (stopped); {rule}"),
         (
             Outcome("crash", message="killed by SIGSEGV"),
             FAIL,
-            "case {name}: crashed: killed by SIGSEGV instead of raising ValueError or TypeError",
+            "case {name}: crashed: killed by SIGSEGV; {rule}",
         ),
         (
             Outcome("exception", message="no", exc_type="IndexError"),
             FAIL,
-            "case {name}: raised IndexError; the contract asks for ValueError or TypeError",
+            "case {name}: raised IndexError; {rule}",
         ),
         (Outcome("skipped", message="not run: an earlier call hung"), NOT_RUN, None),
     ],
@@ -569,7 +569,8 @@ def test_bad_input_names_the_first_case_not_refused(outcome, status, says):
     result = check_bad_input(_bad_run(lambda name: outcome if name == second else _REFUSED), _BAD)
     assert result.status == status
     if says:
-        assert (result.message, result.fixture) == (says.format(name=second), second)
+        said = says.format(name=second, rule=_rule(1))
+        assert (result.message, result.fixture) == (said, second)
     else:
         assert result.message == "not run: an earlier call hung"
 
@@ -582,8 +583,8 @@ def test_bad_input_names_every_case_not_refused():
     assert (result.status, result.fixture) == (FAIL, names[1])
     assert result.message == (
         f"2 of {len(names)} bad inputs not refused: "
-        f"case {names[1]}: returned a value instead of raising ValueError or TypeError; "
-        f"case {names[3]}: raised KeyError; the contract asks for ValueError or TypeError"
+        f"case {names[1]}: returned a value; {_rule(1)}; "
+        f"case {names[3]}: raised KeyError; {_rule(3)}"
     )
 
 
@@ -596,6 +597,4 @@ def test_bad_input_reports_what_failed_before_the_calls_were_skipped():
 
     result = check_bad_input(_bad_run(outcome_of), _BAD)
     assert (result.status, result.fixture) == (FAIL, names[0])
-    assert result.message == (
-        f"case {names[0]}: returned a value instead of raising ValueError or TypeError"
-    )
+    assert result.message == f"case {names[0]}: returned a value; {_rule(0)}"

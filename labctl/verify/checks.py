@@ -75,8 +75,8 @@ FUNCTION_CHECKS = tuple(c for c in CHECKS if c.scope == "function")
 JUSTIFIED = {c.name: c.justified for c in CHECKS if c.justified}
 
 
-def applicable(function: str) -> tuple[Check, ...]:
-    return tuple(c for c in FUNCTION_CHECKS if c.applies(function))
+def applicable(function: str, contract: int = 1) -> tuple[Check, ...]:
+    return tuple(c for c in FUNCTION_CHECKS if c.fits(function, contract))
 
 
 def evaluate(seen: RoomObservation, functions: tuple[str, ...] | None = None) -> list[CheckResult]:
@@ -88,7 +88,7 @@ def evaluate(seen: RoomObservation, functions: tuple[str, ...] | None = None) ->
     for function in functions or contract.function_names(seen.contract):
         if any(v.function == function for v in seen.violations):
             results.append(check_import_policy(seen, function))
-        for c in applicable(function):
+        for c in applicable(function, seen.contract):
             results.append(c.evaluate(seen, function))
     return results
 

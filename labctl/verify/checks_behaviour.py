@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from labctl import contract
 from labctl.i18n import N_, Msg, declared, joined
 from labctl.verify import fixtures as fx
-from labctl.verify.bad_input import bad_cases
+from labctl.verify.bad_input import BadCase, bad_cases
 from labctl.verify.check_base import (
     FAIL,
     NOT_RUN,
@@ -266,23 +267,27 @@ def check_causal(seen: RoomObservation, function: str) -> CheckResult:
     )
 
 
-def _not_refused(name: str, outcome) -> Msg:
-    """What one bad-input case did instead of raising ValueError or TypeError."""
+def _not_refused(name: str, case: BadCase | None, outcome) -> Msg:
+    """What one bad-input case did instead of raising ValueError or TypeError, with the
+    contract's rule it breaks quoted."""
     verdict = outcome.bad_input_class()
     if verdict == "returned":
+        did: str | Msg = Msg("returned a value")
+    elif verdict == "wrong-exception":
+        did = Msg("raised {exc_type}", exc_type=outcome.exc_type)
+    else:
+        did = outcome.describe()
+    if case is None:  # a case of another seed or version: no rule to quote
         return Msg(
-            "case {name}: returned a value instead of raising ValueError or TypeError", name=name
-        )
-    if verdict == "wrong-exception":
-        return Msg(
-            "case {name}: raised {exc_type}; the contract asks for ValueError or TypeError",
-            name=name,
-            exc_type=outcome.exc_type,
+            "case {name}: {did} instead of raising ValueError or TypeError", name=name, did=did
         )
     return Msg(
-        "case {name}: {problem} instead of raising ValueError or TypeError",
-        name=name,
-        problem=outcome.describe(),
+        "case {name}: {did}; the contract's rule: {condition} must raise ValueError (or "
+        "TypeError) naming {argument}",
+        name=case.name,
+        condition=declared(case.rule.condition),
+        did=did,
+        argument=case.rule.argument,
     )
 
 
@@ -301,6 +306,7 @@ def check_bad_input(seen: RoomObservation, function: str) -> CheckResult:
         return skipped
     if not run.bad:
         return CheckResult(function, "bad-input", NOT_RUN, N_("not run"))
+    cases = {case.name: case for case in bad_cases(function, run.seed, run.contract)}
     failed: list[tuple[str, Msg]] = []
     for name, outcome in run.bad.items():
         verdict = outcome.bad_input_class()
@@ -310,7 +316,7 @@ def check_bad_input(seen: RoomObservation, function: str) -> CheckResult:
                 return CheckResult(function, "bad-input", NOT_RUN, outcome.describe())
             break
         if verdict != "refused":
-            failed.append((name, _not_refused(name, outcome)))
+            failed.append((name, _not_refused(name, cases.get(name), outcome)))
     if not failed:
         return CheckResult(
             function, "bad-input", PASS, Msg("{n} bad inputs refused", n=len(run.bad))
@@ -346,6 +352,7 @@ CHECKS: list[Check] = [
         "bad-input",
         check_bad_input,
         "the contract's Bad input cases raise ValueError/TypeError",
-        applies=lambda f: bool(bad_cases(f)),
+        applies=lambda f: bool(bad_cases(f, contract=contract.LATEST)),
+        applies_at=lambda f, version: bool(bad_cases(f, contract=version)),
     ),
 ]

@@ -344,7 +344,7 @@ def run_function(
         for t, fixture in fx.causal_variants(function, seed):
             run.causal[t] = one(*fixture.call())
     if implemented:
-        for case in bad_cases(function, seed):
+        for case in bad_cases(function, seed, contract):
             run.bad[case.name] = one(*case.call())
     return run
 

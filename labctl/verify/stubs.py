@@ -18,7 +18,8 @@ from pathlib import Path
 
 from labctl import contract
 from labctl.errors import LabctlError, UsageError
-from labctl.i18n import N_, Msg, _
+from labctl.i18n import N_, Msg, _, declared
+from labctl.verify import rules
 
 SHAPE_LETTERS = N_(
     "B batch, T sequence, Tq/Tk query/key lengths, C model width, H query heads, "
@@ -34,10 +35,17 @@ def _param_line(param: contract.Param) -> str:
     return f"    {param.name}: {'; '.join(parts)}" if parts else f"    {param.name}"
 
 
-def _wrapped(text: str, width: int) -> list[str]:
+def _wrapped(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
     """Lines of at most `width` cells; Chinese text has no spaces to break at, so it is
     broken between characters, never inside a Latin word."""
-    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
+    return textwrap.wrap(
+        text,
+        width,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def _stub(fn: contract.Function, version: int = 1) -> str:
@@ -56,6 +64,15 @@ def _stub(fn: contract.Function, version: int = 1) -> str:
         "",
         *_wrapped(_(Msg("Returns: {returns}.", returns=_(fn.returns))), 84),
     ]
+    # What verify grades as bad input, from the very cases it runs (labctl.verify.rules).
+    refused = rules.rules_of(fn.name, version)
+    if refused:
+        lines += ["", _("Must refuse (verify checks each):")]
+        for rule in refused:
+            lines += _wrapped(_(rule.said()), 80, "    - ", "      ")
+    edge = rules.edge_of(fn.name, version)
+    if edge:
+        lines += ["", *_wrapped(_(Msg("t_q > t_k: {edge}.", edge=declared(edge))), 84)]
     doc = textwrap.indent("\n".join(lines), "    ").lstrip()
     message = _(Msg("{name}: write it from the contract (labctl contract show)", name=fn.name))
     return (
