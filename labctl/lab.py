@@ -274,31 +274,37 @@ class Implementation:
         return value, elapsed
 
     def measured(
-        self, fn: str, *args: Any, want_value: bool = True, **kwargs: Any
+        self, fn: str, *args: Any, part: int | None = None, **kwargs: Any
     ) -> tuple[Any, int | None]:
         """The value and the call's peak memory in bytes, measured out of the code's reach.
 
         A clean room's is its worker's peak resident memory during the call, read by
         labctl from outside the worker (`labctl.isolation.peak`), never a figure the
-        worker reports; `want_value=False` leaves its value there (None here), for a
-        call made only for its memory. An in-process target is labctl's own code: it
-        may come with its own `meter(fn, *args)` (the torch reference does:
+        worker reports. Its value comes back to be checked before the measurement counts
+        (issue 42: a room that spotted the measured call and answered `np.empty` had its
+        memory counted); `part` keeps one element of a tuple value (attention's output,
+        not its (Tq, Tk) weights), on every side alike. An in-process target is labctl's
+        own code: it may come with its own `meter(fn, *args)` (the torch reference does:
         tracemalloc does not see torch's allocator); otherwise tracemalloc here.
         """
         invoke = getattr(self._target, "invoke", None)
         if invoke is not None:
             result = invoke(
-                fn, *args, measure_memory=True, echo_args=False, want_value=want_value, **kwargs
+                fn, *args, measure_memory=True, echo_args=False, value_part=part, **kwargs
             )
             return result.value, result.peak_bytes
         if self._meter is not None:
-            return self._meter(getattr(self._target, fn), *args, **kwargs)
-        tracemalloc.start()
-        try:
-            value = getattr(self._target, fn)(*args, **kwargs)
-            return value, tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+            value, peak = self._meter(getattr(self._target, fn), *args, **kwargs)
+        else:
+            tracemalloc.start()
+            try:
+                value = getattr(self._target, fn)(*args, **kwargs)
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+        if part is not None and isinstance(value, (tuple, list)) and 0 <= part < len(value):
+            value = value[part]
+        return value, peak
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ _SHORT = {
     "rows-sum": "sum",
     "causal": "cau",
     "bad-input": "bad",
+    "memory": "mem",
 }
 
 

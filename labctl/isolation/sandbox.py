@@ -404,6 +404,7 @@ class CleanRoom:
         echo_args: bool = True,
         want_value: bool = True,
         trace: bool = False,
+        value_part: int | None = None,
         **kwargs: Any,
     ) -> CallResult:
         """Call `name` in the worker; return its value, compute time and the inputs it edited.
@@ -414,12 +415,16 @@ class CleanRoom:
         callers that never read it (the labs), whose large inputs would otherwise
         cross the pipe twice. Without `want_value` the value stays behind too
         (`CallResult.value` is None): for a call made only for its time or memory.
+        `value_part` asks for one element of a tuple value alone (attention's output without
+        its (Tq, Tk) weights), for a call whose other parts would only fill the pipe.
         With `trace`, the calls it made to the room's other contract functions come back
         (`CallResult.trace`, or `CallError.trace` when it raised; see `calltrace`).
         Calls from several threads take turns.
         """
         with self._calls:
-            return self._invoke(name, args, kwargs, measure_memory, echo_args, want_value, trace)
+            return self._invoke(
+                name, args, kwargs, measure_memory, echo_args, want_value, trace, value_part
+            )
 
     def _invoke(
         self,
@@ -430,11 +435,12 @@ class CleanRoom:
         echo_args: bool,
         want_value: bool,
         trace: bool,
+        value_part: int | None = None,
     ) -> CallResult:
         if self._proc is None:
             self._start()
         self.wait_loaded()
-        request = call_request(name, args, kwargs, echo_args, want_value, trace)
+        request = call_request(name, args, kwargs, echo_args, want_value, trace, value_part)
         peak = None
         if measure_memory:
             with PeakMeter(worker_pid(self._proc.pid)) as meter:
@@ -462,10 +468,16 @@ class CleanRoom:
 
 
 def call_request(
-    name: str, args: tuple, kwargs: dict, echo_args: bool, want_value: bool, trace: bool
+    name: str,
+    args: tuple,
+    kwargs: dict,
+    echo_args: bool,
+    want_value: bool,
+    trace: bool,
+    value_part: int | None = None,
 ) -> dict:
-    """The request for one call of `name`; a trace is asked for only when wanted (a room
-    that records nothing need not know the option)."""
+    """The request for one call of `name`; a trace (and one part of a tuple value) is asked
+    for only when wanted (a room that records nothing need not know the option)."""
     request = {
         "op": "call",
         "function": name,
@@ -476,6 +488,8 @@ def call_request(
     }
     if trace:
         request["trace"] = True
+    if value_part is not None:
+        request["value_part"] = value_part
     return request
 
 

@@ -46,6 +46,8 @@ EXPLAINS: dict[str, frozenset[str]] = {
     # under the decoder): the callee's to write, not the caller's to check.
     "bad-input": frozenset({STUB, "runs", "bad-input"}),
 }
+# Checks no called function can explain, that a function's own failure says in words.
+OWN_ONLY = ("memory",)
 # How a bad input's call ended when it is no failure: refused as asked, or never made.
 _REFUSED = ("refused", "skipped")
 # The kind of per-fixture failure each check is read from.
@@ -251,6 +253,8 @@ def said_own(function: str, run: FunctionRun, own: tuple[str, ...]) -> list[Msg]
                     cases=", ".join(cases),
                 )
             )
+        elif check == "memory":
+            phrases.append(_memory_said(run))
         elif check == "rows-sum" and function == "softmax" and _ignores_its_axis(run):
             phrases.append(
                 Msg(
@@ -263,6 +267,25 @@ def said_own(function: str, run: FunctionRun, own: tuple[str, ...]) -> list[Msg]
         elif check in _SAID:
             phrases.append(_SAID[check])
     return phrases
+
+
+def _memory_said(run: FunctionRun) -> Msg:
+    """Why the measured call failed: it did not return, its output was not the reference's
+    (so its memory counted for nothing), or its peak was full attention's."""
+    measured = run.memory
+    if measured is None or not measured.outcome.ok:
+        problem = measured.outcome.describe() if measured is not None else Msg("not run")
+        return Msg("the call its memory is measured by (T = 4096) {problem}", problem=problem)
+    if measured.call.peak is None:
+        return Msg(
+            "the call its memory is measured by (T = 4096) returns an output that is not the "
+            "reference's (an array never filled, rows never computed): compute every row of "
+            "the output, whatever the length"
+        )
+    return Msg(
+        "its peak memory is full attention's: it holds a (Tq, Tk) array; loop over key blocks "
+        "of block_size with an online softmax, holding (Tq, block_size) scores at a time"
+    )
 
 
 def _ignores_its_axis(run: FunctionRun) -> bool:

@@ -13,14 +13,15 @@ The tolerances (v1) and how a value is compared with the reference are in
 `labctl.verify.compare`.
 
 The checks live in `labctl.verify.checks_structure` (loads, import policy, contract, runs,
-shape, dtype, parity) and `labctl.verify.checks_behaviour` (finite, pure, rows-sum, causal,
-bad-input); this module lists them in that order and runs them.
+shape, dtype, parity), `labctl.verify.checks_behaviour` (finite, pure, rows-sum, causal,
+bad-input) and `labctl.verify.checks_memory` (tiled_attention's memory); this module lists
+them in that order and runs them.
 """
 
 from __future__ import annotations
 
 from labctl import contract
-from labctl.verify import checks_behaviour, checks_structure
+from labctl.verify import checks_behaviour, checks_memory, checks_structure
 from labctl.verify.check_base import FAIL, NOT_RUN, PASS, Check, CheckResult
 from labctl.verify.checks_behaviour import (
     check_bad_input,
@@ -69,7 +70,7 @@ __all__ = [
     "failing_functions",
 ]
 
-CHECKS: list[Check] = [*checks_structure.CHECKS, *checks_behaviour.CHECKS]
+CHECKS: list[Check] = [*checks_structure.CHECKS, *checks_behaviour.CHECKS, *checks_memory.CHECKS]
 CHECK_NAMES = tuple(c.name for c in CHECKS)
 FUNCTION_CHECKS = tuple(c for c in CHECKS if c.scope == "function")
 JUSTIFIED = {c.name: c.justified for c in CHECKS if c.justified}

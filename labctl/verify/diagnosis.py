@@ -157,7 +157,7 @@ class FaultRooms:
                 functions=missing,
                 seed=seed,
                 contract_version=contract,
-                in_process=not fault.hangs,
+                in_process=not fault.in_worker,
             )
             if cached is not None:
                 cached.runs.update(fresh.runs)
@@ -310,6 +310,7 @@ def _own(seen: RoomObservation, results: list[CheckResult], function: str) -> Di
     run = seen.runs.get(function)
     # What a call it made explains (a stub's raise on some fixtures) is not said here.
     own = list(blame.explain(function, run, failed).own) if run is not None else []
+    own += [c for c in failed if c in blame.OWN_ONLY]
     if run is not None and "parity" in own:
         rounding = blame.float32_rounding(function, run)
         if rounding is not None:
@@ -332,7 +333,7 @@ def _own(seen: RoomObservation, results: list[CheckResult], function: str) -> Di
                 numbers={"relative_error": error},
             )
     phrases = blame.said_own(function, run, tuple(own)) if run is not None else []
-    others = [c for c in failed if c not in blame.EXPLAINS]
+    others = [c for c in failed if c not in blame.EXPLAINS and c not in blame.OWN_ONLY]
     if not phrases:
         message = Msg(
             "{function}: fails {checks}; no catalogued fault matches it",
@@ -427,9 +428,15 @@ def diagnose(
             found.append(_own(seen, results, function))
             continue
         # A fault that hangs matches only a function that timed out too (a match needs the
-        # same outcome on every fixture): its room is not observed for one that did not.
+        # same outcome on every fixture): its room is not observed for one that did not; nor
+        # is one whose symptom is memory, for a function whose memory passed.
         hung = run is not None and run.timed_out
-        candidates = [f for f in catalogue.for_contract(seen.contract) if hung or not f.hangs]
+        heavy = any(r.function == function and r.name == "memory" and r.failed for r in results)
+        candidates = [
+            f
+            for f in catalogue.for_contract(seen.contract)
+            if (hung or not f.hangs) and (heavy or not f.measured)
+        ]
         own = [f for f in candidates if f.function == function]
         # A fault of a function it calls is inlined only where it does not call that function:
         # an MHA that passes no mask to its SDPA is not SDPA's mask-adds-zero, inlined.

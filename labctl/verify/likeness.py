@@ -105,6 +105,16 @@ def _same_bad_input(a: FunctionRun | None, b: FunctionRun | None) -> bool:
     )
 
 
+def _memory_kind(run: FunctionRun | None) -> tuple[str, bool] | None:
+    """How a measured call ended: its outcome, and whether its peak counted (its output was
+    the reference's), or None when no call was measured."""
+    measured = run.memory if run is not None else None
+    if measured is None:
+        return None
+    counted = measured.call is not None and measured.call.peak is not None
+    return measured.outcome.kind, counted
+
+
 def failed_checks(results: list[CheckResult], function: str) -> set[str]:
     return {r.name for r in results if r.function == function and r.failed}
 
@@ -147,6 +157,8 @@ def matches(
     learner_run, fault_run = seen.runs.get(function), fault_seen.runs.get(function)
     if "bad-input" in side and not _same_bad_input(learner_run, fault_run):
         return None
+    if "memory" in fault_failed and _memory_kind(learner_run) != _memory_kind(fault_run):
+        return None  # a peak too large is not an output never computed
     if not same_behaviour(function, learner_run, fault_run):
         return None
     return failed - fault_failed
