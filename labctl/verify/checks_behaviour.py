@@ -23,6 +23,7 @@ from labctl.verify.check_base import (
 from labctl.verify.compare import (
     CAUSAL_TOLERANCE,
     ROW_SUM_TOLERANCE,
+    _real_diff,
     elements,
     structure_problem,
 )
@@ -211,6 +212,18 @@ def check_causal(seen: RoomObservation, function: str) -> CheckResult:
         return CheckResult(
             function, "causal", NOT_RUN, N_("not run: the base output has the wrong shape")
         )
+    # A NaN reaches every position through a zero weight (0 x NaN is NaN), the future's too:
+    # with one in any output, no comparison says whether the future leaks. finite fails it.
+    if any(
+        isinstance(o.value, np.ndarray) and o.value.dtype.kind in "fc" and np.isnan(o.value).any()
+        for o in (base, *(c for c in run.causal.values() if c.ok))
+    ):
+        return CheckResult(
+            function,
+            "causal",
+            NOT_RUN,
+            N_("not run: its outputs hold NaN (see finite), which hides whether the future leaks"),
+        )
     worst, worst_t = 0.0, None
     for t, outcome in sorted(run.causal.items()):
         if not outcome.ok:
@@ -234,9 +247,11 @@ def check_causal(seen: RoomObservation, function: str) -> CheckResult:
                 FAIL,
                 Msg("with the future after {t} changed, the output's shape changed", t=t),
             )
-        with np.errstate(invalid="ignore"):
-            moved = np.abs(value[:, : t + 1].astype(np.float64) - base.value[:, : t + 1])
-        change = float(np.max(np.where(np.isnan(moved), np.inf, moved)))
+        # A NaN in both outputs at one place is no change (the finite check says NaN): a room
+        # whose norm is NaN everywhere does not leak the future. NaN in one of them is.
+        prefix = value[:, : t + 1].astype(np.float64)
+        moved = _real_diff(prefix, np.asarray(base.value[:, : t + 1], dtype=np.float64))
+        change = float(np.max(moved, initial=0.0))
         if change > worst:
             worst, worst_t = change, t
     common = dict(max_error=worst, tolerance=CAUSAL_TOLERANCE, margin=worst / CAUSAL_TOLERANCE)

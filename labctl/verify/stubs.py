@@ -20,6 +20,14 @@ from labctl import contract
 from labctl.errors import LabctlError, UsageError
 from labctl.i18n import N_, Msg, _, declared
 from labctl.verify import rules
+from labctl.verify.observe import MEASURED
+
+# What verify's memory check asks of the functions it measures (labctl.verify.checks_memory).
+MEMORY_NOTE = N_(
+    "Verify measures its peak memory at T = 4096 (one head, D = 16, float32, blocks of 64), "
+    "its output checked first: at most a tenth of full attention's, so hold (Tq, block_size) "
+    "scores at a time, never the (Tq, Tk) array."
+)
 
 SHAPE_LETTERS = N_(
     "B batch, T sequence, Tq/Tk query/key lengths, C model width, H query heads, "
@@ -73,6 +81,8 @@ def _stub(fn: contract.Function, version: int = 1) -> str:
     edge = rules.edge_of(fn.name, version)
     if edge:
         lines += ["", *_wrapped(_(Msg("t_q > t_k: {edge}.", edge=declared(edge))), 84)]
+    if fn.name in MEASURED:
+        lines += ["", *_wrapped(_(MEMORY_NOTE), 84)]
     doc = textwrap.indent("\n".join(lines), "    ").lstrip()
     message = _(Msg("{name}: write it from the contract (labctl contract show)", name=fn.name))
     return (
