@@ -363,3 +363,22 @@ def test_every_way_a_function_fails_to_run_is_reported(tmp_path):
     report = verify_clean_room(room, 5.0, out=None, measure=False, diagnose_failures=False)
     runs = next(c for c in report.checks if (c.function, c.name) == ("softmax", "runs"))
     assert "raised KeyError" in runs.message and "raised TypeError" in runs.message, runs.message
+
+
+def test_a_block_built_on_two_broken_functions_names_both(tmp_path):
+    """rms_norm without eps and attention whose mask fills 0: each is named at its own
+    function, and the block built on both is sent to both, not to the first alone."""
+    room = learner_room(tmp_path, "primitives", RMS_WITHOUT_EPS)
+    with (room / "attention.py").open("a", encoding="utf-8") as handle:
+        handle.write("\n\n" + MASK_FILLED_WITH_ZERO.strip() + "\n")
+    report = verify_clean_room(room, 5.0, out=None, measure=False)
+    by_function = {d.function: d for d in report.diagnosis}
+    assert by_function["rms_norm"].fault == "rms-no-eps"
+    assert by_function["scaled_dot_product_attention"].fault == "mask-fills-zero"
+    block = by_function["transformer_block"]
+    assert block.kind == "dependency"
+    assert (
+        "rms_norm fails" in block.message and "scaled_dot_product_attention fails" in block.message
+    )
+    assert block.message.endswith("fix rms_norm, scaled_dot_product_attention first"), block.message
+    assert "请先修复 rms_norm, scaled_dot_product_attention" in _said(block, "zh")

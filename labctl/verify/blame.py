@@ -163,6 +163,28 @@ def blamed(seen: RoomObservation, results: list[CheckResult], function: str) -> 
     return found.by[0] if found.by and not found.own else None
 
 
+def blamed_too(seen: RoomObservation, results: list[CheckResult], function: str) -> list[Call]:
+    """The other functions a failing `function`'s failures are sent to, besides `blamed`'s
+    (one call each): where two of the functions it calls fail, both."""
+    run = seen.runs.get(function)
+    first = blamed(seen, results, function)
+    if run is None or first is None or first.raised == "timeout":
+        return []
+    failed = [r.name for r in results if r.function == function and r.failed]
+    others: list[Call] = []
+    for check in failed:
+        if check not in EXPLAINS:
+            continue
+        for _, outcome in _traced(function, run, check):
+            for call in outcome.calls:
+                known = call.function == first.function or any(
+                    c.function == call.function for c in others
+                )
+                if call.depth == 1 and not known and _fails(call, EXPLAINS[check]):
+                    others.append(call)
+    return others
+
+
 # --------------------------------------------------------------------------
 # A function's own failure, said
 # --------------------------------------------------------------------------

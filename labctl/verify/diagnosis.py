@@ -315,7 +315,8 @@ def diagnose(
             continue
         first = blame.blamed(seen, results, function)
         if first is not None:
-            found.append(_sent_on(seen, results, function, first))
+            others = blame.blamed_too(seen, results, function)
+            found.append(_sent_on(seen, results, function, first, others))
             continue
         if run is not None and run.ends_its_process:
             # A match needs the same outcome on every fixture, and no catalogued fault ends

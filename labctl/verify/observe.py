@@ -372,26 +372,34 @@ MEASURED = ("tiled_attention",)
 MEASURED_TIMEOUT_S = 30.0
 
 
+def measured_call(function: str, seed: int) -> tuple[tuple, Any]:
+    """The arguments of `function`'s measured call at `seed` (the tiled-attention lab's memory
+    row: q, k, v of one head at T = 4096, its block, not causal) and the query rows its output
+    is checked on."""
+    from labctl.labs import tiled_attention as lab
+    from labctl.verify.builders import rng
+
+    q, k, v = lab.memory_inputs(rng(seed, f"{function}/memory"), lab.MEMORY_T)
+    return (q, k, v, lab.Params().memory_block, False), lab.checked_rows(seed, lab.MEMORY_T)
+
+
 def _measured(room: CleanRoom, function: str, seed: int, deadline: float | None) -> MemoryRun:
     """`function` at the tiled-attention lab's memory size, its peak read by labctl from
     outside the worker and its output checked against the reference on rows drawn from
     `seed`; within what is left of the budget."""
     from labctl.lab import Implementation
     from labctl.labs import tiled_attention as lab
-    from labctl.verify.builders import rng
 
     if deadline is not None and deadline - time.monotonic() <= 0:
         return MemoryRun(Outcome("skipped", message=Msg("not run: the time budget ran out")))
-    q, k, v = lab.memory_inputs(rng(seed, f"{function}/memory"), lab.MEMORY_T)
-    rows = lab.checked_rows(seed, lab.MEMORY_T)
+    (q, k, v, block, causal), rows = measured_call(function, seed)
     full = room.timeout_s
     room.timeout_s = max(full, MEASURED_TIMEOUT_S)
     if deadline is not None:
         room.timeout_s = min(room.timeout_s, deadline - time.monotonic())
     try:
         impl = Implementation("clean-room", room)
-        block = lab.Params().memory_block
-        call_made = lab.measure(impl, function, q, k, v, block, False, rows=rows)
+        call_made = lab.measure(impl, function, q, k, v, block, causal, rows=rows)
     except CallError as exc:
         return MemoryRun(_failed(function, exc))
     except LabctlError as exc:

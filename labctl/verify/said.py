@@ -206,14 +206,31 @@ def _not_implemented(seen: RoomObservation, run: FunctionRun) -> Diagnosis:
     )
 
 
-def _sent_on(seen: RoomObservation, results: list[CheckResult], function: str, first) -> Diagnosis:
-    """`function` fails only where it called `first` (a Call), which fails there too: follow
-    each called function's own blame down to the one whose failure is its own."""
+def _chain(seen: RoomObservation, results: list[CheckResult], function: str, first) -> list[str]:
+    """`function`, the function it called (`first`, a Call), and on down each called function's
+    own blame to the one whose failure is its own."""
     chain = [function, first.function]
     while (nxt := blame.blamed(seen, results, chain[-1])) is not None:
         if nxt.function in chain:
             break
         chain.append(nxt.function)
+    return chain
+
+
+def _steps(chain: list[str]) -> Msg:
+    steps = Msg("{function} fails", function=chain[-1])
+    for b in reversed(chain[1:-1]):
+        steps = Msg("{function} fails, which fails because {steps}", function=b, steps=steps)
+    return steps
+
+
+def _sent_on(
+    seen: RoomObservation, results: list[CheckResult], function: str, first, others=()
+) -> Diagnosis:
+    """`function` fails only where it called `first` (a Call), which fails there too: follow
+    each called function's own blame down to the one whose failure is its own. `others` are
+    the other functions its failures are sent to (two bugs in two of them): each is named."""
+    chain = _chain(seen, results, function, first)
     last = seen.runs.get(chain[-1])
     if last is not None and last.not_implemented:
         return Diagnosis(
@@ -228,17 +245,34 @@ def _sent_on(seen: RoomObservation, results: list[CheckResult], function: str, f
             ),
             chain=tuple(chain),
         )
-    steps = Msg("{function} fails", function=chain[-1])
-    for b in reversed(chain[1:-1]):
-        steps = Msg("{function} fails, which fails because {steps}", function=b, steps=steps)
+    more = [_chain(seen, results, function, c) for c in others]
+    more = [c for c in more if c[-1] != chain[-1]]
+    if not more:
+        return Diagnosis(
+            function,
+            "dependency",
+            Msg(
+                "{function} fails because {steps}: it is built on it; fix {first} first",
+                function=function,
+                steps=_steps(chain),
+                first=chain[-1],
+            ),
+            chain=tuple(chain),
+        )
+    steps = _steps(chain)
+    roots = [chain[-1]]
+    for other in more:
+        steps = Msg("{steps}, and because {more}", steps=steps, more=_steps(other))
+        if other[-1] not in roots:
+            roots.append(other[-1])
     return Diagnosis(
         function,
         "dependency",
         Msg(
-            "{function} fails because {steps}: it is built on it; fix {first} first",
+            "{function} fails because {steps}: it is built on them; fix {roots} first",
             function=function,
             steps=steps,
-            first=chain[-1],
+            roots=", ".join(roots),
         ),
         chain=tuple(chain),
     )
