@@ -20,14 +20,12 @@ from labctl.verify.observe import MEASURED, FunctionRun, RoomObservation
 
 
 def _bound() -> tuple[str, float]:
-    """The lab's memory metric: its name and the bound its expected sets."""
-    from labctl.lab import parse_expected
+    """The lab's memory metric's expected (`<=0.1`) and the bound it sets."""
+    from labctl.lab import tolerance_key
     from labctl.labs import tiled_attention as lab
 
-    metric = lab.LAB.metric(f"tiled_memory_ratio[T={lab.MEMORY_T}]")
-    bound = float(metric.expected.lstrip("<="))
-    assert parse_expected(metric.expected)(bound)  # the expected is an upper bound
-    return metric.expected, bound
+    expected = lab.LAB.metric(f"tiled_memory_ratio[T={lab.MEMORY_T}]").expected
+    return expected, tolerance_key(expected)[-1]
 
 
 def _wrong_already(run: FunctionRun) -> bool:
@@ -54,6 +52,7 @@ def check_memory(seen: RoomObservation, function: str) -> CheckResult:
     score array and slices it into blocks. Fault: `tiled-full-attention`. Not run for a room
     with no worker to measure (labctl's own fault rooms, in its process).
     """
+    from labctl.lab import satisfies
     from labctl.labs import tiled_attention as lab
 
     run, skipped = run_or_skip(seen, function, "memory")
@@ -96,7 +95,7 @@ def check_memory(seen: RoomObservation, function: str) -> CheckResult:
         T=lab.MEMORY_T,
         expected=expected,
     )
-    if ratio > bound:
+    if not satisfies(ratio, expected):
         return CheckResult(
             function,
             "memory",
