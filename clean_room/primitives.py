@@ -138,8 +138,9 @@ def _rope_base(theta, scaling, factor, D: int) -> tuple[float, float]:
     return theta, 1.0
 
 
-def _check_positions(positions, shape: tuple[int, ...]) -> np.ndarray:
-    """positions int (T,), or (B, T) for x (B, ..., T, D)."""
+def _check_positions(positions, shape: tuple[int, ...], given=None) -> np.ndarray:
+    """positions int (T,), or (B, T) for x (B, ..., T, D); `given` (name, shape) is the input
+    the caller was handed, named in the message as it was passed."""
     positions = np.asarray(positions)
     if not np.issubdtype(positions.dtype, np.integer):
         raise TypeError(f"positions: expected integers, got dtype {positions.dtype}")
@@ -149,7 +150,8 @@ def _check_positions(positions, shape: tuple[int, ...]) -> np.ndarray:
     if len(shape) >= 3 and positions.shape == (shape[0], T):
         return positions
     want = f"({T},) or ({shape[0]}, {T})" if len(shape) >= 3 else f"({T},)"
-    _fail("positions", f"expected shape {want} to match x {shape}, got {positions.shape}")
+    name, passed = given or ("x", shape)
+    _fail("positions", f"expected shape {want} to match {name} {passed}, got {positions.shape}")
 
 
 def rope(x, positions, theta=10000.0, scaling=None, factor=1.0):

@@ -68,11 +68,12 @@ def _mask(t_q: int, t_k: int, causal: bool, window) -> np.ndarray | None:
     return causal_mask(t_q, t_k) if causal else None
 
 
-def _positions(positions, B: int, T: int, start: int) -> np.ndarray:
-    """Token positions for RoPE: (T,) or (B, T), default start .. start+T-1."""
+def _positions(positions, B: int, T: int, start: int, given) -> np.ndarray:
+    """Token positions for RoPE: (T,) or (B, T), default start .. start+T-1; `given` (name,
+    shape) is the caller's input as passed, for the message."""
     if positions is None:
         return np.arange(start, start + T)
-    return _check_positions(positions, (B, 1, T, 1))
+    return _check_positions(positions, (B, 1, T, 1), given)
 
 
 def _attend(q, k, v, mask, bias) -> np.ndarray:
@@ -124,7 +125,7 @@ def multi_head_attention(
     wq, wk, wv, wo = _check_projections(C, H, Hkv, D, _float_dtype(x), wq, wk, wv, wo)
     if window is not None:
         _as_size(window, "window", minimum=1)
-    p = _positions(positions, B, T, 0)
+    p = _positions(positions, B, T, 0, ("x", x.shape))
     return _mha(x, wq, wk, wv, wo, H, Hkv, causal, window, rope_theta, p)
 
 
@@ -166,7 +167,7 @@ def attention_decode(
         if past_v.shape != past_k.shape:
             _fail("past_v", f"expected shape {past_k.shape} like past_k, got {past_v.shape}")
         Tp = past_k.shape[2]
-    positions = _positions(positions, B, Tn, Tp)
+    positions = _positions(positions, B, Tn, Tp, ("x_new", x_new.shape))
     q = split_heads(x_new @ wq, H)  # (B, H, Tn, D)
     k_new = split_heads(x_new @ wk, Hkv)  # (B, Hkv, Tn, D)
     v_new = split_heads(x_new @ wv, Hkv)  # (B, Hkv, Tn, D)

@@ -41,6 +41,7 @@ from labctl.lab import (
 )
 from labctl.outpaths import check_out_dir
 from labctl.params import non_default, record_values, resolve_params
+from labctl.returns import OddOutput
 from labctl.run_records import write_evidence
 from labctl.verify.builders import MAX_SEED
 
@@ -68,8 +69,9 @@ class MetricResult:
 
     @property
     def measured(self) -> bool:
-        """False for a row the lab never reached; a measured NaN (a garbage room's) is measured."""
-        return self.note != NOT_MEASURED
+        """False for a row the lab never reached (or could not measure: its note says why); a
+        measured NaN (a garbage room's) is measured."""
+        return not self.note.startswith(NOT_MEASURED)
 
     def to_json(self) -> dict:
         return {
@@ -206,7 +208,12 @@ def implementations(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     isolation: str = "auto",
 ) -> Iterator[dict[str, Implementation]]:
-    """The implementations `impl` asks for; the clean room lives in a worker until the block ends."""
+    """The implementations `impl` asks for; the clean room lives in a worker until the block ends.
+
+    `clean-room` comes with the reference too, hidden: no lab passes garbage whatever `--impl`
+    says, so the comparisons with the reference (each lab's `both` rows) decide a clean-room
+    run as they decide `both`; the reference's own rows are not shown.
+    """
     if impl not in IMPL_CHOICES:
         raise UsageError(
             Msg(
@@ -228,7 +235,7 @@ def implementations(
                     defer_load=True,
                 )
             )
-        if impl in ("reference", "both"):
+        if impl in IMPL_CHOICES:
             import torch
 
             from labctl import reference
@@ -241,7 +248,11 @@ def implementations(
             torch.set_num_threads(1)
             stack.callback(torch.set_num_threads, threads)
             chosen["reference"] = Implementation(
-                "reference", reference, meter=peak_bytes, later={2: reference_v2}
+                "reference",
+                reference,
+                meter=peak_bytes,
+                later={2: reference_v2},
+                hidden=impl == "clean-room",
             )
         if room is not None:
             room.wait_loaded()
@@ -293,13 +304,17 @@ def judge(lab: Lab, output: LabOutput, rows: set[str]) -> list[MetricResult]:
 def run_lab(
     lab: Lab, seed: int, impls: dict[str, Implementation], params: LabParams | None = None
 ) -> LabResult:
-    """Run one lab (with its default parameters unless given) and judge it; writes nothing."""
-    rows = set(impls) | ({"both"} if all(name in impls for name in IMPLS) else set())
+    """Run one lab (with its default parameters unless given) and judge it; writes nothing.
+
+    A hidden reference (`--impl clean-room`) runs for the comparisons alone: the `both` rows
+    are judged, the reference's own are not shown."""
+    shown = {name for name, impl in impls.items() if not getattr(impl, "hidden", False)}
+    rows = shown | ({"both"} if all(name in impls for name in IMPLS) else set())
     result = LabResult(lab, params=params or lab.params())
     impls = {name: impl.for_contract(lab.contract) for name, impl in impls.items()}
     start = time.perf_counter()
     older = _older_room(lab, impls.get("clean-room"))
-    if older is not None and "reference" in impls:
+    if older is not None and "reference" in shown:
         # A v1 room keeps working everywhere: a lab it cannot take runs on the reference
         # alone, as `--impl reference` does, and says so; no clean-room row is invented.
         impls = {"reference": impls["reference"]}
@@ -314,20 +329,71 @@ def run_lab(
         # English line naming a file of labctl's.
         with np.errstate(all="ignore"):
             output = lab.run(LabContext(params=result.params, seed=seed, impls=impls))
-            result.metrics = judge(lab, output, rows)
+            result.metrics = [m for m in judge(lab, output, rows) if m.impl in rows]
         result.figures = ([Note(older, flag=True)] if older is not None else []) + output.figures
     except CallError as exc:
         result.fail(Msg("clean room failed: {error}", error=exc.message))
-        if "reference" in impls and len(impls) > 1:
+        if "reference" in shown and len(impls) > 1:
             _keep_reference(result, lab, seed, impls, rows)
+    except OddOutput as exc:
+        _room_rows_fail(result, lab, seed, impls, rows, exc.message)
     except LabctlError as exc:
         result.fail(exc.message)
     except Exception as exc:
         if os.environ.get("LABCTL_DEBUG") == "1":
             raise
-        result.fail(Msg("lab crashed: {kind}: {error}", kind=type(exc).__name__, error=str(exc)))
+        crashed = Msg("{type}: {error}", type=type(exc).__name__, error=str(exc))
+        if "clean-room" in impls and "reference" in impls:
+            # Of the right form, yet too odd for the lab's arithmetic (an empty selection, a
+            # value no formula takes): the room's rows fail, the lab does not crash, unless
+            # the reference alone fails too (then it is the lab's own).
+            odd = Msg("the lab could not use the clean room's outputs ({error})", error=crashed)
+            _room_rows_fail(result, lab, seed, impls, rows, odd, crashed)
+        else:
+            result.fail(Msg("lab crashed: {error}", error=crashed))
     result.wall_time_s = time.perf_counter() - start
     return result
+
+
+def _room_rows_fail(
+    result: LabResult,
+    lab: Lab,
+    seed: int,
+    impls: dict[str, Implementation],
+    rows: set[str],
+    why: str | Msg,
+    crashed: str | Msg | None = None,
+) -> None:
+    """A clean room's output the lab could not take: its rows (and the comparisons) fail,
+    unmeasured, and a flagged note says why; the reference's rows and figures are those of
+    the reference alone. When the reference alone fails too (`crashed` says how the whole
+    lab failed), the lab itself crashed."""
+    figures: list = []
+    measured: list[MetricResult] = []
+    if "reference" in impls:
+        try:
+            with np.errstate(all="ignore"):
+                only = {"reference": impls["reference"]}
+                output = lab.run(LabContext(params=result.params, seed=seed, impls=only))
+        except Exception as exc:
+            if os.environ.get("LABCTL_DEBUG") == "1":
+                raise
+            error = crashed or Msg("{type}: {error}", type=type(exc).__name__, error=str(exc))
+            result.fail(Msg("lab crashed: {error}", error=error))
+            return
+        measured = [m for m in judge(lab, output, rows & {"reference"}) if m.impl in rows]
+        figures = list(output.figures)
+    note = f"{NOT_MEASURED}: {why}"
+    for spec in lab.metrics:
+        for row in spec.impls:
+            if row in rows and row != "reference":
+                measured.append(
+                    MetricResult(
+                        spec.name, row, math.nan, spec.expected, False, spec.unit, spec.timing, note
+                    )
+                )
+    result.metrics = measured
+    result.figures = [Note(why, flag=True), *figures]
 
 
 def _keep_reference(

@@ -52,12 +52,25 @@ METRICS = (
 )  # fmt: skip
 
 
+LENGTHS = (0, 2)  # with T: a padded batch whose last sequence is empty (every row blocked)
+
+
 def _blocked(impl, T: int) -> np.ndarray:
     """Weights (3, 1, T, T) of a padded batch of lengths T, 2 and 0 under causal | padding."""
     q = np.ones((3, 1, T, 4))  # (B, H, T, D)
-    mask = np.asarray(impl.causal_mask(T)) | np.asarray(impl.padding_mask(np.array([T, 2, 0]), T))
+    lengths = np.array([T, *LENGTHS])
+    mask = np.asarray(impl.causal_mask(T)) | np.asarray(impl.padding_mask(lengths, T))
     _, weights = impl.scaled_dot_product_attention(q, q, q, mask)
     return np.asarray(weights)
+
+
+def _dead(T: int) -> np.ndarray:
+    """(3, 1, T): the rows `_blocked`'s mask blocks everywhere, from the masks' definitions
+    (never from the room's weights: a finite fill leaves none of them all zero)."""
+    j = np.arange(T)
+    causal = j[None, :] > j[:, None]  # (T, T)
+    padding = j[None, :] >= np.array([T, *LENGTHS])[:, None]  # (3, T)
+    return (causal[None] | padding[:, None, :]).all(axis=-1)[:, None, :]
 
 
 def run(ctx: LabContext) -> LabOutput:
@@ -78,11 +91,10 @@ def run(ctx: LabContext) -> LabOutput:
         output.add("entropy_max_error", name, float(np.max([np.max(e) for e in errors])))
         bad = (got < -1e-12) | (got > limit + 1e-12) if got.shape == want.shape else np.ones(1)
         output.add("entropy_fn_bound_violations", name, int(np.sum(bad)))
-        blocked = _blocked(impl, T)
-        dead = ~blocked.any(axis=-1)  # (B, 1, T): rows with no visible key
+        blocked_entropy = np.asarray(impl.attention_entropy(_blocked(impl, T)))  # (B, 1, T)
         output.add(
             "entropy_blocked_row_max_abs", name,
-            float(np.max(np.abs(np.asarray(impl.attention_entropy(blocked))[dead]))),
+            float(np.max(np.abs(blocked_entropy[_dead(T)]), initial=0.0)),
         )  # fmt: skip
         kept[name] = got
     if ctx.both:

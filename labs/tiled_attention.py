@@ -19,6 +19,8 @@ wholly above the diagonal.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from pydantic import Field
 
@@ -38,6 +40,18 @@ from labctl.lab import (
 
 CHAPTER_SCORES = (2.0, 1.0, 0.5, 3.0)  # 手撕与注意力机制 §7.5.3
 MEMORY_T = 4096  # the length the memory claim is judged at
+MEMORY_D = 16  # the head width of the memory rows
+# A measured call's output is checked on this many query rows, drawn from the run's seed,
+# against the reference's (issue 42: a room that spotted the measured call and answered
+# np.empty had its memory counted). Rows of one attention are independent: a room that
+# computed only some of them is caught with high probability, at a tiny fraction of a
+# full comparison's cost.
+CHECKED_ROWS = 64
+# float32 attention over 4096 keys against the reference's float32: the sums in another
+# order, ~1e-7 relative per term; the project's room is 6e-8 off (seed 1), so 1e-4 leaves
+# three orders of margin. An output never computed (np.empty, zeros) is off by its own size,
+# O(1e-2) for these inputs, or is NaN.
+MEMORY_OUTPUT_TOLERANCE = 1e-4
 # The most of full attention's peak the ratio divides by: four (T, T) float32 arrays
 # (scores, weights and two temporaries). A full attention made to hold more cannot shrink
 # the ratio of a tiled function that builds one (T, T) array below 1/4.
@@ -137,9 +151,82 @@ def skipped_tiles(blocked: np.ndarray, tile: int) -> int:
     )
 
 
+def full_cap(T: int = MEMORY_T) -> int:
+    """The most of full attention's peak a ratio divides by: FULL_CAP_MATRICES (T, T) float32."""
+    return FULL_CAP_MATRICES * T * T * 4
+
+
 def memory_ratio(full: int, tiled: int, T: int = MEMORY_T) -> float:
     """Tiled over full attention's peak, the full peak counted at most as FULL_CAP_MATRICES."""
-    return tiled / min(full, FULL_CAP_MATRICES * T * T * 4)
+    return tiled / min(full, full_cap(T))
+
+
+@dataclass(frozen=True)
+class MemoryCall:
+    """One measured call: its peak in bytes, counted only when its output is the
+    reference's on the rows checked (`peak` None otherwise, and `why` says so)."""
+
+    peak: int | None
+    error: float
+    why: Msg | None = None
+
+
+def memory_inputs(rng, T: int) -> tuple[np.ndarray, ...]:
+    """q, k, v of one head, float32 (B = H = 1, D = MEMORY_D): the memory rows' inputs."""
+    return tuple(
+        rng.standard_normal((1, 1, T, MEMORY_D)).astype(np.float32) for _ in range(3)
+    )  # (B, H, T, D) each
+
+
+def checked_rows(seed: int, T: int) -> np.ndarray:
+    """The query rows a measured call's output is checked on, drawn from the run's seed."""
+    rng = np.random.default_rng([seed, T, CHECKED_ROWS])
+    return np.sort(rng.choice(T, min(CHECKED_ROWS, T), replace=False))
+
+
+def attention_rows(q, k, v, rows: np.ndarray) -> np.ndarray:
+    """The contract's attention (no mask, scale 1/sqrt(D)) of the query `rows`, in float64:
+    softmax(q k^T / sqrt(D)) v, the reference's formula, computed here in NumPy so that a
+    check of a measured call needs no torch (a grading worker imports it only for labs)."""
+    q64, k64, v64 = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    scores = (q64[:, :, rows] @ np.swapaxes(k64, -1, -2)) / np.sqrt(q64.shape[-1])  # (B, H, n, T)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (weights / weights.sum(axis=-1, keepdims=True)) @ v64  # (B, H, n, Dv)
+
+
+def measure(impl, fn: str, q, k, v, *rest, rows: np.ndarray, part: int | None = None):
+    """`fn(q, k, v, *rest)` measured (`Implementation.measured`: a clean room's peak read by
+    labctl from outside its worker), its output checked against the reference's attention
+    (not causal) on `rows` before the peak counts."""
+    value, peak = impl.measured(fn, q, k, v, *rest, part=part)
+    expected = attention_rows(q, k, v, rows)
+    want = (*q.shape[:-1], v.shape[-1])
+    if not isinstance(value, np.ndarray) or value.shape != want or value.dtype.kind not in "fc":
+        what = (
+            Msg("an array of shape {shape}", shape=value.shape)
+            if isinstance(value, np.ndarray)
+            else Msg("a {type}", type=type(value).__name__)
+        )
+        why = Msg(
+            "{fn} returned {what} where the contract says out {want}: its memory does not count",
+            fn=fn,
+            what=what,
+            want=want,
+        )
+        return MemoryCall(None, np.inf, why)
+    with np.errstate(invalid="ignore", over="ignore"):
+        error = float(np.max(np.abs(value[:, :, rows].astype(np.float64) - expected)))
+    if not error <= MEMORY_OUTPUT_TOLERANCE:  # NaN too
+        why = Msg(
+            "{fn}'s output differs from the reference's by {error:.2g} on the {n} query rows "
+            "checked (tolerance {tolerance:g}): its memory does not count",
+            fn=fn,
+            error=error,
+            n=len(rows),
+            tolerance=MEMORY_OUTPUT_TOLERANCE,
+        )
+        return MemoryCall(None, error, why)
+    return MemoryCall(peak, error)
 
 
 def _chapter_vector(impl, scores: np.ndarray) -> list[np.ndarray]:
@@ -177,18 +264,25 @@ def _accuracy(impl, rng, p: Params, dtype, outputs: list | None = None) -> tuple
     return worst, same / total
 
 
-def _memory(impl, rng, p: Params) -> dict[int, tuple[int, int]]:
-    """Peak bytes of full and tiled attention at each T (float32, B = H = 1, D = 16)."""
-    peaks = {}
+def _memory(impl, rng, p: Params, seed: int) -> dict[int, tuple[MemoryCall, MemoryCall]]:
+    """Full and tiled attention measured at each T (float32, B = H = 1, D = 16), each
+    call's output checked before its peak counts."""
+    calls = {}
     for T in p.memory_lengths:
-        q, k, v = (rng.standard_normal((1, 1, T, 16)).astype(np.float32) for _ in range(3))
-        # only the peaks are read: a clean room's (T, T) weights stay in its worker
-        _, full = impl.measured("scaled_dot_product_attention", q, k, v, want_value=False)
-        _, tiled = impl.measured(
-            "tiled_attention", q, k, v, p.memory_block, False, want_value=False
-        )
-        peaks[T] = (full, tiled)
-    return peaks
+        q, k, v = memory_inputs(rng, T)
+        rows = checked_rows(seed, T)
+        # attention's output alone comes back: a clean room's (T, T) weights stay in its worker
+        full = measure(impl, "scaled_dot_product_attention", q, k, v, rows=rows, part=0)
+        tiled = measure(impl, "tiled_attention", q, k, v, p.memory_block, False, rows=rows)
+        calls[T] = (full, tiled)
+    return calls
+
+
+def _ratio(full: MemoryCall, tiled: MemoryCall, T: int) -> tuple[float, Msg | None]:
+    """The memory row: tiled over full, NaN (and why) when a call's peak does not count."""
+    if full.peak is None or tiled.peak is None:
+        return np.nan, tiled.why or full.why
+    return memory_ratio(full.peak, tiled.peak, T), None
 
 
 def run(ctx: LabContext) -> LabOutput:
@@ -215,8 +309,13 @@ def run(ctx: LabContext) -> LabOutput:
             error, identical = _accuracy(impl, rng, p, dtype, kept)
             accuracy[name, dtype.__name__] = (error, identical)
             output.add(f"tiled_vs_naive_max_error[{dtype.__name__}]", name, error)
-        memory[name] = _memory(impl, rng, p)
-        output.add(f"tiled_memory_ratio[T={MEMORY_T}]", name, memory_ratio(*memory[name][MEMORY_T]))
+        memory[name] = _memory(impl, rng, p, ctx.seed)
+        ratio, why = _ratio(*memory[name][MEMORY_T], MEMORY_T)
+        output.add(f"tiled_memory_ratio[T={MEMORY_T}]", name, ratio, str(why) if why else "")
+        if why is not None:
+            output.figures.append(
+                Note(Msg("{impl}: {why}", impl=implementation(name), why=why), flag=True)
+            )
         Tq, Tk = 48, 64
         counted = skipped_tiles(np.asarray(impl.causal_mask(Tq, Tk)), p.tile)
         defined = skipped_tiles(np.arange(Tk)[None, :] > (Tk - Tq) + np.arange(Tq)[:, None], p.tile)
@@ -227,6 +326,10 @@ def run(ctx: LabContext) -> LabOutput:
         output.add("tiled_reference_max_error", "both", error)
     output.figures += _figures(p, scores, one_shot, prefixes, accuracy, memory, tiles)
     return output
+
+
+def _bytes(call: MemoryCall) -> str:
+    return "—" if call.peak is None else f"{call.peak:,} B"
 
 
 def _figures(p: Params, scores, one_shot, prefixes, accuracy, memory, tiles) -> list:
@@ -281,14 +384,15 @@ def _figures(p: Params, scores, one_shot, prefixes, accuracy, memory, tiles) -> 
         TableFigure(
             title=Msg(
                 "peak memory, float32, D = 16, block {b} (clean room: its worker's peak "
-                "resident memory, read by labctl from outside; reference: live torch tensors)",
+                "resident memory, read by labctl from outside; reference: live torch tensors; "
+                "a call whose output is not the reference's counts no memory: —)",
                 b=p.memory_block,
             ),
             columns=("T", N_("implementation"), N_("full attention"), N_("tiled"),
                      N_("tiled / full"), N_("one (T, T) float32 matrix")),
             rows=tuple(
-                (str(T), n, f"{memory[n][T][0]:,} B", f"{memory[n][T][1]:,} B",
-                 memory_ratio(*memory[n][T], T), f"{T * T * 4:,} B")
+                (str(T), n, _bytes(memory[n][T][0]), _bytes(memory[n][T][1]),
+                 _ratio(*memory[n][T], T)[0], f"{T * T * 4:,} B")
                 for T in p.memory_lengths for n in names
             ),
         )

@@ -69,3 +69,47 @@ def rope(x, positions, theta=10000.0):
         axis=-1,
     ).astype(x.dtype)
 """
+
+
+# The project's clean room's modules, each after those it imports from.
+_ROOM_MODULES = ("primitives", "positions", "ffn", "attention", "transformer_block")
+
+
+def one_file_room(directory: Path, source: str, contract: int = 1) -> Path:
+    """The project's clean room as one file (`__init__.py`, its modules in import order, their
+    relative imports dropped), with a learner's own version of a function appended (it shadows
+    the project's); declaring contract v2 when asked. A room of one file, as many learners
+    write one."""
+    import ast
+    import textwrap
+
+    from labctl import faults
+
+    base = faults.project_clean_room()
+    parts = ["from __future__ import annotations"]
+    for module in _ROOM_MODULES:
+        tree = ast.parse((base / f"{module}.py").read_text(encoding="utf-8"))
+        tree.body = [
+            node
+            for node in tree.body
+            if not (
+                isinstance(node, ast.ImportFrom) and (node.level or node.module == "__future__")
+            )
+        ]
+        parts.append(ast.unparse(tree))
+    if contract > 1:
+        parts.append(f'CONTRACT = "transformer-block-v{contract}"')
+    parts.append(textwrap.dedent(source).strip())
+    room = directory / "clean_room"
+    room.mkdir(parents=True)
+    (room / "__init__.py").write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+    return room
+
+
+def declared_v2(room: Path) -> Path:
+    """`room` (a copy of the project's, several files), declaring contract v2."""
+    init = room / "__init__.py"
+    init.write_text(
+        init.read_text(encoding="utf-8") + '\nCONTRACT = "transformer-block-v2"\n', encoding="utf-8"
+    )
+    return room

@@ -186,6 +186,68 @@ def weight_transposed(name: str, fn: Callable) -> Callable | None:
     }.get(name)
 
 
+MASKS = {"causal_mask", "sliding_window_mask", "padding_mask"}
+
+
+def finite_mask_fill(name: str, fn: Callable) -> Callable | None:
+    """Attention that fills blocked scores with -1e9: a row with every key blocked gets
+    uniform weights, not zeros (issue 38: the entropy lab found no blocked row, and crashed)."""
+
+    def wrapped(q, k, v, mask=None, scale=None):
+        if mask is None:
+            return fn(q, k, v, mask, scale)
+        n_rep = np.shape(q)[1] // np.shape(k)[1]
+        k, v = project_room.repeat_kv(k, n_rep), project_room.repeat_kv(v, n_rep)
+        s = 1.0 / np.sqrt(np.shape(q)[-1]) if scale is None else scale
+        scores = np.where(mask, -1e9, (q @ np.swapaxes(k, -1, -2)) * s)
+        weights = project_room.softmax(scores, axis=-1)
+        return (weights @ v).astype(q.dtype), weights.astype(q.dtype)
+
+    return wrapped if name == "scaled_dot_product_attention" else None
+
+
+def _nan(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return tuple(_nan(v) for v in value)
+    return np.full_like(np.asarray(value, dtype=float), np.nan)
+
+
+def nan(name: str, fn: Callable) -> Callable | None:
+    """NaN in every element of every float output."""
+    return None if name in MASKS else (lambda *args, **kwargs: _nan(fn(*args, **kwargs)))
+
+
+def float_mask(name: str, fn: Callable) -> Callable | None:
+    """A mask of floats (1.0 = blocked), not bool: the contract keeps masks bool."""
+    if name not in MASKS:
+        return None
+    return lambda *args, **kwargs: np.asarray(fn(*args, **kwargs), dtype=np.float64)
+
+
+def as_list(name: str, fn: Callable) -> Callable:
+    """Nested Python lists in place of arrays."""
+
+    def wrapped(*args, **kwargs):
+        value = fn(*args, **kwargs)
+        if isinstance(value, tuple):
+            return [np.asarray(v).tolist() for v in value]
+        return np.asarray(value).tolist()
+
+    return wrapped
+
+
+def extra_axis(name: str, fn: Callable) -> Callable:
+    """The (first) output with an axis of 1 more at the end: right values, another shape."""
+
+    def wrapped(*args, **kwargs):
+        value = fn(*args, **kwargs)
+        if isinstance(value, tuple):
+            return (np.asarray(value[0])[..., None], *value[1:])
+        return np.asarray(value)[..., None]
+
+    return wrapped
+
+
 KINDS: dict[str, Callable[[str, Callable], Callable | None]] = {
     "zeros": zeros,
     "identity": identity,
@@ -194,12 +256,23 @@ KINDS: dict[str, Callable[[str, Callable], Callable | None]] = {
     "heads-reversed": heads_reversed,
     "weight-transposed": weight_transposed,
 }
+# Odd outputs (issue 38): values no formula of the lab expects, or not the contract's form.
+ODD_KINDS: dict[str, Callable[[str, Callable], Callable | None]] = {
+    "finite-mask-fill": finite_mask_fill,
+    "nan": nan,
+    "float-mask": float_mask,
+    "list": as_list,
+    "extra-axis": extra_axis,
+}
 
 
 def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, list) or isinstance(b, list):
+        return False  # a list in place of an array is another answer, whatever it holds
     if isinstance(a, tuple) and isinstance(b, tuple):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return np.shape(a) == np.shape(b) and np.array_equal(a, b, equal_nan=True)
+    same_dtype = np.asarray(a).dtype == np.asarray(b).dtype
+    return same_dtype and np.shape(a) == np.shape(b) and np.array_equal(a, b, equal_nan=True)
 
 
 class GarbageRoom:
@@ -215,7 +288,7 @@ class GarbageRoom:
         self._wrapped = {}
         for name in functions:
             correct = getattr(project_room, name)
-            wrapped = KINDS[kind](name, correct)
+            wrapped = {**KINDS, **ODD_KINDS}[kind](name, correct)
             if wrapped is None:
                 raise ValueError(f"{kind} does not apply to {name}")
             self._wrapped[name] = self._noting(wrapped, correct)
@@ -236,7 +309,7 @@ class GarbageRoom:
 
 
 def applies(kind: str, name: str) -> bool:
-    return KINDS[kind](name, getattr(project_room, name)) is not None
+    return {**KINDS, **ODD_KINDS}[kind](name, getattr(project_room, name)) is not None
 
 
 class Recording:

@@ -94,7 +94,7 @@ class Recorded:
     """The torch reference in this process, noting every call the lab makes.
 
     `invoke` answers as a clean room's worker does, so calls made for memory are noted
-    with the `want_value` they asked for.
+    with the `value_part` they asked for (None: the whole value).
     """
 
     def __init__(self):
@@ -107,11 +107,13 @@ class Recorded:
 
         return call
 
-    def invoke(self, fn, *args, measure_memory, echo_args, want_value, **kwargs):
+    def invoke(self, fn, *args, measure_memory, echo_args, value_part=None, **kwargs):
         assert measure_memory is True and echo_args is False
-        self.calls.append((fn, args, {**kwargs, "want_value": want_value}))
+        self.calls.append((fn, args, {**kwargs, "value_part": value_part}))
         value, peak = peak_bytes(getattr(reference, fn), *args, **kwargs)
-        return SimpleNamespace(value=value if want_value else None, peak_bytes=peak)
+        if value_part is not None:
+            value = value[value_part]
+        return SimpleNamespace(value=value, peak_bytes=peak)
 
     def made(self, fn: str) -> list[tuple[tuple, dict]]:
         return [(args, kwargs) for name, args, kwargs in self.calls if name == fn]

@@ -14,12 +14,13 @@ import math
 import warnings
 
 import pytest
-from garbage import KINDS, GarbageRoom, applies, nan_room
+from checktools import learner_room
+from garbage import KINDS, ODD_KINDS, GarbageRoom, applies, nan_room
 from labtools import rows
 
 from labctl import registry
 from labctl.lab import Implementation, larger, largest
-from labctl.runner import implementations, run_lab
+from labctl.runner import implementations, run_lab, run_labs
 
 # The contract functions each lab calls (recorded on the project's clean room).
 CALLS = {
@@ -62,6 +63,16 @@ CALLS = {
     "induction-heads": (
         "causal_mask", "split_heads", "scaled_dot_product_attention", "merge_heads", "softmax",
     ),
+    "precision": ("softmax",),
+    "handson-decoder": (
+        "decoder_forward", "sinusoidal_positions", "multi_head_attention", "rms_norm",
+        "swiglu_ffn", "layer_norm", "relu_ffn",
+    ),
+    "temperature": ("softmax",),
+    "alibi": ("alibi_slopes", "alibi_bias", "softmax", "rope", "sinusoidal_positions"),
+    "rope-scaling": ("rope",),
+    "ffn-variants": ("gelu", "glu_ffn", "geglu_ffn", "swiglu_ffn"),
+    "entropy": ("attention_entropy",),
 }  # fmt: skip
 # Smaller settings where a lab allows them: these rows do not depend on the sizes.
 PARAMS = {
@@ -181,3 +192,142 @@ def test_the_largest_difference_is_nan_if_any_is_whatever_the_order():
     for values in ([1.0, math.nan, 2.0], [math.nan, 1.0], [1.0, math.nan]):
         assert math.isnan(largest(values)), values
     assert largest([3.0, 1.0]) == 3.0
+
+
+# Every call a lab makes, for the odd outputs (which must never crash it). The entropy lab
+# judges attention_entropy alone: the weights it feeds it are the room's own (its figure
+# shows them), and attention-inspect judges those; so its garbage rooms (CALLS) are
+# attention_entropy's.
+ODD_CALLS = {
+    **CALLS,
+    "entropy": (
+        "sinusoidal_positions", "causal_mask", "rms_norm", "split_heads",
+        "scaled_dot_product_attention", "merge_heads", "swiglu_ffn", "attention_entropy",
+        "padding_mask",
+    ),
+}  # fmt: skip
+
+
+def test_every_lab_is_driven_with_garbage():
+    labs = {lab.id for lab in registry.discover()}
+    assert set(CALLS) == set(ODD_CALLS) == labs
+
+
+def _odd_rooms() -> list:
+    return [
+        pytest.param(lab_id, kind, chosen, id=f"{lab_id}-{kind}")
+        for lab_id, calls in ODD_CALLS.items()
+        for kind in ODD_KINDS
+        if (chosen := tuple(fn for fn in calls if applies(kind, fn)))
+    ]
+
+
+@pytest.mark.parametrize(("lab_id", "kind", "functions"), _odd_rooms())
+def test_an_odd_output_fails_the_room_s_rows_and_never_crashes_the_lab(
+    torch_reference, lab_id, kind, functions
+):
+    """Issue 38: the entropy lab picked the fully blocked rows from the room's weights, and a
+    finite mask fill left none: the lab crashed. A list, a float mask or another shape broke
+    other labs' arithmetic the same way. Each is now a failing row of the room's, named."""
+    room = GarbageRoom(kind, functions)
+    result = judged(lab_id, room, torch_reference)
+    if not room.changed:
+        pytest.skip(f"{kind} of {functions} gives this lab's inputs the right answers")
+    assert result.error is None, result.error
+    failing = {(m.name, m.impl) for m in result.metrics if m.decides and not m.passed}
+    assert all(impl != "reference" for _, impl in failing), failing
+    # A finite fill is right wherever no row has every key blocked, and an extra axis on an
+    # output the lab never reads (attention's out, where it reads the weights) is unseen.
+    if kind not in ("finite-mask-fill", "extra-axis"):
+        assert failing and not result.passed
+
+
+def test_the_entropy_lab_takes_a_finite_mask_fill_as_a_failing_row(torch_reference):
+    room = GarbageRoom("finite-mask-fill", ("scaled_dot_product_attention",))
+    result = judged("entropy", room, torch_reference)
+    assert result.error is None
+    row = rows(result)[("entropy_blocked_row_max_abs", "clean-room")]
+    # Measured: the rows every key of is blocked come from the masks' definitions, and a
+    # finite fill gives them uniform weights, log(T) nats, not 0.
+    assert row.measured and not row.passed and row.actual > 1.0
+
+
+def test_a_list_is_named_as_the_contract_s_form_not_numpy_s_error(torch_reference):
+    room = GarbageRoom("list", ("causal_mask",))
+    result = judged("causal-attention", room, torch_reference)
+    assert result.error is None and not result.passed
+    (note,) = [f for f in result.figures if getattr(f, "flag", False)]
+    assert str(note.text) == (
+        "the clean room's causal_mask returned a list of 8 where the contract says an array "
+        "bool (t_q, t_k)"
+    )
+    row = next(m for m in result.metrics if m.impl == "clean-room")
+    assert not row.measured and str(note.text) in row.note
+
+
+def _hidden(reference: Implementation) -> Implementation:
+    """The reference as `--impl clean-room` opens it: run for the comparisons, not shown."""
+    return Implementation(
+        "reference", reference._target, reference._meter, reference._later, hidden=True
+    )
+
+
+@pytest.mark.parametrize("lab_id", sorted(CALLS))
+def test_a_clean_room_run_is_decided_by_the_comparison_too(torch_reference, lab_id):
+    """Issue 38: `--impl clean-room` ran no comparison with the reference, so a room of
+    zeros passed kv-cache. The reference now runs hidden: its rows are not shown, the
+    comparisons decide."""
+    room = GarbageRoom("zeros", tuple(fn for fn in CALLS[lab_id] if applies("zeros", fn)))
+    lab = registry.get(lab_id)
+    params = lab.params(**PARAMS.get(lab_id, {}))
+    impls = {
+        "reference": _hidden(torch_reference),
+        "clean-room": Implementation("clean-room", room),
+    }
+    result = run_lab(lab, 5, impls, params)
+    assert {m.impl for m in result.metrics} <= {"clean-room", "both"}
+    assert any(m.impl == "both" for m in result.metrics)
+    assert result.error is None and not result.passed
+
+
+ZEROS_ATTENTION = """
+_whole, _step = multi_head_attention, attention_decode
+
+def multi_head_attention(*args, **kwargs):
+    return np.zeros_like(_whole(*args, **kwargs))
+
+def attention_decode(*args, **kwargs):
+    out, k_all, v_all = _step(*args, **kwargs)
+    return np.zeros_like(out), np.zeros_like(k_all), np.zeros_like(v_all)
+"""
+
+SIN_COS_SWAPPED = """
+_sinusoid = sinusoidal_positions
+
+def sinusoidal_positions(seq_len, d_model):
+    pe = _sinusoid(seq_len, d_model).copy()
+    n = d_model // 2 * 2
+    pe[:, 0:n:2], pe[:, 1:n:2] = pe[:, 1:n:2].copy(), pe[:, 0:n:2].copy()
+    return pe
+"""
+
+
+@pytest.mark.parametrize(
+    ("lab_id", "module", "source", "caught"),
+    [
+        ("kv-cache", "transformer_block", ZEROS_ATTENTION, "decode_reference_max_error"),
+        ("positions", "primitives", SIN_COS_SWAPPED, "positions_reference_max_error"),
+    ],
+)
+def test_the_issue_s_rooms_fail_a_clean_room_run(tmp_path, lab_id, module, source, caught):
+    """`labctl run kv-cache --impl clean-room` passed a room whose attention returns zeros,
+    and `run positions --impl clean-room` one with sin and cos swapped."""
+    room = learner_room(tmp_path, module, source)
+    settings = [f"{k}={v}" for k, v in PARAMS.get(lab_id, {}).items()]
+    report = run_labs(
+        [lab_id], impl="clean-room", clean_room=room, out=tmp_path / "runs", settings=settings
+    )
+    (result,) = report.labs
+    failing = {(m.name, m.impl) for m in result.metrics if m.decides and not m.passed}
+    assert failing == {(caught, "both")}
+    assert not report.passed and {m.impl for m in result.metrics} == {"clean-room", "both"}

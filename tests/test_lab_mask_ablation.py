@@ -212,17 +212,27 @@ def run_here(target, p: Params | None = None, name: str = "clean-room"):
     return run_lab(LAB, SEED, {name: Implementation(name, target)}, p)
 
 
-@pytest.mark.parametrize(
-    "mask",
-    [np.triu(np.ones((8, 8), dtype=int), k=1), np.triu(np.ones((8, 9), dtype=bool), k=1)],
-    ids=["int", "8x9"],
-)
-def test_a_causal_mask_the_lm_cannot_use_is_refused_by_name(mask):
+def test_a_causal_mask_the_lm_cannot_use_is_refused_by_name():
     """Probes at T = 6 use the right mask; the LM's context of 8 gets this one."""
+    mask = np.triu(np.ones((8, 9), dtype=bool), k=1)
     result = run_here(MaskAt(8, mask), Params(T=6))
     assert result.error is not None
     assert f"causal_mask(8) returned {mask.dtype} {mask.shape}, expected bool (8, 8)" in (
         result.error
+    )
+
+
+def test_a_mask_of_ints_fails_the_room_s_rows_by_name():
+    """A mask of another dtype is refused where the lab takes it (labctl.returns): the room's
+    rows fail, and a flagged note names the function and the contract's form."""
+    mask = np.triu(np.ones((8, 8), dtype=int), k=1)
+    result = run_here(MaskAt(8, mask), Params(T=6))
+    assert result.error is None and not result.passed
+    assert all(not m.measured for m in result.metrics if m.impl == "clean-room")
+    (note,) = [f for f in result.figures if getattr(f, "flag", False)]
+    assert str(note.text) == (
+        "the clean room's causal_mask returned an array of dtype int64 and shape (8, 8) where "
+        "the contract says an array bool (t_q, t_k)"
     )
 
 

@@ -22,6 +22,7 @@ from labctl.lab import (
     satisfies,
     tolerance_key,
 )
+from labctl.returns import OddOutput
 
 # A v1 tolerance that v2 changes, with the reason; every other v1 entry must be unchanged.
 _FLOPS_NOW_EARNED = (
@@ -199,15 +200,18 @@ def test_a_lab_finds_its_metrics_by_name_and_names_a_missing_one():
 class _Worker:
     """Stands for a clean room in a worker: `invoke` returns the value and the worker's time."""
 
+    FROM_WORKER = np.array([1.0, 2.0])
+    DIRECT = np.array([7.0])
+
     def __init__(self):
         self.calls = []
 
     def invoke(self, fn, *args, **kwargs):
         self.calls.append((fn, args, kwargs))
-        return SimpleNamespace(value=("from", fn), elapsed_s=0.125, peak_bytes=4096)
+        return SimpleNamespace(value=self.FROM_WORKER, elapsed_s=0.125, peak_bytes=4096)
 
     def softmax(self, x):
-        return ("direct", x)
+        return self.DIRECT
 
 
 class _InProcess:
@@ -219,10 +223,20 @@ def test_timed_calls_the_worker_and_reports_the_worker_s_time():
     worker = _Worker()
     impl = Implementation("clean-room", worker)
     assert impl.name == "clean-room"
-    assert impl.timed("softmax", 1, axis=0) == (("from", "softmax"), 0.125)
+    assert impl.timed("softmax", 1, axis=0) == (worker.FROM_WORKER, 0.125)
     # labs never read which inputs a call edited, so the arguments are not echoed back
     assert worker.calls == [("softmax", (1,), {"axis": 0, "echo_args": False})]
-    assert impl.softmax(7) == ("direct", 7)  # plain attribute access goes to the target
+    assert impl.softmax(7) is worker.DIRECT  # plain attribute access goes to the target
+
+
+def test_a_clean_room_s_value_of_another_form_is_named_where_a_lab_takes_it():
+    """Issue 38: an odd output (here a tuple where softmax returns one array) is named, not
+    passed on to break a lab's arithmetic; the reference is labctl's own and not checked."""
+    worker = _Worker()
+    worker.DIRECT = ("direct", 7)
+    with pytest.raises(OddOutput, match="the clean room's softmax returned a tuple of 2"):
+        Implementation("clean-room", worker).softmax(7)
+    assert Implementation("reference", worker).softmax(7) == ("direct", 7)
 
 
 def test_timed_measures_an_in_process_call_itself():
@@ -234,18 +248,20 @@ def test_timed_measures_an_in_process_call_itself():
         impl.no_such_function  # noqa: B018
 
 
-def test_measured_asks_labctl_s_meter_for_the_peak_and_the_worker_for_the_value_unless_told():
+def test_measured_asks_labctl_s_meter_for_the_peak_and_the_worker_for_the_value():
+    """The value always comes back, to be checked before the peak counts (issue 42); `part`
+    keeps one array of a tuple (attention's output, not its weights)."""
     worker = _Worker()
     impl = Implementation("clean-room", worker)
-    assert impl.measured("softmax", 1, axis=0) == (("from", "softmax"), 4096)
-    impl.measured("softmax", 2, want_value=False)
+    assert impl.measured("softmax", 1, axis=0) == (worker.FROM_WORKER, 4096)
+    impl.measured("softmax", 2, part=0)
     assert worker.calls == [
         (
             "softmax",
             (1,),
-            {"measure_memory": True, "echo_args": False, "want_value": True, "axis": 0},
+            {"measure_memory": True, "echo_args": False, "value_part": None, "axis": 0},
         ),
-        ("softmax", (2,), {"measure_memory": True, "echo_args": False, "want_value": False}),
+        ("softmax", (2,), {"measure_memory": True, "echo_args": False, "value_part": 0}),
     ]
 
 

@@ -572,7 +572,8 @@ def test_a_bad_input_refused_with_the_wrong_exception_fails(exc_type):
     assert result.status == checks.FAIL
     first = bad_cases(function)[0].name
     assert result.message == (
-        f"case {first}: raised {exc_type}; the contract asks for ValueError or TypeError"
+        f"case {first}: raised {exc_type}; the contract's rule: window < 1 (the window counts "
+        "the current token) must raise ValueError (or TypeError) naming window"
     )
 
 

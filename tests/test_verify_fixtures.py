@@ -140,12 +140,13 @@ def _digest(*values) -> str:
     return h.hexdigest()
 
 
-# The inputs of fixtures v3 (v2 and a causal tiled fixture whose blocks all divide), as bytes. A change to any of them must come with a new
-# FIXTURES_VERSION (it keys the reference cache): then update this digest.
-FIXTURES_V3_DIGEST = "be1ea7003adffd97941c949373ad6081f6ef2a4d906ba2103ca31e0711d319a8"
+# The inputs of fixtures v4 (v3, and t_q > t_k for the masks and attention, RoPE without GQA
+# in the attention functions and the block), as bytes. A change to any of them must come
+# with a new FIXTURES_VERSION (it keys the reference cache): then update this digest.
+FIXTURES_V4_DIGEST = "9bb971b2de2c04bf01b24e03abe3c11c7db203760b1e39db5a2652e56c814bf2"
 
 
-def test_the_inputs_of_fixtures_v3_do_not_change_unversioned():
+def test_the_inputs_of_fixtures_v4_do_not_change_unversioned():
     parts = []
     for function in contract.function_names():
         for f in (*fx.fixtures(function), *fx.probes(function)):
@@ -153,8 +154,8 @@ def test_the_inputs_of_fixtures_v3_do_not_change_unversioned():
     for function in CAUSAL_FUNCTIONS:
         for t, f in fx.causal_variants(function):
             parts.append((t, f.function, f.name, f.args, dict(f.kwargs)))
-    assert fx.FIXTURES_VERSION == "v3"
-    assert _digest(parts) == FIXTURES_V3_DIGEST
+    assert fx.FIXTURES_VERSION == "v4"
+    assert _digest(parts) == FIXTURES_V4_DIGEST
 
 
 def test_each_later_token_is_replaced_on_its_own():

@@ -151,4 +151,4 @@ def test_a_bad_input_not_refused_is_said_with_its_cases(tmp_path):
     report = verify_clean_room(room, 5.0, out=None, measure=False, seed=3)
     (said,) = [d for d in report.diagnosis if d.function == "learned_positions"]
     assert str(said.message).startswith("learned_positions: it does not refuse bad input (")
-    assert "raise ValueError or TypeError" in str(said.message)
+    assert "raise ValueError (or TypeError) for a position < 0 or >= Tmax" in str(said.message)

@@ -8,9 +8,10 @@ from rich.markup import escape
 
 from labctl import contract
 from labctl.cli.isolation import IsolationOption, effective
-from labctl.cli.render import Column, err, fit, out, print_json, text, verdict
-from labctl.errors import EXIT_FAILED
+from labctl.cli.render import Column, err, fit, out, print_json, stacked, text, verdict
+from labctl.errors import EXIT_FAILED, UsageError
 from labctl.i18n import N_, Msg, _
+from labctl.verify import rules
 
 app = typer.Typer(
     help="The frozen clean-room interfaces, contracts v1 and v2.", no_args_is_help=True
@@ -30,18 +31,76 @@ ContractOption = Annotated[
 ]
 
 
+FunctionArgument = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="[FUNCTION]",
+        help="One function to show in full (its parameters, what it refuses, its edges).",
+        show_default=False,
+    ),
+]
+
+
+def _refusals(function: str, version: int) -> list[dict]:
+    """What `function` must refuse at `version`: each rule once, with the cases verify
+    grades it by (identifiers) and the exceptions it takes."""
+    from labctl.verify.bad_input import bad_cases
+
+    found: dict[rules.Rule, list[str]] = {}
+    for case in bad_cases(function, contract=version):
+        found.setdefault(case.rule, []).append(case.name)
+    return [
+        {
+            "rule": str(rule.said()),
+            "condition": rule.condition,
+            "argument": rule.argument,
+            "raises": list(rules.EXCEPTIONS),
+            "cases": names,
+        }
+        for rule, names in found.items()
+    ]
+
+
+def _refused_text(function: str, version: int) -> str:
+    return "\n".join(_(rule.said()) for rule in rules.rules_of(function, version))
+
+
+def _edge_text(function: str, version: int) -> str:
+    edge = rules.edge_of(function, version)
+    return _(edge) if edge else ""
+
+
 @app.command()
-def show(contract_version: ContractOption = None, json_: JsonFlag = False) -> None:
-    """Print the contract's functions (v1: 19, v2: 26): signature, returns, meaning."""
+def show(
+    function: FunctionArgument = None,
+    contract_version: ContractOption = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Print the contract's functions (v1: 19, v2: 26): signature, meaning, what each refuses."""
     version = contract_version or contract.CONTRACT_VERSION
     digest = contract.verify_pin(version=version)
     functions = contract.functions(version)
+    if function is not None:
+        _show_one(function, version, digest, json_)
+        return
     if json_:
         print_json(
             {
                 "id": contract.contract_id(version),
                 "sha256": digest,
                 **contract.data(version),
+                # labctl's reading of the Bad input section (the cases verify grades) and
+                # of t_q > t_k, beside the pinned data, never inside it.
+                "bad_input": {
+                    fn.name: _refusals(fn.name, version)
+                    for fn in functions
+                    if rules.rules_of(fn.name, version)
+                },
+                "edges": {
+                    fn.name: rules.edge_of(fn.name, version)
+                    for fn in functions
+                    if rules.edge_of(fn.name, version)
+                },
             }
         )
         return
@@ -51,15 +110,70 @@ def show(contract_version: ContractOption = None, json_: JsonFlag = False) -> No
             Column(N_("signature"), identifier=True),
             Column(N_("returns"), prose=True),
             Column(N_("meaning"), prose=True),
+            Column(N_("must refuse"), prose=True),
+            Column(N_("t_q > t_k"), prose=True),
         ),
         [
-            (f"{fn.number}. {escape(fn.signature())}", text(fn.returns), text(fn.meaning))
+            (
+                f"{fn.number}. {escape(fn.signature())}",
+                text(fn.returns),
+                text(fn.meaning),
+                escape(_refused_text(fn.name, version)),
+                escape(_edge_text(fn.name, version)),
+            )
             for fn in functions
         ],
         title=f"{contract.contract_id(version)} (sha256 {digest[:12]}…)",
         show_lines=True,
     )
     out.print(table)
+
+
+def _show_one(name: str, version: int, digest: str, json_: bool) -> None:
+    """One function in full: signature, parameters, returns, meaning, refusals, edges."""
+    fn = next((f for f in contract.functions(version) if f.name == name), None)
+    if fn is None:
+        raise UsageError(
+            Msg(
+                "no function {name} in contract v{version}; its functions: {names}",
+                name=name,
+                version=version,
+                names=", ".join(contract.function_names(version)),
+            )
+        )
+    if json_:
+        fn_data = next(f for f in contract.data(version)["functions"] if f["name"] == name)
+        print_json(
+            {
+                "id": contract.contract_id(version),
+                "sha256": digest,
+                "function": fn_data,
+                "bad_input": _refusals(name, version),
+                "edge": rules.edge_of(name, version),
+            }
+        )
+        return
+    params = "\n".join(f"{p.name}: {_(p.shape)}" if p.shape else p.name for p in fn.params)
+    row = (
+        f"[bold]{fn.number}. {escape(fn.signature())}[/bold]",
+        escape(params),
+        text(fn.returns),
+        text(fn.meaning),
+        escape(_refused_text(name, version))
+        or text(N_("nothing: the contract's Bad input section lists no case for it")),
+        escape(_edge_text(name, version)),
+    )
+    columns = (
+        Column(N_("signature"), identifier=True),
+        Column(N_("parameters"), prose=True),
+        Column(N_("returns"), prose=True),
+        Column(N_("meaning"), prose=True),
+        Column(N_("must refuse"), prose=True),
+        Column(N_("t_q > t_k"), prose=True),
+    )
+    out.print(
+        stacked(columns, [row], title=f"{contract.contract_id(version)} (sha256 {digest[:12]}…)")
+    )
 
 
 @app.command()

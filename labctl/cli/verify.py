@@ -41,6 +41,7 @@ _SHORT = {
     "rows-sum": N_("sum"),
     "causal": N_("cau"),
     "bad-input": N_("bad"),
+    "memory": N_("mem"),
 }
 # A line that continues a failure or a diagnosis starts this far in: under its own text.
 _HANG = 4

@@ -22,8 +22,10 @@ attention and merge_heads), `block` (RoPE, the sinusoidal table, the norms,
 the feed-forwards and the composed functions) and `learner` (the bugs learners
 write: the scale, the softmax axis, a finite mask fill, float64 masks and
 caches, eps, an online softmax on a blocked row, ragged blocks, float32 RoPE
-tables, a forgotten repeat_kv); `Fault` is in `base`. Each description says
-what is wrong and what to change, in the learner's terms.
+tables, a forgotten repeat_kv), and `common` (issue 38's: a mask filled with 0 or
+multiplied in, rms_norm without eps or over the wrong mean, LayerNorm over sigma + 1e-6,
+a cache appended on the head axis, RoPE tables in float64); `Fault` is in `base`. Each
+description says what is wrong and what to change, in the learner's terms.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 from labctl.faults.attention import ATTENTION
 from labctl.faults.base import Fault, project_clean_room
 from labctl.faults.block import BLOCK
+from labctl.faults.common import COMMON
 from labctl.faults.course import COURSE
 from labctl.faults.learner import LEARNER
 
@@ -44,6 +47,7 @@ CATALOGUE: tuple[Fault, ...] = (
     *BLOCK,
     # ---- the bugs learners write, each with what to change
     *LEARNER,
+    *COMMON,
 )
 
 

@@ -29,7 +29,8 @@ ATTENTION: tuple[Fault, ...] = (
         module="primitives",
         description=N_(
             "a slice that is all -inf (every key blocked) gives NaN: -inf - (-inf) is "
-            "NaN; the contract asks for zeros"
+            "NaN, and the contract asks for zeros; shift by 0 where the max is -inf, and "
+            "give a slice whose sum is 0 zeros"
         ),
         course=N_(
             "contract v1 conventions: a fully blocked row gets all-zero weights, never NaN; "

@@ -16,7 +16,8 @@ class Fault:
     `course` is where the course (or the contract) teaches the right behaviour;
     `signal` is the verify check this fault is there to prove (it must catch it).
     `hangs`: a call of it never returns, so the diagnosis observes its room in a worker,
-    which a timeout can stop; every other fault room runs in labctl's process
+    which a timeout can stop; `measured`: its symptom is the worker's memory (`memory`), which
+    only a worker has; every other fault room runs in labctl's process
     (`labctl.isolation.inprocess`), which nothing can stop.
     """
 
@@ -28,6 +29,12 @@ class Fault:
     source: str
     signal: str = "parity"
     hangs: bool = False
+    measured: bool = False
+
+    @property
+    def in_worker(self) -> bool:
+        """The diagnosis observes its room in a worker (it hangs, or its symptom is memory)."""
+        return self.hangs or self.measured
 
     def materialize(self, dest: Path, base: Path | None = None) -> Path:
         """Write the project's clean room with this fault into `dest` (which must not exist)."""

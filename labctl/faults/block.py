@@ -14,7 +14,8 @@ BLOCK: tuple[Fault, ...] = (
         module="primitives",
         description=N_(
             "RoPE rotates the pairs (i, i + D/2) (HF's rotate_half layout) instead of "
-            "the interleaved pairs (2i, 2i+1) of the RoPE paper and the course"
+            "the interleaved pairs (2i, 2i+1) of the RoPE paper and the course; rotate "
+            "(x[..., 0::2], x[..., 1::2]) by the angle of pair i"
         ),
         course=N_(
             "Transformer 手撕与注意力机制 §01.5 RoPE 的旋转矩阵推导; contract v1 rope: interleaved pairs"

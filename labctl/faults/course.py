@@ -72,7 +72,9 @@ COURSE: tuple[Fault, ...] = (
         name="mask-adds-zero",
         function="scaled_dot_product_attention",
         module="attention",
-        description=N_("the mask adds 0 instead of -inf to blocked scores, so it blocks nothing"),
+        description=N_(
+            "the mask adds 0 instead of -inf to blocked scores, so it blocks nothing; fill blocked scores with -inf (np.where(mask, -np.inf, scores))"
+        ),
         course=N_(
             "第8章 · Attention 与 Transformer Block 故障注入与预期信号: mask 加 0 而不是负无穷"
         ),

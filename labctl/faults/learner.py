@@ -260,6 +260,30 @@ LEARNER: tuple[Fault, ...] = (
         ),
     ),
     Fault(
+        name="tiled-full-attention",
+        function="tiled_attention",
+        module="attention",
+        description=N_(
+            "tiled_attention computes full attention: it holds the whole (Tq, Tk) score array, "
+            "so its memory is full attention's; loop over key blocks of block_size with an "
+            "online softmax (running max, running sum), holding (Tq, block_size) scores at a time"
+        ),
+        course=N_(
+            "Transformer 手撕与注意力机制 §07.5 FlashAttention 核心思想: tiling, never the n x n matrix"
+        ),
+        signal="memory",
+        measured=True,
+        source="""
+        def tiled_attention(q, k, v, block_size, causal=True, scale=None):
+            q, k, v, n_rep = _check_qkv(q, k, v)
+            block_size = _as_size(block_size, "block_size", minimum=1)
+            Tq, Tk = q.shape[2], k.shape[2]
+            mask = (np.arange(Tk)[None, :] > (Tk - Tq) + np.arange(Tq)[:, None]) if causal else None
+            out, _ = scaled_dot_product_attention(q, k, v, mask, scale)
+            return out
+        """,
+    ),
+    Fault(
         name="merge-heads-no-transpose",
         function="merge_heads",
         module="primitives",

@@ -94,12 +94,13 @@ class InProcessRoom:
         echo_args: bool = True,
         want_value: bool = True,
         trace: bool = False,
+        value_part: int | None = None,
         **kwargs: Any,
     ) -> CallResult:
         """Call `name` as a worker would, and read its reply as `CleanRoom.invoke` does."""
         self._seq += 1
         request = {
-            **call_request(name, args, kwargs, echo_args, want_value, trace),
+            **call_request(name, args, kwargs, echo_args, want_value, trace, value_part),
             "seq": self._seq,
         }
         # A worker prints numpy's warnings into the output labctl captures; here they would

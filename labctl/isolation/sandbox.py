@@ -422,6 +422,7 @@ class CleanRoom:
         echo_args: bool = True,
         want_value: bool = True,
         trace: bool = False,
+        value_part: int | None = None,
         **kwargs: Any,
     ) -> CallResult:
         """Call `name` in the worker; return its value, compute time and the inputs it edited.
@@ -432,12 +433,16 @@ class CleanRoom:
         callers that never read it (the labs), whose large inputs would otherwise
         cross the pipe twice. Without `want_value` the value stays behind too
         (`CallResult.value` is None): for a call made only for its time or memory.
+        `value_part` asks for one element of a tuple value alone (attention's output without
+        its (Tq, Tk) weights), for a call whose other parts would only fill the pipe.
         With `trace`, the calls it made to the room's other contract functions come back
         (`CallResult.trace`, or `CallError.trace` when it raised; see `calltrace`).
         Calls from several threads take turns.
         """
         with self._calls:
-            return self._invoke(name, args, kwargs, measure_memory, echo_args, want_value, trace)
+            return self._invoke(
+                name, args, kwargs, measure_memory, echo_args, want_value, trace, value_part
+            )
 
     def _invoke(
         self,
@@ -448,6 +453,7 @@ class CleanRoom:
         echo_args: bool,
         want_value: bool,
         trace: bool,
+        value_part: int | None = None,
     ) -> CallResult:
         timeout_s = self.timeout_s
         if self.deadline is not None:
@@ -458,7 +464,15 @@ class CleanRoom:
             timeout_s = min(timeout_s, left)
         try:
             return self._call(
-                name, args, kwargs, measure_memory, echo_args, want_value, trace, timeout_s
+                name,
+                args,
+                kwargs,
+                measure_memory,
+                echo_args,
+                want_value,
+                trace,
+                timeout_s,
+                value_part,
             )
         except CallError as exc:
             if exc.kind == "timeout" and timeout_s < self.timeout_s:
@@ -475,11 +489,12 @@ class CleanRoom:
         want_value: bool,
         trace: bool,
         timeout_s: float,
+        value_part: int | None,
     ) -> CallResult:
         if self._proc is None:
             self._start()
         self.wait_loaded()
-        request = call_request(name, args, kwargs, echo_args, want_value, trace)
+        request = call_request(name, args, kwargs, echo_args, want_value, trace, value_part)
         peak = None
         if measure_memory:
             with PeakMeter(worker_pid(self._proc.pid)) as meter:
@@ -507,10 +522,16 @@ class CleanRoom:
 
 
 def call_request(
-    name: str, args: tuple, kwargs: dict, echo_args: bool, want_value: bool, trace: bool
+    name: str,
+    args: tuple,
+    kwargs: dict,
+    echo_args: bool,
+    want_value: bool,
+    trace: bool,
+    value_part: int | None = None,
 ) -> dict:
-    """The request for one call of `name`; a trace is asked for only when wanted (a room
-    that records nothing need not know the option)."""
+    """The request for one call of `name`; a trace (and one part of a tuple value) is asked
+    for only when wanted (a room that records nothing need not know the option)."""
     request = {
         "op": "call",
         "function": name,
@@ -521,6 +542,8 @@ def call_request(
     }
     if trace:
         request["trace"] = True
+    if value_part is not None:
+        request["value_part"] = value_part
     return request
 
 

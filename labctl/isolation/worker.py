@@ -113,6 +113,9 @@ class Worker:
                 "violations": self._new_violations(),
             }
         else:
+            part = request.get("value_part")
+            if type(part) is int and isinstance(value, (tuple, list)) and 0 <= part < len(value):
+                value = value[part]  # one array of several, asked for alone (labctl judges it)
             reply = {
                 "ok": True,
                 "value": value if request.get("want_value", True) else None,

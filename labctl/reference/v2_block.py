@@ -36,10 +36,12 @@ from labctl.reference.v2_primitives import alibi_bias_t, learned_positions_t, po
 POSITIONAL = ("sinusoidal", "rope", "none", "learned", "alibi")
 
 
-def _positions(positions, B: int, T: int, start: int) -> torch.Tensor:
+def _positions(positions, B: int, T: int, start: int, given: tuple[str, tuple]) -> torch.Tensor:
+    """Positions for RoPE, default start .. start+T-1; `given` names the caller's input
+    (x or x_new, as passed) for the message."""
     if positions is None:
         return torch.arange(start, start + T)
-    return positions_t(positions, (B, 1, T, 1))
+    return positions_t(positions, (B, 1, T, 1), given=given)
 
 
 def _attend(q, k, v, blocked: torch.Tensor | None, bias: torch.Tensor | None):
@@ -85,7 +87,7 @@ def multi_head_attention(
     H, Hkv, D = _heads(C, n_heads, n_kv_heads)
     _check_rope(D, rope_theta)
     w = _weights(C, H, Hkv, D, t.dtype, wq, wk, wv, wo)
-    p = _positions(positions, B, T, 0)
+    p = _positions(positions, B, T, 0, ("x", tuple(t.shape)))
     return numpy(mha_v2_t(t, *w, H, Hkv, causal, window, rope_theta, p))
 
 
@@ -122,7 +124,7 @@ def attention_decode(
                 f"expected shape {tuple(past_k.shape)} like past_k, got {tuple(past_v.shape)}",
             )
         Tp = past_k.shape[2]
-    p = _positions(positions, B, Tn, Tp)
+    p = _positions(positions, B, Tn, Tp, ("x_new", tuple(t.shape)))
     q = split_heads_t(t @ wq, H)  # (B, H, Tn, D)
     k = split_heads_t(t @ wk, Hkv)  # (B, Hkv, Tn, D)
     v = split_heads_t(t @ wv, Hkv)  # (B, Hkv, Tn, D)

@@ -65,8 +65,16 @@ def rope_settings(theta, scaling, factor, D: int) -> tuple[float, float]:
     return theta, 1.0
 
 
-def positions_t(positions, x_shape: tuple[int, ...], arg: str = "positions") -> torch.Tensor:
-    """Positions (T,) or (B, T) checked against x (B, ..., T, D); (T,) or (B, T) int64."""
+def positions_t(
+    positions,
+    x_shape: tuple[int, ...],
+    arg: str = "positions",
+    given: tuple[str, tuple] | None = None,
+) -> torch.Tensor:
+    """Positions (T,) or (B, T) checked against x (B, ..., T, D); (T,) or (B, T) int64.
+
+    `given`: the argument the caller was handed, by name and shape, for the message (an
+    attention's x is (B, T, C), not the (B, 1, T, 1) its positions are checked against)."""
     p = ints(positions, arg)
     T = x_shape[-2]
     if tuple(p.shape) == (T,):
@@ -74,7 +82,8 @@ def positions_t(positions, x_shape: tuple[int, ...], arg: str = "positions") -> 
     if p.ndim == 2 and len(x_shape) >= 3 and tuple(p.shape) == (x_shape[0], T):
         return p
     want = f"({T},) or ({x_shape[0]}, {T})" if len(x_shape) >= 3 else f"({T},)"
-    fail(arg, f"expected shape {want} to match x {tuple(x_shape)}, got {tuple(p.shape)}")
+    name, shape = given or ("x", tuple(x_shape))
+    fail(arg, f"expected shape {want} to match {name} {tuple(shape)}, got {tuple(p.shape)}")
 
 
 def rope_v2_t(t: torch.Tensor, positions: torch.Tensor, base: float, divisor: float):

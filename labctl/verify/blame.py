@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from labctl import contract
-from labctl.i18n import Msg
+from labctl.i18n import Msg, declared, joined
 from labctl.verify import fixtures as fx
+from labctl.verify.bad_input import bad_cases
 from labctl.verify.calls import FLOAT32_ROUNDING, Call, relative_error
 from labctl.verify.check_base import CheckResult
 from labctl.verify.compare import compare, elements, parity_tolerance, structure_problem
@@ -46,6 +47,12 @@ EXPLAINS: dict[str, frozenset[str]] = {
     # under the decoder): the callee's to write, not the caller's to check.
     "bad-input": frozenset({STUB, "runs", "bad-input"}),
 }
+# Checks no called function can explain, that a function's own failure says in words.
+OWN_ONLY = ("memory",)
+# The checks `said_own` has words for.
+SAYS = frozenset(
+    {"runs", "shape", "dtype", "parity", "finite", "rows-sum", "causal", "bad-input", "memory"}
+)
 # How a bad input's call ended when it is no failure: refused as asked, or never made.
 _REFUSED = ("refused", "skipped")
 # The kind of per-fixture failure each check is read from.
@@ -61,6 +68,10 @@ _SAID = {
         "causal mask, so that each position sees only itself and the positions before it"
     ),
 }
+
+
+# Phrases that say a check failed and nothing more (beside a fault named, they add nothing).
+GENERIC = tuple(_SAID.values())
 
 
 def own_kinds(function: str, fixture: fx.Fixture, outcome: Outcome, probe: bool) -> set[str]:
@@ -152,6 +163,28 @@ def blamed(seen: RoomObservation, results: list[CheckResult], function: str) -> 
     return found.by[0] if found.by and not found.own else None
 
 
+def blamed_too(seen: RoomObservation, results: list[CheckResult], function: str) -> list[Call]:
+    """The other functions a failing `function`'s failures are sent to, besides `blamed`'s
+    (one call each): where two of the functions it calls fail, both."""
+    run = seen.runs.get(function)
+    first = blamed(seen, results, function)
+    if run is None or first is None or first.raised == "timeout":
+        return []
+    failed = [r.name for r in results if r.function == function and r.failed]
+    others: list[Call] = []
+    for check in failed:
+        if check not in EXPLAINS:
+            continue
+        for _, outcome in _traced(function, run, check):
+            for call in outcome.calls:
+                known = call.function == first.function or any(
+                    c.function == call.function for c in others
+                )
+                if call.depth == 1 and not known and _fails(call, EXPLAINS[check]):
+                    others.append(call)
+    return others
+
+
 # --------------------------------------------------------------------------
 # A function's own failure, said
 # --------------------------------------------------------------------------
@@ -207,7 +240,23 @@ def said_own(function: str, run: FunctionRun, own: tuple[str, ...]) -> list[Msg]
     phrases: list[Msg] = []
     # What it computes wrong first; a bad input it lets through after (as verify lists them).
     for check in sorted(own, key=lambda c: c == "bad-input"):
-        if check == "runs":
+        if check == "runs" and _fails_only_where_heads_are_grouped(function, run):
+            phrases.append(
+                Msg(
+                    "it fails wherever Hkv < H (GQA, MQA), and only there: k and v keep their "
+                    "Hkv heads; call repeat_kv(k, H // Hkv) and repeat_kv(v, H // Hkv) before "
+                    "q @ k.T"
+                )
+            )
+        elif check == "runs" and _appends_on_another_axis(function, run):
+            phrases.append(
+                Msg(
+                    "np.concatenate refuses its cache: the new keys and values are appended on "
+                    "another axis than time; append along time "
+                    "(np.concatenate([past_k, k_new], axis=2))"
+                )
+            )
+        elif check == "runs":
             phrases.append(_raised(function, run))
         elif check == "dtype" and _keeps_bool(function, run):
             phrases.append(
@@ -217,12 +266,31 @@ def said_own(function: str, run: FunctionRun, own: tuple[str, ...]) -> list[Msg]
                     "dtype=bool to np.tri and np.ones"
                 )
             )
-        elif check == "dtype":
+        elif check == "dtype" and function in _TABLES:
+            phrases.append(
+                Msg(
+                    "it returns float64 for float32 input{source}: its tables (the angles, cos "
+                    "and sin) are float64, and so is every product with them; make the tables "
+                    "in x's dtype, or cast the result to it",
+                    source=_float64_source(function, run),
+                )
+            )
+        elif check == "dtype" and function in _MASKED:
             phrases.append(
                 Msg(
                     "it returns float64 for float32 input{source}: something it makes itself is "
                     "float64 (np.tri, np.zeros and np.ones unless given dtype=, np.sqrt of an "
                     "int), so make its masks, caches and constants in the input's dtype",
+                    source=_float64_source(function, run),
+                )
+            )
+        elif check == "dtype":
+            phrases.append(
+                Msg(
+                    "it returns float64 for float32 input{source}: an array or constant it "
+                    "makes itself is float64 (np.zeros, np.ones or np.array without dtype=), "
+                    "and so is everything computed with it; make it in the input's dtype, or "
+                    "cast the result to it",
                     source=_float64_source(function, run),
                 )
             )
@@ -244,13 +312,21 @@ def said_own(function: str, run: FunctionRun, own: tuple[str, ...]) -> list[Msg]
             )
         elif check == "bad-input":
             cases = [n for n, o in run.bad.items() if o.bad_input_class() not in _REFUSED]
+            rules = {c.name: c.rule for c in bad_cases(function, run.seed, run.contract)}
+            broken: list = []
+            for name in cases:
+                if name in rules and rules[name] not in broken:
+                    broken.append(rules[name])
             phrases.append(
                 Msg(
-                    "it does not refuse bad input ({cases}): check its arguments and raise "
-                    "ValueError or TypeError",
+                    "it does not refuse bad input ({cases}): the contract asks it to raise "
+                    "ValueError (or TypeError) for {conditions}",
                     cases=", ".join(cases),
+                    conditions=joined([declared(r.condition) for r in broken]) or ", ".join(cases),
                 )
             )
+        elif check == "memory":
+            phrases.append(_memory_said(run))
         elif check == "rows-sum" and function == "softmax" and _ignores_its_axis(run):
             phrases.append(
                 Msg(
@@ -263,6 +339,74 @@ def said_own(function: str, run: FunctionRun, own: tuple[str, ...]) -> list[Msg]
         elif check in _SAID:
             phrases.append(_SAID[check])
     return phrases
+
+
+def _memory_said(run: FunctionRun) -> Msg:
+    """Why the measured call failed: it did not return, its output was not the reference's
+    (so its memory counted for nothing), or its peak was full attention's."""
+    measured = run.memory
+    if measured is None or not measured.outcome.ok:
+        problem = measured.outcome.describe() if measured is not None else Msg("not run")
+        return Msg("the call its memory is measured by (T = 4096) {problem}", problem=problem)
+    if measured.call.peak is None:
+        return Msg(
+            "the call its memory is measured by (T = 4096) returns an output that is not the "
+            "reference's (an array never filled, rows never computed): compute every row of "
+            "the output, whatever the length"
+        )
+    return Msg(
+        "its peak memory is full attention's: it holds a (Tq, Tk) array; loop over key blocks "
+        "of block_size with an online softmax, holding (Tq, block_size) scores at a time"
+    )
+
+
+def _heads(function: str, fixture: fx.Fixture) -> tuple[int, int] | None:
+    """(H, Hkv) of a fixture of a function that attends, or None."""
+    args, kwargs = fixture.args, fixture.kwargs
+    if function in ("scaled_dot_product_attention", "tiled_attention"):
+        return np.shape(args[0])[1], np.shape(args[1])[1]
+    at = {"multi_head_attention": 5, "attention_decode": 7}.get(function, 2)
+    if function not in (*_GROUPED, "multi_head_attention", "attention_decode"):
+        return None
+    H = args[at] if len(args) > at else kwargs.get("n_heads")
+    Hkv = args[at + 1] if len(args) > at + 1 else kwargs.get("n_kv_heads")
+    return (H, H if Hkv is None else Hkv) if H is not None else None
+
+
+_GROUPED = ("transformer_block", "decoder_forward")
+
+
+def _fails_only_where_heads_are_grouped(function: str, run: FunctionRun) -> bool:
+    """Every call that raises has fewer key/value heads than query heads, and a call with as
+    many passes: a repeat_kv forgotten, however the attention is written."""
+    raising, whole_ok = 0, False
+    for fixtures, outcomes in (
+        (fx.fixtures(function, run.seed, run.contract), run.fixtures),
+        (fx.probes(function, run.seed, run.contract), run.probes),
+    ):
+        for fixture in fixtures:
+            outcome = outcomes.get(fixture.name)
+            heads = _heads(function, fixture)
+            if outcome is None or heads is None:
+                continue
+            grouped = heads[0] != heads[1]
+            if outcome.kind == "exception":
+                if not grouped or culprit(outcome, EXPLAINS["runs"]) is not None:
+                    return False
+                raising += 1
+            elif outcome.kind == "value" and not grouped:
+                whole_ok = True
+            elif outcome.kind != "value":
+                return False
+    return raising > 0 and whole_ok
+
+
+def _appends_on_another_axis(function: str, run: FunctionRun) -> bool:
+    """attention_decode's raise is np.concatenate's, that the arrays' other axes differ."""
+    if function != "attention_decode":
+        return False
+    raised = [o for o in run.outcomes() if o.kind == "exception"]
+    return bool(raised) and all("concatenation axis" in str(o.message) for o in raised)
 
 
 def _ignores_its_axis(run: FunctionRun) -> bool:
@@ -288,6 +432,17 @@ def _ignores_its_axis(run: FunctionRun) -> bool:
     return wrong > 0
 
 
+# Functions whose float64 comes from tables of positions (angles, cos and sin, slopes).
+_TABLES = ("rope", "sinusoidal_positions", "alibi_bias", "alibi_slopes", "learned_positions")
+# Functions that build masks or caches of their own, where a float64 one leaks.
+_MASKED = (
+    "scaled_dot_product_attention",
+    "multi_head_attention",
+    "attention_decode",
+    "tiled_attention",
+    "transformer_block",
+    "decoder_forward",
+)
 # The functions that take a block_size (q, k, v, block_size, ...) and compute blockwise.
 _TILED = ("tiled_attention",)
 

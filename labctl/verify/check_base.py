@@ -70,6 +70,15 @@ class Check:
     scope: str = "function"  # "package" or "function"
     applies: Callable[[str], bool] = every_function
     justified: str = ""  # why no catalogued fault proves the check (else empty)
+    # Where it applies depends on the contract checked too (v2's bad inputs for softmax):
+    # (function, contract) -> bool, else `applies` decides at every version.
+    applies_at: Callable[[str, int], bool] | None = None
+
+    def fits(self, function: str, contract: int = 1) -> bool:
+        """Does the check apply to `function` checked against `contract`?"""
+        if self.applies_at is not None:
+            return self.applies_at(function, contract)
+        return self.applies(function)
 
     @property
     def doc(self) -> str:

@@ -13,15 +13,16 @@ The tolerances (v1) and how a value is compared with the reference are in
 `labctl.verify.compare`.
 
 The checks live in `labctl.verify.checks_structure` (loads, import policy, contract, runs,
-shape, dtype, parity) and `labctl.verify.checks_behaviour` (finite, pure, rows-sum, causal,
-bad-input); this module lists them in that order and runs them.
+shape, dtype, parity), `labctl.verify.checks_behaviour` (finite, pure, rows-sum, causal,
+bad-input) and `labctl.verify.checks_memory` (tiled_attention's memory); this module lists
+them in that order and runs them.
 """
 
 from __future__ import annotations
 
 from labctl import contract
 from labctl.i18n import N_
-from labctl.verify import checks_behaviour, checks_structure
+from labctl.verify import checks_behaviour, checks_memory, checks_structure
 from labctl.verify.check_base import FAIL, NOT_RUN, PASS, Check, CheckResult
 from labctl.verify.checks_behaviour import (
     check_bad_input,
@@ -72,7 +73,7 @@ __all__ = [
     "failing_functions",
 ]
 
-CHECKS: list[Check] = [*checks_structure.CHECKS, *checks_behaviour.CHECKS]
+CHECKS: list[Check] = [*checks_structure.CHECKS, *checks_behaviour.CHECKS, *checks_memory.CHECKS]
 CHECK_NAMES = tuple(c.name for c in CHECKS)
 # A check as a person reads it, translated where shown (JSON and records keep the names).
 CHECK_LABELS = {
@@ -88,6 +89,7 @@ CHECK_LABELS = {
     "rows-sum": N_("rows-sum"),
     "causal": N_("causal"),
     "bad-input": N_("bad-input"),
+    "memory": N_("memory"),
 }
 
 
@@ -100,8 +102,8 @@ FUNCTION_CHECKS = tuple(c for c in CHECKS if c.scope == "function")
 JUSTIFIED = {c.name: c.justified for c in CHECKS if c.justified}
 
 
-def applicable(function: str) -> tuple[Check, ...]:
-    return tuple(c for c in FUNCTION_CHECKS if c.applies(function))
+def applicable(function: str, contract: int = 1) -> tuple[Check, ...]:
+    return tuple(c for c in FUNCTION_CHECKS if c.fits(function, contract))
 
 
 def evaluate(seen: RoomObservation, functions: tuple[str, ...] | None = None) -> list[CheckResult]:
@@ -113,7 +115,7 @@ def evaluate(seen: RoomObservation, functions: tuple[str, ...] | None = None) ->
     for function in functions or contract.function_names(seen.contract):
         if any(v.function == function for v in seen.violations):
             results.append(check_import_policy(seen, function))
-        for c in applicable(function):
+        for c in applicable(function, seen.contract):
             results.append(c.evaluate(seen, function))
     return results
 

@@ -146,21 +146,26 @@ def check_runs(seen: RoomObservation, function: str) -> CheckResult:
             PASS,
             Msg("{n} calls returned (slowest {ms:.1f} ms)", n=len(calls), ms=slowest * 1e3),
         )
-    name, first = next(((n, o) for n, o in failed if o.kind != "skipped"), failed[0])
-    more = len(failed) - 1
-    tail = ""
-    if more:
-        tail = (
-            Msg("; {n} more calls failed or skipped", n=more)
-            if more > 1
-            else Msg("; {n} more call failed or skipped", n=more)
-        )
-    return CheckResult(
-        function,
-        "runs",
-        FAIL,
-        Msg("fixture {name}: {problem}{tail}", name=name, problem=first.describe(), tail=tail),
-    )
+    # Each way it fails is named (two bugs raise two ways), each with its first call; skipped
+    # calls (after a hang) go with the first.
+    groups: dict[tuple, list[tuple[str, object]]] = {}
+    for n, o in sorted(failed, key=lambda item: item[1].kind == "skipped"):
+        key = ("first",) if o.kind == "skipped" and groups else (o.kind, o.exc_type, o.where)
+        groups.setdefault(next(iter(groups)) if key == ("first",) else key, []).append((n, o))
+    said: str | Msg = ""
+    for calls in groups.values():
+        name, first = calls[0]
+        more = len(calls) - 1
+        tail = ""
+        if more:
+            tail = (
+                Msg("; {n} more calls failed or skipped", n=more)
+                if more > 1
+                else Msg("; {n} more call failed or skipped", n=more)
+            )
+        one = Msg("fixture {name}: {problem}{tail}", name=name, problem=first.describe(), tail=tail)
+        said = Msg("{said}; {one}", said=said, one=one) if said else one
+    return CheckResult(function, "runs", FAIL, said)
 
 
 def check_shape(seen: RoomObservation, function: str) -> CheckResult:

@@ -16,12 +16,16 @@ For each failing function the diagnosis does one of four things:
    calls raise or hang, and every output agrees, at the precision the room
    computed in. A match is named with its course reference ("matches fault
    `mask-reversed`: ...; see 第8章 · Attention 与 Transformer Block, 故障注入与预期信号").
+   A function with two bugs matches no fault exactly: each fault that explains a part
+   of it (on every call its own room gets wrong, the learner's goes wrong too) is
+   named, the one that explains most first, and what none explains is said after them.
+   A v1 fault of a function v2 widens is compared on v1's calls of a v2 room.
 3. Precision: values off by float32 rounding only are said to be computed in
    float32 inside a float64 path, first where the call trace shows it.
 4. Otherwise it says in words what goes wrong in the function's own code,
    and that no catalogued fault matches it.
 
-Each sentence is made here once; `--json`, the terminal, the gradebook,
+Each sentence is made once (`labctl.verify.said`); `--json`, the terminal, the gradebook,
 feedback and JUnit all carry it. Numbers stay out of it (`numbers`, in `--json`).
 
 Fault rooms are materialized once per process and their observations cached,
@@ -31,61 +35,42 @@ so `labctl faults` (which has already observed every fault) diagnoses for free.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import shutil
 import tempfile
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from labctl import contract
 from labctl import faults as catalogue
 from labctl.faults import Fault
-from labctl.i18n import Msg, declared
+from labctl.i18n import Msg
 from labctl.verify import blame
+from labctl.verify import fixtures as fx
+from labctl.verify.bad_input import bad_cases
 from labctl.verify.builders import SEED
-from labctl.verify.checks import CheckResult, failing_functions
+from labctl.verify.checks import CheckResult, evaluate, failing_functions
+from labctl.verify.fixtures_v2 import EXTENDED
 from labctl.verify.functions import DEPENDS
-from labctl.verify.likeness import failed_checks, matches
-from labctl.verify.observe import (
-    PACKAGE,
-    FunctionRun,
-    RoomObservation,
-    function_at,
-    observe,
+from labctl.verify.likeness import Explanation, explains, failed_checks
+from labctl.verify.observe import FunctionRun, RoomObservation, observe
+from labctl.verify.said import (
+    Diagnosis,
+    _exactly,
+    _in_part,
+    _not_implemented,
+    _own,
+    _sent_on,
+    describe,
 )
+
+# The sentences live in labctl.verify.said; `Diagnosis` and `describe` are read from here too.
+__all__ = ["ROOMS", "Diagnosis", "FaultRooms", "describe", "diagnose", "transitive_dependencies"]
 
 DIAGNOSIS_TIMEOUT_S = 2.0
 RETRY_MIN_S = 6.0
-
-
-@dataclass
-class Diagnosis:
-    function: str
-    kind: str  # fault | dependency | unmatched | not-implemented | missing | load
-    message: str  # English, for --json and the evidence records; given as a Msg or a str
-    fault: str | None = None
-    fault_function: str | None = None
-    course: str | None = None
-    chain: tuple[str, ...] = ()
-    numbers: dict[str, float] = field(default_factory=dict)  # for --json, never in the sentence
-    # What the terminal shows, translated there with `_()`: the Msg (or text) given as message.
-    shown: str | Msg = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        self.shown = self.message
-        self.message = str(self.message)
-
-    def to_json(self) -> dict:
-        data = {"function": self.function, "kind": self.kind, "message": self.message}
-        if self.fault:
-            data.update(fault=self.fault, fault_function=self.fault_function, course=self.course)
-        if self.chain:
-            data["chain"] = list(self.chain)
-        if self.numbers:
-            data["numbers"] = dict(self.numbers)
-        return data
 
 
 # --------------------------------------------------------------------------
@@ -157,7 +142,7 @@ class FaultRooms:
                 functions=missing,
                 seed=seed,
                 contract_version=contract,
-                in_process=not fault.hangs,
+                in_process=not fault.in_worker,
             )
             if cached is not None:
                 cached.runs.update(fresh.runs)
@@ -187,31 +172,6 @@ def transitive_dependencies(function: str) -> list[str]:
     return order
 
 
-def describe(fault: Fault, function: str) -> Msg:
-    where = (
-        ""
-        if fault.function == function
-        else Msg(" (a fault of {function}, inlined here)", function=fault.function)
-    )
-    course: Msg | str = declared(fault.course)
-    cited = contract.cited_version(fault.course)
-    if cited is not None:
-        # the contract ships with labctl: say how to open the section cited
-        course = Msg(
-            "{course} (`labctl contract document --contract {version}`)",
-            course=course,
-            version=cited,
-        )
-    return Msg(
-        "{function}: matches fault `{fault}`{where}: {description}; see {course}",
-        function=function,
-        fault=fault.name,
-        where=where,
-        description=declared(fault.description),
-        course=course,
-    )
-
-
 def _prefetch(
     rooms: FaultRooms,
     group: list[Fault],
@@ -229,7 +189,12 @@ def _prefetch(
 
     def one(fault: Fault) -> None:
         functions = (wanted or {}).get(fault.name, (function,))
-        rooms.observe(fault, functions, timeout_s, memory_mb, seed, contract)
+        by_version: dict[int | None, list[str]] = {}
+        for name in functions:
+            version = contract if contract is None else _version_for(fault, name, contract)
+            by_version.setdefault(version, []).append(name)
+        for version, names in by_version.items():
+            rooms.observe(fault, tuple(names), timeout_s, memory_mb, seed, version)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(one, group))
@@ -246,118 +211,40 @@ def _wanted(plans: list[tuple[str, list[Fault], list[Fault]]]) -> dict[str, tupl
     return {name: tuple(sorted(fs, key=lambda f: order.get(f, -1))) for name, fs in found.items()}
 
 
-def _not_implemented(seen: RoomObservation, run: FunctionRun) -> Diagnosis:
-    """A stub, or a function whose every call reaches another function's stub."""
-    order = contract.function_names(contract.LATEST)
-    raised_in = {
-        function_at(seen.root, o.where)
-        for o in [*run.fixtures.values(), *run.probes.values()]
-        if o.where
-    }
-    stubs = sorted(raised_in - {run.function, PACKAGE}, key=order.index)
-    if not stubs:
-        return Diagnosis(
-            run.function,
-            "not-implemented",
-            Msg("{function}: not implemented yet", function=run.function),
-        )
-    return Diagnosis(
-        run.function,
-        "dependency",
-        Msg(
-            "{function} fails only because it calls a stub: {stubs} (not implemented yet); "
-            "fix {first} first",
-            function=run.function,
-            stubs=", ".join(stubs),
-            first=stubs[0],
-        ),
-        chain=(run.function, *stubs),
-    )
+def _version_for(fault: Fault, function: str, version: int) -> int:
+    """The contract a fault is compared at: a v1 fault (written with v1's signatures) of a
+    function v2 widens is compared on v1's calls alone, where a v2 room answers as a v1 room
+    (its v2 calls, a temperature or batched positions, are no part of the fault)."""
+    if version >= 2 and function in EXTENDED and fault.name in _V1_FAULTS:
+        return 1
+    return version
 
 
-def _sent_on(seen: RoomObservation, results: list[CheckResult], function: str, first) -> Diagnosis:
-    """`function` fails only where it called `first` (a Call), which fails there too: follow
-    each called function's own blame down to the one whose failure is its own."""
-    chain = [function, first.function]
-    while (nxt := blame.blamed(seen, results, chain[-1])) is not None:
-        if nxt.function in chain:
-            break
-        chain.append(nxt.function)
-    last = seen.runs.get(chain[-1])
-    if last is not None and last.not_implemented:
-        return Diagnosis(
-            function,
-            "dependency",
-            Msg(
-                "{function} fails only because it calls a stub: {stubs} (not implemented yet); "
-                "fix {first} first",
-                function=function,
-                stubs=chain[-1],
-                first=chain[-1],
-            ),
-            chain=tuple(chain),
-        )
-    steps = Msg("{function} fails", function=chain[-1])
-    for b in reversed(chain[1:-1]):
-        steps = Msg("{function} fails, which fails because {steps}", function=b, steps=steps)
-    return Diagnosis(
-        function,
-        "dependency",
-        Msg(
-            "{function} fails because {steps}: it is built on it; fix {first} first",
-            function=function,
-            steps=steps,
-            first=chain[-1],
-        ),
-        chain=tuple(chain),
-    )
+_V1_FAULTS = {f.name for f in catalogue.CATALOGUE}
 
 
-def _own(seen: RoomObservation, results: list[CheckResult], function: str) -> Diagnosis:
-    """No catalogued fault matches: what goes wrong in the function's own code, in words."""
-    failed = sorted(failed_checks(results, function))
+def _as_version(
+    seen: RoomObservation, results: list[CheckResult], function: str, version: int
+) -> tuple[RoomObservation, list[CheckResult]]:
+    """The learner's room as checked against `version` for `function`: its calls of that
+    version alone, and the checks they give."""
+    if version == seen.contract:
+        return seen, results
     run = seen.runs.get(function)
-    # What a call it made explains (a stub's raise on some fixtures) is not said here.
-    own = list(blame.explain(function, run, failed).own) if run is not None else []
-    if run is not None and "parity" in own:
-        rounding = blame.float32_rounding(function, run)
-        if rounding is not None:
-            error, where = rounding
-            place = (
-                Msg("in its own code")
-                if where is None
-                else Msg("first in {callee}, which it calls", callee=where)
-            )
-            return Diagnosis(
-                function,
-                "precision",
-                Msg(
-                    "{function}: its values differ from the reference by float32 rounding: it "
-                    "computes in float32 inside a float64 path, {place}; keep the input's float "
-                    "dtype through every step (tables, casts, intermediate arrays)",
-                    function=function,
-                    place=place,
-                ),
-                numbers={"relative_error": error},
-            )
-    phrases = blame.said_own(function, run, tuple(own)) if run is not None else []
-    others = [c for c in failed if c not in blame.EXPLAINS]
-    if not phrases:
-        message = Msg(
-            "{function}: fails {checks}; no catalogued fault matches it",
-            function=function,
-            checks=", ".join(failed),
+    view = dataclasses.replace(seen, contract=version)
+    if run is not None:
+        names = {f.name for f in fx.fixtures(function, run.seed, version)}
+        probes = {f.name for f in fx.probes(function, run.seed, version)}
+        cases = {c.name for c in bad_cases(function, run.seed, version)}
+        narrowed = dataclasses.replace(
+            run,
+            fixtures={n: o for n, o in run.fixtures.items() if n in names},
+            probes={n: o for n, o in run.probes.items() if n in probes},
+            bad={n: o for n, o in run.bad.items() if n in cases},
+            contract=version,
         )
-    else:
-        said = phrases[0]
-        for phrase in phrases[1:]:
-            said = Msg("{said}; {phrase}", said=said, phrase=phrase)
-        if others:
-            said = Msg("{said}; it also fails {checks}", said=said, checks=", ".join(others))
-        message = Msg(
-            "{function}: {said}; no catalogued fault matches it", function=function, said=said
-        )
-    return Diagnosis(function, "unmatched", message)
+        view.runs = {**seen.runs, function: narrowed}
+    return view, evaluate(view, (function,))
 
 
 def _called(run: FunctionRun | None) -> set[str]:
@@ -428,7 +315,8 @@ def diagnose(
             continue
         first = blame.blamed(seen, results, function)
         if first is not None:
-            found.append(_sent_on(seen, results, function, first))
+            others = blame.blamed_too(seen, results, function)
+            found.append(_sent_on(seen, results, function, first, others))
             continue
         if run is not None and run.ends_its_process:
             # A match needs the same outcome on every fixture, and no catalogued fault ends
@@ -436,9 +324,15 @@ def diagnose(
             found.append(_own(seen, results, function))
             continue
         # A fault that hangs matches only a function that timed out too (a match needs the
-        # same outcome on every fixture): its room is not observed for one that did not.
+        # same outcome on every fixture): its room is not observed for one that did not; nor
+        # is one whose symptom is memory, for a function whose memory passed.
         hung = run is not None and run.timed_out
-        candidates = [f for f in catalogue.for_contract(seen.contract) if hung or not f.hangs]
+        heavy = any(r.function == function and r.name == "memory" and r.failed for r in results)
+        candidates = [
+            f
+            for f in catalogue.for_contract(seen.contract)
+            if (hung or not f.hangs) and (heavy or not f.measured)
+        ]
         own = [f for f in candidates if f.function == function]
         # A fault of a function it calls is inlined only where it does not call that function:
         # an MHA that passes no mask to its SDPA is not SDPA's mask-adds-zero, inlined.
@@ -447,45 +341,39 @@ def diagnose(
         plans.append((function, own, inlined))
     wanted = _wanted(plans)
     for function, own, inlined in plans:
-        hits: list[tuple[Fault, set[str]]] = []
+        exact: list[tuple[Fault, set[str]]] = []
+        partial: list[tuple[Fault, Explanation]] = []
         for group in (own, inlined):
             # Observe this group's fault rooms a few at a time (each is its own process).
             _prefetch(
                 rooms, group, function, fault_timeout, memory_mb, seen.seed, wanted, seen.contract
             )
             for fault in group:
+                version = _version_for(fault, function, seen.contract)
+                view, view_results = _as_version(seen, results, function, version)
                 fault_seen = rooms.observe(
-                    fault, (function,), fault_timeout, memory_mb, seen.seed, seen.contract
+                    fault, (function,), fault_timeout, memory_mb, seen.seed, version
                 )
-                if fault_timeout < timeout_s and _timed_out(fault_seen, function, seen):
+                if fault_timeout < timeout_s and _timed_out(fault_seen, function, view):
                     # Perhaps a busy machine, not the fault: its room gets the time the
                     # learner's calls needed, with room to spare.
                     again = _time_again(seen, function, timeout_s)
                     fault_seen = rooms.observe(
-                        fault, (function,), again, memory_mb, seen.seed, seen.contract
+                        fault, (function,), again, memory_mb, seen.seed, version
                     )
-                extra = matches(function, seen, results, fault_seen)
-                if extra is not None:
-                    hits.append((fault, extra))
-            if hits:
+                explanation = explains(function, view, view_results, fault_seen)
+                if explanation is None:
+                    continue
+                if explanation.exact:
+                    exact.append((fault, failed_checks(results, function) - explanation.checks))
+                else:
+                    partial.append((fault, explanation))
+            if exact or partial:
                 break
-        if hits:
-            # An exact match first, then the one that leaves the fewest failures unexplained.
-            hits.sort(key=lambda hit: len(hit[1]))
-            first, extra = hits[0]
-            message = describe(first, function)
-            if extra:
-                message = Msg(
-                    "{message} (it also fails {checks})",
-                    message=message,
-                    checks=", ".join(sorted(extra)),
-                )
-            if len(hits) > 1:
-                others = ", ".join(f"`{h.name}`" for h, _ in hits[1:])
-                message = Msg("{message} (also matches {others})", message=message, others=others)
-            found.append(
-                Diagnosis(function, "fault", message, first.name, first.function, first.course)
-            )
+        if exact:
+            found.append(_exactly(function, exact))
+        elif partial:
+            found.append(_in_part(seen, results, function, partial))
         else:
             found.append(_own(seen, results, function))
     # Root causes first, then what they explain, each in contract order.

@@ -17,7 +17,9 @@ sinusoidal table, odd C and F in the norms and feed-forwards).
 
 The adversarial cases the course and the contract call out are there on
 purpose: non-consecutive and repeated RoPE positions, Tq < Tk (decode with a
-cache, bottom-right alignment), GQA and MQA, fully blocked rows, logits of
+cache, bottom-right alignment) and Tq > Tk (masks whose first rows see no key:
+valid input, `labctl.verify.rules.EDGES`), GQA and MQA, RoPE with and without
+GQA, fully blocked rows, logits of
 magnitude ~1e3 (where a softmax without the max subtracted overflows), and a
 tiled attention whose running max rises in a later block, whose blocks do not
 divide Tq or Tk or are longer than the sequence (causal and not), and whose
@@ -55,7 +57,7 @@ from labctl.verify.fixtures_composed import COMPOSED
 from labctl.verify.fixtures_primitives import PRIMITIVES
 from labctl.verify.fixtures_v2 import EXTENDED, NEW
 
-FIXTURES_VERSION = "v3"
+FIXTURES_VERSION = "v4"
 
 _BY_FUNCTION = {**PRIMITIVES, **COMPOSED, **NEW}
 

@@ -80,6 +80,13 @@ def _sdpa(seed: int) -> list[Fixture]:
             (normal(r, 1, 2, 3, 4), normal(r, 1, 2, 3, 4), normal(r, 1, 2, 3, 4)),
             {"scale": 0.3},
         ),
+        Fixture(
+            f,
+            "tq>tk",
+            (normal(r, 1, 2, 6, 4), normal(r, 1, 2, 4, 4), normal(r, 1, 2, 4, 3)),
+            {"mask": causal_formula(6, 4)},
+            N_("Tq > Tk under the causal mask: the first Tq - Tk queries see no key"),
+        ),
     ]
 
 
@@ -108,6 +115,13 @@ def _mha(seed: int) -> list[Fixture]:
             N_("D = 3 without RoPE, no mask"),
         ),
         Fixture(f, "one-token", (normal(r, 1, 1, 8), *attention_weights(r, 8, 2, 2), 2)),
+        Fixture(
+            f,
+            "rope",
+            (normal(r, 2, 5, 8), *attention_weights(r, 8, 2, 2), 2),
+            {"rope_theta": 10000.0},
+            N_("RoPE without GQA (H = Hkv)"),
+        ),
     ]
 
 
@@ -155,6 +169,19 @@ def _decode(seed: int) -> list[Fixture]:
                 *attention_weights(r, 8, 2, 2),
                 2,
             ),
+        ),
+        Fixture(
+            f,
+            "rope",
+            (
+                normal(r, 1, 2, 8),
+                normal(r, 1, 2, 3, 4),
+                normal(r, 1, 2, 3, 4),
+                *attention_weights(r, 8, 2, 2),
+                2,
+            ),
+            {"rope_theta": 10000.0},
+            N_("RoPE without GQA (H = Hkv), two new tokens at positions 3 and 4"),
         ),
     ]
 
@@ -254,6 +281,13 @@ def _block(seed: int) -> list[Fixture]:
         ),
         Fixture(
             f, "odd-d", (normal(r, 1, 4, 12), block_params(r, 12, 4, 4, 8), 4), {}, N_("D = 3")
+        ),
+        Fixture(
+            f,
+            "rope",
+            (normal(r, 1, 5, 8), block_params(r, 8, 2, 2, 12), 2),
+            {"rope_theta": 10000.0},
+            N_("RoPE without GQA (H = Hkv)"),
         ),
     ]
 

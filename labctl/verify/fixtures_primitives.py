@@ -52,7 +52,20 @@ def _causal_mask(seed: int) -> list[Fixture]:
         ),
         Fixture(f, "decode-one", (1, size(6, 2, 9)), {}, N_("one new token sees every key")),
         Fixture(f, "square-explicit", (n, n)),
+        _more_queries_than_keys(f, size),
     ]
+
+
+def _more_queries_than_keys(f: str, size: Sizes, *rest: int) -> Fixture:
+    """t_q > t_k: valid (labctl.verify.rules.EDGES); the first t_q - t_k rows see no key."""
+    t_k = size(3, 1, 5)
+    return Fixture(
+        f,
+        "tq>tk",
+        (t_k + size(2, 1, 4), *rest, t_k),
+        {},
+        N_("t_q > t_k: the first t_q - t_k rows see no key and are True everywhere"),
+    )
 
 
 def _sliding_window_mask(seed: int) -> list[Fixture]:
@@ -80,6 +93,7 @@ def _sliding_window_mask(seed: int) -> list[Fixture]:
             N_("the window is wider than the sequence"),
         ),
         Fixture(f, "decode-one", (1, w_one), {"t_k": w_one + size(3, 1, 5)}),
+        _more_queries_than_keys(f, size, size(2, 1, 3)),
     ]
 
 

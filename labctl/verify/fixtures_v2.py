@@ -46,6 +46,7 @@ def _alibi_bias(seed: int) -> list[Fixture]:
         _v2(f, "square", (4, 6), {}),
         _v2(f, "tq<tk", (6, 2, 7), {}, N_("bottom-right aligned like causal_mask")),
         _v2(f, "3-heads", (3, 5, 5), {}),
+        _v2(f, "tq>tk", (2, 6, 4), {}, N_("t_q > t_k: p_i < 0 for the first rows, still a bias")),
     ]
 
 

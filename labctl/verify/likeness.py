@@ -11,6 +11,8 @@ lower precision.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from labctl.verify import fixtures as fx
@@ -29,14 +31,20 @@ FLOAT32_DIAGNOSIS_RELATIVE = 1e-4
 FLOAT32_MATCH_RELATIVE = 1e-4
 
 
-def _same_value(function: str, fixture: fx.Fixture, a, b, probe: bool) -> bool:
+def _same_value(
+    function: str, fixture: fx.Fixture, a, b, probe: bool, any_dtype: bool = False
+) -> bool:
+    """`a` and `b` agree; with `any_dtype`, `a`'s dtype may be another (a bug of its own,
+    beside the one `b` shows: its values are compared in `b`'s dtype)."""
     reference = fx.reference_output(fixture)
     if structure_problem(function, a, reference) or structure_problem(function, b, reference):
         # Both malformed: the same malformation (types and shapes) counts as the same.
         return _shape_signature(a) == _shape_signature(b)
     for x, y, ref in zip(elements(a), elements(b), elements(reference), strict=True):
-        if x.dtype != y.dtype:
+        if x.dtype != y.dtype and not (any_dtype and y.dtype == ref.dtype):
             return False
+        if x.dtype != y.dtype:
+            x = x.astype(y.dtype)
         tolerance = parity_tolerance(ref)
         if probe and np.issubdtype(ref.dtype, np.floating):
             tolerance = FLOAT32_DIAGNOSIS_RELATIVE * max(1.0, float(np.max(np.abs(ref))))
@@ -105,6 +113,69 @@ def _same_bad_input(a: FunctionRun | None, b: FunctionRun | None) -> bool:
     )
 
 
+def _memory_kind(run: FunctionRun | None) -> tuple[str, bool] | None:
+    """How a measured call ended: its outcome, and whether its peak counted (its output was
+    the reference's), or None when no call was measured."""
+    measured = run.memory if run is not None else None
+    if measured is None:
+        return None
+    counted = measured.call is not None and measured.call.peak is not None
+    return measured.outcome.kind, counted
+
+
+def _goes_wrong(function: str, fixture: fx.Fixture, outcome: Outcome, probe: bool) -> bool:
+    """Does this call of a room go wrong: a raise, an edit, another structure or dtype, or
+    values off (a probe's at float32 precision)?"""
+    if outcome.kind != "value" or outcome.mutated:
+        return outcome.kind != "skipped"
+    reference = fx.reference_output(fixture)
+    if structure_problem(function, outcome.value, reference):
+        return True
+    for x, ref in zip(elements(outcome.value), elements(reference), strict=True):
+        if x.dtype != ref.dtype:
+            return True
+        tolerance = parity_tolerance(ref)
+        if probe and np.issubdtype(ref.dtype, np.floating):
+            tolerance = FLOAT32_DIAGNOSIS_RELATIVE * max(1.0, float(np.max(np.abs(ref))))
+        if not compare(x, ref, tolerance).ok:
+            return True
+    return False
+
+
+def _calls(run: FunctionRun):
+    """(fixture, outcome, probe) for every fixture and probe call of the run."""
+    for probe, fixtures, outcomes in (
+        (False, fx.fixtures(run.function, run.seed, run.contract), run.fixtures),
+        (True, fx.probes(run.function, run.seed, run.contract), run.probes),
+    ):
+        for fixture in fixtures:
+            yield fixture, outcomes.get(fixture.name), probe
+
+
+def wrong_calls(run: FunctionRun | None) -> set[str]:
+    """The names of the fixture and probe calls on which the run goes wrong."""
+    if run is None:
+        return set()
+    return {
+        f.name
+        for f, o, probe in _calls(run)
+        if o is not None and _goes_wrong(run.function, f, o, probe)
+    }
+
+
+@dataclass
+class Explanation:
+    """What one fault explains of a learner's failing function: its failing checks and calls.
+    `exact`: the same checks fail and every call behaves alike (`matches`)."""
+
+    checks: set[str]
+    calls: set[str] = field(default_factory=set)
+    exact: bool = False
+    # Calls on which the fault's room and the learner's both go wrong, but not alike: where
+    # two bugs meet. The fault is named only where another fault named explains those.
+    conflicts: set[str] = field(default_factory=set)
+
+
 def failed_checks(results: list[CheckResult], function: str) -> set[str]:
     return {r.name for r in results if r.function == function and r.failed}
 
@@ -147,6 +218,58 @@ def matches(
     learner_run, fault_run = seen.runs.get(function), fault_seen.runs.get(function)
     if "bad-input" in side and not _same_bad_input(learner_run, fault_run):
         return None
+    if "memory" in fault_failed and _memory_kind(learner_run) != _memory_kind(fault_run):
+        return None  # a peak too large is not an output never computed
     if not same_behaviour(function, learner_run, fault_run):
         return None
     return failed - fault_failed
+
+
+def explains(
+    function: str,
+    seen: RoomObservation,
+    results: list[CheckResult],
+    fault_seen: RoomObservation,
+) -> Explanation | None:
+    """What the fault explains of the learner's `function`, which may hold another bug too.
+
+    An exact match (`matches`) explains every call. Otherwise the fault explains part of it
+    when each check the fault's room fails is among the learner's failures (with the same
+    side symptoms), and on every call where the fault's room goes wrong the learner's goes
+    wrong too: alike (`calls`), or otherwise (`conflicts`: where a second bug meets this
+    one, which another fault must explain). A call the learner gets right where the fault
+    goes wrong rules the fault out. The learner's dtype may differ where the fault keeps
+    the reference's: that is a bug of its own.
+    """
+    extra = matches(function, seen, results, fault_seen)
+    learner_run, fault_run = seen.runs.get(function), fault_seen.runs.get(function)
+    failed = failed_checks(results, function)
+    if extra is not None:
+        return Explanation(failed - extra, wrong_calls(learner_run), exact=True)
+    fault_failed = failed_checks(evaluate(fault_seen, (function,)), function)
+    decided = fault_failed - SIDE_CHECKS
+    if not decided or not decided <= failed or learner_run is None or fault_run is None:
+        return None
+    side = fault_failed & SIDE_CHECKS
+    if not side <= failed:
+        return None
+    if "bad-input" in side and not _same_bad_input(learner_run, fault_run):
+        return None
+    if "memory" in fault_failed and _memory_kind(learner_run) != _memory_kind(fault_run):
+        return None
+    learner_calls = {**learner_run.fixtures, **learner_run.probes}
+    covered: set[str] = set()
+    conflicts: set[str] = set()
+    for fixture, outcome, probe in _calls(fault_run):
+        if outcome is None or not _goes_wrong(function, fixture, outcome, probe):
+            continue
+        mine = learner_calls.get(fixture.name)
+        if mine is None or not _goes_wrong(function, fixture, mine, probe):
+            return None  # right where the fault goes wrong: not this fault
+        alike = mine.kind == outcome.kind and set(mine.mutated) == set(outcome.mutated)
+        if alike and outcome.kind == "value":
+            alike = _same_value(function, fixture, mine.value, outcome.value, probe, any_dtype=True)
+        (covered if alike else conflicts).add(fixture.name)
+    if not covered and decided - {"causal", "memory"}:
+        return None
+    return Explanation(fault_failed & failed, covered, conflicts=conflicts)

@@ -111,6 +111,16 @@ def accepted_refusal(exc_type: str | None) -> bool:
 
 
 @dataclass
+class MemoryRun:
+    """The measured call of a function whose memory the contract promises (tiled_attention's,
+    at the tiled-attention lab's size): how it ended, and, when it returned, its peak as labctl
+    read it from outside the worker with its output checked (`labctl.labs.tiled_attention`)."""
+
+    outcome: Outcome
+    call: Any = None  # a tiled_attention.MemoryCall when the call returned
+
+
+@dataclass
 class FunctionRun:
     """Every call of one function: fixtures, float32 probes, causal variants, bad input."""
 
@@ -119,6 +129,7 @@ class FunctionRun:
     probes: dict[str, Outcome] = field(default_factory=dict)
     causal: dict[int, Outcome] = field(default_factory=dict)
     bad: dict[str, Outcome] = field(default_factory=dict)
+    memory: MemoryRun | None = None  # measured in a worker only (`MEASURED`)
     timed_out: bool = False
     elapsed_s: float = 0.0
     seed: int = SEED  # the seed every input of these calls was drawn with
@@ -359,9 +370,58 @@ def run_function(
         for t, fixture in fx.causal_variants(function, seed):
             run.causal[t] = one(*fixture.call())
     if implemented:
-        for case in bad_cases(function, seed):
+        for case in bad_cases(function, seed, contract):
             run.bad[case.name] = one(*case.call())
+    measurable = function in MEASURED and isinstance(room, CleanRoom)
+    if implemented and measurable and function not in timed_out:
+        run.memory = _measured(room, function, seed, deadline)
     return run
+
+
+# The functions whose memory the contract promises ("never holding a (Tq, Tk) score array"),
+# measured in a worker as the tiled-attention lab measures them; a room of labctl's own run in
+# this process has no worker to measure.
+MEASURED = ("tiled_attention",)
+# The measured call is the heaviest a room makes (T = 4096): it gets this long at least, within
+# the room's budget, whatever the per-call timeout (the diagnosis gives fault rooms 2 s).
+MEASURED_TIMEOUT_S = 30.0
+
+
+def measured_call(function: str, seed: int) -> tuple[tuple, Any]:
+    """The arguments of `function`'s measured call at `seed` (the tiled-attention lab's memory
+    row: q, k, v of one head at T = 4096, its block, not causal) and the query rows its output
+    is checked on."""
+    from labctl.labs import tiled_attention as lab
+    from labctl.verify.builders import rng
+
+    q, k, v = lab.memory_inputs(rng(seed, f"{function}/memory"), lab.MEMORY_T)
+    return (q, k, v, lab.Params().memory_block, False), lab.checked_rows(seed, lab.MEMORY_T)
+
+
+def _measured(room: CleanRoom, function: str, seed: int, deadline: float | None) -> MemoryRun:
+    """`function` at the tiled-attention lab's memory size, its peak read by labctl from
+    outside the worker and its output checked against the reference on rows drawn from
+    `seed`; within what is left of the budget."""
+    from labctl.lab import Implementation
+    from labctl.labs import tiled_attention as lab
+
+    if deadline is not None and deadline - time.monotonic() <= 0:
+        return MemoryRun(Outcome("skipped", message=Msg("not run: the time budget ran out")))
+    (q, k, v, block, causal), rows = measured_call(function, seed)
+    full = room.timeout_s
+    room.timeout_s = max(full, MEASURED_TIMEOUT_S)
+    if deadline is not None:
+        room.timeout_s = min(room.timeout_s, deadline - time.monotonic())
+    try:
+        impl = Implementation("clean-room", room)
+        call_made = lab.measure(impl, function, q, k, v, block, causal, rows=rows)
+    except CallError as exc:
+        return MemoryRun(_failed(function, exc))
+    except LabctlError as exc:
+        return MemoryRun(Outcome("crash", message=exc.message))
+    finally:
+        room.timeout_s = full
+    return MemoryRun(Outcome("value"), call_made)
 
 
 # --------------------------------------------------------------------------

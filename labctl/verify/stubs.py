@@ -18,8 +18,17 @@ from pathlib import Path
 
 from labctl import contract
 from labctl.errors import LabctlError, UsageError
-from labctl.i18n import N_, Msg, _
+from labctl.i18n import N_, Msg, _, declared
+from labctl.verify import rules
+from labctl.verify.observe import MEASURED
 from labctl.wrapping import fill, wrap
+
+# What verify's memory check asks of the functions it measures (labctl.verify.checks_memory).
+MEMORY_NOTE = N_(
+    "Verify measures its peak memory at T = 4096 (one head, D = 16, float32, blocks of 64), "
+    "its output checked first: at most a tenth of full attention's, so hold (Tq, block_size) "
+    "scores at a time, never the (Tq, Tk) array."
+)
 
 SHAPE_LETTERS = N_(
     "B batch, T sequence, Tq/Tk query/key lengths, C model width, H query heads, "
@@ -35,10 +44,10 @@ def _param_line(param: contract.Param) -> str:
     return f"    {param.name}: {'; '.join(parts)}" if parts else f"    {param.name}"
 
 
-def _wrapped(text: str, width: int) -> list[str]:
+def _wrapped(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
     """Lines of at most `width` cells; Chinese text has no spaces to break at, so it is
     broken between characters, never inside a Latin word (`labctl.wrapping`)."""
-    return wrap(text, width)
+    return wrap(first + text, width, hang=len(rest))
 
 
 def _stub(fn: contract.Function, version: int = 1) -> str:
@@ -57,6 +66,17 @@ def _stub(fn: contract.Function, version: int = 1) -> str:
         "",
         *_wrapped(_(Msg("Returns: {returns}.", returns=_(fn.returns))), 84),
     ]
+    # What verify grades as bad input, from the very cases it runs (labctl.verify.rules).
+    refused = rules.rules_of(fn.name, version)
+    if refused:
+        lines += ["", _("Must refuse (verify checks each):")]
+        for rule in refused:
+            lines += _wrapped(_(rule.said()), 80, "    - ", "      ")
+    edge = rules.edge_of(fn.name, version)
+    if edge:
+        lines += ["", *_wrapped(_(Msg("t_q > t_k: {edge}.", edge=declared(edge))), 84)]
+    if fn.name in MEASURED:
+        lines += ["", *_wrapped(_(MEMORY_NOTE), 84)]
     doc = textwrap.indent("\n".join(lines), "    ").lstrip()
     message = _(Msg("{name}: write it from the contract (labctl contract show)", name=fn.name))
     return (

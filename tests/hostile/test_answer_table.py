@@ -1,7 +1,8 @@
 """The answer-table attack (issue 20): a room of `clean-room init` stubs whose every function
 looks up a digest of its inputs in a table of answers, built from labctl's public fixtures,
-probes, causal variants and template-metric calls at the published seed. It passes verify at
-that seed (the attack is real) and fails at a fresh one, and an honest room outscores it."""
+probes, causal variants, memory call and template-metric calls at the published seed. It
+passes verify at that seed (the attack is real) and fails at a fresh one, and an honest room
+outscores it."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from labctl import contract, reference
 from labctl.verify import fixtures as fx
 from labctl.verify.builders import SEED
 from labctl.verify.functions import CAUSAL_FUNCTIONS
+from labctl.verify.observe import MEASURED, measured_call
 from labctl.verify.stubs import init_clean_room
 from labctl.verify.verify import template_metrics
 
@@ -128,6 +130,9 @@ def build_table_room(where: Path) -> tuple[Path, int]:
     for function in CAUSAL_FUNCTIONS:
         for _, fixture in fx.causal_variants(function, SEED):
             calls.append((function, *fixture.call()))
+    for function in MEASURED:  # the call verify measures memory by: public, at this seed
+        args, _ = measured_call(function, SEED)
+        calls.append((function, args, {}))
     from_fixtures = len(calls)
     recorder = Recorder()
     template_metrics(recorder, seed=SEED)  # the labs' own calls at the published seed
