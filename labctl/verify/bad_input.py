@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
 
 import numpy as np
 
+from labctl.verify.bad_case import BadCase
 from labctl.verify.builders import (
     SEED,
     attention_weights,
@@ -20,19 +17,6 @@ from labctl.verify.builders import (
     rng,
     weight,
 )
-
-
-@dataclass(eq=False)
-class BadCase:
-    """A call the contract's Bad input section says must raise ValueError or TypeError."""
-
-    function: str
-    name: str
-    args: tuple
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-    def call(self) -> tuple[tuple, dict]:
-        return copy.deepcopy(self.args), copy.deepcopy(dict(self.kwargs))
 
 
 def _odd_group_weights(r) -> tuple[np.ndarray, ...]:
@@ -124,6 +108,6 @@ def bad_cases(function: str, seed: int = SEED) -> tuple[BadCase, ...]:
     if f == "decoder_forward":
         params = decoder_params(r, 7, 10, 5, 5, 6, 1)
         return (BadCase(f, "C%n_heads", (r.integers(0, 7, (1, 3)), params, 4)),)
-    from labctl.verify.bad_input_v2 import bad_cases_v2  # it builds on BadCase, defined here
+    from labctl.verify.bad_input_v2 import bad_cases_v2
 
     return bad_cases_v2(f, r)

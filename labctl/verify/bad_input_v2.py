@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labctl.verify.bad_input import BadCase
+from labctl.verify.bad_case import BadCase
 from labctl.verify.builders import ints, normal, weight
 
 
