@@ -12,9 +12,7 @@ from labctl.cli.render import Column, fit, out, print_json, text, verdict
 from labctl.errors import EXIT_FAILED
 from labctl.i18n import N_, Msg, _
 
-app = typer.Typer(
-    help="The frozen clean-room interfaces, contracts v1 and v2.", no_args_is_help=True
-)
+app = typer.Typer(no_args_is_help=True)  # its help: labctl.cli.commands
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 ContractOption = Annotated[

@@ -77,7 +77,6 @@ def _row(name: str) -> str:
 
 
 def doctor(json_: JsonFlag = False) -> None:
-    """Python, numpy and torch versions; whether the sandbox works, and if not why and the fix."""
     from labctl.isolation import sandbox_status
 
     found = facts()
