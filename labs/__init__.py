@@ -1,7 +1,8 @@
 """The labs: one module per lab, each defining `LAB` (see `labctl.lab`).
 
 `labctl.registry.discover` finds them; `ORDER` is the order a course reader
-meets them (逐部件讲透 §6.13, 第8章 阶段二 to 阶段四, 手撕 §05 to §07).
+meets them (逐部件讲透 §6.13, 第8章 阶段二 to 阶段四, 手撕 §05 to §07), with
+第8章 阶段四's induction heads last: the one lab that trains a model to read its circuits.
 """
 
 ORDER = (
@@ -12,7 +13,9 @@ ORDER = (
     "gqa",
     "kv-cache",
     "precision",
+    "embedding-lookup",
     "positions",
+    "learned-positions",
     "temperature",
     "alibi",
     "rope-scaling",
@@ -24,6 +27,8 @@ ORDER = (
     "sliding-window",
     "decoder",
     "handson-decoder",
+    "decoder-options",
     "attention-inspect",
     "entropy",
+    "induction-heads",
 )

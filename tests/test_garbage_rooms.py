@@ -49,13 +49,27 @@ CALLS = {
         "sinusoidal_positions", "causal_mask", "rms_norm", "split_heads",
         "scaled_dot_product_attention", "merge_heads", "swiglu_ffn", "padding_mask",
     ),
+    "embedding-lookup": ("learned_positions",),
+    "learned-positions": (
+        "learned_positions", "decoder_forward", "transformer_block", "rms_norm",
+        "sinusoidal_positions", "rope",
+    ),
+    "decoder-options": (
+        "decoder_forward", "sinusoidal_positions", "transformer_block", "rms_norm", "split_heads",
+        "repeat_kv", "causal_mask", "softmax", "merge_heads", "swiglu_ffn", "multi_head_attention",
+        "attention_decode",
+    ),
+    "induction-heads": (
+        "causal_mask", "split_heads", "scaled_dot_product_attention", "merge_heads", "softmax",
+    ),
 }  # fmt: skip
 # Smaller settings where a lab allows them: these rows do not depend on the sizes.
 PARAMS = {
     "kv-cache": {"repeats": 1},
     "tiled-attention": {"memory_lengths": (4096,), "block_sizes": (7, 64)},
+    "embedding-lookup": {"vocabs": (1000, 24000)},
 }
-SLOW = {"scale-ablation", "mask-ablation", "kv-cache", "tiled-attention"}
+SLOW = {"scale-ablation", "mask-ablation", "kv-cache", "tiled-attention", "induction-heads"}
 # Rooms only a comparison with the reference catches (each passed its lab before it had one).
 ONLY_THE_REFERENCE_CATCHES = {
     ("kv-cache", "zeros"): "decode_reference_max_error",

@@ -42,6 +42,8 @@ EXPLICIT = {
     "LABCTL_LANG", "LABCTL_DEBUG", "NO_COLOR", "COLUMNS", "CI", "locale", "schema",
     "OK", "ok", "Ctrl", "mount", "runs", "submissions", "manifest", "autograd", "BLAS", "Adam", "GLU", "repeat", "diag", "PE",
     "Step", "running", "sum", "Tp", "Tn", "Dv", "Tq", "Tk", "Hkv", "fp16", "nats",
+    # 第8章 阶段四's circuits, as the chapter writes them (QK 电路, OV 电路)
+    "QK", "OV",
     # contract v2's terms and the v2 labs' dimension names (the trained length)
     "GELU", "tanh", "erf", "ALiBi", "NTK", "PI", "Ttrain", "Tmax", "Infra",
     "rad", "ISO", "Canvas", "canvas", "LMS",
@@ -105,6 +107,7 @@ def course_titles() -> re.Pattern:
 
     titles = {c.title for c in CHAPTERS}
     titles |= {s.heading for lab in registry.discover() for s in lab.sections}
+    titles |= {s.part for lab in registry.discover() for s in lab.sections}
     titles |= {s.chapter.title for lab in registry.discover() for s in lab.sections}
     # the formulas the chapters print, quoted as printed by the worked-examples lab
     from labctl.labs.worked_examples_formulas import ELSEWHERE
@@ -156,10 +159,11 @@ def _command_words() -> set[str]:
     return words
 
 
-# A tolerance as labctl writes it (`in [0.9, 1.1]`) and the paper the course cites by title.
+# A tolerance as labctl writes it (`in [0.9, 1.1]`) and the papers the course cites by title.
 # Code in backticks, a default in help (a value), and a command the text quotes are not prose.
 FORMULAS = re.compile(
     r"\bin \[[^\]]*\]|On Layer Normalization in the Transformer Architecture|`[^`]*`"
+    r"|A Mathematical Framework for Transformer Circuits"
     r"|\[默认：[^\]]*\]|\b(?:apt-get|pip|dnf) install \S+"
 )
 

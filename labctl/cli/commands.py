@@ -67,6 +67,12 @@ COMMANDS = (
         N_("Build one HTML report (figures inlined, opens offline) from the evidence records."),
     ),
     Command(
+        "quiz",
+        "labctl.cli.quiz",
+        "quiz",
+        N_("Answer the chapters' self-check questions; labctl checks each against its own labs."),
+    ),
+    Command(
         "contract",
         "labctl.cli.contract",
         "app",
