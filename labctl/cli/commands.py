@@ -9,15 +9,14 @@ own `--help` says after that line).
 Importing this module is cheap on purpose: the catalog's markers and nothing else.
 """
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from labctl.i18n import N_
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):
     """A command: `attribute` of `module` is a function (a command) or a `typer.Typer`
-    (a group of commands)."""
+    (a group of commands). A tuple, not a dataclass: dataclasses brings inspect with it."""
 
     name: str
     module: str

@@ -22,6 +22,7 @@ from typer.core import TyperGroup
 
 import labctl
 from labctl import textsafe
+from labctl.cli import plain
 from labctl.cli.commands import BY_NAME, LANG_HELP, ROOT_HELP, VERSION_HELP
 from labctl.cli.lang import Language, click_message, localized, translate_help
 from labctl.cli.render import print_json
@@ -172,6 +173,15 @@ class _LazyGroup(_HandledGroup):
 
     def list_commands(self, ctx) -> list[str]:
         return list(self.commands)
+
+    def get_help(self, ctx) -> str:
+        return plain.root_help(ctx.command_path)
+
+    def parse_args(self, ctx, args):
+        if not args and self.no_args_is_help:
+            typer.echo(self.get_help(ctx))  # as click does, with its exit code: 2
+            ctx.exit(EXIT_USAGE)
+        return super().parse_args(ctx, args)
 
     def main(self, *args, **kwargs):
         self.commands.translating = True

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.text import Text
 
-from labctl import listing
+from labctl.cli import plain
 from labctl.cli.render import Column, fit, heading, out, print_json, text
 from labctl.errors import UsageError
 from labctl.i18n import N_, Msg, _
@@ -88,26 +88,7 @@ def lab_document(lab) -> dict[str, Any]:
 
 
 def list_labs(json_: JsonFlag = False) -> None:
-    document = listing.index()  # no lab is imported (labctl.listing)
-    for lab in document["labs"]:
-        lab["title"] = _(lab["title"])
-    if json_:
-        print_json(document)
-        return
-    out.print(
-        text(Msg("labs (tolerance table {version})", version=document["tolerances"])),
-        style="bold",
-    )
-    out.print()
-    for lab in document["labs"]:
-        out.print(f"[bold]{escape(lab['id'])}[/bold]  {escape(lab['title'])}", soft_wrap=False)
-        for section in lab["sections"]:
-            out.print(
-                _indented(Text(_(Msg("course: {section}", section=section["text"])), style="dim"))
-            )
-        names = ", ".join(m["name"] for m in lab["metrics"])
-        out.print(_indented(Text(_(Msg("metrics: {names}", names=names)))))
-        out.print()
+    print(plain.list_labs(json_))  # no rich: the console script prints it before importing any
 
 
 def _indented(body: Text) -> Padding:
