@@ -206,9 +206,9 @@ def test_every_stack_attends_causally(monkeypatch):
     causal = []
     real = reference.mha_t
 
-    def watched(x, wq, wk, wv, wo, H, Hkv, is_causal, window, rope_theta):
+    def watched(x, wq, wk, wv, wo, H, Hkv, is_causal, window, rope_theta, *v2):
         causal.append(is_causal)
-        return real(x, wq, wk, wv, wo, H, Hkv, is_causal, window, rope_theta)
+        return real(x, wq, wk, wv, wo, H, Hkv, is_causal, window, rope_theta, *v2)
 
     monkeypatch.setattr(reference, "mha_t", watched)
     _gradients(Params(T=4, C=8, H=2, F=16), seed=5)
