@@ -39,19 +39,21 @@ def from_labs() -> dict[str, Any]:
                 "id": lab.id,
                 "title": lab.title,
                 "sections": [citation(s) for s in lab.sections],
-                "metrics": [
-                    {
-                        "name": m.name,
-                        "unit": m.unit,
-                        "expected": m.expected,
-                        "impls": list(m.impls),
-                        "timing": m.timing,
-                    }
-                    for m in lab.metrics
-                ],
+                "metrics": [metric(m) for m in lab.metrics],
             }
             for lab in registry.discover()
         ],
+    }
+
+
+def metric(declared) -> dict[str, Any]:
+    """A `labctl.lab.Metric` as the list shows it (`show` adds its description and why)."""
+    return {
+        "name": declared.name,
+        "unit": declared.unit,
+        "expected": declared.expected,
+        "impls": list(declared.impls),
+        "timing": declared.timing,
     }
 
 

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.text import Text
 
+from labctl import listing
 from labctl.cli import plain
 from labctl.cli.render import Column, fit, heading, out, print_json, text
 from labctl.errors import UsageError
@@ -73,15 +74,7 @@ def lab_document(lab) -> dict[str, Any]:
         ],
         "tolerances": registry.TOLERANCE_TABLE_VERSION,
         "metrics": [
-            {
-                "name": m.name,
-                "unit": m.unit,
-                "expected": m.expected,
-                "impls": list(m.impls),
-                "timing": m.timing,
-                "description": _(m.description),
-                "why": _(m.why),
-            }
+            {**listing.metric(m), "description": _(m.description), "why": _(m.why)}
             for m in lab.metrics
         ],
     }
