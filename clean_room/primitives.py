@@ -1,7 +1,7 @@
 """Primitives of the clean room: softmax, masks, heads, positions, norms, feed-forward.
 
 NumPy and the standard library only, written from the formulas of contract v1
-(`shared/contract-v1.md`) and the parameters contract v2 adds to softmax and
+(`labctl/data/contract-v1.md`) and the parameters contract v2 adds to softmax and
 RoPE (`labctl/data/contract-v2.md`). Shapes use the course's letters: B batch,
 T sequence, C model width, H heads, Hkv key/value heads, D head width.
 """

@@ -1,11 +1,12 @@
 """The contracts (`transformer-block-v1`, `transformer-block-v2`) as data, pinned by digest.
 
-v1, the frozen interface, lives in `labctl/data/contract_v1.json`, transcribed
-from `shared/contract-v1.md`; v2 in `labctl/data/contract_v2.json`, transcribed
-from `labctl/data/contract-v2.md` (shipped beside it). Each JSON's sha256 (over
-canonical JSON, so a reformat of the file does not count as an edit) is pinned
-below, and so are the bytes of v2's document: an edit of either is detected, and
-a change to an interface means a new version and a new pin, never an edit.
+Each version ships in the package twice: the document a learner reads
+(`labctl/data/contract-v1.md`, `labctl/data/contract-v2.md`; `labctl contract
+document` prints it) and the data transcribed from it (`labctl/data/contract_v1.json`,
+`labctl/data/contract_v2.json`). Each JSON's sha256 (over canonical JSON, so a
+reformat of the file does not count as an edit) is pinned below, and so are the
+bytes of each document: an edit of either is detected, and a change to an
+interface means a new version and a new pin, never an edit.
 
 v2 holds every v1 function with the same name and meaning, with keyword
 parameters added last: a v2 room answers every v1 call, so a function checked
@@ -17,6 +18,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -29,10 +31,16 @@ from labctl.i18n import Msg, joined
 
 CONTRACT_ID = "transformer-block-v1"
 CONTRACT_VERSION = 1
-CONTRACT_V1_SHA256 = "07323ccf8fa8de839983bce3fea8630486942195283e81335fcfed60e96d5464"
+CONTRACT_V1_SHA256 = "8ff7564d095da2cccf09e2bb3346fb17df434fdc805313c461c8cbba1e9582df"
+# v1's data while its `source` named its document outside the package: the same interface,
+# so a record made then (its `contract_sha256`) is still a record of v1.
+CONTRACT_V1_EARLIER_SHA256 = ("07323ccf8fa8de839983bce3fea8630486942195283e81335fcfed60e96d5464",)
 CONTRACT_V2_SHA256 = "a082f5e9ed54c1f45dceac59110fd55d93e3217e5b76c6d152e1229960d7159b"
-# The bytes of the document a learner reads (labctl/data/contract-v2.md, in the wheel).
-CONTRACT_V2_DOCUMENT_SHA256 = "a0b69c9de9b4f4cf54ea325010226891ffe335e9061a42fc50e6ea861c4c8a86"
+# The bytes of the documents a learner reads (labctl/data/contract-v*.md, in the wheel).
+DOCUMENT_SHA256 = {
+    1: "2d5e05a1e5cabb634a9f76c2c3e2cdd967382338cb9a0dc7f2d98f3183b2e4d9",
+    2: "89a7687de5b54aa4bfea46238cc5a2406495ed845703bcb45fba034c6994c1b0",
+}
 
 VERSIONS = (1, 2)
 LATEST = VERSIONS[-1]
@@ -113,15 +121,33 @@ def _raw_text() -> str:
     return _file_text(CONTRACT_VERSION)
 
 
-def document_text() -> str:
-    """contract-v2.md, the document v2's JSON is transcribed from (pin verified)."""
-    raw = resources.files("labctl").joinpath("data/contract-v2.md").read_bytes()
+def cited_version(citation: str) -> int | None:
+    """The contract version a course citation cites ("contract v1 Bad input: ..."), or None."""
+    match = re.search(r"\bcontract v(\d+)\b", citation)
+    return int(match.group(1)) if match and int(match.group(1)) in VERSIONS else None
+
+
+def document_name(version: int = LATEST) -> str:
+    """Where contract `version`'s document lies in the package (and in the repository)."""
+    return f"labctl/data/contract-v{check_version(version)}.md"
+
+
+def document_path(version: int = LATEST) -> Path:
+    """The document of contract `version` as installed, a file a learner can open."""
+    return Path(str(resources.files("labctl").joinpath(document_name(version)[len("labctl/") :])))
+
+
+def document_text(version: int = LATEST) -> str:
+    """The document contract `version`'s JSON is transcribed from (pin verified)."""
+    name = document_name(version)
+    raw = document_path(version).read_bytes()
     actual = hashlib.sha256(raw).hexdigest()
-    if actual != CONTRACT_V2_DOCUMENT_SHA256:
+    pinned = DOCUMENT_SHA256[version]
+    if actual != pinned:
         raise ContractError(
-            f"contract document labctl/data/contract-v2.md has sha256 {actual[:16]}…, "
-            f"but v2 is pinned at {CONTRACT_V2_DOCUMENT_SHA256[:16]}…: v2 is frozen, "
-            "a changed interface needs a v3"
+            f"contract document {name} has sha256 {actual[:16]}…, "
+            f"but v{version} is pinned at {pinned[:16]}…: v{version} is frozen, "
+            f"a changed interface needs a v{version + 1}"
         )
     return raw.decode("utf-8")
 

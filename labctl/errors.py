@@ -46,6 +46,10 @@ class UsageError(LabctlError):
     exit_code = EXIT_USAGE
 
 
+class CourseTextError(UsageError):
+    """The course's chapters are not where the setting (`LABCTL_COURSE_DIR`, or an option) says."""
+
+
 class ContractError(LabctlError):
     """The contract data no longer matches its pinned digest."""
 

@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from labctl.course import Section
-from labctl.i18n import Msg
+from labctl.i18n import N_, Msg
 
 IMPLS = ("reference", "clean-room")
 # Contract v2's functions that v1 has not (notes/v2-signatures): a room's worker answers them by
@@ -78,6 +78,39 @@ def tolerance_key(expr: str) -> tuple:
     if match["op"]:
         return (match["op"], float(match["value"]))
     return ("in", float(match["lo"]), float(match["hi"]))
+
+
+def shown_expected(expr: str) -> str | Msg:
+    """A tolerance expression as a person reads it: `in [0.9, 1.1]` in words of the chosen
+    language (`<=1e-12` is the same in every language). Records keep the expression."""
+    match = _EXPECTED.match(expr)
+    if match and not match["op"]:
+        return Msg("in [{low}, {high}]", low=match["lo"], high=match["hi"])
+    return expr
+
+
+# The units metrics are given in, as a person reads them (records keep the unit as declared).
+UNITS = {
+    "abs": N_("abs"),
+    "ratio": N_("ratio"),
+    "ratio-of-times": N_("ratio-of-times"),
+    "variance": N_("variance"),
+    "probability": N_("probability"),
+    "nats": N_("nats"),
+    "count": N_("count"),
+    "bool": N_("bool"),
+    "bytes": N_("bytes"),
+    "pairs": N_("pairs"),
+    "steps": N_("steps"),
+    "tokens": N_("tokens"),
+    "ms": N_("ms"),
+    "rows": N_("rows"),
+    "weight": N_("weight"),
+    "logit": N_("logit"),
+    "tiles": N_("tiles"),
+    "entries": N_("entries"),
+    "positions": N_("positions"),
+}
 
 
 def satisfies(actual: float, expected: str) -> bool:

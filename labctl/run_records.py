@@ -16,7 +16,7 @@ from labctl import registry
 from labctl.evidence.models import CleanRoomInfo
 from labctl.evidence.records import machine_record, metric_record, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
-from labctl.i18n import Msg
+from labctl.i18n import Msg, message_data
 from labctl.lab import HeatmapFigure, Lab, Note, TableFigure
 from labctl.params import record_values
 from labctl.results import LabResult
@@ -41,16 +41,6 @@ def _artifact(figure: TableFigure | HeatmapFigure | Note) -> tuple[str, bytes] |
         slug = re.sub(r"[^a-z0-9]+", "-", str(figure.title).lower()).strip("-")[:48] or "table"
         return slug, buffer.getvalue().encode()
     return None
-
-
-def message_data(text: str | Msg) -> str | dict:
-    """A message as a record keeps it: plain text, or its template and values (translatable)."""
-    if isinstance(text, Msg):
-        return {
-            "msg": text.template,
-            "args": {k: message_data(v) if isinstance(v, Msg) else v for k, v in text.args.items()},
-        }
-    return text
 
 
 def figure_data(figure: TableFigure | HeatmapFigure | Note, csv_name: str | None) -> dict:

@@ -195,7 +195,7 @@ def run_lab(
     except Exception as exc:
         if os.environ.get("LABCTL_DEBUG") == "1":
             raise
-        result.fail(f"lab crashed: {type(exc).__name__}: {exc}")
+        result.fail(Msg("lab crashed: {kind}: {error}", kind=type(exc).__name__, error=str(exc)))
     result.wall_time_s = time.perf_counter() - start
     return result
 

@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import Field
 
 from labctl.course import HANDS_ON, PARTS, Section
-from labctl.i18n import N_, Msg
+from labctl.i18n import N_, Msg, joined
 from labctl.lab import Lab, LabContext, LabOutput, LabParams, Metric, Note, TableFigure, largest
 
 
@@ -254,7 +254,8 @@ def _figures(p: Params, model: dict, logits, runs) -> list:
                 "parameters; an untied head would add V x C = {untied:,} ({share:.0%} more). "
                 "The logits have the chapter's shape (B, T, V): {shape} here.",
                 untied=p.V * p.C, share=p.V * p.C / total,
-                shape=" / ".join(f"{n} {tuple(logits[n].shape)}" for n in names))
+                shape=joined([Msg("{impl} {shape}", impl=n, shape=str(tuple(logits[n].shape)))
+                              for n in names]))
         )
     )  # fmt: skip
     figures.append(

@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from labctl.course import HANDS_ON, Section
-from labctl.i18n import N_, Msg, implementation
+from labctl.i18n import N_, Msg, implementation, joined
 from labctl.lab import (
     Lab,
     LabContext,
@@ -365,7 +365,13 @@ def _figures(timings: dict[str, dict[int, dict[str, float]]], p: Params, itemsiz
         for name, per_length in timings.items()
     }
     if any(below.values()):
-        where = "; ".join(f"{name}: T = {', '.join(Ts)}" for name, Ts in below.items() if Ts)
+        where = joined(
+            [
+                Msg("{impl}: T = {lengths}", impl=n, lengths=", ".join(Ts))
+                for n, Ts in below.items()
+                if Ts
+            ]
+        )
         biggest = max(
             t["flops_cached"] for per_length in timings.values() for t in per_length.values()
         )

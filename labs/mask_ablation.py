@@ -425,7 +425,7 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
     lm_rows = []
     curves = []
     for name, (train, held, losses) in masked.items():
-        label = "causal_mask" if same else f"causal_mask ({name})"
+        label = "causal_mask" if same else Msg("{column} ({impl})", column="causal_mask", impl=name)
         lm_rows.append((label, train, held))
         curves.append((label, losses))
         if same:
@@ -519,7 +519,7 @@ def _figures(p: Params, probes, masked, unmasked, masks) -> list:
     return figures
 
 
-def _figure_loss_curves(curves: list[tuple[str, list]], steps: int) -> TableFigure:
+def _figure_loss_curves(curves: list[tuple[str | Msg, list]], steps: int) -> TableFigure:
     """The training loss of each run, averaged over windows of steps so the table stays short."""
     window = max(1, steps // 12)
     ends = range(window, steps + 1, window)

@@ -289,9 +289,9 @@ def _figures(variances, sharpness, n_pairs: int, keys: int) -> list:
             ),
             columns=(
                 "d_k",
-                *(f"raw_var ({n})" for n in names),
+                *(Msg("{column} ({impl})", column="raw_var", impl=n) for n in names),
                 N_("course"),
-                *(f"scaled_var ({n})" for n in names),
+                *(Msg("{column} ({impl})", column="scaled_var", impl=n) for n in names),
                 N_("course"),
                 N_("σ of scaled_var"),
             ),

@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from labctl.course import CH8, CHAPTERS, HANDS_ON, PARTS, Section
-from labctl.i18n import N_, Msg, declared, implementation
+from labctl.i18n import N_, Msg, declared, implementation, joined
 from labctl.lab import (
     IMPLS,
     Lab,
@@ -273,10 +273,12 @@ def _formula_figures(formulas: list[Judged], names: list[str]) -> list:
                     "the two differ by up to {measured} ({reason}).",
                     section=str(j.formula.section), printed=j.formula.printed,
                     code=declared(j.formula.code), says=declared(j.formula.code_says),
-                    measured=", ".join(
-                        f"{j.differences[n]:.3g} ({n}{', neither formula' if verdicts[n] == 'neither' else ''})"
+                    measured=joined([
+                        Msg("{value:.3g} ({impl}, neither formula)", value=j.differences[n], impl=n)
+                        if verdicts[n] == "neither"
+                        else Msg("{value:.3g} ({impl})", value=j.differences[n], impl=n)
                         for n in names
-                    ),
+                    ]),
                     reason=declared(j.formula.reason) if j.formula.reason else ""),
                 flag=True,
             )

@@ -33,13 +33,14 @@ class Browser:
     """Headless Chromium driven over the DevTools protocol: console messages, log entries,
     requests, and what the page's own DOM says once loaded."""
 
-    def __init__(self, profile: Path):
+    def __init__(self, profile: Path, env: dict[str, str] | None = None):
         import websocket
 
         self.process = subprocess.Popen(
             [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
              "--remote-allow-origins=*", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env=None if env is None else {**os.environ, **env},
         )  # fmt: skip
         deadline = time.monotonic() + 60
         url = None
@@ -111,6 +112,25 @@ class Browser:
             and not e["params"]["request"]["url"].startswith(("data:", "file:"))
         ]
 
+    def fonts_ready(self) -> None:
+        """Wait until the page's fonts are loaded (an embedded font is decoded apart)."""
+        self.send(
+            "Runtime.evaluate", session=True, expression="document.fonts.ready.then(() => 1)",
+            awaitPromise=True, returnByValue=True,
+        )  # fmt: skip
+
+    def pixels(self, selector: str, index: int = 0) -> bytes:
+        """The screenshot (PNG) of one element, as drawn."""
+        box = json.loads(self.evaluate(
+            f"JSON.stringify(document.querySelectorAll({json.dumps(selector)})[{index}]"
+            ".getBoundingClientRect())"
+        ))  # fmt: skip
+        clip = {k: box[k] for k in ("x", "y", "width", "height")} | {"scale": 1}
+        clip["y"] += self.evaluate("window.scrollY")
+        data = self.send("Page.captureScreenshot", session=True, clip=clip,
+                         captureBeyondViewport=True)  # fmt: skip
+        return base64.b64decode(data["data"])
+
     def screenshot(self, path: Path) -> Path:
         data = self.send("Page.captureScreenshot", session=True, captureBeyondViewport=True)
         path.write_bytes(base64.b64decode(data["data"]))
@@ -128,13 +148,14 @@ class Browser:
                 self.process.wait()
 
 
-def open_browser(tmp_path: Path):
-    """A started Browser, closed when the test is done (a fixture's body)."""
+def open_browser(tmp_path: Path, env: dict[str, str] | None = None):
+    """A started Browser (with `env` added to its environment), closed when the test is done
+    (a fixture's body)."""
     if CHROMIUM is None:
         if os.environ.get("CI") == "true":
             pytest.fail("Chromium is not installed: .ci/run installs the distribution's package")
         pytest.skip("Chromium is not installed (apt-get install chromium)")
     pytest.importorskip("websocket", reason="pip install 'labctl[dev]' (websocket-client)")
-    opened = Browser(tmp_path / "profile")
+    opened = Browser(tmp_path / "profile", env)
     yield opened
     opened.close()

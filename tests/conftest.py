@@ -89,6 +89,10 @@ def pytest_xdist_auto_num_workers(config) -> int:
 LONGEST_FIRST = (
     "hostile/test_hostile.py",
     "test_grade_parallel.py",
+    # issue 37's: four batches graded from where a grader stands, and a wheel built from the
+    # sdist, installed apart and run (each some 40 s of CPU across its processes)
+    "hostile/test_working_directory.py",
+    "test_packaging.py",
     "test_report.py",
     "test_verify_faults.py",
     "test_columns.py",

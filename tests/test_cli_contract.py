@@ -367,3 +367,17 @@ def test_console_script_runs_without_torch(args):
     ]
     assert "labctl.cli.entry" in imported  # the profile really covers the CLI
     assert not [m for m in imported if m == "torch" or m.startswith("torch.")]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_contract_document_prints_the_shipped_text_and_where_it_lies(version):
+    text = invoke("contract", "document", "--contract", str(version))
+    assert text.exit_code == 0
+    assert text.stdout == contract.document_text(version)
+    assert str(contract.document_path(version)) in text.stderr
+    document = json.loads(
+        invoke("contract", "document", "--contract", str(version), "--json").stdout
+    )
+    assert document["text"] == contract.document_text(version)
+    assert document["sha256"] == contract.DOCUMENT_SHA256[version]
+    assert Path(document["path"]).read_text("utf-8") == document["text"]

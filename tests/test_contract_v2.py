@@ -17,7 +17,7 @@ from labctl.contract_check import declared_version
 from labctl.errors import ContractError
 
 REPO = Path(__file__).resolve().parents[1]
-V1_SHA256 = "07323ccf8fa8de839983bce3fea8630486942195283e81335fcfed60e96d5464"
+V1_SHA256 = "8ff7564d095da2cccf09e2bb3346fb17df434fdc805313c461c8cbba1e9582df"
 NEW = ("alibi_slopes", "alibi_bias", "learned_positions", "gelu", "glu_ffn", "geglu_ffn")
 NEW += ("attention_entropy",)
 
@@ -32,9 +32,12 @@ def invoke(*args: str):
 def test_v1_is_untouched_and_v2_is_pinned():
     assert contract.CONTRACT_V1_SHA256 == V1_SHA256 == contract.verify_pin()
     assert contract.verify_pin(version=2) == contract.CONTRACT_V2_SHA256
-    raw = (REPO / "labctl" / "data" / "contract-v2.md").read_bytes()
-    assert hashlib.sha256(raw).hexdigest() == contract.CONTRACT_V2_DOCUMENT_SHA256
-    assert contract.document_text().startswith("# Clean-room contract, version 2")
+    for version in contract.VERSIONS:
+        raw = (REPO / contract.document_name(version)).read_bytes()
+        assert hashlib.sha256(raw).hexdigest() == contract.DOCUMENT_SHA256[version]
+        title = f"# Clean-room contract, version {version} (`{contract.contract_id(version)}`)"
+        assert contract.document_text(version).startswith(title)
+    assert contract.document_text() == contract.document_text(2)
     assert len(contract.functions(1)) == 19 and len(contract.functions(2)) == 26
     assert contract.added_in(2) == NEW
 
@@ -59,6 +62,32 @@ def test_v2_keeps_every_v1_function_and_adds_parameters_last():
     for name in (*NEW, *widened):
         assert f"`{v2[name].signature()}`".replace("'", '"') in document, name
     assert "`lm_head (C, V)`" in document and '`"alibi"`' in document
+
+
+def test_every_reference_to_a_contract_document_is_inside_the_package():
+    """The JSON's `source` and v2's mention of v1 name the documents that ship with labctl."""
+    for version in contract.VERSIONS:
+        source = contract.data(version)["source"]
+        assert source == contract.document_name(version)
+        assert (REPO / source).is_file() and contract.document_path(version).is_file()
+    assert f"(`{contract.document_name(1)}`)" in contract.document_text(2)
+
+
+def test_v1s_document_states_the_bad_input_every_function_refuses():
+    document = contract.document_text(1)
+    bad_input = document[document.index("## Bad input") :]
+    for rule in ("C % n_heads != 0", "n_heads % n_kv_heads != 0", "block_size < 1", "window < 1"):
+        assert rule in bad_input
+    for fn in contract.functions(1):
+        assert f"`{fn.name}(" in document, fn.name
+
+
+def test_an_edit_of_a_contract_document_is_detected(monkeypatch, tmp_path):
+    edited = tmp_path / "contract-v1.md"
+    edited.write_text(contract.document_text(1).replace("window < 1", "window < 0"), "utf-8")
+    monkeypatch.setattr(contract, "document_path", lambda version=2: edited)
+    with pytest.raises(ContractError, match="v1 is frozen"):
+        contract.document_text(1)
 
 
 def test_an_edit_of_v2_is_detected():

@@ -211,6 +211,9 @@ def test_the_labctl_block_must_name_the_pinned_contract(record, root):
         "tolerances": "v2",
     }
     assert problems(with_(record, labctl=info), root) == []
+    # a record made while v1's data named its document outside the package: the same interface
+    (earlier,) = contract.CONTRACT_V1_EARLIER_SHA256
+    assert problems(with_(record, labctl={**info, "contract_sha256": earlier}), root) == []
     wrong = {**info, "contract_id": "other-v1", "contract_sha256": "0" * 64}
     assert problems(with_(record, labctl=wrong), root) == [
         f"labctl.contract_id: 'other-v1' is not {contract.CONTRACT_ID}",

@@ -158,7 +158,7 @@ def test_the_cli_writes_the_report_and_a_run_without_similarity_removes_it(tmp_p
 def test_a_base_that_is_not_a_folder_is_a_usage_error(tmp_path):
     klass = tmp_path / "class"
     init_clean_room(klass / "ann" / "clean_room")
-    result = CliRunner().invoke(
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(
         app,
         [
             "grade",

@@ -80,7 +80,7 @@ def test_the_cli_picks_the_language_from_the_option_and_the_environment():
 def test_help_is_translated_even_when_printed_before_any_callback():
     result = runner.invoke(app, ["--help"], env={**ZH, "LABCTL_LANG": "zh"})
     assert result.exit_code == 0
-    assert "运行注意力与 Transformer 块的实验" in result.output
+    assert "运行注意力与 Transformer Block 的实验" in result.output
     sub = runner.invoke(app, ["--lang", "zh", "show", "--help"], env=ZH)
     assert sub.exit_code == 0 and "一个实验 id" in sub.output
     assert "选项" in sub.output and "Options" not in sub.output
@@ -343,7 +343,7 @@ def _zh_verify(tmp_path) -> list[str]:
 def test_zh_verify_has_no_english_sentence_of_its_own(tmp_path):
     lines = _zh_verify(tmp_path)
     # The first line is the package checks: their names, then their (translated) messages.
-    assert lines[0].split(": ")[1].startswith("loads")
+    assert lines[0].split("：")[1].startswith("加载")
     assert not english_sentences("\n".join(lines)), english_sentences("\n".join(lines))
 
 

@@ -31,7 +31,8 @@ from labctl.isolation.sandbox import CleanRoom
 from labctl.verify.observe import depends_on
 from labctl.verify.stubs import init_clean_room
 
-runner = CliRunner()
+# Content, not layout, is tested here: a terminal wide enough that no line wraps.
+runner = CliRunner(env={"COLUMNS": "300"})
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -119,20 +120,60 @@ def test_doctor_reports_versions_without_importing_torch():
 @pytest.mark.parametrize(
     ("figures", "said"),
     [
-        ({"matplotlib": None}, "pip install 'labctl[report]'"),
-        ({"matplotlib": "3.9"}, "the browser draws their text"),
+        ({"matplotlib": None, "cjk_font": "/f.otf"}, "pip install 'labctl[report]'"),
+        ({"matplotlib": "3.9", "cjk_font": "/f.otf"}, "no CJK font needed"),
+        ({"matplotlib": "3.9", "cjk_font": None}, "pip install pylopdf-fonts-zh-cn"),
     ],
 )
-def test_doctor_says_what_report_figures_will_look_like(monkeypatch, figures, said):
+def test_doctor_says_what_the_report_needs_to_show_chinese(monkeypatch, figures, said):
     from labctl.cli import doctor
 
     monkeypatch.setattr(doctor, "_figures", lambda: figures)
     result = runner.invoke(app, ["doctor"], env={"COLUMNS": "300"})
     assert "figures" in result.stdout and said in result.stdout
-    # the figures' text is the browser's to draw: no missing font makes them unreadable
-    assert "CJK font" not in result.stdout and "boxes" not in result.stdout
     document = json.loads(runner.invoke(app, ["doctor", "--json"]).stdout)
     assert document["figures"] == figures
+
+
+def test_doctor_finds_the_font_the_report_carries():
+    from labctl.cli import doctor
+    from labctl.report import glyphs
+
+    found = doctor._figures()["cjk_font"]
+    assert found is not None and Path(found).name == glyphs.FONT_FILE
+
+
+@pytest.mark.parametrize(
+    ("terminal", "said", "unsaid"),
+    [
+        ({"encoding": "utf-8", "utf8": True, "columns": 80, "cjk_fonts": 0},
+         "no font with Chinese glyphs on this machine", "UTF-8 locale"),
+        ({"encoding": "ascii", "utf8": False, "columns": 80, "cjk_fonts": 3},
+         "needs a UTF-8 locale", "boxes"),
+        ({"encoding": "utf-8", "utf8": True, "columns": 120, "cjk_fonts": None},
+         "utf-8, 120 columns", "boxes"),
+    ],
+)  # fmt: skip
+def test_doctor_says_what_the_terminal_needs_to_show_chinese(monkeypatch, terminal, said, unsaid):
+    from labctl.cli import doctor
+
+    monkeypatch.setattr(doctor, "_terminal", lambda: terminal)
+    shown = " ".join(runner.invoke(app, ["doctor"], env={"COLUMNS": "300"}).stdout.split())
+    assert said in shown and unsaid not in shown
+    document = json.loads(runner.invoke(app, ["doctor", "--json"]).stdout)
+    assert document["terminal"] == terminal
+
+
+def test_doctor_counts_the_machines_chinese_fonts_as_fontconfig_lists_them(monkeypatch, tmp_path):
+    from labctl.cli import doctor
+
+    listing = tmp_path / "fc-list"
+    listing.write_text("#!/bin/sh\nprintf 'Noto Sans CJK SC\\nAR PL UMing\\n'\n")
+    listing.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert doctor._cjk_fonts() == 2
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    assert doctor._cjk_fonts() is None
 
 
 def test_doctor_says_why_the_sandbox_is_missing_and_fails(no_bwrap):

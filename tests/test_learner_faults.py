@@ -181,6 +181,9 @@ def test_a_matched_fault_reads_in_chinese_its_contract_citation_too(fault):
         text = _(describe(fault, fault.function))
     finally:
         set_language(previous)
-    assert "contract" not in text, text
-    citation = text.rpartition("参见")[2]
+    # a command to type (`labctl contract document --contract 1`, where to open the contract)
+    # is code, the same in every language
+    prose = re.sub(r"`[^`]*`", "", text)
+    assert "contract" not in prose, text
+    citation = prose.rpartition("参见")[2]
     assert not _ENGLISH_PROSE.search(citation), citation

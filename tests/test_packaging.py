@@ -1,13 +1,16 @@
-"""The wheel installs nothing at top level but `labctl`, carries its data and catalogs, and
-works from an empty folder where the learner's own `clean_room` is the only one."""
+"""The sdist and the wheel carry every file of labctl (labs, clean room, contracts, catalogs,
+data), pass `twine check`, install nothing at top level but `labctl`, and the installed wheel
+runs a lab, a verify and a grade from a folder of its own, apart from the source tree."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -16,6 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # Local state at the repository's top that a wheel must not be built from (labctl/evidence is code).
 NOT_SOURCE = {".git", ".venv", "build", "dist", "evidence", ".pytest_cache", ".ruff_cache"}
+FILTERS = hasattr(tarfile, "data_filter")  # Python 3.10.12+, 3.11.4+
+# Where each source folder lands in the wheel (pyproject's package-dir).
+SHIPPED = {"labctl": "labctl", "labs": "labctl/labs", "clean_room": "labctl/clean_room"}
 
 
 def _not_source(directory: str, names: list[str]) -> set[str]:
@@ -40,6 +46,29 @@ def build_wheel(source: Path, out: Path) -> Path:
     return wheel
 
 
+def build_sdist(source: Path, out: Path) -> Path:
+    """The sdist of a copy of `source`, through the build backend, as `python -m build` makes it."""
+    tree = out / "sdist-src"
+    shutil.copytree(source, tree, ignore=_not_source)
+    done = subprocess.run(
+        [sys.executable, "-c",
+         "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))",
+         str(out)],
+        cwd=tree, check=True, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return out / done.stdout.strip().splitlines()[-1]
+
+
+def source_files() -> set[str]:
+    """Every file of the packages in the source tree, as the wheel must hold it."""
+    found = set()
+    for folder, shipped in SHIPPED.items():
+        for path in (ROOT / folder).rglob("*"):
+            if path.is_file() and "__pycache__" not in path.parts:
+                found.add(f"{shipped}/{path.relative_to(ROOT / folder).as_posix()}")
+    return found
+
+
 def top_level(wheel: Path) -> set[str]:
     """What the wheel puts directly into site-packages (dist-info aside)."""
     with zipfile.ZipFile(wheel) as archive:
@@ -48,8 +77,19 @@ def top_level(wheel: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    return build_wheel(ROOT, tmp_path_factory.mktemp("wheel"))
+def sdist(tmp_path_factory) -> Path:
+    return build_sdist(ROOT, tmp_path_factory.mktemp("sdist"))
+
+
+@pytest.fixture(scope="module")
+def wheel(sdist, tmp_path_factory) -> Path:
+    """The wheel built from the sdist, as `python -m build` and pip build it: what the sdist
+    lacks, the wheel lacks too."""
+    out = tmp_path_factory.mktemp("wheel")
+    with tarfile.open(sdist) as archive:
+        archive.extractall(out / "unpacked", **({"filter": "data"} if FILTERS else {}))
+    (tree,) = (out / "unpacked").iterdir()
+    return build_wheel(tree, out)
 
 
 def test_the_wheel_installs_only_the_labctl_package(wheel):
@@ -59,12 +99,42 @@ def test_the_wheel_installs_only_the_labctl_package(wheel):
     for needed in (
         "labctl/i18n/locale/zh/LC_MESSAGES/labctl.po",
         "labctl/data/contract_v1.json",
+        "labctl/data/contract-v1.md",
+        "labctl/data/contract-v2.md",
         "labctl/data/tolerances-v2.json",
         "labctl/labs/causal_attention.py",
         "labctl/clean_room/attention.py",
         "labctl/evidence/models.py",
     ):
         assert needed in names, needed
+
+
+def test_the_wheel_carries_every_file_of_the_source_packages(wheel):
+    """Labs, clean room, contracts, catalogs, every data file: a file added to the tree and
+    left out of package-data is named here."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    assert source_files() - names == set()
+
+
+def test_the_sdist_carries_the_documents_the_readme_links(sdist):
+    with tarfile.open(sdist) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    for needed in ("README.md", "README.zh-CN.md", "docs/learners.md", "docs/graders.md"):
+        assert needed in names, needed
+
+
+def test_the_wheel_and_the_sdist_pass_twine_check(wheel, sdist):
+    if shutil.which("twine", path=str(Path(sys.executable).parent)) is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("twine is missing: pip install -e '.[dev]' installs it")
+        pytest.skip("twine is not installed (pip install -e '.[dev]')")
+    done = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(wheel), str(sdist)],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("PASSED") == 2, done.stdout
 
 
 @pytest.mark.slow
@@ -132,9 +202,20 @@ def _environment_paths() -> list[str]:
     return sorted(p for p in paths if Path(p).is_dir())
 
 
-@pytest.mark.slow
-def test_the_installed_wheel_runs_every_lab_from_an_empty_folder(wheel, tmp_path):
-    venv = tmp_path / "venv"
+GRADE_RUBRIC = """schema: labctl.rubric.v1
+name: installed
+items:
+  - {id: fn.softmax, kind: function, target: softmax, points: 4}
+  - {id: fn.rope, kind: function, target: rope, points: 4}
+"""
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
+    """A fresh virtual environment holding labctl from the wheel alone: (its bin, its
+    site-packages, the environment to run it in). Its dependencies are this environment's,
+    on its path through a .pth file (no download); this source tree is on no path of it."""
+    venv = tmp_path_factory.mktemp("installed") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site = Path(
@@ -150,26 +231,62 @@ def test_the_installed_wheel_runs_every_lab_from_an_empty_folder(wheel, tmp_path
          "--no-index", "-q", str(wheel)],
         check=True, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return venv / "bin", site, {**env, "NO_COLOR": "1"}
+
+
+def _labctl(installed, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    bin_, _, env = installed
+    return subprocess.run(
+        [str(bin_ / "labctl"), *args], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_runs_every_lab_from_an_empty_folder(installed, tmp_path):
+    bin_, site, env = installed
     empty = tmp_path / "empty"
     empty.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     where = subprocess.run(
-        [str(python), "-c", "import labctl; print(labctl.__file__)"],
+        [str(bin_ / "python"), "-c", "import labctl; print(labctl.__file__)"],
         cwd=empty, env=env, check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
     assert where.startswith(str(site)), f"labctl came from {where}, not the installed wheel"
     for name in ("clean_room", "labs"):
         probe = subprocess.run(
-            [str(python), "-c", f"import {name}"],
+            [str(bin_ / "python"), "-c", f"import {name}"],
             cwd=empty,
             env=env,
             capture_output=True,
             text=True,
         )
         assert probe.returncode != 0 and "ModuleNotFoundError" in probe.stderr, name
-    run = subprocess.run(
-        [str(venv / "bin" / "labctl"), "run", "all", "--json", "--out", str(empty / "runs")],
-        cwd=empty, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    run = _labctl(installed, empty, "run", "all", "--json", "--out", str(empty / "runs"))
     assert run.returncode == 0, run.stderr[-2000:]
-    assert '"passed": true' in run.stdout
+    assert json.loads(run.stdout)["passed"] is True
+    # the contract's documents ship: what a diagnosis points a learner to opens
+    document = _labctl(installed, empty, "contract", "document", "--json")
+    assert document.returncode == 0, document.stderr
+    assert json.loads(document.stdout)["path"].startswith(str(site))
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_verifies_and_grades_a_room_of_its_own_folder(installed, tmp_path):
+    _, site, _ = installed
+    work = tmp_path / "elsewhere"
+    shutil.copytree(site / "labctl" / "clean_room", work / "my_room", ignore=_not_source)
+    verify = _labctl(installed, work, "verify", "clean-room", "--path", "my_room", "--no-metrics",
+                     "--json")  # fmt: skip
+    assert verify.returncode == 0, verify.stderr[-2000:]
+    assert json.loads(verify.stdout)["passed"] is True
+    shutil.copytree(work / "my_room", work / "class" / "ann" / "clean_room")
+    (work / "rubric.yaml").write_text(GRADE_RUBRIC, "utf-8")
+    grade = _labctl(installed, work, "grade", "class", "class", "--out", "grades",
+                    "--rubric", "rubric.yaml", "--json")  # fmt: skip
+    assert grade.returncode == 0, grade.stderr[-2000:]
+    document = json.loads(grade.stdout)
+    assert document["passed"] is True
+    assert [(r["learner"], r["status"], r["score"]) for r in document["rows"]] == [
+        ("ann", "graded", 8)
+    ]

@@ -15,7 +15,8 @@ from labctl.evidence.submit import submit
 from labctl.faults import project_clean_room
 from labctl.params import describe, resolve_params
 
-runner = CliRunner()
+# Content, not layout, is tested here: a terminal wide enough that no line wraps.
+runner = CliRunner(env={"COLUMNS": "300"})
 ROOM = str(project_clean_room())
 
 

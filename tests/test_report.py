@@ -4,6 +4,8 @@ and in a real headless Chromium (no console errors, no request, every lab's figu
 from __future__ import annotations
 
 import base64
+import html
+import io
 import json
 import re
 import shutil
@@ -193,29 +195,72 @@ def report_zh(evidence, tmp_path_factory) -> Path:
     return path
 
 
-def _svg_texts(path: Path) -> dict[str, list[str]]:
-    """Each lab's figure text, as the text elements of its inlined SVGs."""
-    texts: dict[str, list[str]] = {}
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _svgs(path: Path) -> dict[str, list[ElementTree.Element]]:
+    """Each lab's inlined SVGs, parsed with their comments."""
+    found: dict[str, list[ElementTree.Element]] = {}
     for section in re.findall(r'<section class="lab"[^>]*data-lab="([^"]+)"(.*?)</section>',
                               path.read_text(), re.S):  # fmt: skip
         lab, body = section
         for data in re.findall(r'src="data:image/svg\+xml;base64,([^"]+)"', body):
-            tree = ElementTree.fromstring(base64.b64decode(data))
-            texts.setdefault(lab, []).extend(
-                "".join(t.itertext()) for t in tree.iter("{http://www.w3.org/2000/svg}text")
-            )
+            parser = ElementTree.XMLParser(target=ElementTree.TreeBuilder(insert_comments=True))
+            parser.feed(base64.b64decode(data))
+            found.setdefault(lab, []).append(parser.close())
+    return found
+
+
+def _svg_texts(path: Path) -> dict[str, list[str]]:
+    """Each lab's figure text: drawn as glyph paths, each piece named by the comment
+    matplotlib writes at the head of its group (`<g id="text_3"><!-- 课程 -->`)."""
+    texts: dict[str, list[str]] = {}
+    for lab, trees in _svgs(path).items():
+        for tree in trees:
+            for group in tree.iter(f"{SVG}g"):
+                if group.get("id", "").startswith("text_") and len(group):
+                    first = group[0]
+                    if first.tag is ElementTree.Comment:
+                        texts.setdefault(lab, []).append(first.text.strip())
     return texts
 
 
-def test_figure_text_is_text_in_the_chosen_language(report, report_zh):
-    """Text in figures stays text (svg.fonttype none): the browser draws the Chinese with its
-    own fonts, so no font on this machine decides whether the figure is readable."""
+def test_figure_text_is_drawn_as_glyphs_in_the_chosen_language(report, report_zh):
+    """Figures carry their own glyphs (svg.fonttype path): no `<text>` for a browser to draw
+    with fonts the machine may lack; the Chinese comes from Noto Sans SC, which labctl's
+    dependencies install."""
     tokens = registry.get("attention-inspect").params().tokens
     chinese, english = _svg_texts(report_zh), _svg_texts(report)
     assert set(chinese) == {lab.id for lab in registry.discover()}
     assert set(tokens) <= set(chinese["attention-inspect"])  # the heatmap's token labels
     assert any(CJK.search(t) for t in chinese["scale-ablation"])  # a translated axis label
     assert not any(CJK.search(t) for t in english["scale-ablation"])
+    trees = [tree for trees in _svgs(report_zh).values() for tree in trees]
+    assert not [t for tree in trees for t in tree.iter(f"{SVG}text")]
+    glyph_ids = {p.get("id", "") for tree in trees for p in tree.iter(f"{SVG}path")}
+    assert any(i.startswith("NotoSansSC") for i in glyph_ids)
+    assert not any(i.startswith("LastResort") for i in glyph_ids)  # matplotlib's tofu
+
+
+def test_the_page_embeds_the_glyphs_its_chinese_text_needs(report_zh):
+    """The HTML's own text reads without a CJK font: an @font-face of `data:` holding every
+    CJK character of the page, and the policy lets the page load it."""
+    from fontTools.ttLib import TTFont
+
+    from labctl.report import glyphs
+
+    text = report_zh.read_text("utf-8")
+    faces = re.findall(r"@font-face \{[^}]*url\(data:font/otf;base64,([A-Za-z0-9+/=]+)\)", text)
+    assert len(faces) == 1
+    covered = TTFont(io.BytesIO(base64.b64decode(faces[0]))).getBestCmap()
+    page = re.sub(r"<style>.*?</style>|data:[^\"')]+", "", text, flags=re.S)
+    needed = {ord(c) for c in glyphs.wide_characters(html.unescape(page))}
+    assert needed and needed <= set(covered)
+    assert len(covered) < len(needed) + 16  # a subset, not the 8 MB font
+    assert "font-src data:" in text
+    # the embedded font comes first: Chromium on Linux draws boxes for Chinese in bold
+    # headings when `system-ui` comes before it
+    assert f'font-family: "{glyphs.EMBEDDED}", system-ui' in text
 
 
 def test_log_axes_read_as_powers_in_text():
@@ -339,11 +384,12 @@ SVG_TEXT = """JSON.stringify(Object.fromEntries([...document.querySelectorAll('s
   .map(s => [s.dataset.lab, [...s.querySelectorAll('img')].flatMap(i => {
     const bytes = Uint8Array.from(atob(i.src.split(',')[1]), c => c.charCodeAt(0));
     const svg = new DOMParser().parseFromString(new TextDecoder().decode(bytes), 'image/svg+xml');
-    return [...svg.querySelectorAll('text')].map(t => t.textContent);
+    return [...svg.querySelectorAll('g[id^="text_"]')].map(g => [...g.childNodes].find(
+      n => n.nodeType === Node.COMMENT_NODE)).filter(n => n).map(n => n.data.trim());
   })])))"""
 
 
-def test_chinese_figure_text_reaches_chromium_as_text(browser, report_zh):
+def test_chinese_figure_text_reaches_chromium_in_its_figures(browser, report_zh):
     browser.load(report_zh.resolve().as_uri())
     facts = json.loads(browser.evaluate(PAGE_FACTS))
     assert facts["broken"] == 0 and all(n >= 1 for n in facts["images"].values()), facts
@@ -352,6 +398,127 @@ def test_chinese_figure_text_reaches_chromium_as_text(browser, report_zh):
     assert set(tokens) <= set(texts["attention-inspect"])
     assert any(CJK.search(t) for t in texts["scale-ablation"])
     assert browser.errors() == [] and browser.requests() == []
+
+
+# ---- on a machine with no CJK font ---------------------------------------------------------
+# Chromium here sees the machine's fonts, less every one that has Chinese, Japanese or Korean
+# (fontconfig's own rules, and a rule of this test's that rejects those): a fresh machine. A
+# character no font has is drawn as a box, and every box looks the same: two different
+# Chinese characters that come out as the same pixels were not drawn; two that differ were.
+
+TWO = ("注", "意")
+NO_CJK = """<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "fonts.dtd"><fontconfig>
+<include ignore_missing="yes">/etc/fonts/fonts.conf</include><cachedir>{cache}</cachedir>
+<selectfont><rejectfont>{patterns}</rejectfont></selectfont></fontconfig>"""
+CJK_LANGS = ("zh-cn", "zh-tw", "zh-hk", "ja", "ko")
+
+
+@pytest.fixture
+def bare_browser(tmp_path):
+    """A Chromium that finds no CJK font on the machine."""
+    patterns = "".join(
+        f'<pattern><patelt name="lang"><string>{lang}</string></patelt></pattern>'
+        for lang in CJK_LANGS
+    )
+    config = tmp_path / "fonts.conf"
+    config.write_text(NO_CJK.format(cache=tmp_path / "fc-cache", patterns=patterns))
+    yield from open_browser(tmp_path, env={"FONTCONFIG_FILE": str(config)})
+
+
+CHARACTER_BOXES = """(() => {
+  const element = document.querySelectorAll(SELECTOR)[INDEX];
+  const walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+  const found = [];
+  while (walker.nextNode() && found.length < 12) {
+    const node = walker.currentNode;
+    for (let i = 0; i < node.data.length && found.length < 12; i++) {
+      if (!/[\\u4e00-\\u9fff]/.test(node.data[i])) continue;
+      const range = document.createRange();
+      range.setStart(node, i);
+      range.setEnd(node, i + 1);
+      const box = range.getBoundingClientRect();
+      found.push([node.data[i], box.x, box.y + window.scrollY, box.width, box.height]);
+    }
+  }
+  return JSON.stringify(found);
+})()"""
+
+
+def _hollow(png: bytes) -> bool:
+    """Whether a character's picture is a box: its ink all on the edge of where it lies,
+    none inside (a drawn Chinese character has strokes through its middle)."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("L")
+    width, height = image.size
+    pixels = image.load()
+    ink = [(x, y) for x in range(width) for y in range(height) if pixels[x, y] < 160]
+    if not ink:
+        return True  # nothing drawn reads no better than a box
+    xs, ys = [x for x, _ in ink], [y for _, y in ink]
+    left, right, top, bottom = min(xs), max(xs), min(ys), max(ys)
+    margin_x, margin_y = (right - left) / 4, (bottom - top) / 4
+    inside = sum(
+        1
+        for x, y in ink
+        if left + margin_x < x < right - margin_x and top + margin_y < y < bottom - margin_y
+    )
+    return inside < 0.05 * len(ink)
+
+
+def _boxes(browser, selector: str, index: int = 0) -> tuple[list[str], int]:
+    """The Chinese characters of an element as the page first drew them, and how many of
+    them came out as boxes."""
+    script = CHARACTER_BOXES.replace("SELECTOR", json.dumps(selector)).replace("INDEX", str(index))
+    found = json.loads(browser.evaluate(script))
+    boxes = 0
+    for _character, x, y, width, height in found:
+        clip = {"x": x, "y": y, "width": width, "height": height, "scale": 3}
+        data = browser.send("Page.captureScreenshot", session=True, clip=clip,
+                            captureBeyondViewport=True)  # fmt: skip
+        boxes += _hollow(base64.b64decode(data["data"]))
+    return [c for c, *_ in found], boxes
+
+
+def test_the_chinese_report_reads_in_a_browser_with_no_cjk_font(bare_browser, report_zh):
+    bare_browser.load(report_zh.resolve().as_uri())
+    bare_browser.fonts_ready()
+    # what the page's own font draws: its heading, a table header, a lab's title, a paragraph
+    for selector in ("h1", "th", "section[data-lab] h2", "section[data-lab] p"):
+        characters, boxes = _boxes(bare_browser, selector)
+        assert characters and boxes == 0, f"{selector}: {boxes} of {characters} drawn as boxes"
+    # the premise and the detector: without the page's font, this browser has none for Chinese
+    bare_browser.evaluate("document.querySelector('h1').style.fontFamily = 'DejaVu Sans'; 1")
+    characters, boxes = _boxes(bare_browser, "h1")
+    assert boxes == len(characters), "this browser found a CJK font of its own"
+    assert bare_browser.errors() == [] and bare_browser.requests() == []
+
+
+def test_the_figures_draw_their_chinese_in_a_browser_with_no_cjk_font(bare_browser, tmp_path):
+    """A figure's Chinese, drawn by the report's own plotting, as paths; as text (what the
+    report did before: svg.fonttype none) the same browser draws boxes."""
+    from labctl.report import plots
+
+    def figure(character: str, fonttype: str) -> str:
+        plt = plots._pyplot()
+        with plt.rc_context({"svg.fonttype": fonttype}):
+            fig = plt.figure(figsize=(1, 1))
+            fig.text(0.1, 0.3, character, fontsize=40)
+            data = base64.b64encode(plots._svg(fig)).decode("ascii")
+        return f'<img src="data:image/svg+xml;base64,{data}">'
+
+    page = tmp_path / "figures.html"
+    page.write_text(
+        "<!DOCTYPE html><html><body>"
+        + "".join(figure(c, kind) for kind in ("path", "none") for c in TWO)
+        + "</body></html>",
+        "utf-8",
+    )
+    bare_browser.load(page.resolve().as_uri())
+    as_paths = [bare_browser.pixels("img", i) for i in (0, 1)]
+    as_text = [bare_browser.pixels("img", i) for i in (2, 3)]
+    assert as_paths[0] != as_paths[1], "the figures' Chinese drawn as boxes"
+    assert as_text[0] == as_text[1], "this browser found a CJK font of its own"
 
 
 def test_the_browser_checks_catch_a_console_error_and_a_request(browser, tmp_path):

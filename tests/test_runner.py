@@ -26,7 +26,8 @@ from labctl.faults import project_clean_room
 from labctl.lab import Lab, LabOutput, LabParams, Metric, parse_expected, satisfies
 from labctl.runner import implementations, judge, run_lab
 
-runner = CliRunner()
+# Content, not layout, is tested here: a terminal wide enough that no line wraps.
+runner = CliRunner(env={"COLUMNS": "300"})
 ROOM = str(project_clean_room())
 
 

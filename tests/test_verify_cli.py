@@ -16,7 +16,8 @@ from labctl.faults import project_clean_room
 from labctl.verify.record import read_history
 from labctl.verify.verify import verify_clean_room
 
-runner = CliRunner()
+# Content, not layout, is tested here: a terminal wide enough that no line wraps.
+runner = CliRunner(env={"COLUMNS": "300"})
 
 
 @pytest.fixture

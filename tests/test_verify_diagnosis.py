@@ -575,6 +575,18 @@ def test_a_chain_of_calls_is_followed_to_the_function_at_fault_and_stops_at_a_cy
     )
 
 
+def test_a_fault_citing_the_contract_says_how_to_open_it():
+    """The contract ships with labctl: the section a diagnosis cites is one command away."""
+    fault = faults.get("window-unchecked")
+    assert fault.course.startswith("contract v1 Bad input")
+    shown = str(dg.describe(fault, fault.function))
+    assert shown.endswith(f"see {fault.course} (`labctl contract document --contract 1`)")
+    assert "## Bad input" in contract.document_text(1)
+    # a citation of the course alone names no command
+    course_only = faults.get("softmax-no-max")
+    assert "labctl contract" not in str(dg.describe(course_only, "softmax"))
+
+
 def test_a_fault_of_the_function_itself_is_described_without_the_inlined_note():
     fault = faults.get("softmax-no-max")
     assert str(dg.describe(fault, "softmax")) == (
@@ -774,7 +786,7 @@ def test_a_matching_bug_with_two_extra_symptoms_names_both(tmp_path):
     fault = faults.get("rope-half-split")
     assert d.message == (
         f"rope: matches fault `rope-half-split`: {fault.description}; see {fault.course} "
-        "(it also fails bad-input, contract)"
+        "(`labctl contract document --contract 1`) (it also fails bad-input, contract)"
     )
 
 

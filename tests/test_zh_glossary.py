@@ -107,3 +107,12 @@ def test_a_planted_forbidden_term_is_caught(msgstr, says):
 def test_a_planted_typographic_fault_is_caught(msgstr, says):
     problems = typography_problems(_translations(po.format_entry("x", msgstr)))
     assert len(problems) == 1 and says in problems[0], problems
+
+
+@pytest.mark.parametrize("name", ["README.zh-CN.md", "docs/learners.zh-CN.md"])
+def test_the_chinese_docs_use_the_glossary_s_terms(name):
+    """The Chinese pages say what the catalog says (被屏蔽, KV Cache, Transformer Block...)."""
+    text = (GLOSSARY.parents[1] / name).read_text("utf-8")
+    terms = forbidden_terms(GLOSSARY.read_text("utf-8"))
+    found = [f"{variant!r} (use {use!r})" for variant, use in terms.items() if variant in text]
+    assert not found, found

@@ -148,7 +148,7 @@ def test_a_planted_english_translation_is_caught(monkeypatch):
 
 def test_identifiers_pass_and_prose_does_not():
     assert not english_words(
-        "scaled_score_var[d_k=16]  in [0.9, 1.1]  通过  labctl run all --set T=16 "
+        "scaled_score_var[d_k=16]  在 [0.9, 1.1] 内  通过  labctl run all --set T=16 "
         "causal-attention 的 query 与 key；NotImplementedError；64 MiB"
     )
     line = "通过  1/1 experiments succeeded quickly"

@@ -21,14 +21,14 @@ from functools import cache
 # formats, tools and the values of labctl's options.
 EXPLICIT = {
     # the course's terms kept in Latin letters
-    "Attention", "attention", "Transformer", "Block", "token", "tokens", "clean", "room",
+    "Attention", "attention", "Transformer", "Block", "token", "tokens",
     "KV", "Cache", "RoPE", "GQA", "MQA", "MHA", "FFN", "SwiGLU", "GeGLU", "ReLU", "SiLU",
     "LayerNorm", "RMSNorm", "softmax", "Softmax", "online", "logits", "logit", "decoder",
     "Decoder", "pre", "post", "norm", "FlashAttention", "Llama", "HuggingFace", "HF",
     "padding", "head", "heads", "causal", "scale", "Padding", "Mask", "Causal", "SWA",
     "FLOPs", "FLOP", "NaN", "inf", "Q", "K", "V", "O", "W", "x", "y", "i", "j", "p", "t",
     "dtype", "float", "int", "bool", "dict", "None", "True", "False", "tuple",
-    "argmax", "sqrt", "exp", "max", "min", "mean", "var", "sin", "cos", "ln", "log",
+    "argmax", "sqrt", "exp", "max", "min", "mean", "var", "sin", "cos", "ln", "log", "pi",
     "tril", "triu", "is_causal", "view", "transpose", "reshape", "matmul", "einsum",
     "fixture", "fixtures", "pnpm", "pytest", "query", "key", "keys", "value", "values",
     "block", "blocks", "prompt", "encoder", "embedding", "silu", "sigmoid", "attn", "itemsize", "ulp",
@@ -47,6 +47,8 @@ EXPLICIT = {
     # contract v2's terms and the v2 labs' dimension names (the trained length)
     "GELU", "tanh", "erf", "ALiBi", "NTK", "PI", "Ttrain", "Tmax", "Infra",
     "rad", "ISO", "Canvas", "canvas", "LMS",
+    # the font the report's Chinese glyphs come from, and the package that installs it
+    "Noto", "Sans", "SC", "pylopdf", "fonts", "cn",
     # the values contract v2's parameters take (rope scaling, decoder_forward's positional)
     "linear", "ntk", "none", "learned", "alibi", "sinusoidal", "rope",
     # the tokens of 第8章 阶段二's attention figure, quoted as the course prints them
@@ -60,8 +62,8 @@ EXPLICIT = {
     # 第8章 阶段五's serving terms, and the published models and papers the worked-examples
     # lab recomputes the chapters' memory and time from ("base": the paper's model's name)
     "Prefill", "Worker", "Decode", "RDMA", "NDR", "MB", "Mistral", "Touvron", "Jiang", "base",
-    # values of labctl's options and its verdict words' identifiers
-    "zh", "en", "reference", "both", "auto", "sandbox", "process", "all", "info",
+    # values of labctl's options (an option's value after it is taken out whole: FORMULAS)
+    "zh", "en", "auto", "all", "info",
     # typer's type names in help (`<int>`, `<path>`) and its usage line
     "OPTIONS", "COMMAND", "ARGS", "str", "path", "list",
 }  # fmt: skip
@@ -159,12 +161,15 @@ def _command_words() -> set[str]:
     return words
 
 
-# A tolerance as labctl writes it (`in [0.9, 1.1]`) and the papers the course cites by title.
-# Code in backticks, a default in help (a value), and a command the text quotes are not prose.
+# The papers the course cites by title. Code in backticks, a default in help (a value), a
+# command the text quotes and an option with its value (`--impl both`) are not prose; nor is
+# "clean room", the glossary's term kept as the chapters write it ("reference", "both",
+# "sandbox" alone are English on a Chinese screen: 参考实现, 两种实现, 沙箱).
 FORMULAS = re.compile(
-    r"\bin \[[^\]]*\]|On Layer Normalization in the Transformer Architecture|`[^`]*`"
+    r"On Layer Normalization in the Transformer Architecture|`[^`]*`"
     r"|A Mathematical Framework for Transformer Circuits"
-    r"|\[默认：[^\]]*\]|\b(?:apt-get|pip|dnf) install \S+"
+    r"|\[默认：[^\]]*\]|\b(?:apt-get|pip|dnf) install \S+|(?<!\S)--[\w-]+[ =][^\s，；。、）]+"
+    r"|\bclean room\b"
 )
 
 

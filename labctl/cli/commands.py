@@ -55,8 +55,7 @@ COMMANDS = (
         "labctl.cli.doctor",
         "doctor",
         N_(
-            "Python, numpy and torch versions; whether the sandbox works, and if not why and "
-            "the fix."
+            "Python, numpy, torch; whether the sandbox works (why not, the fix); Chinese in report, terminal."
         ),
     ),
     Command(

@@ -8,7 +8,7 @@ from rich.markup import escape
 
 from labctl import contract
 from labctl.cli.isolation import IsolationOption, effective
-from labctl.cli.render import Column, fit, out, print_json, text, verdict
+from labctl.cli.render import Column, err, fit, out, print_json, text, verdict
 from labctl.errors import EXIT_FAILED
 from labctl.i18n import N_, Msg, _
 
@@ -112,3 +112,23 @@ def check(
         out.print(f"\n{verdict(report.passed)}  {text(summary)}")
     if not report.passed:
         raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+def document(contract_version: ContractOption = None, json_: JsonFlag = False) -> None:
+    """Print the contract's whole text: conventions, functions and the bad input each refuses."""
+    version = contract_version or contract.CONTRACT_VERSION
+    body = contract.document_text(version)
+    path = contract.document_path(version)
+    if json_:
+        print_json(
+            {
+                "id": contract.contract_id(version),
+                "sha256": contract.DOCUMENT_SHA256[version],
+                "path": str(path),
+                "text": body,
+            }
+        )
+        return
+    out.print(body, markup=False, highlight=False, soft_wrap=True, end="")
+    err.print(text(Msg("(the installed file: {path})", path=str(path))), markup=False)

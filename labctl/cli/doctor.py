@@ -1,6 +1,9 @@
 """`labctl doctor`: what this machine offers labctl, and how to fix what it lacks."""
 
+import codecs
 import platform
+import shutil
+import subprocess
 import sys
 from importlib import metadata
 from typing import Annotated
@@ -9,8 +12,8 @@ import typer
 from rich.cells import cell_len
 from rich.markup import escape
 
-from labctl.cli.render import out, print_json, text, verdict
-from labctl.i18n import N_, _
+from labctl.cli.render import Prose, out, print_json, text, verdict
+from labctl.i18n import N_, Msg, _, declared, joined
 
 # The sandbox's layers as a person reads them (JSON keeps the English names).
 LAYER_NAMES = {
@@ -20,8 +23,15 @@ LAYER_NAMES = {
     "user namespaces disabled": N_("user namespaces disabled"),
 }
 # The row names of the report (python, numpy and torch are names, the same in every language).
-ROWS = {"sandbox": N_("sandbox"), "isolation": N_("isolation"), "figures": N_("figures")}
+ROWS = {
+    "sandbox": N_("sandbox"),
+    "isolation": N_("isolation"),
+    "figures": N_("figures"),
+    "terminal": N_("terminal"),
+}
 LAYER_LINE = N_("{layer}: {verdict}  {reason}")
+# Where a row's value starts, in cells; its wrapped lines start there too.
+ROW = 10
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
 
@@ -34,9 +44,43 @@ def _version(package: str) -> str | None:
 
 
 def _figures() -> dict:
-    """What `labctl report` draws with: matplotlib. Its figures are SVG whose text the
-    browser draws, so no font labctl could find matters."""
-    return {"matplotlib": _version("matplotlib")}
+    """What `labctl report` draws with: matplotlib, and the font whose Chinese glyphs the
+    report carries (`labctl.report.glyphs`: the figures' text as paths, the page's subset
+    embedded), so that no font of the machine's matters."""
+    from labctl.report.glyphs import font_path
+
+    font = font_path()
+    return {"matplotlib": _version("matplotlib"), "cjk_font": None if font is None else str(font)}
+
+
+def _cjk_fonts() -> int | None:
+    """How many fonts with Chinese glyphs fontconfig knows here (None: no fontconfig)."""
+    listing = shutil.which("fc-list")
+    if listing is None:
+        return None
+    try:
+        done = subprocess.run(
+            [listing, ":lang=zh", "family"], capture_output=True, text=True, timeout=20
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return len([line for line in done.stdout.splitlines() if line.strip()])
+
+
+def _terminal() -> dict:
+    """What `--lang zh` needs of the terminal: an encoding that holds Chinese, and a font with
+    its glyphs (the terminal's own, which labctl cannot see; fontconfig's count hints at it)."""
+    encoding = getattr(sys.stdout, "encoding", None) or ""
+    try:
+        utf8 = codecs.lookup(encoding).name == "utf-8"
+    except LookupError:
+        utf8 = False
+    return {
+        "encoding": encoding,
+        "utf8": utf8,
+        "columns": shutil.get_terminal_size().columns,
+        "cjk_fonts": _cjk_fonts(),
+    }
 
 
 def facts() -> dict:
@@ -59,21 +103,52 @@ def facts() -> dict:
         },
         "isolation": {"auto": level, "shown": describe(level)},
         "figures": _figures(),
+        "terminal": _terminal(),
     }
 
 
 def _figures_line(figures: dict) -> str:
     if figures["matplotlib"] is None:
         return _("labctl report needs matplotlib: pip install 'labctl[report]'")
+    if figures.get("cjk_font") is None:
+        return _(
+            "report figures are SVG drawn with matplotlib {version}, but the Chinese font they "
+            "draw with is missing (pip install pylopdf-fonts-zh-cn): the browser then draws "
+            "Chinese with its own fonts, and boxes where it has none"
+        ).format(version=figures["matplotlib"])
     return _(
-        "report figures are SVG drawn with matplotlib {version}; the browser draws their "
-        "text, Chinese included, with its own fonts"
+        "report figures are SVG drawn with matplotlib {version}; their Chinese and the page's "
+        "come with labctl (Noto Sans SC, embedded in the report): no CJK font needed"
     ).format(version=figures["matplotlib"])
+
+
+def _terminal_line(terminal: dict) -> str:
+    said: list[Msg] = [
+        Msg("{encoding}, {columns} columns", encoding=terminal["encoding"] or "?",
+            columns=terminal["columns"])
+    ]  # fmt: skip
+    if not terminal["utf8"]:
+        said.append(declared(N_("--lang zh needs a UTF-8 locale here (export LANG=C.UTF-8)")))
+    if terminal["cjk_fonts"] == 0:
+        said.append(
+            declared(
+                N_(
+                    "no font with Chinese glyphs on this machine: a terminal here shows --lang zh "
+                    "as boxes (install one, e.g. apt-get install fonts-noto-cjk); the report "
+                    "carries its own"
+                )
+            )
+        )
+    elif terminal["cjk_fonts"] is not None:
+        said.append(
+            Msg("{count} fonts with Chinese glyphs on this machine", count=terminal["cjk_fonts"])
+        )
+    return _(joined(said))
 
 
 def _row(name: str) -> str:
     """A row's name padded to one column in terminal cells (a Chinese character takes two)."""
-    return name + " " * max(1, 10 - cell_len(name))
+    return name + " " * max(1, ROW - cell_len(name))
 
 
 def doctor(json_: JsonFlag = False) -> None:
@@ -89,21 +164,21 @@ def doctor(json_: JsonFlag = False) -> None:
         for name in ("python", "numpy", "torch"):
             value = found[name] or _("not installed")
             out.print(f"{_row(name)}{escape(value)}")
-        out.print(
-            f"{_row(_(ROWS['sandbox']))}{verdict(ready)}  {text(status.reason)}", soft_wrap=True
-        )
+        out.print(Prose(f"{_row(_(ROWS['sandbox']))}{verdict(ready)}  {text(status.reason)}", ROW))
         for layer in status.layers:
             line = _(LAYER_LINE).format(
                 layer=escape(_(LAYER_NAMES[layer.name])),
                 verdict=verdict(layer.works),
                 reason=text(layer.reason),
             )
-            out.print(f"  {line}", soft_wrap=True)
+            out.print(Prose(f"  {line}", hang=4))
         level = _("--isolation auto runs learner code as: {level}").format(
             level=escape(found["isolation"]["shown"])
         )
-        out.print(f"{_row(_(ROWS['isolation']))}{level}", soft_wrap=True)
+        out.print(Prose(f"{_row(_(ROWS['isolation']))}{level}", ROW))
         figures = escape(_figures_line(found["figures"]))
-        out.print(f"{_row(_(ROWS['figures']))}{figures}", soft_wrap=True)
+        out.print(Prose(f"{_row(_(ROWS['figures']))}{figures}", ROW))
+        terminal = escape(_terminal_line(found["terminal"]))
+        out.print(Prose(f"{_row(_(ROWS['terminal']))}{terminal}", ROW))
     if not ready:
         raise typer.Exit(1)

@@ -27,7 +27,7 @@ from labctl.cli.grade_table import render
 from labctl.cli.isolation import IsolationOption
 from labctl.cli.options import memory_limit, positive_seconds
 from labctl.cli.render import err, out, print_json
-from labctl.errors import UsageError
+from labctl.errors import EXIT_FAILED, UsageError
 from labctl.i18n import Msg, _
 from labctl.outpaths import check_out_dir, check_out_file
 from labctl.textsafe import shown
@@ -184,7 +184,8 @@ def grade_class(
             )
 
         batch = run_class(submissions, out_dir, rubric, options, progress, workflow)
-    if export is not None:
+    internal = _internal_errors(batch)
+    if export is not None and not internal:
         ta.export(batch, rubric, roster, assignment, out_dir)
     _warn(batch)
     # The grader's to know (stderr, the JSON document): never in a learner-facing file.
@@ -221,7 +222,7 @@ def grade_class(
 
         document = summary(batch.rows, rubric, batch.identical, batch.ignored)
         document.update(
-            passed=True,
+            passed=not internal,
             out=str(out_dir),
             graded=batch.graded,
             skipped=batch.skipped,
@@ -232,8 +233,32 @@ def grade_class(
         if found is not None:
             document["similarity"] = found.to_json()
         print_json(document)
-        return
-    render(batch, rubric, found, out_dir)
+    else:
+        render(batch, rubric, found, out_dir)
+    if internal:
+        _say_internal(internal, export is not None)
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _internal_errors(batch) -> list[str]:
+    """The learners whose row is labctl's failure, not a grade (`internal-error`)."""
+    from labctl.grade.pool import INTERNAL_ERROR
+
+    return [row.learner for row in batch.rows if row.status == INTERNAL_ERROR]
+
+
+def _say_internal(learners: list[str], exported: bool) -> None:
+    """Once, on stderr: the batch did not pass, which learners labctl failed, what to do."""
+    said = Msg(
+        "{count} learner(s) ended in internal-error ({learners}): labctl failed there, not "
+        "their work, so their 0 is no grade; fix the cause and run again to grade them",
+        count=len(learners),
+        learners=", ".join(shown(name) for name in learners[:5])
+        + (", …" if len(learners) > 5 else ""),
+    )
+    err.print(escape(_(Msg("error: {message}", message=said))), soft_wrap=True)
+    if exported:
+        err.print(escape(_("--export skipped: no gradebook with internal errors is exported")))
 
 
 def _warn(batch) -> None:
@@ -282,11 +307,15 @@ def gradescope(
     produced = work / "gradescope" / learner.stem / "results.json"
     replace_atomically(results, produced.read_bytes())
     row = batch.rows[0]
+    internal = _internal_errors(batch)
     if json_:
-        print_json({"passed": True, "results": str(results), "status": row.status})
-        return
-    done = Msg("{status}: results in {results}", status=row.status, results=shown(str(results)))
-    out.print(escape(_(done)), soft_wrap=True)
+        print_json({"passed": not internal, "results": str(results), "status": row.status})
+    else:
+        done = Msg("{status}: results in {results}", status=row.status, results=shown(str(results)))
+        out.print(escape(_(done)), soft_wrap=True)
+    if internal:
+        _say_internal(internal, False)
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command("bundle")

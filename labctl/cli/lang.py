@@ -17,11 +17,14 @@ from collections.abc import Iterator, Sequence
 from enum import Enum
 
 from rich.markup import escape
+from rich.text import Text
 
 from labctl import textsafe
 from labctl.cli.commands import LANG_HELP as LANG_HELP  # report's --lang says it too
+from labctl.cli.render import Prose
 from labctl.i18n import N_, Msg, _, choose, declared, joined, set_language
 from labctl.i18n.validation import explained
+from labctl.wrapping import fill
 
 # typer's help panels read these module globals when they draw; they are set for the
 # length of one invocation and put back after it.
@@ -142,22 +145,30 @@ def speaking() -> Iterator[None]:
         return option
 
     def usage(self, prog: str, args: str = "", prefix: str | None = None) -> None:
-        write_usage(self, prog, args, f"{_(USAGE)} " if prefix is None else prefix)
+        # no space after a full-width colon (用法：labctl ...), as the glossary's typography asks
+        word = _(USAGE)
+        write_usage(
+            self,
+            prog,
+            args,
+            (word if word.endswith("：") else f"{word} ") if prefix is None else prefix,
+        )
 
     def rich_format_error(exc) -> None:
         shown = _(click_message(exc))
-        exc.format_message = lambda: shown
+        # wrapped here to fit the panel typer draws it in (its border and padding take 4 cells)
+        inside = rich_utils._get_rich_console(stderr=True).width - 4
+        exc.format_message = lambda: fill(shown, inside)
         format_error(exc)
 
     make_text = rich_utils._make_rich_text
 
     def folding_text(*args, **kwargs):
-        # Help in Chinese has few spaces to break at: a run longer than its column is folded
-        # onto the next line, where rich's default would cut it with "…".
+        # Help wraps as labctl's own text does (`Prose`): Chinese has few spaces to break at,
+        # and rich's default broke it at the first one, split words longer than the rest of
+        # a line (LAB.NA|ME), started lines with "，", and cut a run longer than its column.
         made = make_text(*args, **kwargs)
-        if hasattr(made, "overflow"):
-            made.overflow = "fold"
-        return made
+        return Prose(made) if isinstance(made, Text) else made
 
     replace(core.Command, "get_help_option", get_help_option)
     replace(formatting.HelpFormatter, "write_usage", usage)

@@ -25,7 +25,7 @@ from labctl import textsafe
 from labctl.cli import plain
 from labctl.cli.commands import BY_NAME, LANG_HELP, ROOT_HELP, VERSION_HELP
 from labctl.cli.lang import Language, click_message, localized, translate_help
-from labctl.cli.render import print_json
+from labctl.cli.render import err, print_json
 from labctl.errors import EXIT_FAILED, EXIT_USAGE, LabctlError, UsageError
 from labctl.i18n import N_, Msg, _
 
@@ -56,9 +56,8 @@ class _HandledGroup(TyperGroup):
         `message` is shown in the chosen language; the JSON document keeps `english`."""
         # An error can quote a learner (an exception, a file name): no escape reaches the terminal.
         line = textsafe.shown(message, lines=True)
-        typer.echo(
-            _(Msg("error: {message}", message=line)) if kind != "internal" else line, err=True
-        )
+        said = _(Msg("error: {message}", message=line)) if kind != "internal" else line
+        err.print(said, markup=False)
         if self.json_mode:
             shown = message if english is None else english
             try:
@@ -218,4 +217,20 @@ def root(
 
 
 def main() -> None:
-    app()
+    """The console script: the command, then stdout flushed here, not at interpreter exit.
+
+    With stdout buffered (no PYTHONUNBUFFERED, as in a user's shell), a command writing into
+    a closed pipe (`labctl grade --json | head -c 0`) only fails when the buffer is flushed;
+    at exit Python reports "Exception ignored ... BrokenPipeError" and exits 120. Flushed
+    here, it ends as an unbuffered write does: quietly, exit 1."""
+    try:
+        app()
+    except SystemExit as stop:
+        code = stop.code
+    else:
+        code = 0
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _reader_gone().exit_code
+    sys.exit(code)

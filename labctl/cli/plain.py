@@ -8,7 +8,8 @@ is imported (`labctl.cli.entry`), and the commands print the same text from here
 learner's terminal shows.
 
 The terminal is read as rich reads it (COLUMNS, else the terminal's size, else 80 cells;
-colour on a terminal unless NO_COLOR is set or TERM is dumb), so these look like the rest.
+colour on a terminal unless NO_COLOR is set or TERM is dumb), and text wraps as all of
+labctl's does (`labctl.wrapping`), so these look like the rest.
 """
 
 import os
@@ -19,6 +20,7 @@ from rich.cells import cell_len
 import labctl
 from labctl.cli.commands import COMMANDS, LANG_HELP, ROOT_HELP, VERSION_HELP
 from labctl.i18n import LANGUAGES, Msg, _
+from labctl.wrapping import wrap
 
 _STYLES = {"bold": "1", "dim": "2", "name": "1;36"}
 
@@ -45,23 +47,6 @@ def colour() -> bool:
 
 def styled(text: str, style: str, on: bool) -> str:
     return f"\x1b[{_STYLES[style]}m{text}\x1b[0m" if on and text else text
-
-
-def wrap(text: str, columns: int) -> list[str]:
-    """`text` in lines of at most `columns` cells, broken at spaces (a word wider than a
-    line stands alone on it)."""
-    lines: list[str] = []
-    for paragraph in text.split("\n"):
-        line = ""
-        for word in paragraph.split(" "):
-            joined = f"{line} {word}" if line else word
-            if line and cell_len(joined) > columns:
-                lines.append(line)
-                line = word
-            else:
-                line = joined
-        lines.append(line)
-    return lines
 
 
 def _panel(title: str, rows: list[tuple[str, str]], total: int, on: bool) -> list[str]:

@@ -12,10 +12,9 @@ a Chinese character takes two.
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 from typing import Any
 
-from rich.cells import cell_len, get_character_cell_size
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.markup import escape
 from rich.measure import Measurement
@@ -27,18 +26,40 @@ from rich.text import Text
 from labctl.i18n import N_, Msg, _
 from labctl.jsonsafe import dumps
 from labctl.textsafe import json_text, shown
+from labctl.wrapping import break_offsets, unbreakable
 
-out = Console(highlight=False, soft_wrap=False)
-err = Console(stderr=True, highlight=False)
+
+class _Console(Console):
+    """A console whose text wraps as `Prose` does: what a command prints as a string or
+    `Text` (a verdict line, a failure, a diagnosis, an error) is broken between words and
+    beside Chinese characters at the terminal's width, its wrapped lines indented as far as
+    the line they continue; never left for the terminal to wrap, splitting a word."""
+
+    def print(self, *objects: Any, sep: str = " ", end: str = "\n", **options: Any) -> None:
+        if (
+            objects
+            and end == "\n"
+            and not options.get("no_wrap")
+            and all(isinstance(o, (str, Text)) for o in objects)
+        ):
+            markup = options.pop("markup", None)
+            texts = [
+                o if isinstance(o, Text) else self.render_str(o, markup=markup, highlight=False)
+                for o in objects
+            ]
+            options.pop("soft_wrap", None)
+            objects = (Prose(Text(sep).join(texts)),)
+        super().print(*objects, sep=sep, end=end, **options)
+
+
+out = _Console(highlight=False, soft_wrap=False, emoji=False)
+err = _Console(stderr=True, highlight=False, emoji=False)
 
 PASS, FAIL, INFO = N_("pass"), N_("FAIL"), N_("info")
 # One wording for a timing row, here and in the report: timing never decides a verdict.
 REPORTED_ONLY = N_("reported only")
 NOT_MEASURED = N_("not measured")
 PROSE_MIN_WIDTH = 24
-# Chinese punctuation that may not start a line, and that may not end one.
-_CLOSING = "，。、；：！？）」』】》〉”’,.;:!?)]}%"
-_OPENING = "（「『【《〈“‘([{"
 
 
 def print_json(document: Any) -> None:
@@ -91,63 +112,32 @@ def number(value: float | None) -> str:
     return f"{value:.3e}"
 
 
-def _may_break(text: str, i: int) -> bool:
-    """Whether a line may start at `text[i]`: after a space, or beside a Chinese character
-    (not before closing punctuation, not after opening punctuation)."""
-    before, here = text[i - 1], text[i]
-    if here.isspace():
-        return False
-    if before.isspace():
-        return True
-    if here in _CLOSING or before in _OPENING:
-        return False
-    return get_character_cell_size(before) == 2 or get_character_cell_size(here) == 2
-
-
-def break_offsets(text: str, width: int) -> list[int]:
-    """Where to break one line of `text` so no piece is wider than `width` cells (trailing
-    spaces aside): at the last place a line may start that fits; inside a word only when the
-    word alone is wider than `width`."""
-    starts = [i for i in range(1, len(text)) if _may_break(text, i)]
-    offsets: list[int] = []
-    start = 0
-    while cell_len(text[start:].rstrip()) > width:
-        fitting = [i for i in starts if i > start and cell_len(text[start:i].rstrip()) <= width]
-        if fitting:
-            cut = fitting[-1]
-        else:
-            cut = start + 1
-            while cell_len(text[start : cut + 1]) <= width:
-                cut += 1
-        offsets.append(cut)
-        start = cut
-    return offsets
-
-
 class Prose:
-    """Text (rich markup or `Text`) that wraps to the width it is given: between words and
-    beside Chinese characters, never cut, never wider than that width."""
+    """Text (rich markup or `Text`) that wraps to the width it is given (`labctl.wrapping`):
+    between words and beside Chinese characters, never before `，` nor inside a word, never
+    wider than that width. Lines it wraps into are indented by `hang` cells, by default as
+    far as the line they continue."""
 
-    def __init__(self, text: str | Text):
-        self.text = Text.from_markup(text) if isinstance(text, str) else text
+    def __init__(self, text: str | Text, hang: int | None = None):
+        self.text = Text.from_markup(text) if isinstance(text, str) else text.copy()
+        self.text.expand_tabs(8)  # a tab's width is where it stands: spaces, to be measured
+        self.hang = hang
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        lines = self.text.plain.split("\n")
-        widest = max(cell_len(line) for line in lines)
-        unbreakable = 0
-        for line in lines:
-            edges = [0, *(i for i in range(1, len(line)) if _may_break(line, i)), len(line)]
-            for a, b in pairwise(edges):
-                unbreakable = max(unbreakable, cell_len(line[a:b].rstrip()))
-        return Measurement(unbreakable, widest).with_maximum(options.max_width)
+        plain = self.text.plain
+        widest = max(cell_len(line) for line in plain.split("\n"))
+        return Measurement(unbreakable(plain), widest).with_maximum(options.max_width)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = max(options.max_width, 1)
         pieces = []
         for line in self.text.split("\n", allow_blank=True):
-            for piece in line.divide(break_offsets(line.plain, width)):
+            plain = line.plain
+            hang = len(plain) - len(plain.lstrip(" ")) if self.hang is None else self.hang
+            hang = hang if hang < width // 2 else 0
+            for index, piece in enumerate(line.divide(break_offsets(plain, width, width - hang))):
                 piece.rstrip()
-                pieces.append(piece)
+                pieces.append(Text.assemble(" " * hang, piece) if index else piece)
         shown = Text("\n").join(pieces)
         shown.no_wrap, shown.overflow = True, "ignore"
         yield shown
@@ -196,24 +186,32 @@ def fit(
 ) -> RenderableType:
     """A table when it fits the console's width, else the same rows stacked.
 
-    It fits when identifier and number columns fit whole and every prose column
-    keeps at least PROSE_MIN_WIDTH cells to wrap in. Cells are rich markup
-    (escape text that is not). Stacked, each row is a block:
-    its first cell on a line of its own, then `header  value` lines, headers
-    padded to a common width in cells.
+    Nothing is ever cut. Identifier and number cells keep their whole width; a header
+    wraps between its words (or beside Chinese characters) where its column is narrower
+    than it; a prose cell wraps, but keeps at least PROSE_MIN_WIDTH cells (narrower, a
+    column of fragments reads worse than the rows stacked). Where even that does not fit,
+    the rows are stacked, each a block: its first cell on a line of its own, then
+    `header  value` lines, headers padded to a common width in cells.
+    Cells are rich markup (escape text that is not).
     """
     limit = width or console.width
-    table = Table(title=title or None, **table_options)
+    table = Table(**table_options)
+    natural, least = [], []
     for index, column in enumerate(columns):
-        longest = max((cell_len(Text.from_markup(str(r[index])).plain) for r in rows), default=0)
+        header = _(column.header)
+        cells = [_plain(row[index]) for row in rows]
+        widest = max((cell_len(line) for c in cells for line in c.split("\n")), default=0)
+        if column.prose:
+            needed = max([unbreakable(c) for c in cells] + [min(PROSE_MIN_WIDTH, widest)])
+        else:
+            needed = widest
+        natural.append(max(widest, cell_len(header)))
+        least.append(max(needed, unbreakable(header)))
         table.add_column(
-            _(column.header),
+            Prose(escape(header)),
             justify=column.justify,
             no_wrap=not column.prose,
             overflow="fold" if column.prose else "ignore",
-            # Identifiers and numbers keep their whole width; prose narrower than
-            # PROSE_MIN_WIDTH reads as a column of fragments: stack instead.
-            min_width=min(PROSE_MIN_WIDTH, longest) if column.prose else longest,
         )
     for row in rows:
         table.add_row(
@@ -222,9 +220,34 @@ def fit(
                 for column, cell in zip(columns, row, strict=True)
             )
         )
-    if console.measure(table, options=console.options.update_width(10**4)).minimum <= limit:
-        return table
-    return stacked(columns, rows, title=title)
+    measured = console.measure(table, options=console.options.update_width(10**4)).maximum
+    overhead = measured - sum(natural)
+    if sum(least) + overhead > limit:
+        return stacked(columns, rows, title=title)
+    if measured > limit:
+        widths = _narrowed(natural, least, [c.prose for c in columns], measured - limit)
+        for column, cells in zip(table.columns, widths, strict=True):
+            column.width = cells
+    # The title above the table, at the terminal's width: a table's own title wraps at the
+    # table's width, a narrow one's into many short lines.
+    return Group(Prose(f"[table.title]{title}[/table.title]"), table) if title else table
+
+
+def _plain(cell: str | Text) -> str:
+    return cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
+
+
+def _narrowed(natural: list[int], least: list[int], prose: list[bool], excess: int) -> list[int]:
+    """Column widths `excess` cells narrower in all than `natural`, none below `least`: prose
+    columns give up cells first, then columns whose header can wrap, a cell at a time from
+    the one with the most to spare, so the headers that wrap wrap alike."""
+    widths = list(natural)
+    for _cell in range(excess):
+        spare = [
+            (p, w - m, i) for i, (w, m, p) in enumerate(zip(widths, least, prose, strict=True))
+        ]
+        widths[max(s for s in spare if s[1] > 0)[2]] -= 1
+    return widths
 
 
 def stacked(

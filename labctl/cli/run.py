@@ -20,7 +20,7 @@ from labctl.cli.render import (
     verdict,
 )
 from labctl.errors import EXIT_FAILED
-from labctl.i18n import N_, _
+from labctl.i18n import N_, _, implementation
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
@@ -63,7 +63,7 @@ def run(
     probe_early(isolation)
     from labctl import registry
     from labctl.evidence.records import shown_path
-    from labctl.evidence.room import own_room_note
+    from labctl.evidence.room import record_notes
     from labctl.runner import run_labs
     from labctl.textsafe import valid
 
@@ -93,8 +93,8 @@ def run(
             for result in done:
                 _render_lab(result)
         raise
-    if report.clean_room is not None and report.clean_room.own:
-        err.print(_(own_room_note(report.clean_room.path, "--clean-room")), markup=False)
+    for note in record_notes(report.clean_room, "--clean-room"):
+        err.print(_(note), markup=False)
     if json_:
         print_json(report.to_json(shown_path))
     else:
@@ -108,7 +108,7 @@ def run(
             passed=passed,
             total=len(report.labs),
             seed=report.seed,
-            impl=report.impl,
+            impl=_(implementation(report.impl)),
             tolerances=registry.TOLERANCE_TABLE_VERSION,
             seconds=report.wall_time_s,
             where=valid(str(out_dir)),
@@ -120,7 +120,7 @@ def run(
 
 def _render_lab(result) -> None:
     from labctl.cli.figures import figures, text
-    from labctl.lab import Note
+    from labctl.lab import Note, shown_expected
     from labctl.params import record_values
 
     lab = result.lab
@@ -150,7 +150,14 @@ def _render_lab(result) -> None:
             cells = ("[dim]↔[/dim]", _shown(rows["both"]))
         else:
             cells = tuple(_shown(rows[i]) if i in rows else "" for i in ("reference", "clean-room"))
-        rows_shown.append([label, *cells, escape(first.expected), row_verdict(list(rows.values()))])
+        rows_shown.append(
+            [
+                label,
+                *cells,
+                escape(_(shown_expected(first.expected))),
+                row_verdict(list(rows.values())),
+            ]
+        )
     # Metric names are identifiers a learner copies into a submission: never broken.
     table = fit(
         [

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from labctl import listing
 from labctl.cli import plain
-from labctl.cli.render import Column, fit, heading, out, print_json, text
+from labctl.cli.render import Column, Prose, fit, heading, out, print_json, text
 from labctl.errors import UsageError
 from labctl.i18n import N_, Msg, _
 from labctl.listing import citation
@@ -86,8 +86,7 @@ def list_labs(json_: JsonFlag = False) -> None:
 
 def _indented(body: Text) -> Padding:
     """Two cells in, wrapped lines included; words (metric names) are never split."""
-    body.overflow = "fold"
-    return Padding(body, (0, 0, 0, 2))
+    return Padding(Prose(body), (0, 0, 0, 2))
 
 
 def show(
@@ -95,6 +94,7 @@ def show(
     json_: JsonFlag = False,
 ) -> None:
     from labctl import registry
+    from labctl.lab import UNITS, shown_expected
 
     if lab_id == "all":
         raise UsageError(N_("show takes one lab id; `labctl list` lists every lab"))
@@ -141,9 +141,10 @@ def show(
     out.print()
     for metric in lab.metrics:
         head = Text(metric.name, style="bold", no_wrap=True, overflow="ignore")
-        head.append(f"  {metric.expected}  ", style="")
+        head.append(f"  {_(shown_expected(metric.expected))}  ", style="")
         head.append(
-            metric.unit + ("  " + _("(timing: never decides a verdict)") if metric.timing else ""),
+            _(UNITS.get(metric.unit, metric.unit))
+            + ("  " + _("(timing: never decides a verdict)") if metric.timing else ""),
             style="dim",
         )
         out.print(head)

@@ -12,9 +12,10 @@ from labctl import outpaths
 from labctl.cli.contract import ContractOption
 from labctl.cli.isolation import IsolationOption, effective
 from labctl.cli.options import memory_limit, positive_seconds
-from labctl.cli.render import err, learner_text, number, out, print_json, verdict
+from labctl.cli.render import Prose, err, learner_text, number, out, print_json, verdict
 from labctl.errors import EXIT_FAILED, UsageError
-from labctl.i18n import Msg, _
+from labctl.i18n import N_, Msg, _, joined
+from labctl.textsafe import shown as shown_text
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
@@ -23,25 +24,41 @@ verify_app = typer.Typer(no_args_is_help=True)
 clean_room_app = typer.Typer(no_args_is_help=True)
 
 _MARK = {"pass": "[green]✓[/green]", "fail": "[bold red]✗[/bold red]", "not-run": "[dim]–[/dim]"}
-# Three-letter column heads, so the function x check table fits 80 columns.
+# Short column heads, so the function x check table fits 80 columns; the legend under the
+# table names each check in full.
 _SHORT = {
-    "loads": "lod",
-    "import-policy": "imp",
-    "contract": "sig",
-    "runs": "run",
-    "shape": "shp",
-    "dtype": "dty",
-    "parity": "parity",
-    "finite": "fin",
-    "pure": "pur",
-    "rows-sum": "sum",
-    "causal": "cau",
-    "bad-input": "bad",
+    "loads": N_("lod"),
+    "import-policy": N_("imp"),
+    "contract": N_("sig"),
+    "runs": N_("run"),
+    "shape": N_("shp"),
+    "dtype": N_("dty"),
+    "parity": N_("parity"),
+    "finite": N_("fin"),
+    "pure": N_("pur"),
+    "rows-sum": N_("sum"),
+    "causal": N_("cau"),
+    "bad-input": N_("bad"),
 }
+# A line that continues a failure or a diagnosis starts this far in: under its own text.
+_HANG = 4
 
 
-def _legend(names) -> str:
-    return " · ".join(f"{_SHORT[n]} {n}" for n in names if _SHORT[n] != n)
+def _head(name: str, matrix: bool = False) -> str:
+    """A check's column head; the fault matrix's columns hold marks only, so parity's is
+    short there too."""
+    return _(N_("par")) if matrix and name == "parity" else _(_SHORT.get(name, name))
+
+
+def _label(name: str) -> str:
+    from labctl.verify.checks import check_label
+
+    return _(check_label(name))
+
+
+def _legend(names, matrix: bool = False) -> str:
+    heads = {n: _head(n, matrix) for n in names}
+    return " · ".join(f"{heads[n]} {_label(n)}" for n in names if heads[n] != _label(n))
 
 
 @verify_app.command("clean-room")
@@ -103,7 +120,7 @@ def clean_room(
 ) -> None:
     """Check a clean room: contract, import policy, parity, properties, isolation; diagnose."""
     from labctl.evidence.records import shown_path
-    from labctl.evidence.room import own_room_note
+    from labctl.evidence.room import record_notes
     from labctl.runner import local_clean_room
     from labctl.verify.builders import fresh_seed
     from labctl.verify.record import check_out_dir
@@ -148,8 +165,8 @@ def clean_room(
             budget_s=budget,
             contract_version=contract_version,
         )
-    if report.clean_room is not None and report.clean_room.own:
-        err.print(_(own_room_note(report.clean_room.path, "--path")), markup=False)
+    for note in record_notes(report.clean_room, "--path"):
+        err.print(_(note), markup=False)
     if json_:
         print_json(report.to_json(shown_path))
     else:
@@ -173,13 +190,13 @@ def _rows_narrow(report, names, by_cell) -> None:
         results = [by_cell[(function, n)] for n in names if (function, n) in by_cell]
         failed = [r for r in results if r.failed]
         if failed:
-            said = ", ".join(
-                f"{r.name} {_short_number(r.max_error)}"
+            said = _(", ").join(
+                f"{_label(r.name)} {_short_number(r.max_error)}"
                 if r.name == "parity" and r.max_error is not None
-                else r.name
+                else _label(r.name)
                 for r in failed
             )
-            out.print(f"{function} {_MARK['fail']} {said}")
+            out.print(f"{function} {_MARK['fail']} {escape(said)}")
         else:
             mark = "pass" if results and all(r.passed for r in results) else "not-run"
             out.print(f"{function} {_MARK[mark]}")
@@ -188,6 +205,7 @@ def _rows_narrow(report, names, by_cell) -> None:
 def _render_report(report, shown) -> None:
     from labctl import contract
     from labctl.isolation import describe
+    from labctl.lab import shown_expected
     from labctl.verify.checks import CHECK_NAMES
     from labctl.verify.compare import TOLERANCE_VERSION
     from labctl.verify.observe import PACKAGE
@@ -196,24 +214,34 @@ def _render_report(report, shown) -> None:
     where = _(Msg("; record {record}", record=record)) if record else ""
     if report.status not in ("loaded", "over-budget"):
         out.print(
-            f"{verdict(False)}  {learner_text(report.path)}: {learner_text(report.shown)}"
+            f"{verdict(False)}  {escape(shown_text(report.path))}: {learner_text(report.shown)}"
             f"{escape(where)}",
             soft_wrap=True,
         )
         return
     by_cell = {(c.function, c.name): c for c in report.checks}
     package = [by_cell[(PACKAGE, n)] for n in ("loads", "import-policy") if (PACKAGE, n) in by_cell]
-    out.print(
-        f"{learner_text(report.path)}: "
-        + "; ".join(f"{c.name} {_MARK[c.status]} ({learner_text(c.shown)})" for c in package),
-        soft_wrap=True,
+    # pieces already markup: the marks, and a learner's text escaped (a file name, a message)
+    checked = joined(
+        [
+            Msg(
+                "{check} {mark} ({detail})",
+                check=escape(_label(c.name)),
+                mark=_MARK[c.status],
+                detail=learner_text(c.shown),
+            )
+            for c in package
+        ]
     )
+    # the room's path is a learner's name: shown, never translated
+    path = escape(shown_text(report.path))
+    out.print(_(Msg("{path}: {checks}", path=path, checks=checked)))
     # import-policy has a cell only where a function holds a violation.
     names = [n for n in CHECK_NAMES if n != "loads"]
     table = Table(box=None, pad_edge=False, padding=(0, 1), collapse_padding=True)
     table.add_column(_("function"), no_wrap=True)
     for name in names:
-        table.add_column(_SHORT[name], justify="left" if name == "parity" else "center")
+        table.add_column(_head(name), justify="left" if name == "parity" else "center")
     for function in contract.function_names(report.contract):
         cells = []
         for name in names:
@@ -228,14 +256,22 @@ def _render_report(report, shown) -> None:
     # Its natural width (measured without the terminal's bound, which would clamp it).
     if Measurement.get(out, out.options.update(width=1 << 16), table).maximum <= out.width:
         out.print(table)
-        out.print(f"[dim]{_legend(names)}; {_('parity: max abs error')}[/dim]", soft_wrap=True)
+        legend = Msg("{legend}; {parity}", legend=_legend(names), parity=_("parity: max abs error"))
+        out.print(f"[dim]{escape(_(legend))}[/dim]")
     else:
         _rows_narrow(report, names, by_cell)
     failed = [c for c in report.checks if c.failed]
     if failed:
         out.print(f"[bold]{_('failures')}[/bold]")
         for c in failed:
-            out.print(f"  {c.function} · {c.name}: {learner_text(c.shown)}", soft_wrap=True)
+            # markup already: the names escaped, the problem as a learner's text
+            said = Msg(
+                "{function} · {check}: {problem}",
+                function=escape(c.function),
+                check=escape(_label(c.name)),
+                problem=learner_text(c.shown),
+            )
+            out.print(Prose(f"  {_(said)}", hang=_HANG))
     if report.diagnosis:
         out.print(f"[bold]{_('diagnosis')}[/bold]")
         stubs = [d.function for d in report.diagnosis if d.kind == "not-implemented"]
@@ -246,27 +282,30 @@ def _render_report(report, shown) -> None:
                 if len(stubs) == total
                 else ", ".join(stubs)
             )
-            out.print("  " + _(Msg("not implemented yet: {shown}", shown=shown)), soft_wrap=True)
+            said = _(Msg("not implemented yet: {shown}", shown=shown))
+            out.print(Prose(f"  {escape(said)}", hang=_HANG))
         for d in report.diagnosis:
             if d.kind != "not-implemented":
-                out.print(f"  {learner_text(d.shown, lines=True)}", soft_wrap=True)
+                out.print(Prose(f"  {learner_text(d.shown, lines=True)}", hang=_HANG))
     if report.metrics:
         out.print(
             f"[bold]{_('course template metrics (学习者提交模板), on this clean room')}[/bold]"
         )
         for m in report.metrics:
             if m.actual is None:
-                out.print(f"  [dim]{m.name}: {learner_text(m.shown_note)}[/dim]", soft_wrap=True)
+                note = f"  [dim]{m.name}: {learner_text(m.shown_note)}[/dim]"
+                out.print(Prose(note, hang=_HANG))
             else:
                 detail = _(
                     Msg(
                         "(expected {expected}, {impl}, lab {lab})",
-                        expected=m.expected,
+                        expected=shown_expected(m.expected),
                         impl=m.impl,
                         lab=m.lab,
                     )
                 )
-                out.print(f"  {verdict(m.passed)}  {m.name} = {number(m.actual)} {detail}")
+                line = f"  {verdict(m.passed)}  {m.name} = {number(m.actual)} {escape(detail)}"
+                out.print(Prose(line, hang=_HANG))
     passed, total = report.functions_passed()
     summary = Msg(
         "{passed}/{total} functions pass every check ({contract}, tolerances {tolerances}, "
@@ -364,7 +403,7 @@ def _render_matrix(matrix, shown) -> None:
     table = Table(box=None, pad_edge=False, padding=(0, 1), collapse_padding=True)
     table.add_column(_("fault"), no_wrap=True)
     for name in CHECK_NAMES:
-        table.add_column(_SHORT[name][:3], justify="center")
+        table.add_column(_head(name, matrix=True), justify="center")
     table.add_column(_("named"))
     for row in [matrix.baseline, *matrix.rows]:
         fault = row.fault
@@ -387,16 +426,19 @@ def _render_matrix(matrix, shown) -> None:
         )
     )
     out.print(table)
-    out.print(
-        f"[dim]{_legend(CHECK_NAMES).replace('parity parity · ', '')}; par parity; "
-        f"{_('named: diagnosed by its own name at its own function')}[/dim]",
-        soft_wrap=True,
+    legend = Msg(
+        "{legend}; {parity}",
+        legend=_legend(CHECK_NAMES, matrix=True),
+        parity=_("named: diagnosed by its own name at its own function"),
     )
+    out.print(f"[dim]{escape(_(legend))}[/dim]")
     for name, why in JUSTIFIED.items():
-        justified = _(Msg("{name}: no catalogued fault, justified: {why}.", name=name, why=why))
+        justified = _(
+            Msg("{name}: no catalogued fault, justified: {why}.", name=_label(name), why=_(why))
+        )
         out.print(f"[dim]{justified}[/dim]", soft_wrap=True)
-    for problem in matrix.problems():
-        out.print(f"{verdict(False)}  {problem}", soft_wrap=True)
+    for problem in matrix.problems_shown():
+        out.print(f"{verdict(False)}  {learner_text(problem)}")
     record = next((shown(p) for p in matrix.records if p.suffix == ".json"), None)
     where = _(Msg("; record {record}", record=record)) if record else ""
     total = len(matrix.rows)

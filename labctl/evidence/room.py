@@ -131,21 +131,60 @@ def own_room_note(path: str, option: str) -> Msg:
 
 
 def repository_path(root: Path) -> str:
-    """`root` relative to the repository it lies in (what `evidence submit` resolves it
-    against), else as shown (`shown_path`)."""
+    """How a record names the room at `root`: relative to the repository the record is made
+    in (the working directory's), with `..` when the room lies outside it, so that `evidence
+    submit` finds it from a submission at the repository's top; absolute only where no
+    relative path leads there (another drive)."""
+    where, top = root.resolve(), project_root()
     try:
-        return valid(root.resolve().relative_to(project_root()).as_posix())
+        return valid(where.relative_to(top).as_posix())
     except ValueError:
-        return shown_path(root)
+        pass
+    try:
+        return valid(Path(os.path.relpath(where, top)).as_posix())
+    except ValueError:
+        return valid(where.as_posix())
+
+
+def record_notes(info: CleanRoomInfo | None, option: str) -> list[Msg]:
+    """What `run` and `verify` say about the room they just recorded, where a submission of
+    these records would be refused, or taken only on this machine."""
+    if info is None:
+        return []
+    if info.own:
+        return [own_room_note(info.path, option)]
+    # found again as `evidence submit` will look for it, from the repository's top
+    found, _ = _room_path(info.path, project_root(), project_root())
+    if found is None or files_digest(room_files(found)) != info.sha256:
+        return [
+            Msg(
+                "warning: the records name the clean room {path!r}, which leads nowhere "
+                "(a name that is not UTF-8?): evidence submit would refuse them; rename the "
+                "folder and run again",
+                path=info.path,
+            )
+        ]
+    if info.path.startswith("../") or Path(info.path).is_absolute():
+        return [
+            Msg(
+                "note: the clean room {path} lies outside this repository: evidence submit "
+                "finds it on this machine, but a class graded with labctl grade takes only "
+                "a room inside the folder handed in",
+                path=info.path,
+            )
+        ]
+    return []
 
 
 def identify(root: Path) -> CleanRoomInfo:
     """The identity a record carries for the clean room at `root`."""
     files = room_files(root)
+    own = is_own(root, files)
     return CleanRoomInfo(
-        path=repository_path(root),
+        # labctl's own room is never submitted: it is named as shown, not to be found again
+        path=shown_path(root) if own else repository_path(root),
         sha256=files_digest(files),
-        own=is_own(root, files),
+        own=own,
         files=files,
         contract=declared_version(root),
     )
@@ -184,14 +223,33 @@ def changes(recorded: dict[str, str], now: dict[str, str]) -> Changes:
     )
 
 
-def _room_path(text: str, root: Path) -> tuple[Path | None, str | None]:
-    """The directory `text` names inside the repository `root`, or why it is not acceptable."""
-    resolved, reason = resolve_inside(text, root)
-    if reason:
-        return None, reason
-    if not resolved.is_dir():
-        return None, N_("no such directory in the repository")
-    return resolved, None
+def _room_path(text: str, root: Path, near: Path | None) -> tuple[Path | None, str | None]:
+    """The directory `text` names, or why it is not acceptable.
+
+    With `near` (the folder of the submission file, on the learner's own machine) the room
+    may lie anywhere: an absolute path, else relative to `near`, else to the repository
+    `root`. Without it (a class graded) it must lie inside `root`, the folder handed in."""
+    if near is None:
+        resolved, reason = resolve_inside(text, root)
+        if reason:
+            return None, reason
+        if not resolved.is_dir():
+            return None, N_("no such directory in the repository")
+        return resolved, None
+    if "\x00" in text:
+        return None, N_("path holds a NUL character")
+    given = Path(text)
+    for candidate in [given] if given.is_absolute() else [near / given, root / given]:
+        try:
+            resolved = candidate.resolve()
+        except (OSError, RuntimeError):
+            continue
+        if resolved.is_dir():
+            return resolved, None
+    return None, N_(
+        "no clean room there, beside the submission file or in the repository: give its path "
+        "as seen from the submission file, or an absolute one"
+    )
 
 
 def _named(data: object) -> CleanRoomInfo | None:
@@ -201,10 +259,11 @@ def _named(data: object) -> CleanRoomInfo | None:
         return None
 
 
-def named_room(report: Report, root: Path) -> Path | None:
+def named_room(report: Report, root: Path, near: Path | None = None) -> Path | None:
     """The clean room a validated submission names, as its records saw it, or None with the
-    reason refused in `report`: none named, labctl's own, outside the repository `root`, or
-    its files changed since the runs."""
+    reason refused in `report`: none named, labctl's own, not found (`_room_path`: anywhere
+    on the learner's machine with `near`, the submission file's folder; inside `root` for a
+    class graded), or its files changed since the runs."""
     here = "labctl.clean_room"
     if report.flagged(here) or report.flagged("labctl"):
         return None
@@ -228,7 +287,18 @@ def named_room(report: Report, root: Path) -> Path | None:
     if info.own:
         report.refuse(here, _OWN)
         return None
-    resolved, reason = _room_path(info.path, root)
+    resolved, reason = _room_path(info.path, root, near)
+    if reason and near is None:
+        report.refuse(
+            f"{here}.path",
+            Msg(
+                "{path!r}: {reason}; a graded submission's clean room is the one in the folder "
+                "handed in: run the labs on it and fill the template again",
+                path=info.path,
+                reason=declared(reason),
+            ),
+        )
+        return None
     if reason:
         report.refuse(
             f"{here}.path", Msg("{path!r}: {reason}", path=info.path, reason=declared(reason))

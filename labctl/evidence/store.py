@@ -125,8 +125,9 @@ def record_stem(seed: int) -> str:
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
-def yaml_text(data: dict) -> str:
-    return yaml.dump(data, Dumper=_DUMPER, sort_keys=False, allow_unicode=True)
+def yaml_text(data: dict, width: int = 80) -> str:
+    """`data` as YAML; a long text folded near `width` characters (at a space)."""
+    return yaml.dump(data, Dumper=_DUMPER, sort_keys=False, allow_unicode=True, width=width)
 
 
 class EvidenceStore:

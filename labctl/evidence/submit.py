@@ -307,7 +307,7 @@ def submit(
         outcome.already = stored(folder / record.module, name)
         if outcome.already is not None:
             return outcome
-    clean_room = named_room(report, project_root())
+    clean_room = named_room(report, project_root(), near=Path(path).resolve().parent)
     outcome.seed, outcome.isolation, outcome.reproductions = remeasure(
         report, clean_room, timeout_s, isolation
     )

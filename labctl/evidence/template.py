@@ -34,6 +34,7 @@ from labctl.evidence.store import EvidenceStore, yaml_text
 from labctl.evidence.times import parse_time
 from labctl.i18n import Msg, _
 from labctl.lab import Lab
+from labctl.wrapping import wrap
 
 DEFAULT_SEED = 5
 PLACEHOLDERS = {
@@ -97,7 +98,10 @@ class Template:
                     )
                 ).splitlines(),
             ]
-        return "".join(f"# {line}\n" for line in header) + yaml_text(self.data)
+        # read on an 80-column terminal before it is saved: comments wrapped to fit, and YAML
+        # folds a long text before its last word could pass the edge
+        comments = [f"# {piece}" for line in header for piece in wrap(line, 78)]
+        return "".join(f"{line}\n" for line in comments) + yaml_text(self.data, width=70)
 
 
 def module_or_usage(module_id: str) -> modules.Module:

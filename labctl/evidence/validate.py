@@ -247,7 +247,10 @@ def _labctl(data: dict, report: Report) -> None:
             ),
         )
     sha = info.get("contract_sha256")
-    if isinstance(sha, str) and sha != contract.CONTRACT_V1_SHA256:
+    if isinstance(sha, str) and sha not in (
+        contract.CONTRACT_V1_SHA256,
+        *contract.CONTRACT_V1_EARLIER_SHA256,
+    ):
         report.refuse(
             "labctl.contract_sha256",
             Msg("not the digest of {contract} as labctl pins it", contract=contract.CONTRACT_ID),

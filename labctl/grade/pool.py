@@ -1,7 +1,8 @@
 """Local grading workers: N long-lived processes, each learner with its own time limit.
 
-Each worker (`labctl.grade.worker`) runs in its own session. A learner's
-`learner_timeout_s` is its verify budget (the rule of `verify --budget`): its
+Each worker (`labctl.grade.worker`) runs in its own session, in a private folder, with an
+isolated import path (`python -I`): nothing in the grader's working directory is imported.
+A learner's `learner_timeout_s` is its verify budget (the rule of `verify --budget`): its
 calls stop there, with an over-budget verdict. A learner whose observation
 still runs `HARD_STOP_AFTER_S` later is a `hang`: its worker gets SIGTERM
 (it closes its clean room and exits), then SIGKILL for its whole process group
@@ -28,6 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from labctl.errors import LabctlError, UsageError
 from labctl.i18n import Msg, _
@@ -37,6 +39,15 @@ _GRACE_S = 3.0
 # How long after its budget a learner's worker is stopped: the budget ends the calls, and
 # evaluating what came back takes well under this.
 HARD_STOP_AFTER_S = 5.0
+# A learner's status when labctl itself failed (an exception in the worker, not the learner's
+# code): never a grade; the batch that has one does not pass.
+INTERNAL_ERROR = "internal-error"
+# The worker's start: the folder that holds this labctl is appended to its isolated path.
+_BOOT = (
+    "import sys; sys.path.append(sys.argv.pop(1)); "
+    "from labctl.grade.worker import main; sys.exit(main(sys.argv[1:]))"
+)
+_HOME = str(Path(__file__).resolve().parents[2])
 
 
 class GradingError(LabctlError):
@@ -90,7 +101,11 @@ class LocalPool:
     # -- workers ------------------------------------------------------------
 
     def _command(self, reply_fd: int) -> list[str]:
-        return [sys.executable, "-m", "labctl.grade.worker", str(reply_fd)]
+        # -I: neither the working directory nor PYTHON* variables reach the worker's import
+        # path (`-m` would put the grader's folder first: a class folder's `numpy/` or a
+        # learner's `json.py` would run here, as the grader, outside any sandbox). The folder
+        # holding this labctl goes last, for a labctl that is importable only through them.
+        return [sys.executable, "-I", "-c", _BOOT, _HOME, str(reply_fd)]
 
     def _start(self) -> _Slot:
         read_fd, write_fd = os.pipe()
@@ -105,6 +120,8 @@ class LocalPool:
             stderr=None if debug else subprocess.DEVNULL,
             pass_fds=(write_fd,),
             start_new_session=True,
+            # its own folder: nothing the worker resolves from "." is the grader's
+            cwd=tmp,
             env={**self.env, "TMPDIR": tmp},
         )
         os.close(write_fd)
@@ -233,7 +250,7 @@ class LocalPool:
                 raise UsageError(reply["message"])
             else:
                 message = f"{reply['raised']}: {reply['message']}"
-                done(key, Outcome("internal-error", message=message, isolation=slot.isolation))
+                done(key, Outcome(INTERNAL_ERROR, message=message, isolation=slot.isolation))
 
     def _expired(self, slot: _Slot, done, pending) -> None:
         key, isolation = slot.key, slot.isolation

@@ -32,7 +32,7 @@ from labctl.fingerprints.base import load_base
 from labctl.grade import basecode, outputs
 from labctl.grade.batch_seed import batch_secrets
 from labctl.grade.layout import Ignored, Learner, survey
-from labctl.grade.pool import LocalPool, Outcome
+from labctl.grade.pool import INTERNAL_ERROR, GradingError, LocalPool, Outcome
 from labctl.grade.rubric import Rubric
 from labctl.grade.score import ItemResult, Row, failed_row, observed, score
 from labctl.grade.workflow import Workflow
@@ -43,6 +43,10 @@ from labctl.isolation.levels import require_every_layer
 RECORD_SCHEMA = "labctl.grade-record.v1"
 RECORDS = "records"
 CACHE = ".reference-cache"
+# A batch whose first learners all end in the same internal error stops there: labctl itself
+# fails on this machine (a broken install, a folder that shadows a module), and going on
+# would only give every other learner the same 0.
+STOP_AFTER_INTERNAL_ERRORS = 3
 
 Progress = Callable[[int, int, str, str], None]  # done, total, learner, status
 
@@ -213,6 +217,26 @@ def _job(learner: Learner, rubric: Rubric, options: GradeOptions) -> dict:
     }
 
 
+def _stop_on_one_internal_cause(ended: list[Outcome], total: int) -> None:
+    """Stop the batch (GradingError) when its first learners all ended in one internal error
+    and more are waiting: the same cause would end every one of them."""
+    if len(ended) != STOP_AFTER_INTERNAL_ERRORS or total <= len(ended):
+        return
+    cause = ended[0].message
+    if all(o.status == INTERNAL_ERROR and o.message == cause for o in ended):
+        raise GradingError(
+            Msg(
+                "grading stopped after the first {count} learners: each ended in the same "
+                "internal error, a fault of labctl on this machine, not of their work "
+                "({cause}); the other {left} were not graded and no gradebook was written. "
+                "Fix the cause and run again: these learners are graded again too",
+                count=len(ended),
+                cause=cause,
+                left=total - len(ended),
+            )
+        )
+
+
 def grade_class(
     submissions_dir: Path,
     out: Path,
@@ -288,6 +312,7 @@ def grade_learners(
     if todo:
         cache = out / CACHE
         batch.warnings = warm_reference_cache(cache, kept.seed, kept.reference_key)
+        ended: list[Outcome] = []
 
         def done(key: str, outcome: Outcome) -> None:
             index = int(key)
@@ -306,6 +331,8 @@ def grade_learners(
                 )
                 observed(row, outcome.facts)
             keep(index, row, outcome.facts)
+            ended.append(outcome)
+            _stop_on_one_internal_cause(ended, len(todo))
 
         jobs = [(str(index), _job(learners[index], rubric, options)) for index in todo]
         env = {

@@ -1,9 +1,9 @@
 """A grading worker: a long-lived process that observes one learner after another.
 
-`labctl.grade.pool` starts these with `python -m labctl.grade.worker FD`. Jobs
-arrive as JSON lines on stdin; each reply is one JSON line on file descriptor
-FD (stdout and stderr go nowhere, so nothing a learner prints can look like a
-reply). Before a learner's code runs, the worker says on FD which isolation
+`labctl.grade.pool` starts these with `python -I` (an isolated import path, in a private
+folder) calling `main([FD])`. Jobs arrive as JSON lines on stdin; each reply is one JSON
+line on file descriptor FD (stdout and stderr go nowhere, so nothing a learner prints can
+look like a reply). Before a learner's code runs, the worker says on FD which isolation
 level it resolved for that learner (`{"started": level}`), so a learner that
 then hangs or kills the worker still has its level on its row. The worker serves any number
 of learners: that is where grading's throughput comes from. Before each learner's clock

@@ -22,6 +22,7 @@ from labctl.errors import UsageError
 from labctl.grade.late import lateness
 from labctl.grade.layout import Learner
 from labctl.grade.overrides import Overrides
+from labctl.grade.pool import INTERNAL_ERROR
 from labctl.grade.rubric import Rubric
 from labctl.grade.score import Row
 from labctl.i18n import Msg
@@ -50,6 +51,8 @@ class Workflow:
         """Whether the learner's earlier record stands for this run."""
         if record is None or self.force or learner.id in self.only:
             return False
+        if record.get("status") == INTERNAL_ERROR:
+            return False  # labctl failed, not the learner: never a result to keep
         return bool(self.only) or record.get("key") == key
 
     def apply(self, rows: Sequence[Row], rubric: Rubric) -> list[Msg]:

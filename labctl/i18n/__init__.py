@@ -24,6 +24,7 @@ messages they must hold.
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Callable, Mapping
 from functools import cache
@@ -121,13 +122,42 @@ def declared(text: str, /, **args: Any) -> Msg:
 
 
 # The implementations a lab compares, by the names records and figures keep (identifiers),
-# as a person reads them in a title or a column ("（参考实现）", never "（reference）").
-IMPLEMENTATIONS = {"reference": N_("reference"), "clean-room": N_("clean-room")}
+# as a person reads them in a title or a column ("（参考实现）", never "（reference）"); "both"
+# is `--impl both`. A Msg's value named `impl` that holds one of these names is shown so.
+IMPLEMENTATIONS = {
+    "reference": N_("reference"),
+    "clean-room": N_("clean-room"),
+    "both": N_("both"),
+}
 
 
 def implementation(name: str) -> str | Msg:
     """An implementation's name for a message: translated when shown, English in --json."""
     return declared(IMPLEMENTATIONS[name]) if name in IMPLEMENTATIONS else name
+
+
+def message_data(text: str | Msg) -> str | dict:
+    """A message as a record keeps it: plain text, or its template and values, to be shown
+    later in any language (`labctl.report.collect.message`)."""
+    if isinstance(text, Msg):
+        return {"msg": text.template, "args": {k: _data(v) for k, v in text.args.items()}}
+    return text
+
+
+def _data(value: Any) -> Any:
+    """A message's value as JSON holds it: a number as a number (numpy's too), a Msg as a
+    message, anything else as its text."""
+    if isinstance(value, Msg):
+        return message_data(value)
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [_data(v) for v in value]
+    return str(value)
 
 
 def joined(messages: list[str | Msg]) -> str | Msg:
@@ -150,7 +180,7 @@ class Msg:
         self.args = args
 
     def render(self, translate: Callable[[str], str] = lambda s: s) -> str:
-        values = {k: v.render(translate) if isinstance(v, Msg) else v for k, v in self.args.items()}
+        values = {k: _value(k, v, translate) for k, v in self.args.items()}
         return translate(self.template).format(**values)
 
     def __str__(self) -> str:
@@ -164,3 +194,12 @@ class Msg:
 
     def __repr__(self) -> str:
         return f"Msg({self.template!r}, **{self.args!r})"
+
+
+def _value(name: str, value: Any, translate: Callable[[str], str]) -> Any:
+    """A Msg's value as shown: a Msg rendered, an implementation's name (`impl`) translated."""
+    if isinstance(value, Msg):
+        return value.render(translate)
+    if name == "impl" and isinstance(value, str) and value in IMPLEMENTATIONS:
+        return translate(IMPLEMENTATIONS[value])
+    return value

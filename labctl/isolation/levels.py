@@ -54,7 +54,7 @@ def describe(level: str) -> str:
     """How a level is shown to a person: the fallback says plainly what it is not."""
     if level == "process":
         return _("process ({note})").format(note=_(PROCESS_NOTE))
-    return "sandbox (bubblewrap)"
+    return _("sandbox (bubblewrap)")
 
 
 __all__ = [

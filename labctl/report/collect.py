@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from labctl.errors import UsageError
 from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.times import parse_time
-from labctl.i18n import Msg, _
+from labctl.i18n import Msg, _, declared
 from labctl.lab import parse_expected
 
 FIGURES_SUFFIX = "-figures.jsonl"
@@ -77,8 +77,9 @@ def message(data: object) -> str:
         args = data.get("args") if isinstance(data.get("args"), dict) else {}
         values = {k: message(v) if isinstance(v, dict) else v for k, v in args.items()}
         try:
-            return _(data["msg"]).format(**values)
-        except (KeyError, ValueError, IndexError):
+            # a Msg, so its values are shown as a message shows them (`impl`: 参考实现)
+            return _(declared(data["msg"], **{str(k): v for k, v in values.items()}))
+        except (KeyError, ValueError, IndexError, TypeError, AttributeError):
             return data["msg"]
     return _(str(data)) if data is not None else ""
 

@@ -1,6 +1,7 @@
-"""The report as one self-contained HTML document: CSS inline, figures as data: SVGs whose
-text the browser draws, a Content-Security-Policy that forbids every fetch, so it opens
-offline and leaks nothing."""
+"""The report as one self-contained HTML document: CSS inline, figures as data: SVGs that
+carry their own glyphs, the subset of a CJK font its text needs embedded (`glyphs`), a
+Content-Security-Policy that forbids every fetch, so it opens offline, reads on a machine
+with no CJK font, and leaks nothing."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from collections.abc import Callable
 
 import labctl
 from labctl import registry
-from labctl.i18n import _, language
-from labctl.report.collect import Evidence, Figure, LabRun, margin
+from labctl.i18n import _, implementation, language
+from labctl.lab import shown_expected
+from labctl.report import glyphs
+from labctl.report.collect import Evidence, Figure, LabRun, margin, message
 
-CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+CSP = "default-src 'none'; img-src data:; font-src data:; style-src 'unsafe-inline'"
 
 CSS = """
-body { font-family: system-ui, "Noto Sans CJK SC", sans-serif; margin: 2rem auto;
+body { font-family: "EMBEDDED", system-ui, "Noto Sans CJK SC", sans-serif; margin: 2rem auto;
   max-width: 72rem; padding: 0 1rem; color: #222; }
 h1 { font-size: 1.6rem; } h2 { border-bottom: 1px solid #ccc; margin-top: 2.5rem; }
 table { border-collapse: collapse; margin: 0.6rem 0; font-size: 0.85rem; }
@@ -28,7 +31,7 @@ th { background: #f4f4f4; } td.text, th.text { text-align: left; }
 .changed { background: #fff4ce; border-left: 4px solid #e0a800; padding: 0.3rem 0.6rem; }
 figure { margin: 1rem 0; } figcaption { font-size: 0.9rem; color: #444; }
 img { max-width: 100%; } details { margin: 0.3rem 0 1rem; } .dim { color: #777; }
-"""
+""".replace("EMBEDDED", glyphs.EMBEDDED)
 
 
 def _e(value: object) -> str:
@@ -97,9 +100,9 @@ def _metrics(run: LabRun) -> str:
         rows.append(
             [
                 f"<code>{_e(m.name)}</code>{timing}",
-                _e(m.impl or ""),
+                _e(_(implementation(m.impl)) if m.impl else ""),
                 _e(_num(m.actual)),
-                f"<code>{_e(m.expected)}</code>",
+                f"<code>{_e(_(shown_expected(m.expected)))}</code>",
                 _e(_num(inside)),
                 verdict,
             ]
@@ -115,8 +118,8 @@ def _metrics(run: LabRun) -> str:
                 _("largest error: {value} ({name}, {impl}), tolerance {expected}").format(
                     value=_num(worst.actual),
                     name=worst.name,
-                    impl=worst.impl or "",
-                    expected=worst.expected,
+                    impl=_(implementation(worst.impl)) if worst.impl else "",
+                    expected=_(shown_expected(worst.expected)),
                 )
             )
             + "</p>"
@@ -281,6 +284,19 @@ def _environment(evidence: Evidence) -> str:
     return f"<h2>{_e(_('Environment and versions'))}</h2>" + _table(columns, rows)
 
 
+def _diagnosis(entry: dict) -> list[str]:
+    """A verify run's diagnosis in the report's language, from the messages the history
+    keeps beside the English sentences (a history written before it kept them: English)."""
+    english = [str(s) for s in entry.get("diagnosis") or []]
+    messages = entry.get("diagnosis_messages")
+    if not isinstance(messages, list) or len(messages) != len(english):
+        return english
+    return [
+        message(m) if isinstance(m, (dict, str)) else e
+        for m, e in zip(messages, english, strict=True)
+    ]
+
+
 def _history(evidence: Evidence) -> str:
     if not evidence.verify_history:
         return (
@@ -300,7 +316,7 @@ def _history(evidence: Evidence) -> str:
                 _e(entry.get("path", "")),
                 _verdict(passed if isinstance(passed, bool) else None) + _e(mark),
                 _e(", ".join(entry.get("failing_functions") or [])),
-                _e("; ".join(entry.get("diagnosis") or [])),
+                _e(_("; ").join(_diagnosis(entry))),
             ]
         )
         previous = passed
@@ -335,6 +351,14 @@ def document(evidence: Evidence, plots, now: Callable[[], str]) -> str:
             + "</p>"
         )
     title = _("labctl report")
+    body = f"""<h1>{_e(title)}</h1>
+<p class="dim">{_e(_("built {when} by labctl {version} from the evidence records on disk").format(when=now(), version=labctl.__version__))}</p>
+<p>{_e(_("{passed}/{total} labs passed").format(passed=passed, total=len(runs)))}</p>
+{warning}
+{summary}
+{"".join(_lab(r, plots) for r in runs)}
+{_environment(evidence)}
+{_history(evidence)}"""
     return f"""<!DOCTYPE html>
 <html lang="{_e(language())}">
 <head>
@@ -342,17 +366,10 @@ def document(evidence: Evidence, plots, now: Callable[[], str]) -> str:
 <meta http-equiv="Content-Security-Policy" content="{_e(CSP)}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{_e(title)}</title>
-<style>{CSS}</style>
+<style>{glyphs.font_face(title + body)}{CSS}</style>
 </head>
 <body>
-<h1>{_e(title)}</h1>
-<p class="dim">{_e(_("built {when} by labctl {version} from the evidence records on disk").format(when=now(), version=labctl.__version__))}</p>
-<p>{_e(_("{passed}/{total} labs passed").format(passed=passed, total=len(runs)))}</p>
-{warning}
-{summary}
-{"".join(_lab(r, plots) for r in runs)}
-{_environment(evidence)}
-{_history(evidence)}
+{body}
 </body>
 </html>
 """

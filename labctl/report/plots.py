@@ -1,8 +1,8 @@
 """The report's figures, drawn with matplotlib (Agg) into SVG bytes for inlining.
 
-Text stays text (`svg.fonttype: none`): the browser draws it, Chinese included, with its
-own fonts, so no font needs to be installed for matplotlib and no font cache matters.
-Only `labctl report` imports this module, so matplotlib stays out of every other
+Text is drawn as paths (`svg.fonttype: path`) from fonts that ship with labctl's
+dependencies (`labctl.report.glyphs`): a figure's Chinese reads on a machine with no CJK
+font, and no font of the machine's or font cache decides how it looks. Only `labctl report` imports this module, so matplotlib stays out of every other
 command. A heatmap group is drawn side by side (the clean room's cells that
 differ from the reference's outlined); a table is drawn as a line plot when its
 first column and at least one other are numeric (one line per numeric column, one
@@ -18,15 +18,13 @@ import re
 import warnings
 
 from labctl.i18n import _
+from labctl.report import glyphs
 from labctl.report.collect import Figure
 
 DIFFERS = 1e-9  # as the terminal: far above float64 rounding, far below what the eye sees
 MAX_ANNOTATED = 12  # cells get their value written in them up to this many per side
 
 
-# The browser picks the first it has; DejaVu Sans is also what matplotlib lays text out with.
-FONTS = ["DejaVu Sans", "Noto Sans CJK SC", "Source Han Sans SC", "Microsoft YaHei",
-         "PingFang SC", "WenQuanYi Micro Hei", "sans-serif"]  # fmt: skip
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf"]  # fmt: skip
 LINESTYLES = ["-", "--", ":", "-."]
@@ -39,12 +37,15 @@ def _pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    families = glyphs.matplotlib_families()
     plt.rcParams.update(
         {
             "font.size": 9,
-            "font.family": "sans-serif",
-            "font.sans-serif": FONTS,
-            "svg.fonttype": "none",
+            # a list of families, not the generic `sans-serif`: matplotlib falls back from one
+            # to the next for each glyph only through the list
+            "font.family": families,
+            # without the CJK font, text stays text for the browser's fonts to draw
+            "svg.fonttype": "path" if len(families) > 1 else "none",
             # ids inside the SVG derive from this salt, not from a random one: same input,
             # same bytes
             "svg.hashsalt": "labctl",
@@ -58,8 +59,7 @@ def _svg(fig) -> bytes:
 
     buffer = io.BytesIO()
     with warnings.catch_warnings():
-        # matplotlib lays text out with DejaVu Sans, which has no Chinese glyphs; the browser
-        # draws the text with its own fonts, so the warning per glyph says nothing
+        # only without the CJK font (text left to the browser): a warning per glyph says nothing
         warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font")
         fig.savefig(buffer, format="svg", metadata={"Date": None})
     plt.close(fig)

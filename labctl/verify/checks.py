@@ -20,6 +20,7 @@ bad-input); this module lists them in that order and runs them.
 from __future__ import annotations
 
 from labctl import contract
+from labctl.i18n import N_
 from labctl.verify import checks_behaviour, checks_structure
 from labctl.verify.check_base import FAIL, NOT_RUN, PASS, Check, CheckResult
 from labctl.verify.checks_behaviour import (
@@ -42,6 +43,7 @@ from labctl.verify.observe import PACKAGE, FunctionRun, RoomObservation
 
 __all__ = [
     "CHECKS",
+    "CHECK_LABELS",
     "CHECK_NAMES",
     "FAIL",
     "FUNCTION_CHECKS",
@@ -59,6 +61,7 @@ __all__ = [
     "check_dtype",
     "check_finite",
     "check_import_policy",
+    "check_label",
     "check_loads",
     "check_parity",
     "check_pure",
@@ -71,6 +74,28 @@ __all__ = [
 
 CHECKS: list[Check] = [*checks_structure.CHECKS, *checks_behaviour.CHECKS]
 CHECK_NAMES = tuple(c.name for c in CHECKS)
+# A check as a person reads it, translated where shown (JSON and records keep the names).
+CHECK_LABELS = {
+    "loads": N_("loads"),
+    "import-policy": N_("import-policy"),
+    "contract": N_("contract"),
+    "runs": N_("runs"),
+    "shape": N_("shape"),
+    "dtype": N_("dtype"),
+    "parity": N_("parity"),
+    "finite": N_("finite"),
+    "pure": N_("pure"),
+    "rows-sum": N_("rows-sum"),
+    "causal": N_("causal"),
+    "bad-input": N_("bad-input"),
+}
+
+
+def check_label(name: str) -> str:
+    """The message naming check `name` (its name where it has no label of its own)."""
+    return CHECK_LABELS.get(name, name)
+
+
 FUNCTION_CHECKS = tuple(c for c in CHECKS if c.scope == "function")
 JUSTIFIED = {c.name: c.justified for c in CHECKS if c.justified}
 

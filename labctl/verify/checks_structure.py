@@ -31,7 +31,7 @@ from labctl.verify.compare import (
 from labctl.verify.functions import RETURNS
 from labctl.verify.observe import PACKAGE, RoomObservation
 
-LOADS_JUSTIFIED = (
+LOADS_JUSTIFIED = N_(
     "a file that does not parse or import has no behaviour for a diagnosis to compare, so "
     "it is no fault of the catalogue (a transformation of a correct function); the tests "
     "prove this check instead, with a clean room that has a syntax error and one whose "

@@ -193,13 +193,22 @@ def describe(fault: Fault, function: str) -> Msg:
         if fault.function == function
         else Msg(" (a fault of {function}, inlined here)", function=fault.function)
     )
+    course: Msg | str = declared(fault.course)
+    cited = contract.cited_version(fault.course)
+    if cited is not None:
+        # the contract ships with labctl: say how to open the section cited
+        course = Msg(
+            "{course} (`labctl contract document --contract {version}`)",
+            course=course,
+            version=cited,
+        )
     return Msg(
         "{function}: matches fault `{fault}`{where}: {description}; see {course}",
         function=function,
         fault=fault.name,
         where=where,
         description=declared(fault.description),
-        course=declared(fault.course),
+        course=course,
     )
 
 

@@ -6,7 +6,7 @@ the values (and the int-only functions' sizes) are known to no one in
 advance. Every cache here is keyed by the seed as well: a fixture built for
 one seed is never served for another.
 
-Every input follows `shared/contract-v1.md`, not the quirks of any one
+Every input follows contract v1 (`labctl/data/contract-v1.md`), not the quirks of any one
 implementation, so a clean room written by someone else from the contract
 passes when it is correct: weights `(in, out)` scaled by 1/sqrt(in), positions
 int64, masks boolean with True = blocked broadcasting to `(B, H, Tq, Tk)`,

@@ -28,6 +28,7 @@ from labctl.evidence.models import MetricRecord
 from labctl.evidence.records import machine_record, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
 from labctl.faults import Fault
+from labctl.i18n import Msg
 from labctl.isolation.levels import resolve_isolation
 from labctl.isolation.sandbox import DEFAULT_MEMORY_MB
 from labctl.jsonsafe import dumps
@@ -140,12 +141,28 @@ class FaultMatrix:
         )
 
     def problems(self) -> list[str]:
-        found = [f"baseline: {f}" for f in self.baseline.failures]
-        found += [f"fault {n}: no check catches it" for n in self.uncaught()]
-        found += [f"check {n}: catches no fault and is not justified" for n in self.unproven()]
-        found += [f"fault {n}: verify does not fail at its function" for n in self.misplaced()]
-        found += [f"fault {n}: not diagnosed by its name" for n in self.undiagnosed()]
-        found += [f"fault {n}: its signal check does not catch it" for n in self.signals_missed()]
+        """What is wrong with the catalogue or the checks, in English (JSON, the record)."""
+        return [str(p) for p in self.problems_shown()]
+
+    def problems_shown(self) -> list[Msg]:
+        """The same, as messages, translated where they are shown."""
+        found = [Msg("baseline: {failure}", failure=f) for f in self.baseline.failures]
+        found += [Msg("fault {name}: no check catches it", name=n) for n in self.uncaught()]
+        found += [
+            Msg("check {name}: catches no fault and is not justified", name=n)
+            for n in self.unproven()
+        ]
+        found += [
+            Msg("fault {name}: verify does not fail at its function", name=n)
+            for n in self.misplaced()
+        ]
+        found += [
+            Msg("fault {name}: not diagnosed by its name", name=n) for n in self.undiagnosed()
+        ]
+        found += [
+            Msg("fault {name}: its signal check does not catch it", name=n)
+            for n in self.signals_missed()
+        ]
         return found
 
     def to_json(self, relative: Callable[[Path], str] = str) -> dict:

@@ -19,7 +19,7 @@ from labctl.errors import UsageError
 from labctl.evidence.models import MetricRecord
 from labctl.evidence.records import machine_record, metric_record, write_artifact
 from labctl.evidence.store import EvidenceStore, record_stem
-from labctl.i18n import Msg
+from labctl.i18n import Msg, message_data
 from labctl.isolation.sandbox import DEFAULT_TIMEOUT_S
 from labctl.jsonsafe import dumps
 from labctl.textsafe import json_text
@@ -139,6 +139,8 @@ def write_evidence(report: VerifyReport, out: Path) -> None:
             "failing_functions": failing,
             "failed_checks": [f"{c.function}:{c.name}" for c in report.checks if c.failed],
             "diagnosis": [d.message for d in report.diagnosis],
+            # the same sentences as messages: the report shows them in its own language
+            "diagnosis_messages": [message_data(d.shown) for d in report.diagnosis],
             "record": store.relative(paths[1]),
             "commit": record.commit,
             "commit_dirty": record.commit_dirty,

@@ -19,6 +19,7 @@ from pathlib import Path
 from labctl import contract
 from labctl.errors import LabctlError, UsageError
 from labctl.i18n import N_, Msg, _
+from labctl.wrapping import fill, wrap
 
 SHAPE_LETTERS = N_(
     "B batch, T sequence, Tq/Tk query/key lengths, C model width, H query heads, "
@@ -36,8 +37,8 @@ def _param_line(param: contract.Param) -> str:
 
 def _wrapped(text: str, width: int) -> list[str]:
     """Lines of at most `width` cells; Chinese text has no spaces to break at, so it is
-    broken between characters, never inside a Latin word."""
-    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
+    broken between characters, never inside a Latin word (`labctl.wrapping`)."""
+    return wrap(text, width)
 
 
 def _stub(fn: contract.Function, version: int = 1) -> str:
@@ -68,11 +69,7 @@ def _stub(fn: contract.Function, version: int = 1) -> str:
 def module_source(version: int = contract.CONTRACT_VERSION) -> str:
     """The stub module, its docstrings in the chosen language."""
     raw = contract.data(version)
-    conventions = "\n".join(
-        textwrap.fill(_(c), 88, initial_indent="- ", subsequent_indent="  ",
-                      break_long_words=False, break_on_hyphens=False)
-        for c in raw["conventions"]
-    )  # fmt: skip
+    conventions = "\n".join(fill(f"- {_(c)}", 88, hang=2) for c in raw["conventions"])
     letters = "\n".join(_wrapped(_(Msg("Shape letters: {letters}.", letters=_(SHAPE_LETTERS))), 88))
     intro = _(
         Msg(
@@ -115,7 +112,8 @@ def init_source(version: int = contract.CONTRACT_VERSION) -> str:
     )
     # labctl reads this line as text to know which contract the room answers (undeclared: v1).
     declared = (
-        f'\n# The contract this room implements.\nCONTRACT = "{contract.contract_id(version)}"\n'
+        f"\n# {_('The contract this room implements.')}\n"
+        f'CONTRACT = "{contract.contract_id(version)}"\n'
         if version > 1
         else ""
     )
