@@ -11,7 +11,14 @@ import tempfile
 from pathlib import Path
 
 from labctl.errors import UsageError
-from labctl.i18n import Msg
+from labctl.i18n import N_, Msg, declared
+
+NOT_A_DIRECTORY = N_("{option} {path}: {where} is not a directory")
+
+
+def _refused(template: str, option: str, out: Path, where: Path) -> UsageError:
+    """`out`, given as `option`, refused because of `where` (it or a folder above it)."""
+    return UsageError(declared(template, option=option, path=str(out), where=str(where)))
 
 
 def check_out_dir(out: Path, option: str = "--out") -> None:
@@ -26,27 +33,13 @@ def check_out_dir(out: Path, option: str = "--out") -> None:
             break
         probe = probe.parent
     if not probe.is_dir():
-        raise UsageError(
-            Msg(
-                "{option} {path}: {where} is not a directory",
-                option=option,
-                path=str(out),
-                where=str(probe),
-            )
-        )
+        raise _refused(NOT_A_DIRECTORY, option, out, probe)
     try:
         # os.access says yes to root everywhere; a nameless file (O_TMPFILE) asks the filesystem
         with tempfile.TemporaryFile(dir=probe):
             pass
     except OSError:
-        raise UsageError(
-            Msg(
-                "{option} {path}: {where} is not writable",
-                option=option,
-                path=str(out),
-                where=str(probe),
-            )
-        ) from None
+        raise _refused(N_("{option} {path}: {where} is not writable"), option, out, probe) from None
 
 
 def check_out_file(out: Path, option: str = "--out") -> None:
@@ -57,11 +50,4 @@ def check_out_file(out: Path, option: str = "--out") -> None:
         )
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
-        raise UsageError(
-            Msg(
-                "{option} {path}: {where} is not a directory",
-                option=option,
-                path=str(out),
-                where=str(parent),
-            )
-        )
+        raise _refused(NOT_A_DIRECTORY, option, out, parent)

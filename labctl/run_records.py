@@ -11,7 +11,6 @@ import math
 import re
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from labctl import registry
 from labctl.evidence.models import CleanRoomInfo
@@ -20,9 +19,7 @@ from labctl.evidence.store import EvidenceStore, record_stem
 from labctl.i18n import Msg, message_data
 from labctl.lab import HeatmapFigure, Lab, Note, TableFigure
 from labctl.params import record_values
-
-if TYPE_CHECKING:
-    from labctl.runner import LabResult
+from labctl.results import LabResult
 
 FIGURES_SUFFIX = "figures.jsonl"
 

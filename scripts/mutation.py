@@ -128,6 +128,8 @@ TARGETS: dict[str, Target] = {
     ),
     # test_runner.py runs labs end to end (~40 s): its judging rules are in test_judge.py.
     "judge": Target("labctl/runner.py", ("tests/test_judge.py",)),
+    # What judging gives (a row's and a lab's verdict), moved out of runner.py with its rules.
+    "results": Target("labctl/results.py", ("tests/test_judge.py",)),
     # Rules files that run no lab and no worker stand for these two: the end-to-end files
     # (test_evidence_submit.py, test_verify_faults.py) run labs or a worker per fault room in
     # every forked test process, 20-40 s for each surviving mutant. Their rate is a lower bound.

@@ -10,13 +10,11 @@ module's labs ran once, so their submission is a real `evidence template
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import yaml
+from gittools import git, working_directory
 from honestrooms import honest_fault, honest_room
 from typer.testing import CliRunner
 
@@ -28,8 +26,6 @@ from labctl.runner import run_labs
 from labctl.verify.stubs import init_clean_room
 
 ROOM = faults.project_clean_room()
-GIT = ["git", "-c", "user.name=labctl-test", "-c", "user.email=t@example.invalid"]
-GIT += ["-c", "commit.gpgsign=false"]
 # A fault per kind of check: a course-table fault, stability, purity, a RoPE fault, and one
 # only the hidden bad-input item catches.
 FAULTS = ("mask-reversed", "softmax-no-max", "layer-norm-in-place", "rope-half-split")
@@ -46,21 +42,6 @@ LEARNER_TIMEOUT = "40"
 # stops it.
 HANG_TIMEOUT = "8"
 CALL_TIMEOUT = 50.0
-
-
-def git(*args: str, cwd: Path) -> str:
-    done = subprocess.run([*GIT, *args], cwd=cwd, capture_output=True, text=True, check=True)
-    return done.stdout.strip()
-
-
-@contextlib.contextmanager
-def working_directory(path: Path):
-    before = Path.cwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(before)
 
 
 def copy_room(dest: Path) -> Path:

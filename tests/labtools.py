@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from typer.testing import CliRunner
 
 from labctl import faults, reference
@@ -47,6 +48,23 @@ def run(lab: Lab, room: Path = ROOM, seed: int = 5, impl: str = "both") -> LabRe
 def rows(result: LabResult) -> dict:
     """Each metric row by (name, impl)."""
     return {(m.name, m.impl): m for m in result.metrics}
+
+
+def at_seed_5(lab: Lab):
+    """A module's `seed5` fixture: `lab` run once at seed 5 on both implementations (the
+    project's room)."""
+
+    @pytest.fixture(scope="module")
+    def seed5() -> LabResult:
+        return run(lab)
+
+    return seed5
+
+
+def passed(result: LabResult) -> dict:
+    """The rows of a run that must have passed (no error, every deciding row), by (name, impl)."""
+    assert result.error is None and result.passed, result.failures()
+    return rows(result)
 
 
 def values(result: LabResult) -> dict[tuple[str, str], float]:

@@ -6,12 +6,12 @@ reasons whatever the language."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 from clitools import CLEAN, filled_record
+from gittools import git
 from typer.testing import CliRunner
 
 from labctl.cli.main import app
@@ -22,14 +22,7 @@ from labctl.i18n import Msg, _, set_language
 MODULE = modules.Module(
     id="t-messages", title="test module", section="tests", required=("future_weight_max",)
 )
-GIT = ["git", "-c", "user.name=labctl-test", "-c", "user.email=t@example.invalid"]
-GIT += ["-c", "commit.gpgsign=false"]
 HAN = range(0x4E00, 0xA000)
-
-
-def git(*args: str, cwd: Path) -> str:
-    done = subprocess.run([*GIT, *args], cwd=cwd, capture_output=True, text=True, check=True)
-    return done.stdout.strip()
 
 
 @pytest.fixture

@@ -10,18 +10,17 @@ five-metric flow is skipped with a reason.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
 import os
 import shutil
-import subprocess
 import threading
 from pathlib import Path
 
 import pytest
 import yaml
+from gittools import git, working_directory
 from honestrooms import honest_fault, honest_room
 from similarityrooms import parenthesise, rename_locals, rewrite_room
 from typer.testing import CliRunner
@@ -49,23 +48,6 @@ TWO_LABS = modules.Module(
     required=("future_token_invariance", "scale_ablation_max_weight_delta"),
 )
 COURSE = MODULES[0]
-GIT = ["git", "-c", "user.name=labctl-test", "-c", "user.email=t@example.invalid"]
-GIT += ["-c", "commit.gpgsign=false"]
-
-
-def git(*args: str, cwd: Path) -> str:
-    done = subprocess.run([*GIT, *args], cwd=cwd, capture_output=True, text=True, check=True)
-    return done.stdout.strip()
-
-
-@contextlib.contextmanager
-def working_directory(path: Path):
-    before = Path.cwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(before)
 
 
 def labs_for(names: tuple[str, ...]) -> list[str]:

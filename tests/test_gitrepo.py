@@ -14,17 +14,10 @@ import zlib
 from pathlib import Path
 
 import pytest
+from gittools import git
 
 from labctl.evidence.environment import head_commit, project_root
 from labctl.evidence.gitrepo import RepositoryRefused, open_repository
-
-GIT = ["git", "-c", "user.name=labctl-test", "-c", "user.email=t@example.invalid"]
-GIT += ["-c", "commit.gpgsign=false"]
-
-
-def git(*args: str, cwd: Path) -> str:
-    done = subprocess.run([*GIT, *args], cwd=cwd, capture_output=True, text=True, check=True)
-    return done.stdout.strip()
 
 
 @pytest.fixture

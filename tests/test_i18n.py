@@ -3,8 +3,11 @@ and Chinese output with no English sentence left in it (identifiers aside)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -12,7 +15,20 @@ from typer.testing import CliRunner
 from labctl.cli.main import app
 from labctl.errors import UsageError
 from labctl.faults import project_clean_room
-from labctl.i18n import N_, Msg, _, catalog, choose, extract, language, po, set_language
+from labctl.i18n import N_, Msg, _, catalog, choose, language, po, set_language
+
+
+def _script(name: str):
+    """A development script of scripts/ (not part of the package), loaded as a module."""
+    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+extract = _script("i18n_extract")
 
 runner = CliRunner()
 ZH = {"LABCTL_LANG": "", "LC_ALL": "", "LC_MESSAGES": "", "LANG": "", "COLUMNS": "100"}
@@ -155,7 +171,7 @@ def test_zh_catalog_translates_every_message():
     gaps = extract.check("zh")
     assert not gaps, (
         f"{len(gaps)} gaps in labctl/i18n/locale/zh/LC_MESSAGES/labctl.po "
-        "(`python -m labctl.i18n.extract --update zh` appends the missing msgids):\n"
+        "(`python scripts/i18n_extract.py --update zh` appends the missing msgids):\n"
         + "\n".join(gaps)
     )
 
@@ -383,7 +399,7 @@ def test_zh_verify_diagnosis_describes_the_fault_in_chinese(tmp_path):
 
 
 def test_the_zh_catalog_holds_nothing_obsolete():
-    # `python -m labctl.i18n.extract --prune zh` removes what no code shows any more
+    # `python scripts/i18n_extract.py --prune zh` removes what no code shows any more
     assert extract.obsolete("zh") == []
 
 

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from labtools import ROOM, cli_run_json, failing, faulty_room, rows, run, values
+from labtools import ROOM, at_seed_5, cli_run_json, failing, faulty_room, passed, rows, run, values
 
 from labctl.faults import labs_v2
 from labctl.faults.v2 import FaultV2
@@ -23,15 +23,11 @@ from labctl.runner import room_contract
 BOTH = ("alibi_reference_max_error", "both")
 
 
-@pytest.fixture(scope="module")
-def seed5():
-    return run(LAB)
+seed5 = at_seed_5(LAB)
 
 
 def test_passes_on_both_implementations(seed5):
-    assert seed5.error is None
-    assert seed5.passed, seed5.failures()
-    got = rows(seed5)
+    got = passed(seed5)
     for impl in ("reference", "clean-room"):
         assert got[("alibi_slopes_max_error", impl)].actual <= 1e-15
         # 8 heads, Ttrain 64, 4x: ALiBi leaves the far keys about a quarter of their share

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from labtools import ROOM, cli_run_json, faulty_room, rows, run, values
+from labtools import ROOM, at_seed_5, cli_run_json, faulty_room, passed, rows, run, values
 
 from labctl import faults, reference
 from labctl.faults.inference import PADDING_QUERY_AXIS
@@ -79,14 +79,11 @@ def run_with(params: Params, impl: str = "reference"):
         return run_lab(LAB, 5, impls, params)
 
 
-@pytest.fixture(scope="module")
-def seed5():
-    return run(LAB)
+seed5 = at_seed_5(LAB)
 
 
 def test_passes_on_both_implementations_at_seed_5(seed5):
-    assert seed5.error is None and seed5.passed, seed5.failures()
-    got = rows(seed5)
+    got = passed(seed5)
     assert got[("entropy_vs_reference", "both")].actual <= 1e-13
     for impl in ("reference", "clean-room"):
         assert got[(ENTROPY, impl)].actual == 0

@@ -6,7 +6,7 @@ Faulty clean rooms are written into tmp_path.
 from __future__ import annotations
 
 import pytest
-from labtools import faulty_room, rows, run, values
+from labtools import at_seed_5, faulty_room, passed, rows, run, values
 
 from labctl import faults
 from labctl.labs.causal_attention import LAB
@@ -52,14 +52,11 @@ LEAKS_AT_THE_LAST_POSITION = faults.Fault(
 )
 
 
-@pytest.fixture(scope="module")
-def seed5():
-    return run(LAB)
+seed5 = at_seed_5(LAB)
 
 
 def test_passes_on_both_implementations_at_seed_5(seed5):
-    assert seed5.error is None and seed5.passed, seed5.failures()
-    got = rows(seed5)
+    got = passed(seed5)
     for impl in ("reference", "clean-room"):
         # Masked keys contribute exactly 0: the prefix does not move at all.
         assert got[(INVARIANCE, impl)].actual == 0.0

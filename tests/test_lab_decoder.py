@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from labtools import ROOM, cli_run_json, faulty_room, rows, run, values
+from labtools import ROOM, at_seed_5, cli_run_json, faulty_room, passed, rows, run, values
 
 from labctl import faults, reference
 from labctl.faults.inference import DECODE_WINDOW_IGNORED
@@ -56,14 +56,11 @@ class Clocked:
         return SimpleNamespace(value=getattr(reference, fn)(*args, **kwargs), elapsed_s=1e-3)
 
 
-@pytest.fixture(scope="module")
-def seed5():
-    return run(LAB)
+seed5 = at_seed_5(LAB)
 
 
 def test_passes_on_both_implementations_at_seed_5(seed5):
-    assert seed5.error is None and seed5.passed, seed5.failures()
-    got = rows(seed5)
+    got = passed(seed5)
     assert got[(PARITY, "both")].actual <= 1e-13
     assert got[("greedy_tokens_vs_reference", "both")].actual == 0
     for impl in ("reference", "clean-room"):

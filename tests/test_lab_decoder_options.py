@@ -5,22 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from labtools import failing, rows, run
+from labtools import at_seed_5, failing, passed
 
 from labctl.lab import Implementation
 from labctl.labs import decoder_options as lab
 from labctl.reference import v2 as reference_v2
 from labctl.runner import run_lab
 
-
-@pytest.fixture(scope="module")
-def seed5():
-    return run(lab.LAB)
+seed5 = at_seed_5(lab.LAB)
 
 
 def test_passes_on_both_implementations(seed5):
-    assert seed5.error is None and seed5.passed, seed5.failures()
-    got = rows(seed5)
+    got = passed(seed5)
     for impl in ("reference", "clean-room"):
         assert got[("batched_positions_vs_rows_error", impl)].actual <= 1e-14
     changes = seed5.figures[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from labtools import failing, rows, run
+from labtools import at_seed_5, failing, passed, rows, run
 
 from labctl.faults.v2 import FaultV2
 from labctl.lab import Implementation
@@ -30,14 +30,11 @@ ONEHOT_LOOKUP = FaultV2(
 )
 
 
-@pytest.fixture(scope="module")
-def seed5():
-    return run(lab.LAB)
+seed5 = at_seed_5(lab.LAB)
 
 
 def test_passes_on_both_implementations_exactly(seed5):
-    assert seed5.error is None and seed5.passed, seed5.failures()
-    got = rows(seed5)
+    got = passed(seed5)
     for impl in ("reference", "clean-room"):
         assert got[("onehot_lookup_max_abs_diff", impl)].actual == 0.0
         assert got[("lookup_peak_over_onehot_bytes", impl)].actual < 0.05

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from labtools import rows, run, values
+from labtools import passed, run, values
 
 from labctl.lab import Implementation
 from labctl.labs.entropy import LAB
@@ -14,8 +14,7 @@ from labctl.runner import run_lab
 
 def test_passes_on_both_implementations():
     result = run(LAB)
-    assert result.error is None and result.passed, result.failures()
-    got = rows(result)
+    got = passed(result)
     assert got[("entropy_max_error", "clean-room")].actual <= 1e-12
     assert got[("entropy_blocked_row_max_abs", "clean-room")].actual == 0.0
     table = result.figures[0]

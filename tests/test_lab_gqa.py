@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from labtools import CACHE_REPEATED, cli_run_json, faulty_room, rows, run, values
+from labtools import CACHE_REPEATED, at_seed_5, cli_run_json, faulty_room, passed, rows, run, values
 
 from labctl import faults
 from labctl.lab import Note, TableFigure
@@ -23,15 +23,11 @@ REFERENCE = "gqa_reference_max_error"
 LLAMA_BYTES = 2 * 4096 * 8 * 128 * 2 * 80  # 手撕 §7.4's expression, evaluated here
 
 
-@pytest.fixture(scope="module")
-def seed5():
-    return run(LAB)
+seed5 = at_seed_5(LAB)
 
 
 def test_passes_on_both_implementations_at_seed_5(seed5):
-    assert seed5.error is None
-    assert seed5.passed, seed5.failures()
-    got = rows(seed5)
+    got = passed(seed5)
     for impl in ("reference", "clean-room"):
         # float64 sums over D = 8 and T = 8 terms: rounding only (~1e-16 relative).
         assert got[(FULL, impl)].actual <= 1e-14

@@ -6,7 +6,7 @@ Faulty clean rooms are written into tmp_path; evidence goes under tmp_path too.
 from __future__ import annotations
 
 import pytest
-from labtools import CACHE_REPEATED, cli_run_json, faulty_room, rows, run, values
+from labtools import CACHE_REPEATED, at_seed_5, cli_run_json, faulty_room, passed, rows, run, values
 
 from labctl import faults
 from labctl.labs.kv_cache import LAB, LENGTHS, flops
@@ -18,15 +18,11 @@ BYTES = "decode_kv_bytes_per_token_error"
 GIVEN = "decode_given_cache_max_error"
 
 
-@pytest.fixture(scope="module")
-def seed5():
-    return run(LAB)
+seed5 = at_seed_5(LAB)
 
 
 def test_passes_on_both_implementations_at_seed_5(seed5):
-    assert seed5.error is None
-    assert seed5.passed, seed5.failures()
-    got = rows(seed5)
+    got = passed(seed5)
     for impl in ("reference", "clean-room"):
         # float64, GQA and RoPE: decode and full recompute differ by rounding only (~1e-15).
         assert got[(STEP, impl)].actual <= 1e-13

@@ -5,22 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from labtools import failing, rows, run
+from labtools import at_seed_5, failing, passed, rows
 
 from labctl.lab import Implementation
 from labctl.labs import learned_positions as lab
 from labctl.reference import v2 as reference_v2
 from labctl.runner import run_lab
 
-
-@pytest.fixture(scope="module")
-def seed5():
-    return run(lab.LAB)
+seed5 = at_seed_5(lab.LAB)
 
 
 def test_passes_on_both_implementations(seed5):
-    assert seed5.error is None and seed5.passed, seed5.failures()
-    got = rows(seed5)
+    got = passed(seed5)
     for impl in ("reference", "clean-room"):
         assert got[("learned_rows_max_abs_diff", impl)].actual == 0.0
         assert got[("learned_past_tmax_not_refused", impl)].actual == 0.0

@@ -10,7 +10,18 @@ import sys
 
 import numpy as np
 import pytest
-from labtools import ROOM, cli_run_json, failing, faulty_room, rows, run, values, wave2_fault
+from labtools import (
+    ROOM,
+    at_seed_5,
+    cli_run_json,
+    failing,
+    faulty_room,
+    passed,
+    rows,
+    run,
+    values,
+    wave2_fault,
+)
 
 from labctl import faults
 from labctl.labs.positions import (
@@ -26,15 +37,11 @@ from labctl.runner import implementations, run_lab
 BOTH = ("positions_reference_max_error", "both")
 
 
-@pytest.fixture(scope="module")
-def seed5():
-    return run(LAB)
+seed5 = at_seed_5(LAB)
 
 
 def test_passes_on_both_implementations(seed5):
-    assert seed5.error is None
-    assert seed5.passed, seed5.failures()
-    got = rows(seed5)
+    got = passed(seed5)
     for impl in ("reference", "clean-room"):
         # float64 rounding only (~1e-15) where a property holds; O(0.1) where positions act.
         assert got[("positions_perm_equivariance_error", impl)].actual <= 1e-14
@@ -141,8 +148,7 @@ def test_every_rope_check_uses_the_labs_base():
     # rotates q and k by other angles than the written-out RoPE and than each other.
     with implementations("both", ROOM) as impls:
         result = run_lab(LAB, 5, impls, Params(rope_theta=100.0))
-    assert result.error is None and result.passed, result.failures()
-    got = rows(result)
+    got = passed(result)
     for impl in ("reference", "clean-room"):
         assert got[("rope_nonconsecutive_max_error", impl)].actual <= 1e-12
         assert got[("rope_shift_invariance_error", impl)].actual <= 1e-10

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from gittools import git
 from typer.testing import CliRunner
 
 from labctl.cli.main import app
@@ -32,13 +32,7 @@ MODULE = modules.Module(
     section="tests",
     required=("future_token_invariance", "reference_output_max_error"),
 )
-GIT = ["git", "-c", "user.name=labctl-test", "-c", "user.email=t@example.invalid"]
-GIT += ["-c", "commit.gpgsign=false"]
 OUTSIDE = "lies outside this repository"
-
-
-def git(*args: str, cwd: Path) -> None:
-    subprocess.run([*GIT, *args], cwd=cwd, capture_output=True, text=True, check=True)
 
 
 def invoke(*args: str):

@@ -11,11 +11,9 @@ from labctl.cli.isolation import IsolationOption, effective
 from labctl.cli.render import Column, err, fit, out, print_json, stacked, text, verdict
 from labctl.errors import EXIT_FAILED, UsageError
 from labctl.i18n import N_, Msg, _
-from labctl.verify import rules
+from labctl.verify import bad_input, rules
 
-app = typer.Typer(
-    help="The frozen clean-room interfaces, contracts v1 and v2.", no_args_is_help=True
-)
+app = typer.Typer(no_args_is_help=True)  # its help: labctl.cli.commands
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 ContractOption = Annotated[
@@ -62,7 +60,7 @@ def _refusals(function: str, version: int) -> list[dict]:
 
 
 def _refused_text(function: str, version: int) -> str:
-    return "\n".join(_(rule.said()) for rule in rules.rules_of(function, version))
+    return "\n".join(_(rule.said()) for rule in bad_input.rules_of(function, version))
 
 
 def _edge_text(function: str, version: int) -> str:
@@ -94,7 +92,7 @@ def show(
                 "bad_input": {
                     fn.name: _refusals(fn.name, version)
                     for fn in functions
-                    if rules.rules_of(fn.name, version)
+                    if bad_input.rules_of(fn.name, version)
                 },
                 "edges": {
                     fn.name: rules.edge_of(fn.name, version)

@@ -152,7 +152,6 @@ def _row(name: str) -> str:
 
 
 def doctor(json_: JsonFlag = False) -> None:
-    """Python, numpy, torch; whether the sandbox works (why not, the fix); Chinese in report, terminal."""
     from labctl.isolation import sandbox_status
 
     found = facts()

@@ -19,10 +19,7 @@ from labctl.errors import EXIT_FAILED
 from labctl.evidence.modules import DEFAULT_MODULE
 from labctl.i18n import N_, Msg, _
 
-app = typer.Typer(
-    help="The learn-llm.evidence.v1 schema, the learner template, validate and submit.",
-    no_args_is_help=True,
-)
+app = typer.Typer(no_args_is_help=True)  # its help: labctl.cli.commands
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 FileArg = Annotated[

@@ -63,11 +63,7 @@ class _DefaultCommandGroup(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-app = typer.Typer(
-    cls=_DefaultCommandGroup,
-    help="Grade a class of clean rooms and submissions: gradebook, JUnit, Gradescope.",
-    no_args_is_help=True,
-)
+app = typer.Typer(cls=_DefaultCommandGroup, no_args_is_help=True)  # help: labctl.cli.commands
 
 
 def _check(timeout: float, learner_timeout: float, memory_mb: int, jobs: int | None) -> None:

@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from labctl import textsafe
+from labctl.cli.commands import LANG_HELP as LANG_HELP  # report's --lang says it too
 from labctl.cli.render import Prose
 from labctl.i18n import N_, Msg, _, choose, declared, joined, set_language
 from labctl.i18n.validation import explained
@@ -180,9 +181,6 @@ def speaking() -> Iterator[None]:
             setattr(owner, name, value)
 
 
-LANG_HELP = "Language of the output: zh or en [default: LABCTL_LANG, else the locale, else en]."
-
-
 class Language(str, Enum):
     # Read from the raw arguments by `localized` before parsing; declared for help and checking
     # (the global --lang and report's).
@@ -216,7 +214,9 @@ def translate_help(command) -> None:
     for param in command.params:
         if getattr(param, "help", None):
             param.help = escape(_(param.help))
-    for sub in getattr(command, "commands", {}).values():
+    subs = getattr(command, "commands", {})
+    # the root's commands not built yet are translated as they are built (`labctl.cli.main`)
+    for sub in subs.built.values() if hasattr(subs, "built") else subs.values():
         translate_help(sub)
 
 

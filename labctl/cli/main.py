@@ -9,9 +9,12 @@ these also prints one JSON document on stdout, `{"passed": false, "error":
 """
 
 import contextlib
+import importlib
+import inspect
 import os
 import sys
 import traceback
+from collections.abc import Iterator, Mapping
 from typing import Annotated
 
 import typer
@@ -19,16 +22,9 @@ from typer.core import TyperGroup
 
 import labctl
 from labctl import textsafe
-from labctl.cli import contract as contract_cli
-from labctl.cli import doctor as doctor_cli
-from labctl.cli import evidence as evidence_cli
-from labctl.cli import grade as grade_cli
-from labctl.cli import quiz as quiz_cli
-from labctl.cli import report as report_cli
-from labctl.cli import run as run_cli
-from labctl.cli import show as show_cli
-from labctl.cli import verify as verify_cli
-from labctl.cli.lang import LANG_HELP, Language, click_message, localized
+from labctl.cli import plain
+from labctl.cli.commands import BY_NAME, LANG_HELP, ROOT_HELP, VERSION_HELP
+from labctl.cli.lang import Language, click_message, localized, translate_help
 from labctl.cli.render import err, print_json
 from labctl.errors import EXIT_FAILED, EXIT_USAGE, LabctlError, UsageError
 from labctl.i18n import N_, Msg, _
@@ -121,25 +117,83 @@ class _HandledGroup(TyperGroup):
         sys.exit(code or 0)
 
 
+def load(name: str):
+    """The click command `name` of `labctl.cli.commands`, built from its module (imported
+    now), with the table's help: a function's docstring adds what follows that line."""
+    spec = BY_NAME[name]
+    made = getattr(importlib.import_module(spec.module), spec.attribute)
+    if isinstance(made, typer.Typer):
+        command = typer.main.get_group(made)
+        command.name, command.help = name, spec.help
+        return command
+    more = inspect.getdoc(made)
+    holder = typer.Typer(add_completion=False)
+    holder.command(name, help=f"{spec.help}\n\n{more}" if more else spec.help)(made)
+    return typer.main.get_command(holder)
+
+
+class _Commands(Mapping):
+    """The root's commands by name, each built when first asked for (not when listed)."""
+
+    def __init__(self) -> None:
+        self.built: dict = {}
+        self.translating = False  # inside an invocation: help is translated as it is built
+
+    def __getitem__(self, name: str):
+        if name not in self.built:
+            if name not in BY_NAME:
+                raise KeyError(name)
+            self.built[name] = command = load(name)
+            if self.translating:
+                translate_help(command)
+        return self.built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(BY_NAME)
+
+    def __len__(self) -> int:
+        return len(BY_NAME)
+
+
+class _LazyGroup(_HandledGroup):
+    """The root command: it knows each command from `labctl.cli.commands` and imports a
+    command's module only when that command runs or shows its help. Its own help is drawn
+    without typer (`labctl.cli.overview`), the same as the console script's fast path."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.commands = _Commands()
+
+    def add_command(self, cmd, name=None) -> None:
+        raise TypeError("labctl's commands are listed in labctl.cli.commands")
+
+    def get_command(self, ctx, cmd_name):
+        return self.commands.get(cmd_name)
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(self.commands)
+
+    def get_help(self, ctx) -> str:
+        return plain.root_help(ctx.command_path)
+
+    def parse_args(self, ctx, args):
+        if not args and self.no_args_is_help:
+            typer.echo(self.get_help(ctx))  # as click does, with its exit code: 2
+            ctx.exit(EXIT_USAGE)
+        return super().parse_args(ctx, args)
+
+    def main(self, *args, **kwargs):
+        self.commands.translating = True
+        return super().main(*args, **kwargs)
+
+
 app = typer.Typer(
-    cls=localized(_HandledGroup),
-    help="Run the attention and Transformer-block labs, verify clean rooms, submit evidence.",
+    cls=localized(_LazyGroup),
+    help=ROOT_HELP,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.add_typer(contract_cli.app, name="contract")
-app.add_typer(evidence_cli.app, name="evidence")
-app.add_typer(grade_cli.app, name="grade")
-app.command("list")(show_cli.list_labs)
-app.command("run")(run_cli.run)
-app.command("show")(show_cli.show)
-app.add_typer(verify_cli.verify_app, name="verify")
-app.add_typer(verify_cli.clean_room_app, name="clean-room")
-app.command("faults")(verify_cli.faults)
-app.command("doctor")(doctor_cli.doctor)
-app.command("report")(report_cli.report)
-app.command("quiz")(quiz_cli.quiz)
 
 
 def _version(value: bool) -> None:
@@ -152,7 +206,7 @@ def _version(value: bool) -> None:
 def root(
     version: Annotated[
         bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+        typer.Option("--version", callback=_version, is_eager=True, help=VERSION_HELP),
     ] = False,
     lang: Annotated[
         Language | None,

@@ -61,7 +61,6 @@ def quiz(
     ),
     json_: JsonFlag = False,
 ) -> None:
-    """Answer the chapters' self-check questions; labctl checks each against its own labs."""
     from labctl.evidence.records import shown_path
     from labctl.quiz import check, record
 

@@ -43,7 +43,6 @@ def report(
     ] = None,
     json_: JsonFlag = False,
 ) -> None:
-    """Build one HTML report (figures inlined, opens offline) from the evidence records."""
     from labctl.evidence.records import shown_path
     from labctl.report import build_report
 

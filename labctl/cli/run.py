@@ -59,10 +59,7 @@ def run(
     ] = None,
     json_: JsonFlag = False,
 ) -> None:
-    """Run labs on the reference and a clean room; print metrics; write evidence records.
-
-    Records go to --out/<lab>/, and the manifest of the newest record per lab to --out.
-    """
+    """Records go to --out/<lab>/, and the manifest of the newest record per lab to --out."""
     probe_early(isolation)
     from labctl import registry
     from labctl.evidence.records import shown_path

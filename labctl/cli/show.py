@@ -12,9 +12,12 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.text import Text
 
+from labctl import listing
+from labctl.cli import plain
 from labctl.cli.render import Column, Prose, fit, heading, out, print_json, text
 from labctl.errors import UsageError
 from labctl.i18n import N_, Msg, _
+from labctl.listing import citation
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
@@ -24,16 +27,6 @@ BOUNDS = (
     ("min_length", N_("at least {n} values")), ("max_length", N_("at most {n} values")),
     ("multiple_of", N_("a multiple of {n}")),
 )  # fmt: skip
-
-
-def citation(section) -> dict[str, str]:
-    return {
-        "chapter": section.chapter.title,
-        "number": section.number,
-        "heading": section.heading,
-        "part": section.part,
-        "text": str(section),
-    }
 
 
 def param_bounds(field) -> dict[str, Any]:
@@ -81,64 +74,14 @@ def lab_document(lab) -> dict[str, Any]:
         ],
         "tolerances": registry.TOLERANCE_TABLE_VERSION,
         "metrics": [
-            {
-                "name": m.name,
-                "unit": m.unit,
-                "expected": m.expected,
-                "impls": list(m.impls),
-                "timing": m.timing,
-                "description": _(m.description),
-                "why": _(m.why),
-            }
+            {**listing.metric(m), "description": _(m.description), "why": _(m.why)}
             for m in lab.metrics
         ],
     }
 
 
 def list_labs(json_: JsonFlag = False) -> None:
-    """List the labs: id, title, course sections, metrics."""
-    from labctl import registry
-
-    labs = registry.discover()
-    if json_:
-        print_json(
-            {
-                "tolerances": registry.TOLERANCE_TABLE_VERSION,
-                "labs": [
-                    {
-                        "id": lab.id,
-                        "title": _(lab.title),
-                        "sections": [citation(s) for s in lab.sections],
-                        "metrics": [
-                            {
-                                "name": m.name,
-                                "unit": m.unit,
-                                "expected": m.expected,
-                                "impls": list(m.impls),
-                                "timing": m.timing,
-                            }
-                            for m in lab.metrics
-                        ],
-                    }
-                    for lab in labs
-                ],
-            }
-        )
-        return
-    out.print(
-        text(Msg("labs (tolerance table {version})", version=registry.TOLERANCE_TABLE_VERSION)),
-        style="bold",
-    )
-    out.print()
-    for lab in labs:
-        out.print(f"[bold]{escape(lab.id)}[/bold]  {text(lab.title)}", soft_wrap=False)
-        for section in lab.sections:
-            out.print(
-                _indented(Text(_(Msg("course: {section}", section=str(section))), style="dim"))
-            )
-        names = ", ".join(m.name for m in lab.metrics)
-        out.print(_indented(Text(_(Msg("metrics: {names}", names=names)))))
-        out.print()
+    print(plain.list_labs(json_))  # no rich: the console script prints it before importing any
 
 
 def _indented(body: Text) -> Padding:
@@ -150,7 +93,6 @@ def show(
     lab_id: Annotated[str, typer.Argument(metavar="LAB", help="A lab id (see labctl list).")],
     json_: JsonFlag = False,
 ) -> None:
-    """Show a lab: its question, course sections, parameters and metrics with tolerances."""
     from labctl import registry
     from labctl.lab import UNITS, shown_expected
 

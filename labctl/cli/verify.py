@@ -19,11 +19,9 @@ from labctl.textsafe import shown as shown_text
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
-verify_app = typer.Typer(
-    help="Prove a clean room against its contract (v1, v2) and the reference.",
-    no_args_is_help=True,
-)
-clean_room_app = typer.Typer(help="Start a clean room of your own.", no_args_is_help=True)
+# Their help, and the root's help of every command: labctl.cli.commands.
+verify_app = typer.Typer(no_args_is_help=True)
+clean_room_app = typer.Typer(no_args_is_help=True)
 
 _MARK = {"pass": "[green]✓[/green]", "fail": "[bold red]✗[/bold red]", "not-run": "[dim]–[/dim]"}
 # Short column heads, so the function x check table fits 80 columns; the legend under the
@@ -378,7 +376,6 @@ def faults(
     isolation: IsolationOption = "auto",
     json_: JsonFlag = False,
 ) -> None:
-    """Run every check against every catalogued fault; print which checks catch which fault."""
     from labctl.evidence.records import shown_path
     from labctl.verify.matrix import build_matrix
 

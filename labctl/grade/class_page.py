@@ -20,18 +20,17 @@ text here, never markup: control and bidi characters shown escaped, then HTML-es
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Sequence
 from pathlib import Path
 
 from labctl.evidence.store import replace_atomically
 from labctl.grade.basecode import flag
+from labctl.grade.page import escaped as _e
+from labctl.grade.page import page
 from labctl.grade.rubric import Rubric
 from labctl.grade.score import GRADED, Row
-from labctl.i18n import N_, Msg, _, language
-from labctl.report.html import CSP, CSS
-from labctl.textsafe import shown
+from labctl.i18n import N_, Msg, _
 
 FILE = "class.html"
 BINS = 10
@@ -44,11 +43,6 @@ svg { max-width: 100%; height: auto; } svg text { font-family: system-ui, sans-s
 .meter-back { display: inline-block; width: 8rem; background: #eee; margin-right: 0.4rem; }
 td.learners { max-width: 40rem; }
 """
-
-
-def _e(text: object) -> str:
-    """Learner text as inert HTML: control and bidi characters shown escaped, then escaped."""
-    return html.escape(shown(str(text)), quote=True)
 
 
 def _points(value: float) -> str:
@@ -374,21 +368,8 @@ def document(
         _similarity(found),
         _glance(rows),
     ]
-    return f"""<!DOCTYPE html>
-<html lang="{language()}">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{CSP}">
-<title>{_e(title)}</title>
-<style>{CSS}{_STYLE}</style>
-</head>
-<body>
-<h1>{_e(title)}</h1>
-<p>{_e(_(Msg("rubric {rubric}", rubric=rubric.name)))}</p>
-{"".join(sections)}
-</body>
-</html>
-"""
+    rubric_line = _e(_(Msg("rubric {rubric}", rubric=rubric.name)))
+    return page(title, _STYLE, f"<p>{rubric_line}</p>\n{''.join(sections)}")
 
 
 def _diagnoses(out: Path, rows: Sequence[Row], stems: Sequence[str]) -> dict[str, list[dict]]:

@@ -25,7 +25,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from labctl.errors import LabctlError, UsageError
 from labctl.evidence.models import Strict
-from labctl.i18n import Msg, joined
+from labctl.i18n import Msg
 
 OVERRIDES_SCHEMA = "labctl.grade-overrides.v1"
 
@@ -85,7 +85,7 @@ class Overrides(Strict):
 
 
 def load_overrides(path: Path) -> Overrides:
-    from labctl.grade.rubric import _problem, _UniqueKeyLoader
+    from labctl.grade.rubric import _UniqueKeyLoader, invalid
 
     if not path.is_file():
         raise UsageError(Msg("--overrides {path} is not a file", path=str(path)))
@@ -102,16 +102,7 @@ def load_overrides(path: Path) -> Overrides:
     try:
         return Overrides.model_validate(data)
     except ValidationError as exc:
-        problems = joined(
-            [
-                Msg(
-                    "{where}: {detail}",
-                    where=".".join(str(p) for p in e["loc"]) or Msg("(document)"),
-                    detail=_problem(e),
-                )
-                for e in exc.errors()
-            ]
-        )
+        problems = invalid(exc)
         raise OverridesError(
             Msg(
                 "{where} is not a valid overrides file: {problems}",

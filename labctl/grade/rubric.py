@@ -251,19 +251,25 @@ def parse_rubric(text: str, where: str | Msg = "rubric") -> Rubric:
     try:
         return Rubric.model_validate(data)
     except ValidationError as exc:
-        problems = joined(
-            [
-                Msg(
-                    "{where}: {detail}",
-                    where=".".join(str(p) for p in e["loc"]) or Msg("(document)"),
-                    detail=_problem(e),
-                )
-                for e in exc.errors()
-            ]
-        )
+        problems = invalid(exc)
         raise RubricError(
             Msg("{where} is not a valid rubric: {problems}", where=where, problems=problems)
         ) from None
+
+
+def invalid(exc: ValidationError) -> str | Msg:
+    """Every problem pydantic found in one of grading's YAML files (a rubric, overrides), by
+    where it stands, in the catalog's words."""
+    return joined(
+        [
+            Msg(
+                "{where}: {detail}",
+                where=".".join(str(p) for p in e["loc"]) or Msg("(document)"),
+                detail=_problem(e),
+            )
+            for e in exc.errors()
+        ]
+    )
 
 
 def _problem(error: dict) -> str | Msg:

@@ -11,15 +11,14 @@ run stands beside today's gradebook.
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 from labctl.evidence.store import replace_atomically
 from labctl.grade.outputs import json_bytes
+from labctl.grade.page import escaped as _e
+from labctl.grade.page import page
 from labctl.grade.similarity import PROJECT, STUBS, Pair, Room, Similarity
-from labctl.i18n import _, language
-from labctl.report.html import CSP, CSS
-from labctl.textsafe import shown
+from labctl.i18n import _
 
 FILES = ("similarity.json", "similarity.html")
 # Lines of context shown around each matching region.
@@ -29,11 +28,6 @@ td.code { text-align: left; vertical-align: top; width: 50%; }
 td.code pre { margin: 0; font-size: 0.8rem; white-space: pre-wrap; }
 .match { background: #fff4ce; } .ln { color: #777; user-select: none; }
 """
-
-
-def _e(text: object) -> str:
-    """Learner text as inert HTML: control and bidi characters shown escaped, then escaped."""
-    return html.escape(shown(str(text)), quote=True)
 
 
 def _name(name: str) -> str:
@@ -130,24 +124,7 @@ def document(result: Similarity) -> str:
     if unread:
         unread = f"<ul>{unread}</ul>"
     title = _("labctl grade: similar clean rooms")
-    return f"""<!DOCTYPE html>
-<html lang="{language()}">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{CSP}">
-<title>{_e(title)}</title>
-<style>{CSS}{_STYLE}</style>
-</head>
-<body>
-<h1>{_e(title)}</h1>
-<p>{_e(intro)}</p>
-<ol>{index}</ol>
-{unread}
-{empty}
-{pairs}
-</body>
-</html>
-"""
+    return page(title, _STYLE, f"<p>{_e(intro)}</p>\n<ol>{index}</ol>\n{unread}\n{empty}\n{pairs}")
 
 
 def write_report(result: Similarity, out: Path) -> list[Path]:

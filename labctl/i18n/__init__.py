@@ -18,7 +18,7 @@ messages: they stay English in every language.
 The language is English until `set_language` says otherwise; the CLI chooses
 it once per invocation with `choose` (`--lang`, `LABCTL_LANG`, the locale).
 Catalogs are the `.po` files under `locale/<lang>/LC_MESSAGES/labctl.po`, read
-at first use (`labctl.i18n.po`); `python -m labctl.i18n.extract` lists the
+at first use (`labctl.i18n.po`); `scripts/i18n_extract.py` lists the
 messages they must hold.
 """
 

@@ -10,13 +10,14 @@ refused because no message of labctl needs them.
 from __future__ import annotations
 
 import re
+import string
 from dataclasses import dataclass, field
 
-from labctl.errors import LabctlError
 
-
-class CatalogError(LabctlError):
-    """A `.po` catalog that cannot be read."""
+class CatalogError(ValueError):
+    """A `.po` catalog that cannot be read: labctl's own, as shipped or as a translator
+    edited it, so a fault of the package, not of a learner's input. Not a `LabctlError`:
+    that family translates its messages through the catalogs this module reads."""
 
 
 @dataclass
@@ -138,3 +139,12 @@ def quote(text: str) -> str:
 def format_entry(msgid: str, msgstr: str = "", comments: list[str] | None = None) -> str:
     head = "".join(f"{c}\n" for c in comments or ())
     return f"{head}msgid {quote(msgid)}\nmsgstr {quote(msgstr)}\n"
+
+
+def placeholders(template: str) -> set[str]:
+    """The names a template formats in: `{x:.3f}` and `{x!r}` are both `x`."""
+    names = set()
+    for _, name, _, _ in string.Formatter().parse(template):
+        if name is not None:
+            names.add(name.split(".")[0].split("[")[0])
+    return names

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from labctl.i18n import N_, Msg, declared
-from labctl.i18n.extract import placeholders
+from labctl.i18n.po import placeholders
 
 # type → message; the placeholders are the error's ctx keys.
 MESSAGES = {

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from labctl.i18n import N_, Msg, declared
 from labctl.isolation import seccomp
+from labctl.isolation.limits import staged_folder
 
 ENV_BWRAP = "LABCTL_BWRAP"  # another bwrap binary, or a missing path to test the fallback
 INSTALL_HINT = N_(
@@ -94,8 +95,6 @@ class SandboxStatus:
 @functools.cache
 def staged_worker() -> Path:
     """A private directory holding `labctl/` with only the worker's modules (once per process)."""
-    from labctl.isolation.staging import staged_folder
-
     top = staged_folder("worker")
     atexit.register(shutil.rmtree, top, True)
     for relative in STAGED:
@@ -139,8 +138,6 @@ def copy_room(room: Path) -> Path:
             f"clean room {room.name} holds {size >> 20} MiB; a clean room is source code "
             f"(at most {ROOM_COPY_LIMIT >> 20} MiB)"
         )
-    from labctl.isolation.staging import staged_folder
-
     top = staged_folder("room")
     dest = top / room.name
     shutil.copytree(room, dest, ignore=_not_source, symlinks=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import resource
 import shutil
@@ -185,3 +186,21 @@ def _readlink(path: str) -> str:
         return os.readlink(path)
     except OSError:
         return ""
+
+
+def staged_folder(kind: str) -> Path:
+    """A new folder, 0755, for what the worker must read, where uid 65534 reaches it
+    (`limits.staging_parent`), named for this process; removed when labctl exits, and by
+    the next labctl should this one be killed first."""
+    parent = _staging_parent_swept()
+    top = Path(tempfile.mkdtemp(prefix=f"labctl-{kind}-{os.getpid()}-", dir=parent))
+    top.chmod(0o755)
+    return top
+
+
+@functools.cache
+def _staging_parent_swept() -> str | None:
+    parent = staging_parent()
+    if parent is not None:
+        sweep_staged(parent)
+    return parent

@@ -25,11 +25,10 @@ import os
 import shutil
 import stat
 import sysconfig
-import tempfile
 from pathlib import Path
 
 from labctl.isolation import bwrap
-from labctl.isolation.limits import readable_by_others, staging_parent, sweep_staged
+from labctl.isolation.limits import readable_by_others, staged_folder
 
 # Left out of a mirrored standard library: third-party packages, and its own test suite.
 _LEFT_OUT = frozenset({"site-packages", "dist-packages", "test"})
@@ -66,24 +65,6 @@ def _mirror(source: Path, dest: Path, left_out: frozenset[str] = frozenset()) ->
                 pending.append((Path(entry.path), target))
             elif entry.is_file(follow_symlinks=False):
                 _place(Path(entry.path), target)
-
-
-def staged_folder(kind: str) -> Path:
-    """A new folder, 0755, for what the worker must read, where uid 65534 reaches it
-    (`limits.staging_parent`), named for this process; removed when labctl exits, and by
-    the next labctl should this one be killed first."""
-    parent = _parent()
-    top = Path(tempfile.mkdtemp(prefix=f"labctl-{kind}-{os.getpid()}-", dir=parent))
-    top.chmod(0o755)
-    return top
-
-
-@functools.cache
-def _parent() -> str | None:
-    parent = staging_parent()
-    if parent is not None:
-        sweep_staged(parent)
-    return parent
 
 
 def _folder(kind: str) -> Path:

@@ -105,12 +105,20 @@ def repeat_kv(x, n_rep):
     return numpy(repeat_kv_t(t, size(n_rep, "n_rep", minimum=1)))
 
 
-def rope_t(t: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Interleaved-pair RoPE as complex multiplication (Meta's Llama `apply_rotary_emb`)."""
+def rope_t(
+    t: torch.Tensor, positions: torch.Tensor, theta: float, divisor: float = 1.0
+) -> torch.Tensor:
+    """Interleaved-pair RoPE as complex multiplication (Meta's Llama `apply_rotary_emb`).
+
+    `positions` (T,), or (B, T) for t (B, ..., T, D) (contract v2); v2's position
+    interpolation divides them by `divisor` (v1: 1, exact)."""
     D = t.shape[-1]
     inv_freq = float(theta) ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
-    angle = positions.to(torch.float64)[:, None] * inv_freq[None, :]  # (T, D/2)
-    rotation = torch.polar(torch.ones_like(angle), angle)  # (T, D/2) complex
+    angle = (positions.to(torch.float64) / divisor)[..., None] * inv_freq  # (.., T, D/2)
+    if positions.ndim == 2:
+        # (B, T, D/2) -> (B, 1, .., 1, T, D/2): batch b's row t rotates by positions[b, t].
+        angle = angle.reshape(angle.shape[0], *([1] * (t.ndim - 3)), *angle.shape[1:])
+    rotation = torch.polar(torch.ones_like(angle), angle)  # (.., T, D/2) complex
     pairs = t.to(torch.float64).reshape(*t.shape[:-1], D // 2, 2)  # (..., T, D/2, 2)
     rotated = torch.view_as_real(torch.view_as_complex(pairs.contiguous()) * rotation)
     return rotated.flatten(-2).to(t.dtype)  # (..., T, D)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from labctl.reference._boundary import fail, ints, matrix, numpy, size, tensor
-from labctl.reference.primitives import softmax_t
+from labctl.reference.primitives import rope_t, softmax_t
 
 ROPE_SCALINGS = (None, "linear", "ntk")
 GELU_APPROXIMATIONS = ("none", "tanh")
@@ -86,20 +86,6 @@ def positions_t(
     fail(arg, f"expected shape {want} to match {name} {tuple(shape)}, got {tuple(p.shape)}")
 
 
-def rope_v2_t(t: torch.Tensor, positions: torch.Tensor, base: float, divisor: float):
-    """Interleaved-pair RoPE as complex multiplication; `positions` (T,) or (B, T)."""
-    D = t.shape[-1]
-    inv_freq = float(base) ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
-    angle = (positions.to(torch.float64) / divisor)[..., None] * inv_freq  # (.., T, D/2)
-    if positions.ndim == 2:
-        # (B, T, D/2) -> (B, 1, .., 1, T, D/2): batch b's row t rotates by positions[b, t].
-        angle = angle.reshape(angle.shape[0], *([1] * (t.ndim - 3)), *angle.shape[1:])
-    rotation = torch.polar(torch.ones_like(angle), angle)
-    pairs = t.to(torch.float64).reshape(*t.shape[:-1], D // 2, 2)  # (..., T, D/2, 2)
-    rotated = torch.view_as_real(torch.view_as_complex(pairs.contiguous()) * rotation)
-    return rotated.flatten(-2).to(t.dtype)  # (..., T, D)
-
-
 def rope(x, positions, theta=10000.0, scaling=None, factor=1.0):
     t = tensor(x, "x")
     if t.ndim < 2:
@@ -108,7 +94,7 @@ def rope(x, positions, theta=10000.0, scaling=None, factor=1.0):
     if D % 2:
         fail("x", f"RoPE needs an even head width D, got D={D}")
     base, divisor = rope_settings(theta, scaling, factor, D)
-    return numpy(rope_v2_t(t, positions_t(positions, tuple(t.shape)), base, divisor))
+    return numpy(rope_t(t, positions_t(positions, tuple(t.shape)), base, divisor))
 
 
 def _paper_slopes(n: int) -> list[float]:

@@ -8,15 +8,12 @@ decoder's position schemes and head) are asked of a room checked against v2 only
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
 
 import numpy as np
 
 from labctl.verify import rules
+from labctl.verify.bad_case import BadCase
 from labctl.verify.builders import (
     SEED,
     attention_weights,
@@ -27,20 +24,6 @@ from labctl.verify.builders import (
     rng,
     weight,
 )
-
-
-@dataclass(eq=False)
-class BadCase:
-    """A call the contract's Bad input section says must raise ValueError or TypeError."""
-
-    function: str
-    name: str
-    rule: rules.Rule
-    args: tuple
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-    def call(self) -> tuple[tuple, dict]:
-        return copy.deepcopy(self.args), copy.deepcopy(dict(self.kwargs))
 
 
 def _odd_group_weights(r) -> tuple[np.ndarray, ...]:
@@ -58,6 +41,15 @@ def bad_cases(function: str, seed: int = SEED, contract: int = 1) -> tuple[BadCa
 
         cases += widened_cases(function, rng(seed, f"{function}/bad/v2"))
     return cases
+
+
+def rules_of(function: str, contract: int = 1) -> tuple[rules.Rule, ...]:
+    """The distinct rules `function` is graded on at `contract`, in the order of its cases."""
+    found: list[rules.Rule] = []
+    for case in bad_cases(function, contract=contract):
+        if case.rule not in found:
+            found.append(case.rule)
+    return tuple(found)
 
 
 def _v1_cases(function: str, seed: int) -> tuple[BadCase, ...]:
@@ -169,6 +161,6 @@ def _v1_cases(function: str, seed: int) -> tuple[BadCase, ...]:
         return (
             BadCase(f, "C%n_heads", rules.C_NOT_DIVISIBLE, (r.integers(0, 7, (1, 3)), params, 4)),
         )
-    from labctl.verify.bad_input_v2 import bad_cases_v2  # it builds on BadCase, defined here
+    from labctl.verify.bad_input_v2 import bad_cases_v2
 
     return bad_cases_v2(f, r)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from labctl.verify import rules
-from labctl.verify.bad_input import BadCase
+from labctl.verify.bad_case import BadCase
 from labctl.verify.builders import attention_weights, decoder_params, ints, normal, weight
 
 

@@ -52,12 +52,11 @@ from typing import Any
 import numpy as np
 
 from labctl.i18n import N_
+from labctl.verify.builders import FIXTURES_VERSION as FIXTURES_VERSION  # records name it here
 from labctl.verify.builders import SEED, Fixture, rng
 from labctl.verify.fixtures_composed import COMPOSED
 from labctl.verify.fixtures_primitives import PRIMITIVES
 from labctl.verify.fixtures_v2 import EXTENDED, NEW
-
-FIXTURES_VERSION = "v4"
 
 _BY_FUNCTION = {**PRIMITIVES, **COMPOSED, **NEW}
 

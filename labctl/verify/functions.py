@@ -41,25 +41,19 @@ RETURNS: dict[str, tuple[str, ...]] = {
 # (sdpa: "after masking and softmax", GQA by repeat_kv; mha: "by projection and
 # split_heads; RoPE ...; mask ...; then merge_heads"; the block and the model
 # as the table writes them). Used to localise a failing composition.
+_ATTENTION = (
+    "causal_mask",
+    "sliding_window_mask",
+    "split_heads",
+    "merge_heads",
+    "rope",
+    "scaled_dot_product_attention",
+)
 DEPENDS: dict[str, tuple[str, ...]] = {
     "scaled_dot_product_attention": ("softmax", "repeat_kv"),
     "tiled_attention": ("repeat_kv",),
-    "multi_head_attention": (
-        "causal_mask",
-        "sliding_window_mask",
-        "split_heads",
-        "merge_heads",
-        "rope",
-        "scaled_dot_product_attention",
-    ),
-    "attention_decode": (
-        "causal_mask",
-        "sliding_window_mask",
-        "split_heads",
-        "merge_heads",
-        "rope",
-        "scaled_dot_product_attention",
-    ),
+    "multi_head_attention": _ATTENTION,
+    "attention_decode": _ATTENTION,
     "transformer_block": ("rms_norm", "multi_head_attention", "swiglu_ffn"),
     "decoder_forward": ("sinusoidal_positions", "rms_norm", "transformer_block"),
     "geglu_ffn": ("gelu",),

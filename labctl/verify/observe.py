@@ -29,7 +29,7 @@ from labctl.isolation.sandbox import CleanRoom
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
 from labctl.verify.builders import SEED
-from labctl.verify.calls import CRASHED, Call, calls_of
+from labctl.verify.calls import CRASHED, Call, accepted_refusal, calls_of
 from labctl.verify.functions import CAUSAL_FUNCTIONS, DEPENDS
 from labctl.verify.places import PACKAGE, Located, function_at, located
 
@@ -38,10 +38,6 @@ Room = CleanRoom | InProcessRoom
 # The violations a room's observation (and so its records) keeps: each call may bring a
 # hundred new ones of a thousand characters, and a room may make thousands of calls.
 MAX_VIOLATIONS = 200
-
-# Exception names that are ValueError or TypeError: the builtins' own subclasses
-# and numpy's. A class the clean room defines itself is taken on trust.
-_ACCEPTED_BAD_INPUT = {"ValueError", "TypeError", "AxisError", "UnicodeError"}
 
 
 @dataclass
@@ -93,21 +89,6 @@ class Outcome:
         if self.kind == "exception":
             return "refused" if accepted_refusal(self.exc_type) else "wrong-exception"
         return {"value": "returned"}.get(self.kind, self.kind)
-
-
-def accepted_refusal(exc_type: str | None) -> bool:
-    """ValueError or TypeError (or a subclass we can tell, or the clean room's own class)."""
-    if exc_type is None:
-        return False
-    if exc_type in _ACCEPTED_BAD_INPUT:
-        return True
-    import builtins
-
-    known = getattr(builtins, exc_type, None)
-    if isinstance(known, type) and issubclass(known, BaseException):
-        return issubclass(known, (ValueError, TypeError))
-    # Not a builtin: a class of the clean room's own (ShapeError(ValueError), ...).
-    return exc_type != "ForbiddenImport"
 
 
 @dataclass

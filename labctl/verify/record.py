@@ -13,7 +13,6 @@ import os
 import shlex
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from labctl import contract
 from labctl.errors import UsageError
@@ -26,9 +25,7 @@ from labctl.jsonsafe import dumps
 from labctl.textsafe import json_text
 from labctl.verify.compare import TOLERANCE_VERSION
 from labctl.verify.observe import PACKAGE
-
-if TYPE_CHECKING:
-    from labctl.verify.verify import VerifyReport
+from labctl.verify.report import VerifyReport
 
 MODULE_ID = "verify-clean-room"
 DEFAULT_OUT = Path("evidence/verify")

@@ -42,7 +42,7 @@ SCHEMA = "labctl.reference-cache.v2"
 def cache_key(seed: int) -> str:
     import labctl
     from labctl import contract
-    from labctl.verify.fixtures import FIXTURES_VERSION
+    from labctl.verify.builders import FIXTURES_VERSION
 
     try:
         torch_version = metadata.version("torch")

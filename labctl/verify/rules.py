@@ -5,7 +5,7 @@ contract's "Bad input" section (v1's, and the list v2 adds), in the learner's
 words and naming the argument; every case `labctl verify` grades
 (`labctl.verify.bad_input`) carries the rule it tests, and `labctl contract
 show` and the `clean-room init` stubs list a function's rules from those very
-cases (`rules_of`), so a rule is shown exactly when it is graded. A case not
+cases (`labctl.verify.bad_input.rules_of`), so a rule is shown exactly when it is graded. A case not
 refused is reported with its rule quoted.
 
 `EDGES` says what the contract's formulas give where a reader may doubt
@@ -125,17 +125,6 @@ EDGES: dict[str, str] = {
         "stays (H, t_q, t_k)"
     ),
 }
-
-
-def rules_of(function: str, contract: int = 1) -> tuple[Rule, ...]:
-    """The distinct rules `function` is graded on at `contract`, in the order of its cases."""
-    from labctl.verify.bad_input import bad_cases
-
-    found: list[Rule] = []
-    for case in bad_cases(function, contract=contract):
-        if case.rule not in found:
-            found.append(case.rule)
-    return tuple(found)
 
 
 def edge_of(function: str, contract: int = 1) -> str | None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from labctl import contract
 from labctl.errors import LabctlError, UsageError
 from labctl.i18n import N_, Msg, _, declared
-from labctl.verify import rules
+from labctl.verify import bad_input, rules
 from labctl.verify.observe import MEASURED
 from labctl.wrapping import fill, wrap
 
@@ -67,7 +67,7 @@ def _stub(fn: contract.Function, version: int = 1) -> str:
         *_wrapped(_(Msg("Returns: {returns}.", returns=_(fn.returns))), 84),
     ]
     # What verify grades as bad input, from the very cases it runs (labctl.verify.rules).
-    refused = rules.rules_of(fn.name, version)
+    refused = bad_input.rules_of(fn.name, version)
     if refused:
         lines += ["", _("Must refuse (verify checks each):")]
         for rule in refused:

@@ -1,14 +1,17 @@
 """Find every message labctl shows, and check a catalog holds a translation of each.
 
+A development script, not part of the library: it reads the command tree, and the CLI sits
+above everything the library holds, so inside labctl it would close a circle of imports.
+
 Messages come from three places: the source, where `_("...")`, `N_("...")` and
 `Msg("...", ...)` mark them and where a pydantic `Field(description="...")`
 describes a lab parameter (read with `ast`, so nothing is imported), the
 command tree, whose help texts typer takes from docstrings and `help=`, and the
 contract data's prose (`contract_v*.json`).
 
-    python -m labctl.i18n.extract                 # a .pot of every message, on stdout
-    python -m labctl.i18n.extract --check zh      # what the zh catalog lacks; exit 1 if anything
-    python -m labctl.i18n.extract --update zh     # append the missing msgids, empty, to zh's .po
+    python scripts/i18n_extract.py                 # a .pot of every message, on stdout
+    python scripts/i18n_extract.py --check zh      # what the zh catalog lacks; exit 1 if anything
+    python scripts/i18n_extract.py --update zh     # append the missing msgids, empty, to zh's .po
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import string
 import sys
 from dataclasses import dataclass
 from importlib import util
@@ -24,9 +26,10 @@ from pathlib import Path
 
 from labctl import pysource
 from labctl.i18n import DOMAIN, catalog_path, po
+from labctl.i18n.po import placeholders
 
 MARKERS = ("_", "N_", "Msg")
-PACKAGE = Path(__file__).resolve().parents[1]
+PACKAGE = Path(util.find_spec("labctl").origin).resolve().parent
 # labs/ and clean_room/ sit beside labctl/ in the repository and inside it once installed.
 SUBPACKAGES = ("labs", "clean_room")
 
@@ -126,15 +129,6 @@ def all_messages() -> tuple[dict[str, list[str]], list[str]]:
     return messages, problems
 
 
-def placeholders(template: str) -> set[str]:
-    """The names a template formats in: `{x:.3f}` and `{x!r}` are both `x`."""
-    names = set()
-    for _, name, _, _ in string.Formatter().parse(template):
-        if name is not None:
-            names.add(name.split(".")[0].split("[")[0])
-    return names
-
-
 def check(lang: str, catalog_text: str | None = None) -> list[str]:
     """One line per gap in `lang`'s catalog (or in `catalog_text`), naming the msgid and its use."""
     messages, problems = all_messages()
@@ -220,7 +214,7 @@ def prune(lang: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m labctl.i18n.extract", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python scripts/i18n_extract.py", description=__doc__)
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--check", metavar="LANG", help="list what LANG's catalog lacks")
     group.add_argument("--update", metavar="LANG", help="append missing msgids to LANG's catalog")

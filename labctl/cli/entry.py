@@ -1,0 +1,80 @@
+"""The console script `labctl`: the root's help, `--version` and `labctl list` at once, the
+rest through the command tree.
+
+Those three are what a learner waits for most, and they read nothing a parser must check:
+printed from `labctl.cli.plain` here, before typer, rich, pydantic or numpy is imported,
+they take a tenth of what importing the tree does. Any other command line, or any form of
+these that is not written exactly so (a typo, an option of `list` it lacks, `--lang` with
+a value labctl does not speak), goes to `labctl.cli.main`, which parses it, reports errors
+and prints the same texts from the same module.
+"""
+
+import contextlib
+import os
+import sys
+
+EXIT_USAGE = 2  # labctl.errors.EXIT_USAGE: no args is help, as click does
+LANGUAGES = ("zh", "en")  # the values --lang takes (labctl.cli.lang.Language)
+
+
+def fast(args: list[str]) -> tuple[str | None, str, bool] | None:
+    """(the language asked for, what to print, json) for a command line printed here;
+    None for every other."""
+    lang = None
+    words = list(args)
+    while words[:1] and words[0].startswith("--lang"):
+        if words[0] == "--lang" and len(words) > 1:
+            lang, words = words[1], words[2:]
+        elif words[0].startswith("--lang="):
+            lang, words = words[0].split("=", 1)[1], words[1:]
+        else:
+            return None
+        if lang.lower() not in LANGUAGES:
+            return None
+    if words == [] and not args:
+        return None, "no-args", False
+    if words == ["--help"]:
+        return lang, "help", False
+    if words == ["--version"]:
+        return lang, "version", False
+    if words in (["list"], ["list", "--json"]):
+        return lang, "list", words == ["list", "--json"]
+    return None
+
+
+def main() -> None:
+    chosen = fast(sys.argv[1:])
+    text = None
+    if chosen is not None:
+        lang, what, json_ = chosen
+        text = _text(lang, what, json_)
+    if text is None:
+        from labctl.cli.main import main as parsed
+
+        parsed()
+        return
+    code = EXIT_USAGE if what == "no-args" else 0
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # stdout's reader went away (`labctl list | head -1`): quietly, exit 1, as the tree does
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
+    sys.exit(code)
+
+
+def _text(lang: str | None, what: str, json_: bool) -> str | None:
+    """What to print, in the language asked for; None where making it failed (the command
+    tree then runs it again and reports the failure as it reports every other)."""
+    try:
+        from labctl.cli import plain
+        from labctl.i18n import choose, set_language
+
+        set_language(choose(lang.lower() if lang else None))
+        if what == "list":
+            return plain.list_labs(json_)
+        return plain.version() if what == "version" else plain.root_help()
+    except Exception:
+        return None

@@ -1,0 +1,91 @@
+"""The console script prints the root's help, `--version` and `labctl list` before anything
+heavy is imported (`labctl.cli.entry`), the same texts the command tree prints
+(`labctl.cli.plain`), and hands every other command line to the tree. The budgets
+themselves (0.10x and 0.25x `import torch`) are measured by benchmarks/startup.py, not here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from labctl.cli import entry
+from labctl.cli.main import app
+
+HEAVY = ("typer", "click", "rich.console", "pydantic", "numpy", "torch", "labctl.labs")
+ENV = {"COLUMNS": "80", "NO_COLOR": "1", "LABCTL_LANG": "", "LC_ALL": "", "LANG": ""}
+FAST = [["--help"], ["--version"], ["list"], ["list", "--json"], ["--lang", "zh", "--help"],
+        ["--lang=zh", "list"], ["--lang", "en", "list", "--json"]]  # fmt: skip
+# What the console script runs (`labctl = "labctl.cli.entry:main"`), and then the modules it
+# imported: an import profile misses those imported by importlib (the commands, the labs).
+SCRIPT = (
+    "import atexit, json, sys\n"
+    "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
+    "sys.argv[0] = 'labctl'\n"
+    "from labctl.cli.entry import main\n"
+    "main()\n"
+)
+
+
+def console(*args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """`labctl ARGS` as the console script runs it, and the modules it imported."""
+    env = {**os.environ, **ENV}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, *args], capture_output=True, text=True, env=env
+    )
+    return done, json.loads(done.stderr.splitlines()[-1])
+
+
+@pytest.mark.parametrize("args", FAST, ids=" ".join)
+def test_help_version_and_list_import_nothing_heavy_and_print_what_the_tree_prints(args):
+    done, imported = console(*args)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "labctl.cli.entry" in imported and "labctl.cli.main" not in imported
+    heavy = [m for m in imported if m.startswith(HEAVY)]
+    assert not heavy, heavy
+    tree = CliRunner().invoke(app, args, env=ENV, prog_name="labctl")
+    assert tree.exit_code == 0, tree.output
+    assert done.stdout == tree.stdout
+
+
+def test_no_arguments_print_the_help_with_usages_exit_code():
+    done, _imported = console()
+    tree = CliRunner().invoke(app, [], env=ENV, prog_name="labctl")
+    assert done.returncode == tree.exit_code == 2
+    assert done.stdout == tree.stdout and "list" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["list", "--bogus"], ["--lang", "fr", "list"], ["list", "extra"], ["--lang", "zh"]],
+    ids=" ".join,
+)
+def test_anything_else_goes_to_the_tree_and_its_errors(args):
+    assert entry.fast(args) is None
+    done, imported = console(*args)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "labctl.cli.main" in imported
+    assert "Traceback" not in done.stderr
+
+
+def test_the_list_is_the_labs_index_in_the_language_asked_for():
+    done, _imported = console("--lang", "zh", "list", "--json")
+    listed = json.loads(done.stdout)
+    assert listed["labs"][0]["id"] == "causal-attention"
+    assert listed["labs"][0]["title"] == "因果注意力：用断言来证明"
+
+
+def test_the_help_lists_every_command_and_each_runs_its_own_module_only():
+    from labctl.cli.commands import COMMANDS
+
+    done, _imported = console("--help")
+    for command in COMMANDS:
+        assert f"│ {command.name} " in done.stdout
+    done, imported = console("contract", "--help")
+    assert done.returncode == 0, done.stderr[-2000:]
+    commands = {c.module for c in COMMANDS}
+    assert [m for m in imported if m in commands] == ["labctl.cli.contract"]
