@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from honestrooms import honest_room
 
 ROOT = Path(__file__).resolve().parents[1]
 # Local state at the repository's top that a wheel must not be built from (labctl/evidence is code).
@@ -275,7 +276,8 @@ def test_the_installed_wheel_runs_every_lab_from_an_empty_folder(installed, tmp_
 def test_the_installed_wheel_verifies_and_grades_a_room_of_its_own_folder(installed, tmp_path):
     _, site, _ = installed
     work = tmp_path / "elsewhere"
-    shutil.copytree(site / "labctl" / "clean_room", work / "my_room", ignore=_not_source)
+    # A learner's own room: the wheel's own is base code, and grading gives it nothing.
+    honest_room(work / "my_room")
     verify = _labctl(installed, work, "verify", "clean-room", "--path", "my_room", "--no-metrics",
                      "--json")  # fmt: skip
     assert verify.returncode == 0, verify.stderr[-2000:]

@@ -274,6 +274,10 @@ class ReplyBudget:
 
 
 BUDGET = ReplyBudget()
+# The replies of labctl's own rooms (the fault catalogue's, the project's): no learner writes
+# them, what they hold is bounded by the catalogue, and a cache of them (the diagnosis keeps
+# each fault room's observation) must not leave a learner's replies no room in BUDGET.
+OWN = ReplyBudget(2**62)
 
 
 def read_counted(fd: int, deadline: float | None = None, budget: ReplyBudget = BUDGET) -> Any:

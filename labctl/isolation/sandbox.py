@@ -166,8 +166,10 @@ class CleanRoom:
         isolation: str = "auto",
         guard: bool = True,
         defer_load: bool = False,
+        budget: replies.ReplyBudget = replies.BUDGET,
     ):
-        """Start the worker and load the clean room in it.
+        """Start the worker and load the clean room in it; its replies count against `budget`
+        (`replies.OWN` for labctl's own rooms only).
 
         With `defer_load` the load request is sent but its answer is read only by
         `wait_loaded()` or the first call: the worker starts Python and numpy on
@@ -177,6 +179,7 @@ class CleanRoom:
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
         self.guard = guard
+        self.budget = budget
         self.isolation = resolve_isolation(isolation)
         self.violations: list[str] = []
         self.signatures: dict[str, dict] = {}
@@ -359,7 +362,7 @@ class CleanRoom:
 
     def _reply(self, request: dict, timeout_s: float, deadline: float, what: str) -> dict:
         try:
-            reply = replies.read_counted(self._read, deadline)
+            reply = replies.read_counted(self._read, deadline, self.budget)
         except replies.OverBudget as exc:
             self.close()  # the frame is left unread: this pipe is done
             raise CallError(

@@ -143,6 +143,7 @@ class FaultRooms:
                 seed=seed,
                 contract_version=contract,
                 in_process=not fault.in_worker,
+                own=True,
             )
             if cached is not None:
                 cached.runs.update(fresh.runs)

@@ -22,7 +22,7 @@ from labctl import contract
 from labctl.contract_check import declared_version
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError, LabctlError
 from labctl.i18n import Msg, declared, joined
-from labctl.isolation import guard, resolve_isolation
+from labctl.isolation import guard, replies, resolve_isolation
 from labctl.isolation.inprocess import IN_PROCESS, InProcessRoom
 from labctl.isolation.loader import source_files
 from labctl.isolation.sandbox import CleanRoom
@@ -423,6 +423,7 @@ def observe(
     contract_version: int | None = None,
     on_load: Callable[[RoomObservation], None] | None = None,
     in_process: bool = False,
+    own: bool = False,
 ) -> RoomObservation:
     """Scan, load and run the clean room at `root` (already resolved) on inputs drawn from `seed`.
 
@@ -435,7 +436,8 @@ def observe(
     `over_budget`. `contract_version` is the contract checked (None: the one the room
     declares). `on_load`, if given, is called once the room has loaded, before any call.
     `in_process` runs the room in labctl's process (`InProcessRoom`): for labctl's own
-    rooms only, the fault catalogue's, never a learner's.
+    rooms only, the fault catalogue's, never a learner's; `own` says the room is one of
+    labctl's (its replies are not a learner's: `replies.OWN`).
     """
     deadline = None if budget_s is None else time.monotonic() + budget_s
     level = IN_PROCESS if in_process else resolve_isolation(isolation)
@@ -453,7 +455,13 @@ def observe(
         room = (
             InProcessRoom(root, timeout_s)
             if in_process
-            else CleanRoom(root, timeout_s, memory_mb, isolation=level)
+            else CleanRoom(
+                root,
+                timeout_s,
+                memory_mb,
+                isolation=level,
+                budget=replies.OWN if own else replies.BUDGET,
+            )
         )
     except ImportPolicyError as exc:
         text = str(exc).partition("breaks the import policy: ")[2]
