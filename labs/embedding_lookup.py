@@ -159,14 +159,23 @@ def onehot_cost(ids: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, int, fl
 
 
 def needs(impl, ids: np.ndarray, table: np.ndarray) -> int | None:
-    """Peak bytes of a lookup beyond its table, the less of two calls, at least 0.
+    """Peak bytes of a lookup beyond its table, the less of two calls, at least 0; None when
+    a measured call's output is not the table's rows (a room that spots the measured call
+    and answers it cheaply is not measured: issue 42's rule for every measured call).
 
     A worker's resident memory grows by the table it receives during the call (up to its
     bytes, as the allocator reuses memory or not): those bytes are not the lookup's. A
     one-hot matrix over 32 MiB is mapped afresh at every call (glibc reuses at most 32 MiB),
     so the less of two calls still holds it.
     """
-    peaks = [impl.measured("learned_positions", ids, table, want_value=False)[1] for _ in "ab"]
+    want = table[ids]  # (n, d_model): the rows, exactly
+    peaks = []
+    for _ in "ab":
+        got, peak = impl.measured("learned_positions", ids, table)
+        got = np.asarray(got)
+        if got.shape != want.shape or got.dtype != want.dtype or not np.array_equal(got, want):
+            return None
+        peaks.append(peak)
     return None if None in peaks else max(0, min(peaks) - table.nbytes)
 
 

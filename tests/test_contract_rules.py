@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from labctl import contract
 from labctl.cli.main import app
 from labctl.i18n import _, set_language
+from labctl.verify import bad_input, rules
 from labctl.verify import fixtures as fx
-from labctl.verify import rules
 from labctl.verify.bad_input import bad_cases
 from labctl.verify.stubs import module_source
 from labctl.verify.verify import verify_clean_room
@@ -79,7 +79,7 @@ def test_contract_show_one_function_says_what_it_must_refuse(lang):
     text = " ".join(result.output.split())
     previous = set_language(lang)
     try:
-        for rule in rules.rules_of("multi_head_attention"):
+        for rule in bad_input.rules_of("multi_head_attention"):
             assert " ".join(_(rule.said()).split()) in text
         assert _("must refuse") in text
     finally:
@@ -112,7 +112,7 @@ def test_each_stub_states_its_rules_and_edges(lang):
         for name in contract.function_names(2):
             body = source.split(f"\ndef {name}(")[1].split("\ndef ")[0]
             flat = " ".join(body.split())
-            for rule in rules.rules_of(name, 2):
+            for rule in bad_input.rules_of(name, 2):
                 assert " ".join(_(rule.said()).split()) in flat, (name, rule)
             edge = rules.edge_of(name, 2)
             if edge:

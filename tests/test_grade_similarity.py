@@ -9,6 +9,7 @@ copy must be the top pair; the two copies of labctl's room share only base code.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -149,7 +150,9 @@ def test_the_cli_writes_the_report_and_a_run_without_similarity_removes_it(tmp_p
     assert shown.exit_code == 0, shown.output
     said = " ".join(shown.stdout.split())
     assert "similar: ann ~ bob: 44 lines of ann and 54 lines of bob match beyond the base" in said
-    assert "shared functions: scaled_dot_product_attention (transformer_block.py 65-74 ~" in said
+    # the stubs' lines (what each function must refuse) place the function; any lines will do
+    shared = r"shared functions: scaled_dot_product_attention \(transformer_block.py \d+-\d+ ~"
+    assert re.search(shared, said), said
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0, again.output
     assert not (out / "similarity.json").exists() and not (out / "similarity.html").exists()

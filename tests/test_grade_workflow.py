@@ -15,7 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gradetools import GIT, copy_room, one_score_everywhere
+from gittools import GIT
+from gradetools import copy_room, one_score_everywhere
 from typer.testing import CliRunner
 
 from labctl.cli.main import app

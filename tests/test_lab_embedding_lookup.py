@@ -87,6 +87,7 @@ def test_a_row_off_by_one_fails_the_exact_match():
     assert failing(_run_faulty(_off_by_one)) == {
         ("onehot_lookup_max_abs_diff", "clean-room"),
         ("embedding_reference_max_abs_diff", "both"),
+        ("lookup_peak_over_onehot_bytes", "clean-room"),  # a wrong lookup is not measured
     }
 
 
@@ -94,6 +95,21 @@ def test_a_lookup_that_builds_the_one_hot_matrix_fails_its_memory_in_this_proces
     result = _run_faulty(_onehot_product)
     assert failing(result) == {("lookup_peak_over_onehot_bytes", "clean-room")}
     assert rows(result)[("lookup_peak_over_onehot_bytes", "clean-room")].actual > 0.5
+
+
+def test_a_measured_call_counts_only_when_its_output_is_the_tables_rows():
+    # A room that spots the measured call and answers it cheaply is not measured (issue 42).
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((1000, 16))
+    ids = rng.integers(0, 1000, size=64)
+
+    def cheap(positions, table):
+        return np.zeros((len(positions), np.asarray(table).shape[1]))
+
+    right = Implementation("clean-room", Faulty(lambda p, t: np.asarray(t)[np.asarray(p)]))
+    assert lab.needs(right, ids, table) is not None
+    assert lab.needs(Implementation("clean-room", Faulty(cheap)), ids, table) is None
+    assert lab.needs(Implementation("clean-room", Faulty(_off_by_one)), ids, table) is None
 
 
 def test_a_lookup_that_builds_the_one_hot_matrix_fails_its_memory_in_the_worker(tmp_path):
