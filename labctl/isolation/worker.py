@@ -151,6 +151,10 @@ def main(argv: list[str]) -> None:
     if parent_pid > 0:
         limits.die_with_parent(parent_pid)
     privileges = limits.drop_privileges(needed)
+    if parent_pid > 0:
+        # A change of uid clears the parent-death signal (prctl(2)): set it again, or a
+        # worker that dropped to uid 65534 outlives a labctl that is killed, spinning on.
+        limits.die_with_parent(parent_pid)
     # No learner code as root, at either level: a worker that could not drop answers every
     # load with why, and loads nothing.
     refuse = (
