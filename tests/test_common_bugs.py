@@ -382,3 +382,14 @@ def test_a_block_built_on_two_broken_functions_names_both(tmp_path):
     )
     assert block.message.endswith("fix rms_norm, scaled_dot_product_attention first"), block.message
     assert "请先修复 rms_norm, scaled_dot_product_attention" in _said(block, "zh")
+
+
+def test_of_two_faults_that_both_match_the_nearer_to_the_learners_outputs_is_named(tmp_path):
+    # At this seed LayerNorm over (sigma + 1e-6) is also within tolerance of LayerNorm with a
+    # fixed eps of 1e-5; the catalogue lists that one first, but the learner wrote the other.
+    room = _room(tmp_path, "primitives", LAYER_NORM_SIGMA_PLUS, "one-file-v2")
+    report = verify_clean_room(room, 5.0, out=None, measure=False, seed=3205290044)
+    (diagnosis,) = [d for d in report.diagnosis if d.function == "layer_norm"]
+    said = _said(diagnosis, "en")
+    assert "matches fault `layer-norm-std-plus-fixed-eps`" in said, said
+    assert "also matches `layer-norm-eps-hard-coded`" in said  # the tie is still said

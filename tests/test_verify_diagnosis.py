@@ -608,8 +608,9 @@ def test_fault_rooms_are_materialized_once_and_observed_only_for_what_is_missing
     calls: list[tuple[str, tuple[str, ...]]] = []
 
     def fake_observe(
-        root, timeout_s, memory_mb, functions, seed, in_process, contract_version=None
+        root, timeout_s, memory_mb, functions, seed, in_process, contract_version=None, own=False
     ):
+        assert own  # a fault room's replies are labctl's own (replies.OWN), not a learner's
         assert (timeout_s, memory_mb) in ((1.0, 512), (2.0, 512))
         assert in_process  # labctl's own room, and a fault that does not hang
         calls.append((root.parent.name, tuple(functions)))
@@ -645,7 +646,7 @@ def test_a_fault_room_that_does_not_load_is_not_observed_again(monkeypatch):
     calls = []
 
     def fake_observe(
-        root, timeout_s, memory_mb, functions, seed, in_process, contract_version=None
+        root, timeout_s, memory_mb, functions, seed, in_process, contract_version=None, own=False
     ):
         calls.append(functions)
         return RoomObservation(root, status="unloadable")
@@ -675,7 +676,7 @@ def test_fault_rooms_keep_one_seeds_observations(monkeypatch):
     observed = []
 
     def fake_observe(
-        path, timeout_s, memory_mb, functions, seed, in_process, contract_version=None
+        path, timeout_s, memory_mb, functions, seed, in_process, contract_version=None, own=False
     ):
         observed.append(seed)
         seen = RoomObservation(Path("x"), seed=seed)

@@ -54,7 +54,7 @@ from labctl.verify.builders import SEED
 from labctl.verify.checks import CheckResult, evaluate, failing_functions
 from labctl.verify.fixtures_v2 import EXTENDED
 from labctl.verify.functions import DEPENDS
-from labctl.verify.likeness import Explanation, explains, failed_checks
+from labctl.verify.likeness import Explanation, distance, explains, failed_checks
 from labctl.verify.observe import FunctionRun, RoomObservation, observe
 from labctl.verify.said import (
     Diagnosis,
@@ -343,6 +343,7 @@ def diagnose(
     wanted = _wanted(plans)
     for function, own, inlined in plans:
         exact: list[tuple[Fault, set[str]]] = []
+        near: dict[str, float] = {}  # each exact match's distance to the learner's outputs
         partial: list[tuple[Fault, Explanation]] = []
         for group in (own, inlined):
             # Observe this group's fault rooms a few at a time (each is its own process).
@@ -367,11 +368,16 @@ def diagnose(
                     continue
                 if explanation.exact:
                     exact.append((fault, failed_checks(results, function) - explanation.checks))
+                    near[fault.name] = distance(
+                        view.runs.get(function), fault_seen.runs.get(function)
+                    )
                 else:
                     partial.append((fault, explanation))
             if exact or partial:
                 break
         if exact:
+            # Faults that explain the same failures: the nearest to the learner's outputs first.
+            exact.sort(key=lambda hit: (len(hit[1]), near[hit[0].name]))
             found.append(_exactly(function, exact))
         elif partial:
             found.append(_in_part(seen, results, function, partial))

@@ -101,6 +101,30 @@ def same_behaviour(function: str, a: FunctionRun | None, b: FunctionRun | None) 
     return True
 
 
+def distance(a: FunctionRun | None, b: FunctionRun | None) -> float:
+    """The largest difference between two runs' float outputs over the calls both returned
+    values for (inf where they cannot be set side by side): among faults that each match a
+    learner's function, the one nearest to it is named first, whatever the seed drew."""
+    if a is None or b is None:
+        return np.inf
+    worst = 0.0
+    for (_, oa, _), (_, ob, _) in zip(_calls(a), _calls(b), strict=True):
+        if oa is None or ob is None or oa.kind != "value" or ob.kind != "value":
+            continue
+        try:
+            pairs = list(zip(elements(oa.value), elements(ob.value), strict=True))
+        except (TypeError, ValueError):
+            return np.inf
+        for x, y in pairs:
+            if x.shape != y.shape:
+                return np.inf
+            if x.size and np.issubdtype(x.dtype, np.number) and np.issubdtype(y.dtype, np.number):
+                with np.errstate(invalid="ignore", over="ignore"):
+                    gap = np.abs(x.astype(np.float64) - y.astype(np.float64))
+                worst = max(worst, float(np.nanmax(gap)) if not np.all(np.isnan(gap)) else 0.0)
+    return worst
+
+
 def _same_bad_input(a: FunctionRun | None, b: FunctionRun | None) -> bool:
     if a is None or b is None:
         return a is None and b is None
