@@ -1,12 +1,13 @@
 """How long `labctl verify clean-room` takes, against `python -c "import torch"`, side by side.
 
-The budget (issue 21): verify with the course template's metrics (the default) under 3x
-the time Python takes to import torch on the same machine; `--no-metrics` is timed too.
+The budget (issue 41; 3x since issue 21): verify with the course template's metrics (the
+default) under 2.5x the time Python takes to import torch on the same machine;
+`--no-metrics` is timed too.
 Each command runs on the project's own clean room, alternating with the torch import, so
 a busy machine slows all alike; the ratio of the medians is printed. A benchmark, not a
 test: run it by hand on a quiet machine.
 
-    .venv/bin/python benchmarks/verify.py [--repeats 3] [--budget 3] [--path ROOM]
+    .venv/bin/python benchmarks/verify.py [--repeats 3] [--budget 2.5] [--path ROOM]
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def timed(command: list[str]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--budget", type=float, default=3.0)
+    parser.add_argument("--budget", type=float, default=2.5)
     parser.add_argument("--path", type=Path, help="clean room (default: the project's own)")
     args = parser.parse_args()
     room = args.path or Path(util.find_spec("labctl.clean_room").origin).parent
