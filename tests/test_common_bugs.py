@@ -333,9 +333,10 @@ def layer_norm(x, weight, bias, eps=1e-5):
 
 def test_the_precision_sentence_is_added_to_other_causes_never_replacing_them(tmp_path):
     """float32 inside a float64 path, and the caller's array edited: both are said. Before,
-    the rounding's sentence was the whole diagnosis, and the edit went unsaid."""
+    the rounding's sentence was the whole diagnosis, and the edit went unsaid. (Seed 5: no
+    fault matches in part there; seed 111 below, the in-place fault does.)"""
     room = learner_room(tmp_path, "primitives", LAYER_NORM_IN_FLOAT32_AND_IN_PLACE)
-    report = verify_clean_room(room, 5.0, out=None, measure=False)
+    report = verify_clean_room(room, 5.0, out=None, measure=False, seed=5)
     failing = {c.name for c in report.checks if c.function == "layer_norm" and c.failed}
     assert {"parity", "pure"} <= failing
     (d,) = [d for d in report.diagnosis if d.function == "layer_norm"]
@@ -393,3 +394,16 @@ def test_of_two_faults_that_both_match_the_nearer_to_the_learners_outputs_is_nam
     said = _said(diagnosis, "en")
     assert "matches fault `layer-norm-std-plus-fixed-eps`" in said, said
     assert "also matches `layer-norm-eps-hard-coded`" in said  # the tie is still said
+
+
+def test_the_precision_sentence_follows_a_fault_that_explains_part_of_a_function(tmp_path):
+    # At this seed the in-place fault explains `pure`; the rounding that explains parity was
+    # said as "its values differ from the reference", with no cause and nothing to change.
+    room = learner_room(tmp_path, "primitives", LAYER_NORM_IN_FLOAT32_AND_IN_PLACE)
+    report = verify_clean_room(room, 5.0, out=None, measure=False, seed=111)
+    (d,) = [d for d in report.diagnosis if d.function == "layer_norm"]
+    said = _said(d, "en")
+    assert d.kind == "fault" and "matches fault `layer-norm-in-place`" in said, said
+    assert "; besides, its values differ from the reference by float32 rounding" in said, said
+    assert "float32 的舍入误差" in _said(d, "zh")
+    assert d.numbers["relative_error"] > 0
