@@ -277,6 +277,21 @@ def build(attack: Attack, dest: Path, watched: Path, port: int) -> Path:
     return dest
 
 
+def project_room_with(dest: Path, module: str, code: str) -> Path:
+    """labctl's own room at `dest` with `code` appended to `module` (an attack's change)."""
+    shutil.copytree(project_clean_room(), dest, ignore=shutil.ignore_patterns("__pycache__"))
+    with (dest / f"{module}.py").open("a", encoding="utf-8") as handle:
+        handle.write("\n\n" + code.strip() + "\n")
+    return dest
+
+
+def at_level(level: str) -> str:
+    """`level`, once the sandbox is known to work where it is the sandbox."""
+    if level == "sandbox":
+        require_sandbox()
+    return level
+
+
 def require_sandbox() -> None:
     """Skip without a working sandbox; under CI=true, fail: CI must test the boundary."""
     status = sandbox_status()

@@ -12,14 +12,12 @@ never skips.
 from __future__ import annotations
 
 import math
-import shutil
 import textwrap
 
 import pytest
 from labtools import rows
 
-from hostile.attacks import require_sandbox
-from labctl.faults import project_clean_room
+from hostile.attacks import at_level, project_room_with
 from labctl.isolation.sandbox import CleanRoom
 from labctl.lab import Implementation
 from labctl.labs.tiled_attention import LAB, MEMORY_T, Params
@@ -52,18 +50,8 @@ def tiled_attention(q, k, v, block_size, causal=True, scale=None):
 
 
 def spotting_room(tmp_path, name: str):
-    dest = tmp_path / f"spotting_{name}"
-    shutil.copytree(project_clean_room(), dest, ignore=shutil.ignore_patterns("__pycache__"))
     code = textwrap.dedent(_ROOM).format(answer=SPOTTING[name])
-    with (dest / "attention.py").open("a", encoding="utf-8") as handle:
-        handle.write("\n\n" + code.strip() + "\n")
-    return dest
-
-
-def _isolation(level: str) -> str:
-    if level == "sandbox":
-        require_sandbox()
-    return level
+    return project_room_with(tmp_path / f"spotting_{name}", "attention", code)
 
 
 @pytest.mark.parametrize("level", ["sandbox", "process"])
@@ -71,7 +59,7 @@ def _isolation(level: str) -> str:
 def test_a_room_that_answers_the_memory_call_without_computing_fails_the_memory_row(
     tmp_path, name, level
 ):
-    isolation = _isolation(level)
+    isolation = at_level(level)
     p = Params(memory_lengths=(MEMORY_T,), block_sizes=(64,))
     with CleanRoom(spotting_room(tmp_path, name), isolation=isolation) as room:
         result = run_lab(LAB, 5, {"clean-room": Implementation("clean-room", room)}, p)
@@ -87,7 +75,7 @@ def test_a_room_that_answers_the_memory_call_without_computing_fails_the_memory_
 def test_verify_fails_a_tiled_attention_whose_measured_output_is_not_the_reference_s(
     tmp_path, name, level
 ):
-    isolation = _isolation(level)
+    isolation = at_level(level)
     report = verify_clean_room(
         spotting_room(tmp_path, name),
         5.0,

@@ -14,7 +14,6 @@ fallback. Under CI=true a missing sandbox fails, never skips.
 from __future__ import annotations
 
 import os
-import shutil
 import textwrap
 from pathlib import Path
 
@@ -22,8 +21,7 @@ import numpy as np
 import pytest
 from labtools import rows
 
-from hostile.attacks import require_sandbox
-from labctl.faults import project_clean_room
+from hostile.attacks import at_level, project_room_with
 from labctl.isolation.peak import high_water_bytes, resident_bytes, worker_pid
 from labctl.isolation.sandbox import CleanRoom
 from labctl.lab import Implementation
@@ -75,18 +73,8 @@ HIDING = {
 
 
 def hiding_room(tmp_path, name: str):
-    dest = tmp_path / name.replace("-", "_")
-    shutil.copytree(project_clean_room(), dest, ignore=shutil.ignore_patterns("__pycache__"))
     code = textwrap.dedent(_FULL) + textwrap.dedent(HIDING[name])
-    with (dest / "__init__.py").open("a", encoding="utf-8") as handle:
-        handle.write("\n\n" + code.strip() + "\n")
-    return dest
-
-
-def _isolation(level: str) -> str:
-    if level == "sandbox":
-        require_sandbox()
-    return level
+    return project_room_with(tmp_path / name.replace("-", "_"), "__init__", code)
 
 
 @pytest.mark.parametrize("level", ["sandbox", "process"])
@@ -94,7 +82,7 @@ def _isolation(level: str) -> str:
 def test_a_room_that_hides_its_full_matrix_from_the_meter_fails_the_memory_row(
     tmp_path, name, level
 ):
-    isolation = _isolation(level)
+    isolation = at_level(level)
     # Only T = 4096 and one block size: the memory row is what is judged here.
     p = Params(memory_lengths=(MEMORY_T,), block_sizes=(64,))
     with CleanRoom(hiding_room(tmp_path, name), isolation=isolation) as room:
@@ -112,7 +100,7 @@ def test_the_room_s_own_reset_is_refused_so_the_kernel_s_mark_alone_sees_the_mat
 
     A worker that dropped to uid 65534 is not dumpable: its /proc entries are root's.
     """
-    isolation = _isolation(level)
+    isolation = at_level(level)
     T = 2048
     q = np.random.default_rng(0).standard_normal((1, 1, T, 16)).astype(np.float32)
     with CleanRoom(hiding_room(tmp_path, "clear-refs"), isolation=isolation) as room:
