@@ -34,9 +34,13 @@ def _disguise(text: str) -> str:
 def _with_labctls_softmax(room: Path) -> tuple[int, int]:
     """Append labctl's softmax, rewritten, to the learner's primitives.py (the def that wins);
     returns its lines there."""
+    return _with_labctls(room, "softmax")
+
+
+def _with_labctls(room: Path, function: str) -> tuple[int, int]:
     own = own_copy(room.parent / "labctl-room")
     theirs = _disguise((own / "primitives.py").read_text())
-    start = theirs.index("def softmax(")
+    start = theirs.index(f"def {function}(")
     end = theirs.index("\ndef ", start + 1)
     mine = (room / "primitives.py").read_text().rstrip("\n") + "\n\n\n"
     first = mine.count("\n") + 1
@@ -140,3 +144,27 @@ def test_the_courses_starting_code_earns_nothing_and_the_learner_reads_no_path(g
     summary = json.loads((out / "summary.json").read_text())
     flagged = {r["learner"]: r["base_code"] for r in summary["rows"]}
     assert flagged["honest"]["functions"] == [] and flagged["own"]["whole"] is True
+
+
+def test_a_base_code_function_earns_no_share_of_a_check_item(tmp_path):
+    # rope is labctl's in one room, the learner's own in the other: the bad-input item's
+    # share for rope goes to no one, and the rest of the item is still earned.
+    klass = tmp_path / "class"
+    honest_room(klass / "honest" / "clean_room")
+    _with_labctls(honest_room(klass / "partial" / "clean_room"), "rope")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        ["grade", str(klass), "--out", str(out), "--rubric",
+         str(rubric_without(tmp_path, "metric", "submission")), "--jobs", "2"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+
+    def item(learner: str) -> dict:
+        record = json.loads((out / "records" / f"{learner}.json").read_text())
+        return next(i for i in record["items"] if i["id"] == "check.bad-input")
+
+    partial, honest = item("partial"), item("honest")
+    assert honest["passed"] and honest["points"] == honest["max_points"], honest
+    assert not partial["passed"] and 0 < partial["points"] < honest["points"], partial
+    assert "no share for base code: rope" in partial["message"], partial["message"]
