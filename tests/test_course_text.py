@@ -18,15 +18,14 @@ The chapters are read from LABCTL_COURSE_DIR: skipped without it, failed under C
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
-from test_citations import regions
+from test_citations import chapter_lines, regions
 
 from labctl import registry
-from labctl.course import CH8, CHAPTERS, HANDS_ON, PARTS
+from labctl.course import CH8, HANDS_ON, PARTS
 
 LABS = Path(__file__).resolve().parents[1] / "labs"
 STAGE_CITED = re.compile(
@@ -43,20 +42,8 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 
 @pytest.fixture(scope="module")
 def course() -> dict[str, list[str]]:
-    """Each chapter's lines, keyed by chapter, from LABCTL_COURSE_DIR."""
-    where = os.environ.get("LABCTL_COURSE_DIR")
-    if not where:
-        if os.environ.get("CI") == "true":
-            pytest.fail("LABCTL_COURSE_DIR is not set: the course text is needed in CI")
-        pytest.skip("LABCTL_COURSE_DIR is not set: no course text to check against")
-    found: dict[str, list[str]] = {}
-    for path in sorted(Path(where).glob("*.txt")):
-        lines = [line.rstrip() for line in path.read_text("utf-8").splitlines()]
-        for chapter in CHAPTERS:
-            if lines and chapter.title in lines[0]:
-                found[chapter.key] = lines
-    assert set(found) == {c.key for c in CHAPTERS}, sorted(found)
-    return found
+    """Each chapter's lines, keyed by chapter (skips, or fails under CI=true, without them)."""
+    return chapter_lines()
 
 
 def lab_texts() -> dict[str, str]:

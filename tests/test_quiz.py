@@ -7,7 +7,6 @@ Records go to tmp_path (never the repository's evidence/)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -300,20 +299,7 @@ def test_an_answers_file_too_large_is_refused(tmp_path):
 
 
 def test_every_cited_section_is_in_the_course():
-    course = os.environ.get("LABCTL_COURSE_DIR")
-    if not course:
-        if os.environ.get("CI") == "true":
-            pytest.fail("LABCTL_COURSE_DIR is not set: the quiz's citations cannot be checked")
-        pytest.skip("LABCTL_COURSE_DIR is not set")
-    from test_citations import problem
+    from test_citations import chapter_lines, problem
 
-    from labctl.course import CHAPTERS
-
-    text = {}
-    for path in sorted(Path(course).glob("*.txt")):
-        lines = [line.rstrip() for line in path.read_text("utf-8").splitlines()]
-        for chapter in CHAPTERS:
-            if chapter.title in lines[0]:
-                text[chapter.key] = lines
-    assert set(text) == {c.key for c in CHAPTERS}
+    text = chapter_lines()
     assert [(g, problem(s, text)) for g, s in GROUPS.items() if problem(s, text)] == []

@@ -13,6 +13,7 @@ that is NaN on a row blocked so far were catalogued already (`sdpa-no-repeat-kv`
 from __future__ import annotations
 
 from labctl.faults.base import Fault
+from labctl.faults.learner import decode_source
 from labctl.i18n import N_
 
 _MASKED_SDPA = """
@@ -164,28 +165,11 @@ COMMON: tuple[Fault, ...] = (
             "k_all (B, Hkv, Tp+Tn, D)"
         ),
         signal="runs",
-        source="""
-        def attention_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads=None, window=None, rope_theta=None):
-            x_new = _as_float(x_new, "x_new", ndim=3)
-            B, Tn, C = x_new.shape
-            H, Hkv, D = _heads(C, n_heads, n_kv_heads)
-            _check_rope(D, rope_theta)
-            wq, wk, wv, wo = _check_projections(C, H, Hkv, D, _float_dtype(x_new), wq, wk, wv, wo)
-            if window is not None:
-                _as_size(window, "window", minimum=1)
-            Tp = 0 if past_k is None else np.shape(past_k)[2]
-            q = split_heads(x_new @ wq, H)
-            k_new = split_heads(x_new @ wk, Hkv)
-            v_new = split_heads(x_new @ wv, Hkv)
-            if rope_theta is not None:
-                q = rope(q, np.arange(Tp, Tp + Tn), rope_theta)
-                k_new = rope(k_new, np.arange(Tp, Tp + Tn), rope_theta)
-            k_all = k_new if past_k is None else np.concatenate([past_k, k_new], axis=1)
-            v_all = v_new if past_v is None else np.concatenate([past_v, v_new], axis=1)
-            Tk = k_all.shape[2]
-            out, _ = scaled_dot_product_attention(q, k_all, v_all, _mask(Tn, Tk, True, window))
-            return merge_heads(out) @ wo, k_all, v_all
-        """,
+        source=decode_source(
+            cache="",
+            k_all="k_new if past_k is None else np.concatenate([past_k, k_new], axis=1)",
+            v_all="v_new if past_v is None else np.concatenate([past_v, v_new], axis=1)",
+        ),
     ),
     Fault(
         name="rope-float64-tables",

@@ -13,6 +13,8 @@ its mirror in merge_heads, came from the multi-head lab's faults.
 
 from __future__ import annotations
 
+import textwrap
+
 from labctl.faults.base import Fault
 from labctl.i18n import N_
 
@@ -31,6 +33,37 @@ _TILED_HEAD = """
 def _tiled(body: str) -> str:
     """A tiled_attention whose checks and head are the clean room's, with `body` after them."""
     return "def tiled_attention(q, k, v, block_size, causal=True, scale=None):" + _TILED_HEAD + body
+
+
+_DECODE = """
+def attention_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads=None, window=None, rope_theta=None):
+    x_new = _as_float(x_new, "x_new", ndim=3)
+    B, Tn, C = x_new.shape
+    H, Hkv, D = _heads(C, n_heads, n_kv_heads)
+    _check_rope(D, rope_theta)
+    wq, wk, wv, wo = _check_projections(C, H, Hkv, D, _float_dtype(x_new), wq, wk, wv, wo)
+    if window is not None:
+        _as_size(window, "window", minimum=1)
+{cache}
+    Tp = 0 if past_k is None else np.shape(past_k)[2]
+    q = split_heads(x_new @ wq, H)
+    k_new = split_heads(x_new @ wk, Hkv)
+    v_new = split_heads(x_new @ wv, Hkv)
+    if rope_theta is not None:
+        q = rope(q, np.arange(Tp, Tp + Tn), rope_theta)
+        k_new = rope(k_new, np.arange(Tp, Tp + Tn), rope_theta)
+    k_all = {k_all}
+    v_all = {v_all}
+    out, _ = scaled_dot_product_attention(q, k_all, v_all, _mask(Tn, k_all.shape[2], True, window))
+    return merge_heads(out) @ wo, k_all, v_all
+"""
+
+
+def decode_source(cache: str, k_all: str, v_all: str) -> str:
+    """An attention_decode whose checks and projections are the clean room's, with `cache`
+    (lines run before the cache is read) and how it forms the keys and values it attends to."""
+    lines = textwrap.dedent(cache).strip("\n")
+    return _DECODE.format(cache=textwrap.indent(lines, "    "), k_all=k_all, v_all=v_all)
 
 
 LEARNER: tuple[Fault, ...] = (
@@ -357,30 +390,15 @@ LEARNER: tuple[Fault, ...] = (
             "Transformer 手撕与注意力机制 §07 KV Cache"
         ),
         signal="dtype",
-        source="""
-        def attention_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads=None, window=None, rope_theta=None):
-            x_new = _as_float(x_new, "x_new", ndim=3)
-            B, Tn, C = x_new.shape
-            H, Hkv, D = _heads(C, n_heads, n_kv_heads)
-            _check_rope(D, rope_theta)
-            wq, wk, wv, wo = _check_projections(C, H, Hkv, D, _float_dtype(x_new), wq, wk, wv, wo)
-            if window is not None:
-                _as_size(window, "window", minimum=1)
+        source=decode_source(
+            cache="""
             if past_k is None:
                 past_k = np.zeros((B, Hkv, 0, D))
                 past_v = np.zeros((B, Hkv, 0, D))
-            Tp = past_k.shape[2]
-            q = split_heads(x_new @ wq, H)
-            k_new = split_heads(x_new @ wk, Hkv)
-            v_new = split_heads(x_new @ wv, Hkv)
-            if rope_theta is not None:
-                q = rope(q, np.arange(Tp, Tp + Tn), rope_theta)
-                k_new = rope(k_new, np.arange(Tp, Tp + Tn), rope_theta)
-            k_all = np.concatenate([past_k, k_new], axis=2)
-            v_all = np.concatenate([past_v, v_new], axis=2)
-            out, _ = scaled_dot_product_attention(q, k_all, v_all, _mask(Tn, Tp + Tn, True, window))
-            return merge_heads(out) @ wo, k_all, v_all
-        """,
+            """,
+            k_all="np.concatenate([past_k, k_new], axis=2)",
+            v_all="np.concatenate([past_v, v_new], axis=2)",
+        ),
     ),
     Fault(
         name="rms-eps-hard-coded",

@@ -148,12 +148,11 @@ def main(argv: list[str]) -> None:
     # labctl can say in which of the room's lines the process ended (`exits.crash_site`).
     faulthandler.enable()
     needed = [Path(p) for p in argv[4:]]
-    if parent_pid > 0:
-        limits.die_with_parent(parent_pid)
     privileges = limits.drop_privileges(needed)
     if parent_pid > 0:
-        # A change of uid clears the parent-death signal (prctl(2)): set it again, or a
-        # worker that dropped to uid 65534 outlives a labctl that is killed, spinning on.
+        # After the drop: a change of uid clears the parent-death signal (prctl(2)), and a
+        # worker dropped to uid 65534 outlived a killed labctl. A labctl already gone by now
+        # is seen by die_with_parent's own check of the parent.
         limits.die_with_parent(parent_pid)
     # No learner code as root, at either level: a worker that could not drop answers every
     # load with why, and loads nothing.

@@ -102,26 +102,23 @@ def same_behaviour(function: str, a: FunctionRun | None, b: FunctionRun | None) 
 
 
 def distance(a: FunctionRun | None, b: FunctionRun | None) -> float:
-    """The largest difference between two runs' float outputs over the calls both returned
-    values for (inf where they cannot be set side by side): among faults that each match a
-    learner's function, the one nearest to it is named first, whatever the seed drew."""
+    """The largest difference between two runs' outputs over the calls both returned values
+    for (`compare`'s, inf where they cannot be set side by side): among faults that each match
+    a learner's function, the one nearest to it is named first, whatever the seed drew."""
     if a is None or b is None:
         return np.inf
     worst = 0.0
     for (_, oa, _), (_, ob, _) in zip(_calls(a), _calls(b), strict=True):
         if oa is None or ob is None or oa.kind != "value" or ob.kind != "value":
             continue
-        try:
-            pairs = list(zip(elements(oa.value), elements(ob.value), strict=True))
-        except (TypeError, ValueError):
+        xs, ys = elements(oa.value), elements(ob.value)
+        if len(xs) != len(ys):
             return np.inf
-        for x, y in pairs:
-            if x.shape != y.shape:
+        for x, y in zip(xs, ys, strict=True):
+            x, y = np.asarray(x), np.asarray(y)
+            if x.shape != y.shape or not all(v.dtype.kind in "biufc" for v in (x, y)):
                 return np.inf
-            if x.size and np.issubdtype(x.dtype, np.number) and np.issubdtype(y.dtype, np.number):
-                with np.errstate(invalid="ignore", over="ignore"):
-                    gap = np.abs(x.astype(np.float64) - y.astype(np.float64))
-                worst = max(worst, float(np.nanmax(gap)) if not np.all(np.isnan(gap)) else 0.0)
+            worst = max(worst, compare(x, y, 0.0).max_error)
     return worst
 
 
