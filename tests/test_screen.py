@@ -34,6 +34,7 @@ from typer.testing import CliRunner
 from zhwords import english_words
 
 from labctl import faults, i18n, registry
+from labctl import report as report_module
 from labctl import runner as runner_module
 from labctl.cli.main import app
 from labctl.i18n import set_language
@@ -72,12 +73,14 @@ def place(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cached(place):
-    """Labs and verifies compute once per language and arguments; each width renders anew.
+    """Labs, verifies and reports compute once per language and arguments; each width
+    renders anew.
 
     What a width changes is the rendering, which every call still does; the same seed and
-    parameters give the same numbers."""
+    parameters give the same numbers, the same records the same report file."""
     computed: dict = {}
     real_lab, real_verify = runner_module.run_lab, verify_module.verify_clean_room
+    real_report = report_module.build_report
 
     def run_lab(lab, seed, impls, params=None):
         key = (
@@ -99,7 +102,14 @@ def cached(place):
             computed[key] = real_verify(target, *args, **kwargs)
         return computed[key]
 
+    def build_report(root, out=None):
+        key = ("report", i18n.language(), str(root), str(out))
+        if key not in computed:
+            computed[key] = real_report(root, out)
+        return copy.deepcopy(computed[key])
+
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(report_module, "build_report", build_report)
         patch.setattr(runner_module, "run_lab", run_lab)
         patch.setattr(verify_module, "verify_clean_room", verify_clean_room)
         yield

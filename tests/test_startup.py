@@ -89,3 +89,41 @@ def test_the_help_lists_every_command_and_each_runs_its_own_module_only():
     assert done.returncode == 0, done.stderr[-2000:]
     commands = {c.module for c in COMMANDS}
     assert [m for m in imported if m in commands] == ["labctl.cli.contract"]
+
+
+MEASURING = (
+    "import json, sys\n"
+    "from labctl import registry\n"
+    "from labctl.evidence.modules import MODULES\n"
+    "found = registry.measuring(MODULES[0].required)\n"
+    "labs = sorted(m for m in sys.modules if m.startswith('labctl.labs.'))\n"
+    "print(json.dumps([{n: lab.id for n, (lab, _) in found.items()}, labs]))\n"
+)
+
+
+def test_verify_imports_only_the_labs_that_measure_the_templates_metrics():
+    from labctl import registry
+    from labctl.evidence.modules import MODULES
+
+    done = subprocess.run([sys.executable, "-c", MEASURING], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    found, imported = json.loads(done.stdout)
+    table = registry.metric_table()
+    assert found == {name: table[name][0].id for name in MODULES[0].required}
+    assert imported == sorted({f"labctl.labs.{i.replace('-', '_')}" for i in found.values()})
+    assert len(imported) < len(registry.discover())
+
+
+def test_a_metric_the_frozen_table_misplaces_is_found_in_the_whole_table(monkeypatch):
+    from labctl import registry
+
+    table = registry.metric_table()
+    frozen = {**registry.frozen_table(registry.TOLERANCE_TABLE_VERSION)}
+    frozen["future_token_invariance"] = {**frozen["future_token_invariance"], "lab": "gqa"}
+    monkeypatch.setattr(registry, "frozen_table", lambda version: frozen)
+    found = registry.measuring(
+        ["future_token_invariance", "gqa_full_kv_vs_mha_max_error", "no-such-metric"]
+    )
+    assert found == {
+        n: table[n] for n in ("future_token_invariance", "gqa_full_kv_vs_mha_max_error")
+    }

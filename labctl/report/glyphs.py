@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -26,6 +27,8 @@ FAMILY = "Noto Sans SC"  # the font's own family name, as matplotlib registers i
 EMBEDDED = "labctl Noto Sans SC"
 # Below this every character is Latin, Greek or a symbol DejaVu Sans and any browser draw.
 _FIRST_WIDE = 0x2E80
+# a pattern, not a loop over the characters: the page it reads holds megabytes of SVG
+_WIDE = re.compile(f"[{chr(_FIRST_WIDE)}-{chr(0x10FFFF)}]")
 
 
 @cache
@@ -41,7 +44,7 @@ def font_path() -> Path | None:
 def wide_characters(text: str) -> str:
     """The CJK characters (ideographs, their punctuation, full-width forms) `text` holds,
     each once, sorted."""
-    return "".join(sorted({c for c in text if ord(c) >= _FIRST_WIDE}))
+    return "".join(sorted(set(_WIDE.findall(text))))
 
 
 def font_face(text: str) -> str:

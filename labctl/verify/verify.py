@@ -75,7 +75,7 @@ def template_metrics(
 
     module = next(m for m in MODULES if m.id == DEFAULT_MODULE)
     try:
-        table = registry.metric_table()
+        table = registry.measuring(module.required)
     except Exception as exc:  # a lab module being written may not import yet
         return [
             TemplateMetric(

@@ -43,8 +43,10 @@ from labctl.isolation.sandbox import CleanRoom
 from labctl.verify import calls
 from labctl.verify.stubs import init_clean_room
 
-# Installed at import: every reply to a call goes through `_forge(seq)`, which writes the
-# frame the attack wants in its place (the load's reply is the worker's own).
+# Installed at import: the reply to each call of softmax goes through `_forge(seq)`, which
+# writes the frame the attack wants in its place (the load's reply and the other functions'
+# are the worker's own: a malformed reply ends its worker, and forging all 170 of verify's
+# calls only started 170 workers).
 _FORGER = """
 import json as _json, os as _os, struct as _struct, sys as _sys
 _wire = _sys.modules["labctl.isolation.wire"]
@@ -61,9 +63,12 @@ def _reply(seq, **fields):
     return {"$dict": {"seq": seq, **fields}}
 
 def _write(fd, message):
-    if "signatures" in message or message.get("seq") is None:
+    if "signatures" in message or message.get("seq") is None or not _FORGING:
         return _send(fd, message)
+    _FORGING.clear()
     return _forge(fd, message)
+
+_FORGING = []
 
 _wire.write_frame = _write
 """
@@ -124,9 +129,9 @@ def forging_room(parent: Path, attack: str, **values: str) -> Path:
     code = textwrap.dedent(_FORGER) + textwrap.dedent(attack)
     for key, value in values.items():
         code = code.replace("{" + key + "}", value)
-    # softmax returns zeros (a failing function whose calls are diagnosed): the forger
-    # replaces what the worker sends.
-    code += "\n\ndef softmax(x, axis=-1):\n    return _np_zeros(x)\n"
+    # softmax returns zeros (a failing function whose calls are diagnosed) and marks its
+    # reply for the forger, which replaces what the worker sends.
+    code += "\n\ndef softmax(x, axis=-1):\n    _FORGING.append(True)\n    return _np_zeros(x)\n"
     code += "\ndef _np_zeros(x):\n    import numpy\n    return numpy.zeros_like(x)\n"
     with (dest / "__init__.py").open("a", encoding="utf-8") as handle:
         handle.write("\n\n" + code + "\n")
@@ -350,7 +355,7 @@ def test_the_labs_calls_share_the_rooms_time_budget(tmp_path):
             """
         ),
     )
-    budget = 30.0
+    budget = 15.0
     result = CliRunner().invoke(
         app,
         [
