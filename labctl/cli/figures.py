@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.markup import escape
 from rich.table import Table
@@ -156,10 +157,26 @@ def _slices(figure: HeatmapFigure, marked, room: bool, width: int, measure) -> l
     def part(start: int, end: int) -> Table:
         return heatmap(figure, marked, compact=True, columns=range(start, end), mark_room=room)
 
+    # Each column's natural width, as the compact table lays it out (no padding, a divider of
+    # one cell between columns): a slice's end guessed from them is then checked by measuring,
+    # a measure or two a slice where growing it a column at a time measured every prefix.
+    widths = [
+        max(
+            [cell_len(str(figure.col_ticks[j]) if len(figure.col_ticks) == count else str(j))]
+            + [cell_len(_cell(row[j], (i, j) in marked, True, room).plain)
+               for i, row in enumerate(figure.matrix) if j < len(row)]
+        )
+        for j in range(count)
+    ]  # fmt: skip
     tables = []
     start = 0
     while start < count:
-        end = start + 1
+        end, used = start + 1, widths[start]
+        while end < count and used + 1 + widths[end] <= width:
+            used += 1 + widths[end]
+            end += 1
+        while end > start + 1 and measure(part(start, end)) > width:
+            end -= 1
         while end < count and measure(part(start, end + 1)) <= width:
             end += 1
         table = part(start, end)
