@@ -384,3 +384,38 @@ def test_run_all_outside_the_repository_then_template_fill_validates(tmp_path, m
     checked = run_cli("evidence", "validate", str(path), "--json")
     assert checked.exit_code == 0, checked.output
     assert json.loads(checked.stdout)["valid"] is True
+
+
+def test_labs_run_two_at_a_time_in_their_order_a_timed_lab_alone(tmp_path, monkeypatch):
+    """The values are those of one lab at a time; a lab that times anything (kv-cache) runs
+    with no other lab beside it."""
+    from labctl import runner
+
+    real = runner.run_lab
+    running: set[str] = set()
+    beside: list[set[str]] = []  # the labs running as each one started
+    lock = threading.Lock()
+
+    def spy(lab, *args, **kwargs):
+        with lock:
+            running.add(lab.id)
+            beside.append(set(running))
+        try:
+            threading.Event().wait(0.3)  # time for a second lab to start beside this one
+            return real(lab, *args, **kwargs)
+        finally:
+            with lock:
+                running.discard(lab.id)
+
+    monkeypatch.setattr(runner, "run_lab", spy)
+    ids = ["entropy", "temperature", "kv-cache", "learned-positions", "decoder-options"]
+    report = runner.run_labs(ids, impl="reference", out=tmp_path / "runs")
+    assert [r.lab.id for r in report.labs] == ids
+    assert max(len(labs) for labs in beside) == 2, beside
+    assert all(labs == {"kv-cache"} for labs in beside if "kv-cache" in labs), beside
+    with implementations("reference", None) as impls:
+        alone = {lab_id: real(registry.get(lab_id), 5, impls) for lab_id in ids}
+    for result in report.labs:
+        values = {(m.name, m.impl): m.actual for m in result.metrics if not m.timing}
+        one_by_one = alone[result.lab.id].metrics
+        assert values == {(m.name, m.impl): m.actual for m in one_by_one if not m.timing}
