@@ -127,3 +127,20 @@ def test_a_metric_the_frozen_table_misplaces_is_found_in_the_whole_table(monkeyp
     assert found == {
         n: table[n] for n in ("future_token_invariance", "gqa_full_kv_vs_mha_max_error")
     }
+
+
+def test_a_clean_rooms_worker_starts_without_the_isolation_levels():
+    """The worker's start imports what runs a room, not what picks a level (bubblewrap's
+    probes, subprocess, concurrent.futures: a tenth of a second of each of the thousands of
+    worker starts a class's grading makes)."""
+    code = (
+        "import json, sys; import labctl.isolation.worker; print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    imported = set(json.loads(done.stdout))
+    assert not imported & {"labctl.isolation.levels", "labctl.isolation.bwrap", "subprocess",
+                           "concurrent.futures"}, sorted(imported)  # fmt: skip
+    from labctl.isolation import ISOLATION_LEVELS, resolve_isolation
+
+    assert "sandbox" in ISOLATION_LEVELS and callable(resolve_isolation)
