@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hostile.attacks import at_level
 from typer.testing import CliRunner
 
 from labctl import contract
@@ -106,6 +107,18 @@ def test_a_clean_room_that_hangs_is_stopped_within_the_timeout(tmp_path):
     assert failing(report) == {"swiglu_ffn", "transformer_block", "decoder_forward"}
     assert check(report, "rms_norm", "parity").passed
     assert elapsed < 15
+
+
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+def test_a_room_whose_import_never_returns_has_the_time_of_one_call(tmp_path, isolation):
+    """The worker's own start (Python, numpy) has at least 10 s; the room's import, learner
+    code, has `--timeout` like any call: a hang at import cost every run 10 s at `--timeout 1`."""
+    room = variant(tmp_path, "primitives", "import time\nwhile True:\n    time.sleep(1)")
+    report = verify_clean_room(
+        room, 1.0, out=None, measure=False, diagnose_failures=False, isolation=at_level(isolation)
+    )
+    assert report.status == "unloadable", report.message
+    assert "loading the clean room: no answer within 1 s (stopped)" in report.message
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,14 @@ def _error_problem(reply: dict, kinds: frozenset[str]) -> str | None:
     return None
 
 
+def loading_problem(reply: Any, request: dict) -> str | None:
+    """Why `reply` is not the worker's word that it begins loading the room of `request`
+    (sent before any of the room's code runs), or None."""
+    if reply != {"seq": request["seq"], "ok": True, "loading": True}:
+        return "not the word that loading begins"
+    return None
+
+
 def problem(reply: Any, request: dict) -> str | None:
     """Why `reply` cannot be the answer to `request`, or None."""
     if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):

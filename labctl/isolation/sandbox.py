@@ -23,6 +23,7 @@ import subprocess
 import sysconfig
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,8 @@ from labctl.isolation.peak import PeakMeter, worker_pid
 
 DEFAULT_TIMEOUT_S = 20.0
 DEFAULT_MEMORY_MB = 4096
-# Loading starts Python and numpy before the learner's code: never less than this.
+# The worker's own start (Python, numpy, its limits) before the room's code: never less
+# than this; the room's import then has the time of one call.
 _MIN_LOAD_TIMEOUT_S = 10.0
 OUTPUT_LIMIT = 64 << 10
 MAX_VIOLATIONS = 10_000  # a hundred a reply at most (`replies`), over a room's whole life
@@ -269,7 +271,9 @@ class CleanRoom:
             return
         request, timeout_s, deadline = self._loading
         self._loading = None
-        reply = self._reply(request, timeout_s, deadline, N_("loading the clean room"))
+        what = N_("loading the clean room")
+        self._reply(request, timeout_s, deadline, what, replies.loading_problem)
+        reply = self._reply(request, self.timeout_s, time.monotonic() + self.timeout_s, what)
         violations = reply.get("violations", [])
         self._keep(violations)
         if reply["ok"] and violations:
@@ -360,7 +364,14 @@ class CleanRoom:
         with contextlib.suppress(OSError):
             wire.write_frame(self._write, request)
 
-    def _reply(self, request: dict, timeout_s: float, deadline: float, what: str) -> dict:
+    def _reply(
+        self,
+        request: dict,
+        timeout_s: float,
+        deadline: float,
+        what: str,
+        check: Callable[[Any, dict], str | None] = replies.problem,
+    ) -> dict:
         try:
             reply = replies.read_counted(self._read, deadline, self.budget)
         except replies.OverBudget as exc:
@@ -408,7 +419,7 @@ class CleanRoom:
             # The worker's text is the learner's: a lone surrogate in it would stop every
             # writer of a record or a terminal line that reads it later.
             reply = textsafe.valid(reply)
-            problem = replies.problem(reply, request)
+            problem = check(reply, request)
         if problem:
             self.close()
             note = self._printed_note()
