@@ -1,13 +1,14 @@
 """Serial, `--jobs 2` and a two-worker Dask cluster grade a class to the same rows.
 
 Two classes, each graded the three ways. The first has no submission (nothing to
-re-measure, so each learner takes seconds) but every other case of a room that
-verifies. The second holds the learners that never reach verify, the hanging one
-among them: its import never returns, and the learner's time limit stops it with
-a `hang` row while the batch goes on. That class gets a short limit (8 s), which
-the others there meet with room to spare, so the hang costs each batch 16 s (the
-limit, then the hard stop and its grace), not the 48 s it costs under the 40 s a
-verifying room may need.
+re-measure, so each learner takes seconds) and one room of each row a room that
+verifies gives: full points, a fault and its diagnosis, the stubs, a clean room that
+crashes mid-verify (test_grade.py grades the other faults, each another such row).
+The second holds the learners that never reach verify, the hanging one among them:
+its import never returns, and the learner's time limit stops it with a `hang` row
+while the batch goes on. That class gets a short limit (`HANG_TIMEOUT`), which the
+others there meet with room to spare, so the hang costs each batch 7 s (the limit,
+then the hard stop), not the 45 s it costs under the 40 s a verifying room may need.
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ from gradetools import (
     CALL_TIMEOUT,
     HANG_TIMEOUT,
     LEARNER_TIMEOUT,
-    build_class,
     build_hang_class,
+    copy_room,
+    crashing_room,
     rubric_without,
 )
+from honestrooms import honest_fault
 
 from labctl.grade.rubric import load_rubric
 from labctl.grade.runner import GradeOptions, grade_class
+from labctl.verify.stubs import init_clean_room
 
 
 def comparable(batch) -> list[tuple]:
@@ -47,10 +51,24 @@ def comparable(batch) -> list[tuple]:
 CLASSES = {"class": LEARNER_TIMEOUT, "hang-class": HANG_TIMEOUT}
 
 
+def build_verifying_class(root: Path) -> dict[str, str]:
+    """A learner of each row a room that verifies gives; returns {learner: what it is}."""
+    copy_room(root / "no-submission" / "clean_room")
+    # A fault the functions built on the mask inherit: points lost under cascade, a diagnosis.
+    honest_fault("mask-reversed", root / "fault-mask-reversed" / "clean_room")
+    init_clean_room(root / "stubs" / "clean_room")
+    return {
+        "no-submission": "correct, no submission",
+        "fault-mask-reversed": "fault mask-reversed",
+        "stubs": "clean-room init stubs",
+        **crashing_room(root),
+    }
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     base = tmp_path_factory.mktemp("parallel")
-    cases = {**build_class(base / "class", None), **build_hang_class(base / "hang-class")}
+    cases = {**build_verifying_class(base / "class"), **build_hang_class(base / "hang-class")}
     rubric = load_rubric(rubric_without(base, "metric", "submission"))
     # One seed for the three batches, so their gradebooks can be compared byte for byte.
     options = {

@@ -9,13 +9,12 @@ from __future__ import annotations
 import inspect
 import json
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from clitools import invoke
-from gradetools import copy_room, rubric_without, submission_repo
+from gradetools import copy_room, submission_repo
 
 from labctl import contract, reference
 from labctl.verify import fixtures as fx
@@ -201,41 +200,43 @@ def test_the_table_fails_verify_at_a_fresh_seed(table_room, tmp_path):
     assert floats <= failing
 
 
-def test_an_honest_room_outscores_the_table_in_grade(table_room, tmp_path):
-    submissions = tmp_path / "class"
-    copy_room(submissions / "honest" / "clean_room")
-    shutil.copytree(table_room, submissions / "table" / "clean_room")
-    rubric = rubric_without(tmp_path, "submission")  # the template metrics are scored
+@pytest.fixture(scope="module")
+def graded(table_room, tmp_path_factory) -> tuple[dict, dict[str, dict]]:
+    """One batch under the default rubric: an honest room with no submission, and the table
+    with a submission whose claims are the labs' runs at seed 5; (--json, {learner: record})."""
+    base = tmp_path_factory.mktemp("answer-table-grade")
+    klass = base / "class"
+    copy_room(klass / "honest" / "clean_room")
+    submission_repo(klass / "table", table_room)
     result = invoke(
-        "grade", "class", str(submissions), "--out", str(tmp_path / "grades"),
-        "--rubric", str(rubric), "--jobs", "1", "--json",
-    )  # fmt: skip
+        "grade", "class", str(klass), "--out", str(base / "grades"), "--jobs", "1", "--json"
+    )
     assert result.exit_code == 0, result.output
-    document = json.loads(result.stdout)
-    assert document["seed"] != SEED
-    scores = {
-        learner: json.loads((tmp_path / "grades" / "records" / f"{learner}.json").read_text())
+    records = {
+        learner: json.loads((base / "grades" / "records" / f"{learner}.json").read_text())
         for learner in ("honest", "table")
     }
-    honest, table = scores["honest"], scores["table"]
-    assert honest["score"] == honest["max_score"]
+    return json.loads(result.stdout), records
+
+
+def test_an_honest_room_outscores_the_table_in_grade(graded):
+    """The template metrics are scored; the honest room handed in no submission, so the
+    submission item is the one it lacks."""
+    document, records = graded
+    assert document["seed"] != SEED
+    honest, table = records["honest"], records["table"]
+    missing = next(i for i in honest["items"] if i["id"] == "submission")
+    assert not missing["passed"] and missing["points"] == 0
+    assert honest["score"] == honest["max_score"] - missing["max_points"]
     assert table["score"] < honest["score"] / 2, (table["score"], honest["score"])
 
 
-def test_a_submission_claiming_the_published_seed_earns_nothing_for_the_table(table_room, tmp_path):
+def test_a_submission_claiming_the_published_seed_earns_nothing_for_the_table(graded):
     """Issue 42: the answer table with a submission whose claims are the labs' runs at seed 5
     scored 14/100 (the 8 submission points among them): grade re-measured the claims at the
     seed the learner wrote, the one seed the table answers. Its claims do reproduce there;
     at labctl's own seed the room fails verify and the claimed metrics, so the item is 0."""
-    klass = tmp_path / "class"
-    submission_repo(klass / "table", table_room)
-    rubric = rubric_without(tmp_path, "metric")
-    result = invoke(
-        "grade", "class", str(klass), "--out", str(tmp_path / "grades"),
-        "--rubric", str(rubric), "--jobs", "1", "--json",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    record = json.loads((tmp_path / "grades" / "records" / "table.json").read_text())
+    record = graded[1]["table"]
     facts = record["facts"]
     assert facts["submission"]["accepted"]  # the claims reproduce at seed 5: the attack is real
     assert facts["verify"]["seed"] != SEED and not facts["verify"]["passed"]
@@ -243,4 +244,5 @@ def test_a_submission_claiming_the_published_seed_earns_nothing_for_the_table(ta
     assert items["submission"]["points"] == 0, items["submission"]
     assert "not labctl's own seed" in items["submission"]["message"]
     functions = sum(i["points"] for i in record["items"] if i["kind"] == "function")
-    assert record["score"] == round(functions + items["check.bad-input"]["points"], 2)
+    metrics = sum(i["points"] for i in record["items"] if i["kind"] == "metric")
+    assert record["score"] == round(functions + items["check.bad-input"]["points"] + metrics, 2)

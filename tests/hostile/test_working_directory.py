@@ -35,7 +35,8 @@ from hostile.attacks import require_sandbox
 # modules a worker imports as it starts).
 NAMES = ("labctl", "numpy", "torch", "yaml", "clean_room", "string", "json")
 # Two function items and one metric: the metric makes the grading worker import torch and
-# run a lab, as the default rubric does.
+# run a lab, as the default rubric does. Beside a clone, where no module named torch is
+# planted, the functions alone are scored, without the labs' seconds.
 RUBRIC = """schema: labctl.rubric.v1
 name: working directory
 items:
@@ -43,7 +44,8 @@ items:
   - {id: fn.causal_mask, kind: function, target: causal_mask, points: 4}
   - {id: metric.future_token_invariance, kind: metric, target: future_token_invariance, points: 2}
 """
-FULL = 10
+FUNCTIONS_ONLY = "".join(line for line in RUBRIC.splitlines(True) if "kind: metric" not in line)
+FULL, FUNCTIONS_FULL = 10, 8
 SHIM = """\
 import importlib, os, sys
 with open(os.path.join({markers!r}, "{name}"), "a") as _f:
@@ -124,18 +126,24 @@ def _markers(top: Path, stance: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def stances(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, dict, Path]]:
-    """Each place a grader stands, graded once: {stance: (process, its --json, markers)}."""
+def stances(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, dict, Path, int]]:
+    """Each place a grader stands, graded once: {stance: (process, its --json, markers, the
+    full score of its rubric)}."""
     require_sandbox()
     top = tmp_path_factory.mktemp("working-directory")
-    rubric = top / "rubric.yaml"
+    rubric, functions = top / "rubric.yaml", top / "functions.yaml"
     rubric.write_text(RUBRIC, "utf-8")
+    functions.write_text(FUNCTIONS_ONLY, "utf-8")
     found = {}
 
     markers = _markers(top, "inside")
     klass = _class(top / "inside" / "submissions", markers)
-    run = grade(klass, "grade", "class", ".", "--out", "../grades", "--rubric", str(rubric))
-    found["inside the class folder"] = (*run, markers)
+    # One worker takes the whole class: a second would import torch and run the labs'
+    # reference side again, and each worker starts alike, wherever the grader stands.
+    run = grade(
+        klass, "grade", "class", ".", "--out", "../grades", "--rubric", str(rubric), "--jobs", "1"
+    )
+    found["inside the class folder"] = (*run, markers, FULL)
 
     markers = _markers(top, "above")
     above = top / "above"
@@ -143,7 +151,7 @@ def stances(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, di
     for name in NAMES:
         plant(above, name, markers)
     run = grade(above, "grade", "class", "submissions", "--out", "grades", "--rubric", str(rubric))
-    found["above the class folder"] = (*run, markers)
+    found["above the class folder"] = (*run, markers, FULL)
 
     # The layout the issue met: the folder above the class holds the grader's clone of labctl
     # (no __init__.py at its top: a namespace package `labctl` for whatever looks there).
@@ -152,8 +160,10 @@ def stances(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, di
     (clone / "labctl").mkdir()
     (clone / "labctl" / "README.md").write_text("# labctl\n", "utf-8")
     (clone / "labctl" / "pyproject.toml").write_text('[project]\nname = "labctl"\n', "utf-8")
-    run = grade(clone, "grade", "class", "submissions", "--out", "grades", "--rubric", str(rubric))
-    found["beside a clone of labctl"] = (*run, _markers(top, "clone"))
+    run = grade(
+        clone, "grade", "class", "submissions", "--out", "grades", "--rubric", str(functions)
+    )
+    found["beside a clone of labctl"] = (*run, _markers(top, "clone"), FUNCTIONS_FULL)
 
     # Inside one learner's upload, as Gradescope's run_autograder stands.
     markers = _markers(top, "upload")
@@ -166,7 +176,7 @@ def stances(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, di
         upload, "grade", "gradescope", str(upload), "--results", str(top / "results.json"),
         "--work", str(top / "work"), "--rubric", str(rubric),
     )  # fmt: skip
-    found["inside a learner's upload"] = (*run, markers)
+    found["inside a learner's upload"] = (*run, markers, FULL)
     return found
 
 
@@ -174,7 +184,7 @@ def stances(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, di
                                     "inside a learner's upload"])  # fmt: skip
 @pytest.mark.parametrize("name", NAMES)
 def test_a_module_named_like_one_labctl_imports_is_never_run(stances, stance, name):
-    done, _, markers = stances[stance]
+    done, _, markers, _ = stances[stance]
     marker = markers / name
     ran = marker.read_text("utf-8") if marker.exists() else ""
     assert ran == "", f"{name} in the working directory ran as the grader ({ran.strip()})"
@@ -184,16 +194,16 @@ def test_a_module_named_like_one_labctl_imports_is_never_run(stances, stance, na
     "stance", ["inside the class folder", "above the class folder", "beside a clone of labctl"]
 )
 def test_every_learner_keeps_full_points_and_the_batch_passes(stances, stance):
-    done, document, _ = stances[stance]
+    done, document, _, full = stances[stance]
     assert done.returncode == 0, (done.stderr[-3000:], document)
     assert document["passed"] is True
     rows = {row["learner"]: (row["status"], row["score"]) for row in document["rows"]}
-    assert rows and set(rows.values()) == {("graded", FULL)}, rows
+    assert rows and set(rows.values()) == {("graded", full)}, rows
 
 
 def test_the_upload_graded_from_inside_keeps_full_points(stances, tmp_path):
-    done, document, _ = stances["inside a learner's upload"]
+    done, document, _, full = stances["inside a learner's upload"]
     assert done.returncode == 0, done.stderr[-3000:]
     assert document["status"] == "graded"
     results = json.loads(Path(document["results"]).read_text("utf-8"))
-    assert results["score"] == FULL, results
+    assert results["score"] == full, results
