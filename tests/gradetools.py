@@ -40,8 +40,8 @@ LEARNER_TIMEOUT = "40"
 # only sets when the pool stops a learner still loading, `HARD_STOP_AFTER_S` (5 s) past it.
 # The others are decided in about a second on two busy cores (the attacker's load, the
 # slowest, took 1.0 to 2.0 s), well inside those 7 s; the hanging learner, whose import never
-# returns, costs the 7 s, not the 45 s of a 40 s limit. Loading waits max(--timeout, 10 s),
-# so with CALL_TIMEOUT above both it is the pool's stop that ends it.
+# returns, costs the 7 s, not the 45 s of a 40 s limit. A room's import has --timeout
+# (CALL_TIMEOUT, above those 7 s), so it is the pool's stop that ends it.
 HANG_TIMEOUT = "2"
 CALL_TIMEOUT = 50.0
 

@@ -229,8 +229,9 @@ def _job(learner: Learner, rubric: Rubric, options: GradeOptions) -> dict:
         "timeout_s": options.timeout_s,
         "memory_mb": options.memory_mb,
         "isolation": options.isolation,
-        # A submission's claims are measured at the batch's seed too (`score._submission`).
-        "measure": rubric.needs_metrics or rubric.needs_submission,
+        # A submission's claims are measured at the batch's seed too (`score._submission`);
+        # a learner who handed in none has no claims, and the labs run for nothing.
+        "measure": rubric.needs_metrics or (rubric.needs_submission and bool(learner.submission)),
         "remeasure": rubric.needs_submission,
         "seed": options.seed,
         "contract": rubric.contract,
@@ -372,7 +373,7 @@ def grade_learners(
             "LABCTL_REFERENCE_KEY": kept.reference_key,
             "LABCTL_LANG": language(),
         }
-        if rubric.needs_metrics or rubric.needs_submission:
+        if any(job["measure"] for _key, job in jobs):
             env["LABCTL_WORKER_TORCH"] = "1"  # the labs need it: imported as the worker starts
         if options.scheduler:
             from labctl.grade.dask_exec import run_on_dask
