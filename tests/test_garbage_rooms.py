@@ -18,7 +18,7 @@ from checktools import learner_room
 from garbage import KINDS, ODD_KINDS, GarbageRoom, applies, nan_room
 from labtools import rows
 
-from labctl import registry
+from labctl import contract, memo, registry
 from labctl.lab import Implementation, larger, largest
 from labctl.runner import implementations, run_lab, run_labs
 
@@ -113,10 +113,39 @@ def _rooms() -> list:
     return found
 
 
+class Remembering(Implementation):
+    """A reference whose calls' values are remembered (`labctl.memo`, as in a grading worker);
+    a timed or measured call runs the reference itself, whose time and memory a lab reads."""
+
+    def __init__(self, plain: Implementation):
+        label = f"reference {plain._target.__name__}"
+        target = memo.Remembered(plain._target, contract.function_names(2), label)
+        super().__init__(plain.name, target, hidden=plain.hidden)
+        self._plain = plain
+
+    def for_contract(self, version: int) -> Implementation:
+        plain = self._plain.for_contract(version)
+        return self if plain is self._plain else Remembering(plain)
+
+    def timed(self, fn: str, *args, **kwargs):
+        return self._plain.timed(fn, *args, **kwargs)
+
+    def measured(self, fn: str, *args, part: int | None = None, **kwargs):
+        return self._plain.measured(fn, *args, part=part, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def torch_reference():
-    with implementations("reference", None) as impls:
-        yield impls["reference"]
+    """The torch reference, remembering across this module's rooms: a lab draws the same
+    inputs at seed 5 for every room, so the reference's calls, the mask ablation's language
+    models and the residual ablation's gradients are computed once a lab, bit for bit what a
+    fresh run computes (tests/test_memo.py)."""
+    memo.enable()
+    try:
+        with implementations("reference", None) as impls:
+            yield Remembering(impls["reference"])
+    finally:
+        memo.disable()
 
 
 def judged(lab_id: str, room: GarbageRoom, reference: Implementation):
@@ -265,10 +294,11 @@ def test_a_list_is_named_as_the_contract_s_form_not_numpy_s_error(torch_referenc
     assert not row.measured and str(note.text) in row.note
 
 
-def _hidden(reference: Implementation) -> Implementation:
+def _hidden(reference: Remembering) -> Implementation:
     """The reference as `--impl clean-room` opens it: run for the comparisons, not shown."""
-    return Implementation(
-        "reference", reference._target, reference._meter, reference._later, hidden=True
+    plain = reference._plain
+    return Remembering(
+        Implementation("reference", plain._target, plain._meter, plain._later, hidden=True)
     )
 
 

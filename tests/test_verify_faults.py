@@ -61,11 +61,23 @@ def test_the_catalogue_is_large_named_and_spread_over_the_contract():
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """The matrix, built once (this also fills the diagnosis's cache of fault rooms)."""
+    """The matrix, built once (this also fills the diagnosis's cache of fault rooms), and
+    each fault's room as the matrix observed it, by name: every function in a worker."""
+    from labctl.isolation.sandbox import DEFAULT_MEMORY_MB
+    from labctl.verify.diagnosis import ROOMS
     from labctl.verify.matrix import build_matrix
 
     out = tmp_path_factory.mktemp("matrix") / "ev" / "faults"
-    return build_matrix(2.0, out=out), out
+    matrix = build_matrix(2.0, out=out)
+    observed = {}
+    for fault in faults.CATALOGUE:
+        # Kept under the room's declared contract at the matrix's seed and limits: read back.
+        declared = contract.declared_version(ROOMS.path(fault))
+        names = contract.function_names(declared)
+        observed[fault.name] = ROOMS.observe(
+            fault, names, 2.0, DEFAULT_MEMORY_MB, contract=declared
+        )
+    return matrix, out, observed
 
 
 @pytest.fixture
@@ -115,12 +127,12 @@ def test_labctl_faults_prints_and_keeps_the_matrix(matrix):
 
 def test_no_catalogued_fault_ends_its_process(built):
     """The diagnosis relies on it: a function whose call ended the learner's process
-    matches no catalogued fault, so no fault room is observed for it."""
-    from labctl.isolation.sandbox import DEFAULT_MEMORY_MB
-    from labctl.verify.diagnosis import ROOMS
-
+    matches no catalogued fault, so no fault room is observed for it. Each room as the
+    matrix observed it, in a worker (in labctl's process, where the diagnosis observes most
+    rooms, no call could end the process)."""
     for fault in faults.CATALOGUE:
-        seen = ROOMS.observe(fault, contract.function_names(), 2.0, DEFAULT_MEMORY_MB)
+        seen = built[2][fault.name]
+        assert seen.isolation != "in-process", fault.name
         ended = [
             (function, o.message)
             for function, run in seen.runs.items()
@@ -132,8 +144,8 @@ def test_no_catalogued_fault_ends_its_process(built):
 
 @pytest.fixture(scope="module")
 def fresh():
-    """One seed nobody knew in advance for every fault here (printed, to rerun a failure): the
-    diagnosis observes each fault room once at that seed, not once per fault verified."""
+    """One seed nobody knew in advance for every room verified here (printed, to rerun a
+    failure): the diagnosis observes each fault room once at that seed, not once per room."""
     seed = fresh_seed()
     print(f"fault catalogue verified at seed {seed}")
     return seed
@@ -177,7 +189,7 @@ def test_labctl_faults_human_output(built, monkeypatch):
     assert "loads: no catalogued fault, justified" in text
 
 
-def test_a_learners_own_code_with_a_catalogued_bug_is_diagnosed(tmp_path, matrix):
+def test_a_learners_own_code_with_a_catalogued_bug_is_diagnosed(tmp_path, matrix, fresh):
     room = learner_room(
         tmp_path,
         "primitives",
@@ -187,7 +199,7 @@ def test_a_learners_own_code_with_a_catalogued_bug_is_diagnosed(tmp_path, matrix
             return np.tril(np.ones((t_q, t_k), dtype=bool), k=t_k - t_q - 1)
         """,
     )
-    report = verify_clean_room(room, 2.0, out=None, measure=False)
+    report = verify_clean_room(room, 2.0, out=None, measure=False, seed=fresh)
     named = next(d for d in report.diagnosis if d.function == "causal_mask")
     assert named.fault == "mask-reversed"
     assert (
@@ -196,10 +208,10 @@ def test_a_learners_own_code_with_a_catalogued_bug_is_diagnosed(tmp_path, matrix
     )
 
 
-def test_a_matching_bug_with_an_extra_symptom_is_still_named(tmp_path, matrix):
+def test_a_matching_bug_with_an_extra_symptom_is_still_named(tmp_path, matrix, fresh):
     """HF's rotate_half layout, written without the odd-D check the contract asks for."""
     room = learner_room(tmp_path, "primitives", HF_ROPE_WITHOUT_ODD_CHECK)
-    report = verify_clean_room(room, 2.0, out=None, measure=False)
+    report = verify_clean_room(room, 2.0, out=None, measure=False, seed=fresh)
     failed = {c.name for c in report.checks if c.function == "rope" and c.failed}
     assert failed == {"parity", "bad-input"}
     named = next(d for d in report.diagnosis if d.function == "rope")
@@ -207,7 +219,7 @@ def test_a_matching_bug_with_an_extra_symptom_is_still_named(tmp_path, matrix):
     assert "(it also fails bad-input)" in named.message
 
 
-def test_an_unknown_bug_is_said_to_match_nothing(tmp_path, matrix):
+def test_an_unknown_bug_is_said_to_match_nothing(tmp_path, matrix, fresh):
     room = learner_room(
         tmp_path,
         "primitives",
@@ -216,7 +228,7 @@ def test_an_unknown_bug_is_said_to_match_nothing(tmp_path, matrix):
             return np.maximum(x @ w1 + b1, 0.0) @ w2  # forgets b2
         """,
     )
-    report = verify_clean_room(room, 2.0, out=None, measure=False)
+    report = verify_clean_room(room, 2.0, out=None, measure=False, seed=fresh)
     named = next(d for d in report.diagnosis if d.function == "relu_ffn")
     assert named.kind == "unmatched"
     assert "no catalogued fault matches" in named.message
