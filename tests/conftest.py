@@ -79,34 +79,38 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return (os.cpu_count() or 1) + 1
 
 
-# The modules that take longest, longest first (seconds of test time each on two cores,
-# 2026-12-03: the hostile attacks 82, parallel grading 82, the report 75, the fault
-# catalogue 57, terminal widths 54, kernel attacks 50, ... the diagnosis rooms 25). Under
-# `--dist loadscope` a worker takes whole modules in collection order (`--no-loadscope-reorder`,
-# pyproject's addopts; xdist's own order is by test count, which put parallel grading last
-# and left the other workers idle for its last half minute): the long ones go first and the
-# many short ones fill in behind them.
+# The modules that take longest, longest first (seconds of test time each, three workers on
+# two cores, 2026-12-06: the report 131, the fault catalogue 135 before a third of it went,
+# the screen at 80 columns 91, grading from where a grader stands 90, ... the diagnosis rooms
+# 23). Under `--dist loadscope` a worker takes whole modules in collection order
+# (`--no-loadscope-reorder`, pyproject's addopts; xdist's own order is by test count, which
+# put parallel grading last and left the other workers idle for its last half minute): the
+# long ones go first and the many short ones fill in behind them. A long module missing
+# here runs late and alone: the screen's, added by issue 38, ended its run 50 s after the
+# other two workers.
 LONGEST_FIRST = (
-    "hostile/test_hostile.py",
-    "test_grade_parallel.py",
-    # issue 37's: four batches graded from where a grader stands, and a wheel built from the
-    # sdist, installed apart and run (each some 40 s of CPU across its processes)
-    "hostile/test_working_directory.py",
-    "test_packaging.py",
     "test_report.py",
     "test_verify_faults.py",
+    "test_screen.py",
+    "hostile/test_working_directory.py",
+    "test_grade_parallel.py",
     "test_columns.py",
+    "hostile/test_hostile.py",
+    "test_packaging.py",
     "hostile/test_kernel_attacks.py",
-    "test_verify_diagnosis.py",
-    "test_grade_parts.py",
-    "test_evidence_submit.py",
-    "test_lab_mask_ablation.py",
-    "test_grade_isolation.py",
     "test_garbage_rooms.py",
-    "test_grade.py",
-    "test_runner.py",
     "hostile/test_answer_table.py",
+    "hostile/test_forged_replies.py",
+    "test_verify_diagnosis.py",
+    "test_evidence_submit.py",
+    "test_grade.py",
+    "test_common_bugs.py",
     "test_diagnosis_rooms.py",
+    "test_runner.py",
+    "test_grade_isolation.py",
+    "test_verify_v2.py",
+    "test_grade_workflow.py",
+    "test_grade_parts.py",
 )
 
 

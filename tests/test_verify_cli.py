@@ -37,6 +37,9 @@ def causal_lab_only(monkeypatch):
         if entry[0].id == "causal-attention"
     }
     monkeypatch.setattr(registry, "metric_table", lambda: table)
+    monkeypatch.setattr(
+        registry, "measuring", lambda names: {n: table[n] for n in names if n in table}
+    )
 
 
 def test_json_is_one_document_with_the_issues_fields(workdir):
