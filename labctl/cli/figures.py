@@ -71,7 +71,7 @@ def heatmap(
     )
     table.add_column(f"{figure.row_label}\\{figure.col_label}", justify="right", style="dim")
     width = max((len(row) for row in figure.matrix), default=0)
-    col_ticks = list(figure.col_ticks) if len(figure.col_ticks) == width else list(range(width))
+    col_ticks = _col_ticks(figure, width)
     shown = list(range(width)) if columns is None else list(columns)
     for j in shown:
         table.add_column(escape(str(col_ticks[j])), justify="right", no_wrap=True)
@@ -86,6 +86,11 @@ def heatmap(
             )
         )
     return table
+
+
+def _col_ticks(figure: HeatmapFigure, width: int) -> list:
+    """The columns' labels: the figure's ticks, or the column numbers where they do not fit."""
+    return list(figure.col_ticks) if len(figure.col_ticks) == width else list(range(width))
 
 
 def _cell(value: float, marked: bool, compact: bool = False, mark_room: bool = True) -> Text:
@@ -160,9 +165,10 @@ def _slices(figure: HeatmapFigure, marked, room: bool, width: int, measure) -> l
     # Each column's natural width, as the compact table lays it out (no padding, a divider of
     # one cell between columns): a slice's end guessed from them is then checked by measuring,
     # a measure or two a slice where growing it a column at a time measured every prefix.
+    ticks = _col_ticks(figure, count)
     widths = [
         max(
-            [cell_len(str(figure.col_ticks[j]) if len(figure.col_ticks) == count else str(j))]
+            [cell_len(str(ticks[j]))]
             + [cell_len(_cell(row[j], (i, j) in marked, True, room).plain)
                for i, row in enumerate(figure.matrix) if j < len(row)]
         )

@@ -231,7 +231,8 @@ def _job(learner: Learner, rubric: Rubric, options: GradeOptions) -> dict:
         "isolation": options.isolation,
         # A submission's claims are measured at the batch's seed too (`score._submission`);
         # a learner who handed in none has no claims, and the labs run for nothing.
-        "measure": rubric.needs_metrics or (rubric.needs_submission and bool(learner.submission)),
+        "measure": rubric.needs_metrics
+        or (rubric.needs_submission and learner.submission is not None),
         "remeasure": rubric.needs_submission,
         "seed": options.seed,
         "contract": rubric.contract,
