@@ -17,8 +17,9 @@ import sys
 import tempfile
 import time
 
+# The console script's own function (`labctl = labctl.cli.entry:main`): what a user runs.
 RUN_ALL = (
-    "import sys; from labctl.cli.main import main; "
+    "import sys; from labctl.cli.entry import main; "
     "sys.argv = ['labctl', 'run', 'all', '--json', '--out', sys.argv[1]]; main()"
 )
 

@@ -21,8 +21,9 @@ import time
 from importlib import util
 from pathlib import Path
 
+# The console script's own function (`labctl = labctl.cli.entry:main`): what a user runs.
 VERIFY = (
-    "import sys; from labctl.cli.main import main; "
+    "import sys; from labctl.cli.entry import main; "
     "sys.argv = ['labctl', 'verify', 'clean-room', '--json', '--path', sys.argv[1], "
     "'--out', sys.argv[2], *sys.argv[3:]]; main()"
 )

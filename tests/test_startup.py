@@ -144,3 +144,53 @@ def test_a_clean_rooms_worker_starts_without_the_isolation_levels():
     from labctl.isolation import ISOLATION_LEVELS, resolve_isolation
 
     assert "sandbox" in ISOLATION_LEVELS and callable(resolve_isolation)
+
+
+# A command through the tree, and what a process leaves for its exit: a thread still
+# working, an `atexit` function, output in stdout's buffer, and an object that only the
+# interpreter's teardown of the modules would finalize.
+ENDING = (
+    "import atexit, os, sys, threading, time\n"
+    "marks = sys.argv.pop(1)\n"
+    "def mark(what, marks=marks, os=os):  # its own references: a teardown clears the globals\n"
+    "    fd = os.open(marks, os.O_WRONLY | os.O_APPEND | os.O_CREAT)\n"
+    "    os.write(fd, what.encode() + b'\\n')\n"
+    "    os.close(fd)\n"
+    "class TornDown:\n"
+    "    def __del__(self, mark=mark):\n"
+    "        mark('teardown')\n"
+    "kept = TornDown()\n"
+    "threading.Thread(target=lambda: (time.sleep(0.3), mark('thread'))).start()\n"
+    "atexit.register(mark, 'atexit')\n"
+    "sys.argv[0] = 'labctl'\n"
+    "from labctl.cli.entry import main\n"
+    "main()\n"
+)
+
+
+@pytest.mark.parametrize(("args", "code"), [(["show", "gqa"], 0), (["show", "nosuch"], 2)])
+def test_a_command_ends_with_its_threads_atexit_and_output_but_no_module_teardown(
+    tmp_path, args, code
+):
+    """The interpreter's teardown of every module (torch's alone is ~0.5 s) is skipped; what
+    anyone could see of an exit is not: threads waited for, atexit run, output flushed, and
+    the exit code the command chose."""
+    marks = tmp_path / "marks"
+    env = {**os.environ, **ENV}
+    done = subprocess.run(
+        [sys.executable, "-c", ENDING, str(marks), *args], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == code, done.stderr[-2000:]
+    assert ("gqa" in done.stdout) if code == 0 else ("nosuch" in done.stderr), done
+    assert marks.read_text().split() == ["thread", "atexit"]
+
+
+@pytest.mark.parametrize(("code", "expected"), [(None, 0), (3, 3), (True, 1), ("stopped", 1)])
+def test_exit_codes_are_those_python_gives(code, expected):
+    done = subprocess.run(
+        [sys.executable, "-c", f"from labctl.cli.entry import end; end({code!r})"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == expected, done
+    assert done.stderr == ("stopped\n" if code == "stopped" else ""), done
