@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 TARGET_RATIO = 1.30
-_CLI = "from labctl.cli.main import main; main()"
+_CLI = "from labctl.cli.entry import main; main()"  # the console script's function
 
 
 def one(level: str, path: Path, out: Path) -> float:

@@ -17,7 +17,7 @@ from labctl.grade.rubric import parse_rubric
 from labctl.grade.runner import GradeOptions, grade_class
 
 ROOT = Path(__file__).resolve().parents[1]
-LABCTL = "import sys; sys.argv[0] = 'labctl'; from labctl.cli.main import main; main()"
+LABCTL = "import sys; sys.argv[0] = 'labctl'; from labctl.cli.entry import main; main()"
 RUBRIC = """schema: labctl.rubric.v1
 name: one function
 items:

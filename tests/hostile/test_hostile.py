@@ -36,7 +36,7 @@ from hostile.attacks import ATTACKS, BY_NAME, REPO, Attack, build, require_sandb
 
 RUN_LIMIT_S = 180
 FORK_DELAY_S = 8.0  # the fork attack writes 6 s after forking; look after that
-_CLI = "from labctl.cli.main import main; main()"
+_CLI = "from labctl.cli.entry import main; main()"  # the console script's function
 WATCHED: list[Path] = []  # removed when the module's tests end
 
 
