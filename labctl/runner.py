@@ -13,9 +13,8 @@ import contextlib
 import math
 import os
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 import numpy as np
@@ -361,8 +360,9 @@ def run_labs(
     """Run the labs named by `ids` (or `all`) with `settings` (`NAME=VALUE`, `LAB.NAME=VALUE`),
     write their evidence under `out` (records in `out/<lab>/`, the manifest in `out`), report.
 
-    `finished` hears of each lab once its evidence is written, so a caller interrupted
-    later can still show the labs that are done.
+    `finished` hears of each lab once its evidence is written, as the labs end (the labs that
+    time anything end first), so a caller interrupted later can still show the labs that are
+    done; the report keeps the labs' order.
 
     Every option is checked before the first lab runs: a refused one writes nothing.
     """
@@ -374,18 +374,19 @@ def run_labs(
     # Named before the worker copies it: the records say which files ran.
     room = identify(room_path) if room_path else None
     store = EvidenceStore(out)
-    results = []
     with implementations(impl, room_path, timeout_s, isolation) as impls:
         level = isolation_of(impls)
 
         def one(lab: Lab) -> LabResult:
             return run_lab(lab, seed, impls, params[lab.id])
 
-        for result in _two_at_a_time(labs, one, progress):
+        ended: dict[int, LabResult] = {}
+        for index, result in _two_at_a_time(labs, one, progress):
             write_evidence(result, store, Path("."), seed, impl, room, level)
-            results.append(result)
+            ended[index] = result
             if finished:
                 finished(result)
+    results = [ended[index] for index in sorted(ended)]
     return RunReport(results, seed, impl, room, time.perf_counter() - start, level)
 
 
@@ -393,30 +394,43 @@ def _two_at_a_time(
     labs: list[Lab],
     run: Callable[[Lab], LabResult],
     progress: Callable[[Lab, int, int], None] | None,
-) -> Iterator[LabResult]:
-    """Each lab's result, in the labs' order, two labs computing at once: while one's
+) -> Iterator[tuple[int, LabResult]]:
+    """(index, result) of each lab as it ends, two labs computing at once: while one's
     reference runs in torch here, the other's calls run in the clean room's worker (which
     takes them one at a time), as verify runs the template's labs. A lab that times anything
-    runs alone: its timings decide nothing, but a learner reads them. Each lab draws its
-    inputs from the seed alone, so the values are those of a run one by one."""
+    runs alone: its timings decide nothing, but a learner reads them. Those run first, one
+    after the other, so that no lab waits beside an idle thread for one to start (run all's
+    three made three such waits). Each lab draws its inputs from the seed alone, so the
+    values are those of a run one by one."""
+    timed = [i for i, lab in enumerate(labs) if any(m.timing for m in lab.metrics)]
     pool = ThreadPoolExecutor(max_workers=2)
-    running: deque[Future] = deque()
+    running: dict[Future, int] = {}
     try:
+        for index in timed:
+            if progress:
+                progress(labs[index], index, len(labs))
+            yield index, pool.submit(run, labs[index]).result()
         for index, lab in enumerate(labs):
-            alone = any(m.timing for m in lab.metrics)
-            while running and (alone or len(running) == 2):
-                yield running.popleft().result()
+            if index in timed:
+                continue
+            while len(running) == 2:
+                yield from _ended(running)
             if progress:
                 progress(lab, index, len(labs))
-            running.append(pool.submit(run, lab))
-            if alone:
-                yield running.popleft().result()
+            running[pool.submit(run, lab)] = index
         while running:
-            yield running.popleft().result()
+            yield from _ended(running)
     finally:
         # Interrupted (Ctrl-C, an error): no lab not yet started starts; the one running
         # ends when its clean room closes, or its reference returns.
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _ended(running: dict[Future, int]) -> Iterator[tuple[int, LabResult]]:
+    """The labs of `running` that have ended once one has, taken out of it."""
+    ended, _ = wait(running, return_when=FIRST_COMPLETED)
+    for future in sorted(ended, key=running.__getitem__):
+        yield running.pop(future), future.result()
 
 
 def isolation_of(impls: dict[str, Implementation]) -> str | None:

@@ -388,7 +388,8 @@ def test_run_all_outside_the_repository_then_template_fill_validates(tmp_path, m
 
 def test_labs_run_two_at_a_time_in_their_order_a_timed_lab_alone(tmp_path, monkeypatch):
     """The values are those of one lab at a time; a lab that times anything (kv-cache) runs
-    with no other lab beside it."""
+    with no other lab beside it, before the others (none waits for it beside an idle thread),
+    and its result takes its place in the labs' order."""
     from labctl import runner
 
     real = runner.run_lab
@@ -413,6 +414,7 @@ def test_labs_run_two_at_a_time_in_their_order_a_timed_lab_alone(tmp_path, monke
     assert [r.lab.id for r in report.labs] == ids
     assert max(len(labs) for labs in beside) == 2, beside
     assert all(labs == {"kv-cache"} for labs in beside if "kv-cache" in labs), beside
+    assert beside[0] == {"kv-cache"}, beside
     with implementations("reference", None) as impls:
         alone = {lab_id: real(registry.get(lab_id), 5, impls) for lab_id in ids}
     for result in report.labs:

@@ -181,14 +181,20 @@ def test_run_names_the_output_folder_as_given(workdir, tmp_path_factory):
 
 
 def test_ctrl_c_still_prints_the_labs_that_finished(workdir, monkeypatch):
+    import threading
+
     from labctl import runner as lab_runner
 
     real = lab_runner.run_lab
+    first_done = threading.Event()
 
     def interrupted_on_the_second(lab, *args, **kwargs):
-        if lab.id == "gqa":
+        if lab.id == "gqa":  # computing beside the first: interrupted once that one is done
+            assert first_done.wait(60)
             raise KeyboardInterrupt
-        return real(lab, *args, **kwargs)
+        result = real(lab, *args, **kwargs)
+        first_done.set()
+        return result
 
     monkeypatch.setattr(lab_runner, "run_lab", interrupted_on_the_second)
     result = invoke("run", "causal-attention", "gqa", "--impl", "reference", "--out", "ev")
@@ -197,6 +203,34 @@ def test_ctrl_c_still_prints_the_labs_that_finished(workdir, monkeypatch):
     assert "causal-attention in" in result.stdout  # and its footer
     assert "gqa_reference_max_error" not in result.stdout
     assert "interrupted" in result.output
+
+
+def test_ctrl_c_prints_the_finished_labs_in_their_order_a_timed_one_too(workdir, monkeypatch):
+    """kv-cache times its calls, so it runs (and ends) before entropy: both are printed, in
+    the labs' order, when gqa is interrupted after them."""
+    import threading
+
+    from labctl import runner as lab_runner
+
+    real = lab_runner.run_lab
+    entropy_done = threading.Event()
+
+    def interrupted_after_the_others(lab, *args, **kwargs):
+        if lab.id == "gqa":
+            assert entropy_done.wait(60)
+            raise KeyboardInterrupt
+        result = real(lab, *args, **kwargs)
+        if lab.id == "entropy":
+            entropy_done.set()
+        return result
+
+    monkeypatch.setattr(lab_runner, "run_lab", interrupted_after_the_others)
+    args = ["run", "entropy", "kv-cache", "gqa", "--impl", "reference", "--out", "ev"]
+    result = invoke(*args, "--set", "kv-cache.repeats=1")
+    assert result.exit_code == 130, result.output
+    entropy, kv_cache = (result.stdout.find(f"{lab} in") for lab in ("entropy", "kv-cache"))
+    assert 0 <= entropy < kv_cache, result.stdout
+    assert "gqa_reference_max_error" not in result.stdout
 
 
 # ---- help shows every default, in both languages ---------------------------------------------

@@ -89,8 +89,10 @@ def run(
     except KeyboardInterrupt:
         # Ctrl-C in `run all > file`: the labs that finished (their records are written)
         # still reach the file; the handler then reports the interruption.
-        if not json_:
-            for result in done:
+        if not json_ and done:
+            # shown in the labs' order; they ended in their own (a timed lab's first)
+            order = {lab.id: index for index, lab in enumerate(registry.resolve(labs))}
+            for result in sorted(done, key=lambda result: order[result.lab.id]):
                 _render_lab(result)
         raise
     for note in record_notes(report.clean_room, "--clean-room"):
