@@ -12,8 +12,9 @@ anything (`enable`: grading workers); elsewhere every call computes, as before.
 Only labctl's own pure computations are kept, never a learner's function: a learner's
 outputs may be among the inputs (a mask the room returned), which changes the digest and
 so the result, never what the next learner gets. Results are handed out as copies, so no
-caller can change what is kept; the memory holds at most `LIMIT` bytes and keeps nothing
-past it.
+caller can change what is kept, but for a lab's drawn inputs (`remember_draws`), which the
+labs only read: those are handed out read-only, and a write raises. The memory holds at
+most `LIMIT` bytes and keeps nothing past it.
 """
 
 from __future__ import annotations
@@ -105,6 +106,21 @@ def _copy(value: Any) -> Any:
     return value
 
 
+def _read_only(value: Any) -> Any:
+    """`value` with every array in it a view that cannot be written through."""
+    if isinstance(value, np.ndarray):
+        view = value.view()
+        view.flags.writeable = False
+        return view
+    if isinstance(value, tuple):
+        return tuple(_read_only(v) for v in value)
+    if isinstance(value, list):
+        return [_read_only(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _read_only(v) for k, v in value.items()}
+    return value
+
+
 def _size(value: Any) -> int:
     if isinstance(value, np.ndarray):
         return value.nbytes
@@ -125,8 +141,9 @@ def _plain(value: Any) -> bool:
     return isinstance(value, (np.ndarray, bool, int, float, str, np.generic, type(None)))
 
 
-def remember(parts: Any, compute: Callable[[], T]) -> T:
-    """`compute()`, or what it gave before for the same `parts` (see the module docstring)."""
+def remember(parts: Any, compute: Callable[[], T], *, read_only: bool = False) -> T:
+    """`compute()`, or what it gave before for the same `parts` (see the module docstring);
+    with `read_only`, what is kept itself, every array read-only, for every caller."""
     global _held
     if _store is None:
         return compute()
@@ -134,25 +151,29 @@ def remember(parts: Any, compute: Callable[[], T]) -> T:
     if key is None:
         return compute()
     if key in _store:
-        return _copy(_store[key])
+        return _store[key] if read_only else _copy(_store[key])
     value = compute()
     size = _size(value)
     if _plain(value) and _held + size <= _limit:
-        _store[key] = _copy(value)
+        _store[key] = _read_only(_copy(value)) if read_only else _copy(value)
         _held += size
+        if read_only:
+            return _store[key]
     return value
 
 
 def remember_draws(rng: np.random.Generator, parts: Any, compute: Callable[[], T]) -> T:
     """`compute()`, which draws from `rng`, or what it gave before from the same generator
     state for the same `parts`; either way `rng` is left where `compute` leaves it, so every
-    later draw is the one a fresh run makes."""
+    later draw is the one a fresh run makes. What is kept is handed out read-only, not
+    copied: the scale ablation's 171 MB of inputs were copied for every learner."""
     if _store is None:
         return compute()
     state = rng.bit_generator.state
     drawn = remember(
         ("draws", parts, state),
         lambda: (compute(), rng.bit_generator.state),
+        read_only=True,
     )
     value, after = drawn
     rng.bit_generator.state = after

@@ -86,6 +86,11 @@ def test_remembered_draws_leave_the_generator_where_a_fresh_run_would(rememberin
     first, again = run(), run()
     for got in (first, again):
         assert got[0].tolist() == fresh[0].tolist() and got[1] == fresh[1]
+    # handed out without a copy, and read-only, so no lab can change what the next one reads
+    assert np.shares_memory(first[0], again[0])
+    with pytest.raises(ValueError, match="read-only"):
+        again[0][0] = 7.0
+    assert run()[0].tolist() == fresh[0].tolist()
 
 
 def _rows(result) -> list[tuple]:
