@@ -56,11 +56,25 @@ def _pyplot():
 
 def _svg(fig) -> bytes:
     import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
 
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         # only without the CJK font (text left to the browser): a warning per glyph says nothing
         warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font")
+        engine = fig.get_layout_engine()
+        if engine is not None:
+            # Laid out once here, measured by the SVG renderer as savefig's own layout pass
+            # does, then saved with no engine: savefig draws a laid-out figure once, not a
+            # second time (with drawing disabled) to lay it out: a fifth of the report's time.
+            FigureCanvasSVG(fig)
+            dpi = fig.dpi
+            engine.execute(fig)
+            fig.dpi = dpi
+            with plt.rc_context(
+                {"figure.autolayout": False, "figure.constrained_layout.use": False}
+            ):
+                fig.set_layout_engine(None)
         fig.savefig(buffer, format="svg", metadata={"Date": None})
     plt.close(fig)
     return buffer.getvalue()
