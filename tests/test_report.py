@@ -308,11 +308,22 @@ def test_every_plot_has_labelled_axes_and_a_legible_legend(drawn):
             styles = [(line.get_color(), line.get_linestyle(), line.get_marker())
                       for line in ax.get_lines()]  # fmt: skip
             assert len(styles) == len(set(styles)), (where, styles)
+            renderer = canvas.get_renderer()
+            boxes = [ax.get_tightbbox(renderer)]  # the axes with its ticks, labels and title
             if legend is not None:
                 # outside the axes: the legend's left edge right of the plot area
-                renderer = canvas.get_renderer()
                 legend_box = legend.get_window_extent(renderer)
                 assert legend_box.x0 >= ax.get_window_extent(renderer).x1, where
+                boxes.append(legend_box)
+            # laid out: nothing cut at the figure's edge. The layout measured its text with
+            # the SVG renderer (which finds the heatmaps' labels 0.9 px from the edge), Agg
+            # measures here (4.3 px): 5 px for the difference. Without the layout, legends
+            # and labels ran past the edge by 37 px and more; a label of a dozen quantities
+            # in one line, along a line plot's y axis, by 13 to 140 px
+            edge = figure.bbox.padded(5)
+            for box in boxes:
+                assert edge.x0 <= box.x0 and box.x1 <= edge.x1, (where, box, edge)
+                assert edge.y0 <= box.y0 and box.y1 <= edge.y1, (where, box, edge)
 
 
 @pytest.mark.parametrize("case", ["no-root", "out-is-dir", "empty-root"])

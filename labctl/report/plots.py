@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import unicodedata
 import warnings
 
 from labctl.i18n import _
@@ -23,6 +24,9 @@ from labctl.report.collect import Figure
 
 DIFFERS = 1e-9  # as the terminal: far above float64 rounding, far below what the eye sees
 MAX_ANNOTATED = 12  # cells get their value written in them up to this many per side
+# Columns of 9-point text along a line plot's y axis (3.8 in) and a bar plot's x axis (6.4 in,
+# less the legend), with a margin: a quantity's label wraps past them.
+Y_ROOM, X_ROOM = 40, 64
 
 
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -257,7 +261,7 @@ def bar_plot(figure: Figure) -> bytes:
         log_scale(ax, "x", 10)
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_ylabel(figure.columns[0])
-    ax.set_xlabel(_quantities([column for column, _labels, _values in series]))
+    ax.set_xlabel(_quantities([column for column, _labels, _values in series], X_ROOM))
     _legend_outside(ax, len(series))
     return _svg(fig)
 
@@ -294,11 +298,25 @@ def _wide(values: list[float]) -> bool:
     return len(positive) == len(values) and max(positive) / min(positive) >= 100
 
 
-def _quantities(labels: list[str]) -> str:
-    """What the y values are: the distinct quantities plotted, each without its variant
-    ("(impl)", ", no √", " — group")."""
-    stems = dict.fromkeys(re.split(r" — | \(|, ", label)[0] for label in labels)
-    return " / ".join(stems)
+def _quantities(labels: list[str], room: int) -> str:
+    """What the values are: the distinct quantities plotted, each without its variant
+    ("(impl)", ", no √", " — group"), joined by " / " in lines of at most `room` columns (a
+    Chinese character takes two): a long list wraps along its axis, where in one line it ran
+    past the figure's edge and was cut (by up to 140 px)."""
+    lines: list[str] = []
+    for stem in dict.fromkeys(re.split(r" — | \(|, ", label)[0] for label in labels):
+        if lines and _columns(f"{lines[-1]} / {stem}") <= room:
+            lines[-1] = f"{lines[-1]} / {stem}"
+        elif lines:
+            lines[-1] += " /"
+            lines.append(stem)
+        else:
+            lines.append(stem)
+    return "\n".join(lines)
+
+
+def _columns(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def line_plot(figure: Figure) -> bytes:
@@ -315,7 +333,7 @@ def line_plot(figure: Figure) -> bytes:
     if ys and _wide(ys):
         log_scale(ax, "y", 10)
     ax.set_xlabel(figure.columns[0])
-    ax.set_ylabel(_quantities([label for label, _x, _y in lines]))
+    ax.set_ylabel(_quantities([label for label, _x, _y in lines], Y_ROOM))
     ax.grid(True, alpha=0.3)
     _legend_outside(ax, len(lines))
     return _svg(fig)
