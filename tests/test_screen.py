@@ -84,15 +84,10 @@ def cached(place):
     real_report = report_module.build_report
 
     def run_lab(lab, seed, impls, params=None):
-        key = (
-            "lab",
-            i18n.language(),
-            lab.id,
-            seed,
-            repr(params),
-            tuple(sorted(impls)),
-            repr(impls),
-        )
+        # Not by language: a lab's result holds its text untranslated (N_, Msg), shown in the
+        # language of the screen; one carrying English would fail the Chinese scenarios,
+        # which look for English words after the English ones computed it.
+        key = ("lab", lab.id, seed, repr(params), _described(impls))
         if key not in computed:
             computed[key] = real_lab(lab, seed, impls, params)
         return copy.deepcopy(computed[key])
@@ -117,6 +112,17 @@ def cached(place):
         patch.setattr(runner_module, "run_lab", run_lab)
         patch.setattr(verify_module, "verify_clean_room", verify_clean_room)
         yield
+
+
+def _described(impls: dict) -> tuple:
+    """Each implementation by what it runs: its name, whether it is shown, and its module or
+    room folder (an Implementation's repr is its address, new at every run)."""
+    described = []
+    for name, impl in sorted(impls.items()):
+        target = impl._target
+        runs = getattr(target, "path", None) or getattr(target, "__name__", type(target).__name__)
+        described.append((name, impl.hidden, str(runs), getattr(target, "isolation", None)))
+    return tuple(described)
 
 
 def _invoke(args: list[str], lang: str, columns: int | None):
