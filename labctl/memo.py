@@ -94,31 +94,32 @@ def digest(parts: Any) -> str | None:
     return h.hexdigest()
 
 
-def _copy(value: Any) -> Any:
+def _each_array(value: Any, change: Callable[[np.ndarray], np.ndarray]) -> Any:
+    """`value` with `change` made to every array in it, its containers rebuilt."""
     if isinstance(value, np.ndarray):
-        return value.copy()
+        return change(value)
     if isinstance(value, tuple):
-        return tuple(_copy(v) for v in value)
+        return tuple(_each_array(v, change) for v in value)
     if isinstance(value, list):
-        return [_copy(v) for v in value]
+        return [_each_array(v, change) for v in value]
     if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
+        return {k: _each_array(v, change) for k, v in value.items()}
     return value
+
+
+def _copy(value: Any) -> Any:
+    return _each_array(value, np.ndarray.copy)
+
+
+def _unwritable(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 def _read_only(value: Any) -> Any:
     """`value` with every array in it a view that cannot be written through."""
-    if isinstance(value, np.ndarray):
-        view = value.view()
-        view.flags.writeable = False
-        return view
-    if isinstance(value, tuple):
-        return tuple(_read_only(v) for v in value)
-    if isinstance(value, list):
-        return [_read_only(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _read_only(v) for k, v in value.items()}
-    return value
+    return _each_array(value, _unwritable)
 
 
 def _size(value: Any) -> int:
