@@ -137,15 +137,15 @@ def build_class(root: Path, repo: Path | None) -> dict[str, str]:
 
 
 def crashing_room(root: Path) -> dict[str, str]:
-    """The learner `crashing` under `root`, whose tiled_attention aborts its clean room's
-    process; returns {learner: what it is}."""
-    # A crash in a function nothing else is built on: each call that ends the clean room's
-    # process costs a fresh worker, and a crashing softmax takes every function built on it
-    # down too (about 70 fresh workers, 12 s of a learner's verify, where this costs 5 s).
+    """The learner `crashing` under `root`, whose relu_ffn aborts its clean room's process;
+    returns {learner: what it is}."""
+    # A crash in a function nothing else is built on, with few calls: each call that ends the
+    # clean room's process costs a fresh worker. A crashing softmax takes every function built
+    # on it down too (about 70 fresh workers, 12 s of a learner's verify); tiled_attention's
+    # calls cost 3 to 5 s, relu_ffn's about 1 s.
     crash = copy_room(root / "crashing" / "clean_room")
-    signature = "tiled_attention(q, k, v, block_size, causal=True, scale=None)"
-    append(crash, "attention", f"import os\n\ndef {signature}:\n    os.abort()")
-    return {"crashing": "tiled_attention aborts the process"}
+    append(crash, "primitives", "import os\n\ndef relu_ffn(x, w1, b1, w2, b2):\n    os.abort()")
+    return {"crashing": "relu_ffn aborts the process"}
 
 
 def build_hang_class(root: Path) -> dict[str, str]:

@@ -19,7 +19,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from typer.testing import CliRunner
 
-from labctl import faults, i18n, registry
+from labctl import faults, registry
 from labctl import runner as runner_module
 from labctl.cli.main import app
 from labctl.cli.render import Prose, break_offsets, row_verdict
@@ -50,14 +50,16 @@ def _too_wide(output: str, width: int) -> list[str]:
 def run_all(tmp_path_factory):
     """`labctl run all` (small parameters) at each width and language, the output kept.
 
-    Each lab computes once per language: what a width changes is the rendering, which
-    every call still does; the same seed and parameters give the same numbers."""
+    Each lab computes once: what a width or a language changes is the rendering, which
+    every call still does; the same seed and parameters give the same numbers, and a lab's
+    result holds its words untranslated (`Msg`, marked texts), translated as it is shown
+    (test_screen.py holds each lab's words to its language)."""
     kept = {}
     computed = {}
     real = runner_module.run_lab
 
     def run_lab(lab, seed, impls, params=None):
-        key = (i18n.language(), lab.id, seed, repr(params), tuple(sorted(impls)))
+        key = (lab.id, seed, repr(params), tuple(sorted(impls)))
         if key not in computed:
             computed[key] = real(lab, seed, impls, params)
         return copy.deepcopy(computed[key])

@@ -128,7 +128,7 @@ def test_every_learner_has_a_row_with_its_expected_verdict(klass, graded):
     assert not any(i["passed"] for i in stubs.values())
     assert "not implemented" in found["stubs"]["diagnosis"]
 
-    assert items(out, "crashing")["fn.tiled_attention"]["passed"] is False
+    assert items(out, "crashing")["fn.relu_ffn"]["passed"] is False
     assert "crashes" in found["crashing"]["diagnosis"]
     assert found["crashing"]["status"] == "graded"
     # Under the process fallback the attack kills the grading worker (a crash of this row

@@ -35,8 +35,9 @@ from hostile.attacks import require_sandbox
 # modules a worker imports as it starts).
 NAMES = ("labctl", "numpy", "torch", "yaml", "clean_room", "string", "json")
 # Two function items and one metric: the metric makes the grading worker import torch and
-# run a lab, as the default rubric does. Beside a clone, where no module named torch is
-# planted, the functions alone are scored, without the labs' seconds.
+# run a lab, as the default rubric does. Graded from a learner's upload, the room the labs
+# run on is the one whose folder holds a torch; elsewhere the functions alone are scored,
+# without the labs' seconds (`stances` says why).
 RUBRIC = """schema: labctl.rubric.v1
 name: working directory
 items:
@@ -138,20 +139,26 @@ def stances(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, di
 
     markers = _markers(top, "inside")
     klass = _class(top / "inside" / "submissions", markers)
-    # One worker takes the whole class: a second would import torch and run the labs'
-    # reference side again, and each worker starts alike, wherever the grader stands.
+    # The functions alone, one worker for the whole class: the labs would cost seconds for
+    # each of its seven learners, and a worker that took the grader's folder for its import
+    # path would run this folder's numpy, json and string as it starts, labs or not. Every
+    # worker starts alike, wherever the grader stands: the upload's, which runs the labs,
+    # is the one to catch a torch taken from the working directory for them.
     run = grade(
-        klass, "grade", "class", ".", "--out", "../grades", "--rubric", str(rubric), "--jobs", "1"
-    )
-    found["inside the class folder"] = (*run, markers, FULL)
+        klass, "grade", "class", ".", "--out", "../grades", "--rubric", str(functions),
+        "--jobs", "1",
+    )  # fmt: skip
+    found["inside the class folder"] = (*run, markers, FUNCTIONS_FULL)
 
     markers = _markers(top, "above")
     above = top / "above"
     _class(above / "submissions")
     for name in NAMES:
         plant(above, name, markers)
-    run = grade(above, "grade", "class", "submissions", "--out", "grades", "--rubric", str(rubric))
-    found["above the class folder"] = (*run, markers, FULL)
+    run = grade(
+        above, "grade", "class", "submissions", "--out", "grades", "--rubric", str(functions)
+    )
+    found["above the class folder"] = (*run, markers, FUNCTIONS_FULL)
 
     # The layout the issue met: the folder above the class holds the grader's clone of labctl
     # (no __init__.py at its top: a namespace package `labctl` for whatever looks there).
