@@ -341,6 +341,27 @@ def test_metric_items_score_the_template_metrics_on_the_learners_clean_room(tmp_
     assert all("not measured" in i["message"] or "=" in i["message"] for i in record["items"])
 
 
+def test_a_rubric_s_metric_items_are_all_the_labs_run_for(tmp_path):
+    """A rubric scoring one template metric runs the one lab that measures it, not the four
+    of the template: the learner's record holds that metric alone, and its points."""
+    data = yaml.safe_load(rubric_without(tmp_path, "function", "check", "submission").read_text())
+    data["items"] = [
+        i for i in data["items"] if i["target"] == "residual_ablation_max_output_delta"
+    ]
+    rubric = tmp_path / "one-metric.yaml"
+    rubric.write_text(yaml.safe_dump(data, sort_keys=False))
+    root = tmp_path / "class"
+    copy_room(root / "correct" / "clean_room")
+    args = ["grade", str(root), "--out", str(tmp_path / "out"), "--rubric", str(rubric)]
+    result = invoke(*args, "--jobs", "1", "--json")
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout)["rows"][0]
+    assert row["score"] == row["max_score"] == 2
+    record = json.loads((tmp_path / "out" / "records" / "correct.json").read_text())
+    measured = [m["name"] for m in record["facts"]["verify"]["metrics"]]
+    assert measured == ["residual_ablation_max_output_delta"], measured
+
+
 # -- the Gradescope bundle -------------------------------------------------------------
 
 

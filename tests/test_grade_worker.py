@@ -94,6 +94,14 @@ def test_a_rubric_that_scores_a_submission_runs_labs_only_for_a_learner_who_hand
     assert job["measure"] is handed_in and job["remeasure"] is True
     with_metrics = load_rubric(rubric_without(tmp_path, "submission"))
     assert _job(learner, with_metrics, GradeOptions(seed=5))["measure"] is True
+    # the labs measure the metrics the rubric scores, and every one a submission may claim
+    assert _job(learner, with_metrics, GradeOptions(seed=5))["metrics"] == [
+        i.target for i in with_metrics.items if i.kind == "metric"
+    ]
+    both = load_rubric(rubric_without(tmp_path))
+    assert _job(learner, both, GradeOptions(seed=5))["metrics"] == (
+        None if handed_in else with_metrics.metric_targets
+    )
 
 
 # A stand-in for `labctl.grade.worker` that takes argv[2] seconds to make a job ready before

@@ -190,6 +190,11 @@ class Rubric(Strict):
         return any(i.kind == "metric" for i in self.items)
 
     @property
+    def metric_targets(self) -> list[str]:
+        """The template metrics its metric items score, each once, in the rubric's order."""
+        return list(dict.fromkeys(i.target for i in self.items if i.kind == "metric"))
+
+    @property
     def needs_submission(self) -> bool:
         return any(i.kind == "submission" for i in self.items)
 

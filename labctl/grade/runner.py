@@ -221,6 +221,7 @@ def warm_reference_cache(cache: Path, seed: int, key: str) -> list[Msg]:
 
 
 def _job(learner: Learner, rubric: Rubric, options: GradeOptions) -> dict:
+    claims = rubric.needs_submission and learner.submission is not None
     return {
         "learner": learner.id,
         "folder": str(learner.folder.resolve()),
@@ -229,10 +230,11 @@ def _job(learner: Learner, rubric: Rubric, options: GradeOptions) -> dict:
         "timeout_s": options.timeout_s,
         "memory_mb": options.memory_mb,
         "isolation": options.isolation,
-        # A submission's claims are measured at the batch's seed too (`score._submission`);
-        # a learner who handed in none has no claims, and the labs run for nothing.
-        "measure": rubric.needs_metrics
-        or (rubric.needs_submission and learner.submission is not None),
+        # A submission's claims are measured at the batch's seed too (`score._submission`),
+        # whichever template metrics they name; a learner who handed in none has no claims,
+        # and the labs run only for the metrics the rubric scores.
+        "measure": rubric.needs_metrics or claims,
+        "metrics": None if claims else rubric.metric_targets,
         "remeasure": rubric.needs_submission,
         "seed": options.seed,
         "contract": rubric.contract,

@@ -28,9 +28,11 @@ def run_verify(
     seed: int,
     budget_s: float | None = None,
     contract_version: int = 1,
+    metrics: list[str] | None = None,
 ):
     """`verify_clean_room` at the batch's seed with no evidence written, under the learner's
-    time budget (the rule of `verify --budget`); returns (report, isolation used)."""
+    time budget (the rule of `verify --budget`), measuring the template `metrics` (None: all
+    of them); returns (report, isolation used)."""
     from labctl.verify.verify import verify_clean_room
 
     report = verify_clean_room(
@@ -44,6 +46,7 @@ def run_verify(
         seed=seed,
         budget_s=budget_s,
         contract_version=contract_version,
+        metrics=metrics,
     )
     return report, report.isolation
 
@@ -133,7 +136,8 @@ def observe_learner(job: dict, started: Callable[[str], None] | None = None) -> 
     """The facts of one learner (see the module docstring); never raises for the learner's code.
 
     `job` holds: clean_room, submission (or None), folder, timeout_s, memory_mb,
-    isolation, measure (the template metrics), remeasure (the submission), seed
+    isolation, measure (the template metrics: those named in metrics, or all where it is
+    None or absent), remeasure (the submission), seed
     (the batch's: every verify input is drawn from it), and budget_s (the learner's time
     budget, `--learner-timeout`; absent: verify's default).
     `started(level)` hears the isolation level resolved for this learner before
@@ -159,6 +163,7 @@ def observe_learner(job: dict, started: Callable[[str], None] | None = None) -> 
             # moments spent before verify's clock starts are within the pool's hard stop.
             job.get("budget_s"),
             job.get("contract", 1),
+            job.get("metrics"),
         )
         facts["isolation"] = used
         facts["verify"] = _verify_facts(report)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -61,28 +61,34 @@ DEFAULT_BUDGET_S = 120.0
 
 
 def template_metrics(
-    room: CleanRoom, progress: Callable[[str], None] | None = None, seed: int = SEED
+    room: CleanRoom,
+    progress: Callable[[str], None] | None = None,
+    seed: int = SEED,
+    names: Sequence[str] | None = None,
 ) -> list[TemplateMetric]:
-    """The course template's metrics (第8章 · Attention 与 Transformer Block, 学习者提交模板) measured with the reference and this clean room.
+    """The course template's metrics (第8章 · Attention 与 Transformer Block, 学习者提交模板) measured with the reference and this clean room:
+    those in `names` (a grading rubric's), None: every one.
 
     Each metric is measured by the lab that declares it in the v1 tolerance
     table, its inputs drawn from `seed`; a lab that does not exist yet is
-    skipped with a note, so this keeps working while labs are added.
+    skipped with a note, so this keeps working while labs are added. Only the labs of the
+    metrics asked for run.
     """
     from labctl import reference
     from labctl.lab import Implementation
     from labctl.runner import run_lab
 
     module = next(m for m in MODULES if m.id == DEFAULT_MODULE)
+    required = [name for name in module.required if names is None or name in names]
     try:
-        table = registry.measuring(module.required)
+        table = registry.measuring(required)
     except Exception as exc:  # a lab module being written may not import yet
         return [
             TemplateMetric(
                 name,
                 note=Msg("not measured: the labs could not be listed ({error})", error=str(exc)),
             )
-            for name in module.required
+            for name in required
         ]
     # In a grading worker the reference's calls on the labs' inputs give what they gave for
     # the learner before (`labctl.memo`): the same inputs, the same values, computed once.
@@ -91,7 +97,7 @@ def template_metrics(
         "reference": Implementation("reference", target if memo.enabled() else reference),
         "clean-room": Implementation("clean-room", room),
     }
-    labs = {table[name][0].id: table[name][0] for name in module.required if name in table}
+    labs = {table[name][0].id: table[name][0] for name in required if name in table}
 
     def one(lab) -> object:
         if progress:
@@ -104,7 +110,7 @@ def template_metrics(
     with ThreadPoolExecutor(max_workers=2) as pool:
         by_lab = dict(zip(labs, pool.map(one, labs.values()), strict=True))
     measured: list[TemplateMetric] = []
-    for name in module.required:
+    for name in required:
         if name not in table:
             measured.append(
                 TemplateMetric(name, note=Msg("not measured: no lab declares this metric yet"))
@@ -185,6 +191,7 @@ def verify_clean_room(
     seed: int | None = None,
     budget_s: float | None = DEFAULT_BUDGET_S,
     contract_version: int | None = None,
+    metrics: Sequence[str] | None = None,
 ) -> VerifyReport:
     """Verify the clean room at `path`; write evidence under `out` unless it is None.
 
@@ -197,7 +204,8 @@ def verify_clean_room(
     breaks the import policy, hangs, crashes, is wrong, sends a forged reply)
     is a failing check of the report. Past `budget_s` (None: no budget) the calls
     left are not run and the report's status is `over-budget`, which never passes.
-    `contract_version` is the contract checked; None: the one the room declares.
+    `contract_version` is the contract checked; None: the one the room declares. With
+    `measure`, `metrics` names the template metrics measured (None: all of them).
     """
     start = time.perf_counter()
     if contract_version is not None:
@@ -222,7 +230,7 @@ def verify_clean_room(
         )
     # Named before the worker copies it: the record says which files were verified.
     room = identify(Path(path))
-    metrics: list[TemplateMetric] = []
+    measured: list[TemplateMetric] = []
     warming: list[threading.Thread] = []
     if measure:
         # The template's labs wait for torch (~1 s to import) once the room's calls are done;
@@ -233,7 +241,7 @@ def verify_clean_room(
 
     def measure_metrics(room: CleanRoom) -> None:
         if measure:
-            metrics.extend(template_metrics(room, progress, seed))
+            measured.extend(template_metrics(room, progress, seed, metrics))
 
     def warm_meanwhile(seen: RoomObservation) -> None:
         # The reference (torch: ~1.5 s to import) is computed while the room's calls run
@@ -264,21 +272,22 @@ def verify_clean_room(
     fx.warm_reference(
         tuple(f for f, run in seen.runs.items() if not run.not_implemented), seed, seen.contract
     )
-    if measure and not metrics:
+    if measure and not measured:
         # Whole, whatever stopped the labs: a room over its budget loaded (no message of its own).
         why = (
             Msg("over the time budget of {budget:g} s", budget=seen.budget_s)
             if seen.over_budget
             else Msg("the clean room {message}", message=seen.message)
         )
-        metrics = [
+        measured = [
             TemplateMetric(name, note=Msg("not measured: {why}", why=why))
             for name in next(m for m in MODULES if m.id == DEFAULT_MODULE).required
+            if metrics is None or name in metrics
         ]
     if progress and diagnose_failures:
         progress(Msg("diagnosis"))
     return _finish(
-        seen, Path(path), timeout_s, memory_mb, out, metrics, start, diagnose_failures, room
+        seen, Path(path), timeout_s, memory_mb, out, measured, start, diagnose_failures, room
     )
 
 
