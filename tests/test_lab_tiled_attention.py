@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from labtools import ROOM, Recorded, at_seed_5, faulty_room, passed, rows, run, values
+from labtools import ROOM, Recorded, at_seed_5, faulty_room, passed, rows, values
 
 from labctl import reference
 from labctl.faults.inference import TILED_MATERIALIZED
@@ -26,7 +27,7 @@ from labctl.labs.tiled_attention import (
     online_softmax_steps,
     skipped_tiles,
 )
-from labctl.runner import run_lab
+from labctl.runner import implementations, run_lab
 
 SOFTMAX = "online_softmax_chapter_max_error"
 F64, F32 = "tiled_vs_naive_max_error[float64]", "tiled_vs_naive_max_error[float32]"
@@ -35,6 +36,14 @@ TILES = "causal_tiles_skipped_error"
 
 
 seed5 = at_seed_5(LAB)
+# The memory rows' shortest legal setting: only T = 4096, the length of their one row (the
+# shorter lengths are drawn, never judged). Every other size is the lab's default.
+SMALL = Params(memory_lengths=(4096,))
+
+
+def run_small(room: Path, impl: str = "clean-room", seed: int = 5):
+    with implementations(impl, room) as impls:
+        return run_lab(LAB, seed, impls, SMALL)
 
 
 def test_passes_on_both_implementations_at_seed_5(seed5):
@@ -57,7 +66,7 @@ def test_the_recurrence_and_the_tile_count_follow_the_chapter():
 
 
 def test_a_tiled_attention_without_rescale_fails_the_exactness_rows(tmp_path):
-    result = run(LAB, faulty_room(tmp_path, "tiled-no-rescale"), impl="clean-room")
+    result = run_small(faulty_room(tmp_path, "tiled-no-rescale"))
     got = rows(result)
     for name in (SOFTMAX, F64, F32):
         assert not got[(name, "clean-room")].passed, name
@@ -69,7 +78,7 @@ def test_a_tiled_attention_without_rescale_fails_the_exactness_rows(tmp_path):
 
 
 def test_a_tiled_attention_that_builds_the_full_matrix_fails_the_memory_row(tmp_path):
-    result = run(LAB, faulty_room(tmp_path, TILED_MATERIALIZED), impl="clean-room")
+    result = run_small(faulty_room(tmp_path, TILED_MATERIALIZED))
     got = rows(result)
     assert got[(MEMORY, "clean-room")].actual > 0.5  # the same (T, T) arrays as full attention
     assert not got[(MEMORY, "clean-room")].passed
@@ -78,7 +87,7 @@ def test_a_tiled_attention_that_builds_the_full_matrix_fails_the_memory_row(tmp_
 
 
 def test_a_reversed_causal_mask_fails_the_tile_count(tmp_path):
-    result = run(LAB, faulty_room(tmp_path, "mask-reversed"), impl="clean-room")
+    result = run_small(faulty_room(tmp_path, "mask-reversed"))
     got = rows(result)
     assert not got[(TILES, "clean-room")].passed
     assert got[(TILES, "clean-room")].actual == 27 - 15  # 27 tiles below the band, not 15 above
@@ -95,7 +104,7 @@ def test_labctl_measures_the_worker_s_peak_memory_only_when_asked():
 
 
 def test_same_seed_same_values():
-    first, again = values(run(LAB, seed=7)), values(run(LAB, seed=7))
+    first, again = (values(run_small(ROOM, "both", seed=7)) for _ in range(2))
     assert set(first) == set(again)
     for key, value in first.items():
         if key[0] == MEMORY:
@@ -111,18 +120,20 @@ def test_the_new_lab_modules_import_without_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-# The memory rows' shortest legal setting: only T = 4096.
-SMALL = Params(memory_lengths=(4096,))
-
-
 def recorded_run(p: Params = SMALL):
     target = Recorded()
     result = run_lab(LAB, 5, {"clean-room": Implementation("clean-room", target)}, p)
     return result, target
 
 
-def test_the_chapter_example_is_tiled_one_key_at_a_time_unmasked_at_scale_1():
-    result, target = recorded_run()
+@pytest.fixture(scope="module")
+def recorded():
+    """One recorded run at SMALL, whose calls the tests below only read."""
+    return recorded_run()
+
+
+def test_the_chapter_example_is_tiled_one_key_at_a_time_unmasked_at_scale_1(recorded):
+    result, target = recorded
     assert result.error is None and result.passed, result.failures()
     chapter = [(a, kw) for a, kw in target.made("tiled_attention") if a[0].shape == (1, 1, 1, 1)]
     assert len(chapter) == 4  # one call for each prefix of [2, 1, 0.5, 3]
@@ -133,9 +144,9 @@ def test_the_chapter_example_is_tiled_one_key_at_a_time_unmasked_at_scale_1():
         assert block == 1 and causal is False and scale == 1.0
 
 
-def test_exactness_is_measured_in_each_dtype_causal_and_not_for_every_block():
+def test_exactness_is_measured_in_each_dtype_causal_and_not_for_every_block(recorded):
     p = SMALL
-    _, target = recorded_run()
+    _, target = recorded
     seen = set()
     for args, kwargs in target.made("tiled_attention"):
         if "value_part" in kwargs or args[0].shape == (1, 1, 1, 1):
@@ -154,10 +165,10 @@ def test_exactness_is_measured_in_each_dtype_causal_and_not_for_every_block():
     assert masked == {True, False}
 
 
-def test_the_memory_rows_bring_back_attention_s_output_alone_at_float32_and_d_16():
+def test_the_memory_rows_bring_back_attention_s_output_alone_at_float32_and_d_16(recorded):
     """Each measured call's output comes back to be checked (issue 42): attention's without
     its (T, T) weights, which stay in the worker."""
-    _, target = recorded_run()
+    _, target = recorded
     sent = [(name, args, kwargs) for name, args, kwargs in target.calls if "value_part" in kwargs]
     assert [name for name, _, _ in sent] == ["scaled_dot_product_attention", "tiled_attention"]
     for name, args, kwargs in sent:
@@ -216,8 +227,8 @@ def test_the_tile_count_is_exact_for_any_tile_size():
     assert skipped_tiles(blocked, 1) == sum(47 - i for i in range(48)) == 1128
 
 
-def test_the_tile_table_shows_each_implementation_s_own_counts():
-    result, _ = recorded_run()
+def test_the_tile_table_shows_each_implementation_s_own_counts(recorded):
+    result, _ = recorded
     (table,) = [f for f in result.figures if getattr(f, "columns", ())[:3] == ("Tq", "Tk", "tiles")]
     assert [row[:4] for row in table.rows] == [("48", "64", "48", "15"), ("64", "64", "64", "28")]
 

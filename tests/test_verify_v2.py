@@ -3,6 +3,7 @@ room passes v2 and v1; a v1 room asked for v2 fails by name; every v2 fault is c
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -101,16 +102,35 @@ def test_a_v1_room_verified_against_v2_fails_by_name(tmp_path):
     assert "rope · contract: parameters: missing scaling, factor" in text
 
 
+@pytest.fixture(scope="module")
+def clean_seen(tmp_path_factory):
+    """labctl's own v2 room observed at seed 5, once, on every function a v2 fault breaks:
+    each function's fixture calls are the ones its faults' rooms receive."""
+    room = v2_room(tmp_path_factory.mktemp("clean")).resolve()
+    return observe(room, 5.0, 4096, tuple(sorted({f.function for f in V2})), seed=5)
+
+
+@pytest.fixture(scope="module")
+def diagnosed(tmp_path_factory):
+    """verify at seed 3 of a v2 fault's room, once a fault: two tests read alibi's report."""
+
+    @functools.cache
+    def report(fault):
+        room = fault.materialize(tmp_path_factory.mktemp(fault.name) / "clean_room")
+        return verify_clean_room(room, 5.0, out=None, measure=False, seed=3)
+
+    return report
+
+
 @pytest.mark.parametrize("fault", V2, ids=lambda f: f.name)
-def test_each_v2_fault_is_caught_by_its_signal(tmp_path, fault):
+def test_each_v2_fault_is_caught_by_its_signal(tmp_path, fault, clean_seen):
     room = fault.materialize(tmp_path / "clean_room").resolve()
     seen = observe(room, 5.0, 4096, functions=(fault.function,), seed=5)
     assert seen.contract == 2
     failed = {c.name for c in evaluate(seen, (fault.function,)) if c.failed}
     assert fault.signal in failed, failed
     # The same calls on the room without the fault pass: the check is the fault's doing.
-    clean = observe(v2_room(tmp_path / "clean").resolve(), 5.0, 4096, (fault.function,), seed=5)
-    assert not [c for c in evaluate(clean, (fault.function,)) if c.failed]
+    assert not [c for c in evaluate(clean_seen, (fault.function,)) if c.failed]
 
 
 def test_every_new_function_has_a_v2_fault():
@@ -120,22 +140,18 @@ def test_every_new_function_has_a_v2_fault():
 
 
 @pytest.mark.parametrize("fault", V2, ids=lambda f: f.name)
-def test_a_v2_room_is_diagnosed_with_v2_s_faults(tmp_path, fault):
+def test_a_v2_room_is_diagnosed_with_v2_s_faults(fault, diagnosed):
     """The diagnosis compares a v2 room with v2's catalogue too (it knew only v1's: every v2
     bug was "no catalogued fault matches it"), each fault room checked against v2."""
-    room = fault.materialize(tmp_path / "clean_room")
-    report = verify_clean_room(room, 5.0, out=None, measure=False, seed=3)
+    report = diagnosed(fault)
     (own,) = [d for d in report.diagnosis if d.function == fault.function]
     assert (own.kind, own.fault) == ("fault", fault.name), own.message
 
 
-def test_a_v2_function_built_on_a_wrong_v2_function_is_sent_to_it(tmp_path):
+def test_a_v2_function_built_on_a_wrong_v2_function_is_sent_to_it(diagnosed):
     """alibi_bias calls the room's alibi_slopes: judged against v2's reference on the inputs
     it received, the slopes are wrong, so the bias (and the decoder) are sent there."""
-    fault = next(f for f in V2 if f.name == "alibi-slopes-off-by-one")
-    report = verify_clean_room(
-        fault.materialize(tmp_path / "clean_room"), 5.0, out=None, measure=False, seed=3
-    )
+    report = diagnosed(next(f for f in V2 if f.name == "alibi-slopes-off-by-one"))
     by_function = {d.function: d for d in report.diagnosis}
     assert by_function["alibi_bias"].chain == ("alibi_bias", "alibi_slopes")
     assert by_function["decoder_forward"].chain[-1] == "alibi_slopes"
