@@ -72,7 +72,7 @@ def _svg(fig) -> bytes:
             # does, then saved with no engine: savefig draws a laid-out figure once, not a
             # second time (with drawing disabled) to lay it out: a fifth of the report's time.
             FigureCanvasSVG(fig)
-            dpi = fig.dpi
+            dpi = fig.dpi  # the SVG renderer measures at 72 dpi and leaves the figure so
             engine.execute(fig)
             fig.dpi = dpi
             with plt.rc_context(
