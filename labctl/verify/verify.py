@@ -78,8 +78,7 @@ def template_metrics(
     from labctl.lab import Implementation
     from labctl.runner import run_lab
 
-    module = next(m for m in MODULES if m.id == DEFAULT_MODULE)
-    required = [name for name in module.required if names is None or name in names]
+    required = _asked(names)
     try:
         table = registry.measuring(required)
     except Exception as exc:  # a lab module being written may not import yet
@@ -153,6 +152,12 @@ def template_metrics(
             )
         )
     return measured
+
+
+def _asked(names: Sequence[str] | None) -> list[str]:
+    """The course template's metrics among `names` (None: all of them), in its order."""
+    required = next(m for m in MODULES if m.id == DEFAULT_MODULE).required
+    return [name for name in required if names is None or name in names]
 
 
 # --------------------------------------------------------------------------
@@ -281,8 +286,7 @@ def verify_clean_room(
         )
         measured = [
             TemplateMetric(name, note=Msg("not measured: {why}", why=why))
-            for name in next(m for m in MODULES if m.id == DEFAULT_MODULE).required
-            if metrics is None or name in metrics
+            for name in _asked(metrics)
         ]
     if progress and diagnose_failures:
         progress(Msg("diagnosis"))
