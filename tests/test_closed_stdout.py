@@ -32,10 +32,16 @@ def closed_stdout(args: tuple[str, ...], buffered: bool, cwd: Path) -> tuple[int
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONUNBUFFERED", "PYTHONPATH")}
     if not buffered:
         env["PYTHONUNBUFFERED"] = "1"
-    proc = subprocess.Popen(
-        [labctl, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd
-    )
-    proc.stdout.close()
+    # The reader is gone before labctl starts: closed just after, a loaded machine could let
+    # `labctl list` (50 ms) write its whole text into the pipe first and end with 0.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.Popen(
+            [labctl, *args], stdout=write, stderr=subprocess.PIPE, env=env, cwd=cwd
+        )
+    finally:
+        os.close(write)
     stderr = proc.stderr.read().decode("utf-8", "replace")
     return proc.wait(timeout=120), stderr
 
