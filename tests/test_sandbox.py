@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import struct
 import subprocess
 import sys
@@ -643,7 +644,8 @@ def test_wire_pipe_closed_mid_frame_is_eof():
 def test_a_worker_whose_reply_is_no_longer_read_ends_quietly(tmp_path):
     """labctl stops reading a call past its time: the worker's reply meets a closed pipe. It
     ends without a stack of labctl's own, which would be shown as the room's output."""
-    to_worker, requests = os.pipe()
+    theirs, ours = socket.socketpair()  # requests go on a socket, as CleanRoom sends them
+    to_worker, requests = theirs.detach(), ours.detach()
     replies, from_worker = os.pipe()
     os.close(replies)  # nobody reads the replies any more
     boot = "import sys; from labctl.isolation.worker import main; main(sys.argv[1:])"

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sysconfig
 import threading
@@ -32,7 +33,7 @@ from typing import Any
 from labctl import contract, textsafe
 from labctl.errors import CallError, CleanRoomError, ImportPolicyError
 from labctl.i18n import N_, Msg, declared
-from labctl.isolation import bwrap, limits, replies, seccomp, staging, wire
+from labctl.isolation import bwrap, limits, replies, sealed, seccomp, staging, wire
 from labctl.isolation.exits import crash_reason, crash_site
 from labctl.isolation.levels import resolve_isolation
 from labctl.isolation.loader import SENT_TEMPLATES, resolve_package_dir
@@ -230,9 +231,13 @@ class CleanRoom:
         return [*boot, *fds, str(os.getpid()), *needed], str(self._copy)
 
     def _start(self) -> None:
-        to_child_r, to_child_w = os.pipe()
+        # Requests go on a Unix socket, which can carry a large array's sealed file with the
+        # frame (`sealed`); labctl's end takes nothing back (no descriptor can come to labctl
+        # that way). Replies come on a pipe.
+        to_child, ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.shutdown(socket.SHUT_RD)
+        to_child_r, to_child_w = to_child.detach(), ours.detach()
         from_child_r, from_child_w = os.pipe()
-        _widen(to_child_w)
         _widen(from_child_w)
         output_r, output_w = os.pipe()
         # The filter bwrap loads; at the process level the worker loads it on itself.
@@ -352,17 +357,23 @@ class CleanRoom:
         self.printed = self._output.take()
         return f"; it printed: {self.printed}" if self.printed else ""
 
-    def _exchange(self, request: dict, timeout_s: float, what: str) -> dict:
-        """Send one request and wait for its checked reply; a hang, crash or forgery raises."""
-        self._post(request)
+    def _exchange(self, request: dict, timeout_s: float, what: str, share: bool = True) -> dict:
+        """Send one request and wait for its checked reply; a hang, crash or forgery raises.
+        With `share`, its large arrays go as sealed files (`sealed`)."""
+        self._post(request, share)
         return self._reply(request, timeout_s, time.monotonic() + timeout_s, what)
 
-    def _post(self, request: dict) -> None:
+    def _post(self, request: dict, share: bool = False) -> None:
         self._seq += 1
         request["seq"] = self._seq
-        # A worker that is gone cannot take the request; the read that follows names why.
-        with contextlib.suppress(OSError):
-            wire.write_frame(self._write, request)
+        frame = sealed.Frame() if share and sealed.available() else None
+        try:
+            # A worker that is gone cannot take the request; the read that follows names why.
+            with contextlib.suppress(OSError):
+                wire.write_frame(self._write, request, frame)
+        finally:
+            if frame is not None:
+                frame.close()
 
     def _reply(
         self,
@@ -511,8 +522,9 @@ class CleanRoom:
         request = call_request(name, args, kwargs, echo_args, want_value, trace, value_part)
         peak = None
         if measure_memory:
+            # inputs read from the pipe, as the memory the lab measures has always held them
             with PeakMeter(worker_pid(self._proc.pid)) as meter:
-                reply = self._exchange(request, timeout_s, name)
+                reply = self._exchange(request, timeout_s, name, share=False)
             peak = meter.growth
         else:
             reply = self._exchange(request, timeout_s, name)

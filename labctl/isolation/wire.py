@@ -7,19 +7,28 @@ checked numeric dtype. Anything else a clean room returns arrives as an
 `Unsupported` marker naming its type, so the caller can name the failure.
 
 Frame: 8-byte big-endian length, then 4-byte header length, header JSON, blobs.
+
+From labctl to a worker only, a large array may travel as a sealed memory file instead
+of a blob (`labctl.isolation.sealed`): its spec names the file by its place among the
+descriptors sent with the frame's length (`SCM_RIGHTS`), and the worker maps it
+copy-on-write. The worker's replies are always blobs, on a pipe that carries no
+descriptors.
 """
 
 from __future__ import annotations
 
+import array as _array_module
 import json
 import math
+import mmap
 import os
 import select
+import socket
 import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -59,7 +68,16 @@ class Unsupported:
     type_name: str
 
 
-def _encode(value: Any, blobs: list[bytes], specs: list[dict]) -> Any:
+# Descriptors one frame may carry (its large arrays); a frame with more sends the rest inline.
+MAX_FDS = 16
+# labctl reads a reply of more than this into a buffer not zeroed first (numpy.empty): zeroing a
+# large buffer before reading into it cost as much as the read. A worker reads its requests
+# into zeroed buffers, as the memory labctl measures in it was measured (the embedding lab
+# counts the table a worker receives as it grew then).
+ZEROED_BYTES = 1 << 16
+
+
+def _encode(value: Any, blobs: list, specs: list[dict], share: Share | None) -> Any:
     if isinstance(value, str) and len(value) > MAX_TEXT:
         return {"$unsupported": f"str of {len(value)} characters"}
     if value is None or isinstance(value, (bool, str)):
@@ -68,27 +86,33 @@ def _encode(value: Any, blobs: list[bytes], specs: list[dict]) -> Any:
         array = np.asarray(value)
         if array.dtype.str[1:] not in ALLOWED_DTYPES:
             return {"$unsupported": f"ndarray of dtype {array.dtype}"}
-        specs.append({"dtype": array.dtype.str, "shape": list(array.shape)})
-        # The bytes in C order: a view of a C-contiguous array, else one copy. The shape
-        # travels in the spec, so flattening (a 0-d array too) loses nothing.
-        blobs.append(memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8)))
-        return {"$nd" if isinstance(value, np.ndarray) else "$np": len(blobs) - 1}
+        spec = {"dtype": array.dtype.str, "shape": list(array.shape)}
+        fd_index = share(array) if share is not None else None
+        if fd_index is not None:
+            spec["fd"] = fd_index
+        else:
+            # The bytes in C order: a view of a C-contiguous array, else one copy. The shape
+            # travels in the spec, so flattening (a 0-d array too) loses nothing.
+            blobs.append(memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8)))
+        specs.append(spec)
+        return {"$nd" if isinstance(value, np.ndarray) else "$np": len(specs) - 1}
     if isinstance(value, (int, float)):
         return value
     if isinstance(value, tuple):
-        return {"$tuple": [_encode(v, blobs, specs) for v in value]}
+        return {"$tuple": [_encode(v, blobs, specs, share) for v in value]}
     if isinstance(value, list):
-        return [_encode(v, blobs, specs) for v in value]
+        return [_encode(v, blobs, specs, share) for v in value]
     if isinstance(value, dict) and all(isinstance(k, str) and len(k) <= MAX_TEXT for k in value):
-        return {"$dict": {k: _encode(v, blobs, specs) for k, v in value.items()}}
+        return {"$dict": {k: _encode(v, blobs, specs, share) for k, v in value.items()}}
     return {"$unsupported": type(value).__name__}
 
 
-def _parts(value: Any) -> list:
-    """The frame body as buffers, arrays not copied into one string: header, then each array."""
+def _parts(value: Any, share: Share | None = None) -> list:
+    """The frame body as buffers, arrays not copied into one string: header, then each array
+    (but those `share` sends as a descriptor: it returns the descriptor's place, or None)."""
     blobs: list = []
     specs: list[dict] = []
-    tree = _encode(value, blobs, specs)
+    tree = _encode(value, blobs, specs, share)
     header = json.dumps({"tree": tree, "blobs": specs}).encode("utf-8")
     return [struct.pack(">I", len(header)) + header, *blobs]
 
@@ -97,7 +121,7 @@ def encode(value: Any) -> bytes:
     return b"".join(_parts(value))
 
 
-def _array(spec: dict, payload: memoryview, offset: int) -> tuple[np.ndarray, int]:
+def _array(spec: dict, payload: memoryview, offset: int, fds: list[int]) -> tuple[np.ndarray, int]:
     try:
         if not isinstance(spec["dtype"], str) or spec["dtype"][1:] not in ALLOWED_DTYPES:
             raise ValueError(f"dtype {spec['dtype']!r} is not a plain numeric dtype")
@@ -116,6 +140,8 @@ def _array(spec: dict, payload: memoryview, offset: int) -> tuple[np.ndarray, in
     if count > MAX_ELEMENTS:
         raise WireError(f"an array of {count} elements exceeds the {MAX_ELEMENTS} limit")
     nbytes = dtype.itemsize * count
+    if "fd" in spec:
+        return _mapped(spec["fd"], fds, dtype, shape, nbytes), offset
     if offset + nbytes > len(payload):
         raise WireError("truncated array data")
     try:
@@ -125,6 +151,20 @@ def _array(spec: dict, payload: memoryview, offset: int) -> tuple[np.ndarray, in
     if not array.flags.writeable:  # a frame read from a pipe is already this process's own
         array = array.copy()
     return array, offset + nbytes
+
+
+def _mapped(index: Any, fds: list[int], dtype: np.dtype, shape: tuple, nbytes: int) -> np.ndarray:
+    """The array in the `index`-th descriptor sent with the frame, mapped copy-on-write: the
+    callee may write into its argument as into one read from the pipe, and the file (sealed
+    by labctl) stays as it was for the next call."""
+    if type(index) is not int or not 0 <= index < len(fds):
+        raise WireError(f"bad descriptor index {index!r}")
+    if nbytes == 0 or os.fstat(fds[index]).st_size < nbytes:
+        raise WireError("a shared array's file is smaller than its spec")
+    view = mmap.mmap(
+        fds[index], nbytes, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
+    )
+    return np.frombuffer(view, dtype=dtype).reshape(shape)
 
 
 def _shown(shape: tuple) -> str:
@@ -140,9 +180,12 @@ def decode_cost(header: bytes) -> int:
     return values * NODE_BYTES + header.count(b'"dtype"') * ARRAY_BYTES
 
 
-def decode(payload: bytes, admit: Callable[[int], None] | None = None) -> Any:
+def decode(
+    payload: bytes, admit: Callable[[int], None] | None = None, fds: list[int] | None = None
+) -> Any:
     """The value in a frame's body. `admit` sees what decoding its header can cost (beyond the
-    frame's own bytes) before anything is built, and may raise to leave it undecoded."""
+    frame's own bytes) before anything is built, and may raise to leave it undecoded. `fds`:
+    the descriptors that came with the frame (a worker's requests only)."""
     view = memoryview(payload)
     if len(view) < 4:
         raise WireError("frame too short")
@@ -164,7 +207,7 @@ def decode(payload: bytes, admit: Callable[[int], None] | None = None) -> Any:
     arrays = []
     offset = 4 + header_len
     for spec in specs:
-        array, offset = _array(spec, view, offset)
+        array, offset = _array(spec, view, offset, fds or [])
         arrays.append(array)
     if offset != len(view):
         raise WireError(f"{len(view) - offset} bytes of array data that no array claims")
@@ -203,10 +246,30 @@ def _decode(node: Any, arrays: list[np.ndarray]) -> Any:
     raise WireError(f"unknown tag {tag!r}")
 
 
-def write_frame(fd: int, message: Any) -> None:
-    parts = _parts(message)
+class Share(Protocol):
+    """Where a frame's large arrays go as descriptors: `share(array)` gives the place of its
+    descriptor among `share.fds` (those sent with the frame), or None to send it inline."""
+
+    fds: list[int]
+
+    def __call__(self, array: np.ndarray) -> int | None: ...
+
+
+def write_frame(fd: int, message: Any, share: Share | None = None) -> None:
+    """`message` as one frame on `fd`; with `share`, `fd` is a Unix socket and the descriptors
+    `share` chose travel with the frame's length."""
+    parts = _parts(message, share)
     size = sum(memoryview(p).nbytes for p in parts)
-    for part in (struct.pack(">Q", size), *parts):
+    head = struct.pack(">Q", size)
+    if share is not None and share.fds:
+        sock = socket.socket(fileno=fd)
+        try:
+            rights = _array_module.array("i", share.fds)
+            sent = sock.sendmsg([head], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+        finally:
+            sock.detach()
+        head = head[sent:]
+    for part in (head, *parts):
         view = memoryview(part).cast("B")
         while view:
             written = os.write(fd, view)
@@ -217,9 +280,12 @@ class Timeout(Exception):
     """No complete frame arrived before the deadline."""
 
 
-def read_exactly(fd: int, n: int, deadline: float | None = None) -> bytearray:
-    """`n` bytes from `fd`; with a deadline (time.monotonic), a stalled sender raises Timeout."""
-    buffer = bytearray(n)
+def read_exactly(
+    fd: int, n: int, deadline: float | None = None, zeroed: bool = False
+) -> bytearray | np.ndarray:
+    """`n` bytes from `fd`; with a deadline (time.monotonic), a stalled sender raises Timeout.
+    `zeroed`: into a buffer zeroed first whatever its size (`ZEROED_BYTES`)."""
+    buffer = bytearray(n) if zeroed or n <= ZEROED_BYTES else np.empty(n, dtype=np.uint8)
     view = memoryview(buffer)
     done = 0
     while done < n:
@@ -246,3 +312,34 @@ def read_frame(
     if admit is not None:
         admit(length)
     return decode(read_exactly(fd, length, deadline), admit)
+
+
+def read_request(fd: int) -> Any:
+    """The next frame from labctl on the Unix socket `fd` (a worker's side), the descriptors
+    sent with it mapped where its spec names them and then closed."""
+    sock = socket.socket(fileno=fd)
+    try:
+        head, ancillary, flags, _ = sock.recvmsg(
+            8, socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC
+        )
+    finally:
+        sock.detach()
+    fds: list[int] = []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(data) - len(data) % 4
+            fds += _array_module.array("i", data[:usable]).tolist()
+    try:
+        if not head:
+            raise EOFError("the other side closed the pipe")
+        if flags & socket.MSG_CTRUNC:
+            raise WireError("more descriptors than a frame may carry")
+        if len(head) < 8:
+            head += bytes(read_exactly(fd, 8 - len(head)))
+        (length,) = struct.unpack(">Q", head)
+        if length > MAX_FRAME_BYTES:
+            raise WireError(f"frame of {length} bytes exceeds the {MAX_FRAME_BYTES} byte limit")
+        return decode(read_exactly(fd, length, zeroed=True), None, fds)
+    finally:
+        for received in fds:
+            os.close(received)

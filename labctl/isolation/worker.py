@@ -167,7 +167,7 @@ def main(argv: list[str]) -> None:
     worker = Worker(privileges, refuse)
     while True:
         try:
-            request = wire.read_frame(read_fd)
+            request = wire.read_request(read_fd)
         except EOFError:
             return
         if isinstance(request, dict) and request.get("op") == "load":
