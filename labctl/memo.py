@@ -111,15 +111,16 @@ def _copy(value: Any) -> Any:
     return _each_array(value, np.ndarray.copy)
 
 
-def _unwritable(array: np.ndarray) -> np.ndarray:
-    view = array.view()
-    view.flags.writeable = False
-    return view
-
-
-def _read_only(value: Any) -> Any:
-    """`value` with every array in it a view that cannot be written through."""
-    return _each_array(value, _unwritable)
+def _frozen(array: np.ndarray) -> np.ndarray:
+    """A view of `array` that nothing writes: it and every array it is a view of, down to the
+    one that owns the memory, are made read-only (a write through any of them raises, and numpy
+    makes no view of a read-only array writable). Such an array keeps its sealed file from one
+    learner's room to the next (`labctl.isolation.sealed`)."""
+    chain = array
+    while isinstance(chain, np.ndarray):
+        chain.flags.writeable = False
+        chain = chain.base
+    return array.view()
 
 
 def _size(value: Any) -> int:
@@ -143,8 +144,9 @@ def _plain(value: Any) -> bool:
 
 
 def remember(parts: Any, compute: Callable[[], T], *, read_only: bool = False) -> T:
-    """`compute()`, or what it gave before for the same `parts` (see the module docstring);
-    with `read_only`, what is kept itself, every array read-only, for every caller."""
+    """`compute()`, or what it gave before for the same `parts` (see the module docstring).
+    With `read_only`, `compute` makes arrays no one else holds (fresh draws): they are kept as
+    they are, not copied, made read-only (`_frozen`), and handed to every caller."""
     global _held
     if _store is None:
         return compute()
@@ -156,7 +158,7 @@ def remember(parts: Any, compute: Callable[[], T], *, read_only: bool = False) -
     value = compute()
     size = _size(value)
     if _plain(value) and _held + size <= _limit:
-        _store[key] = _read_only(_copy(value)) if read_only else _copy(value)
+        _store[key] = _each_array(value, _frozen) if read_only else _copy(value)
         _held += size
         if read_only:
             return _store[key]
@@ -166,8 +168,9 @@ def remember(parts: Any, compute: Callable[[], T], *, read_only: bool = False) -
 def remember_draws(rng: np.random.Generator, parts: Any, compute: Callable[[], T]) -> T:
     """`compute()`, which draws from `rng`, or what it gave before from the same generator
     state for the same `parts`; either way `rng` is left where `compute` leaves it, so every
-    later draw is the one a fresh run makes. What is kept is handed out read-only, not
-    copied: the scale ablation's 171 MB of inputs were copied for every learner."""
+    later draw is the one a fresh run makes. What is kept is what `compute` drew, read-only,
+    never copied: the scale ablation's 171 MB of inputs were copied for every learner, then
+    once for each grading worker."""
     if _store is None:
         return compute()
     state = rng.bit_generator.state

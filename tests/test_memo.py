@@ -93,6 +93,31 @@ def test_remembered_draws_leave_the_generator_where_a_fresh_run_would(rememberin
     assert run()[0].tolist() == fresh[0].tolist()
 
 
+def test_remembered_draws_are_what_was_drawn_and_no_one_can_write_them(remembering):
+    """Kept as drawn (the scale ablation's 171 MB were copied once per grading worker), and
+    read-only down to the array owning the memory: so a grading worker sends them to each
+    learner's room in one sealed file (`labctl.isolation.sealed.immutable`)."""
+    from labctl.isolation import sealed
+
+    rng = np.random.default_rng(SEED)
+    made = []
+
+    def draw() -> tuple[np.ndarray, np.ndarray]:
+        whole = rng.standard_normal(12)
+        made.append(whole)
+        return whole[:6].reshape(2, 3), whole[6:]
+
+    pair = memo.remember_draws(rng, ("views",), draw)
+    for part in pair:
+        assert np.shares_memory(part, made[0])  # not a copy
+        assert sealed.immutable(part)
+        with pytest.raises(ValueError, match="read-only"):
+            part.base[0] = 7.0  # nor written through the array it views
+        with pytest.raises(ValueError):
+            part.flags.writeable = True
+    assert not made[0].flags.writeable
+
+
 def _rows(result) -> list[tuple]:
     return sorted((m.name, m.impl, m.actual) for m in result.metrics)
 
