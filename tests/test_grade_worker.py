@@ -142,3 +142,31 @@ def test_a_learners_limit_counts_from_when_its_code_starts(monkeypatch, prepare_
     with _SlowPool(1, 1.0, times=(prepare_s, run_s)) as slow:
         slow.run([("a", {})], lambda key, outcome: outcomes.update({key: outcome}))
     assert outcomes["a"].status == status
+
+
+class _Ended(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("ends", "code"), [(0, 0), (SystemExit(143), 143), (SystemExit("x"), 1)])
+def test_a_worker_ends_at_once_with_its_code_and_the_pool_starts_it_so(monkeypatch, ends, code):
+    """Not through the interpreter's exit, whose teardown of torch kept every batch waiting
+    about a second for its workers (the pool's command had bypassed this end)."""
+    from labctl.grade import worker
+
+    def main(argv):
+        if isinstance(ends, BaseException):
+            raise ends
+        return ends
+
+    def exit_now(status):
+        raise _Ended(status)
+
+    monkeypatch.setattr(worker, "main", main)
+    monkeypatch.setattr(worker.os, "_exit", exit_now)
+    with pytest.raises(_Ended) as ended:
+        worker.run(["7"])
+    assert ended.value.args == (code,)
+    with pool.LocalPool(1, 10.0, {}) as workers:
+        command = workers._command(7)
+    assert "from labctl.grade.worker import run; run(" in command[3]

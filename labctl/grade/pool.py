@@ -46,7 +46,7 @@ INTERNAL_ERROR = "internal-error"
 # The worker's start: the folder that holds this labctl is appended to its isolated path.
 _BOOT = (
     "import sys; sys.path.append(sys.argv.pop(1)); "
-    "from labctl.grade.worker import main; sys.exit(main(sys.argv[1:]))"
+    "from labctl.grade.worker import run; run(sys.argv[1:])"
 )
 _HOME = str(Path(__file__).resolve().parents[2])
 

@@ -21,6 +21,7 @@ closed (its whole process group killed) before the worker goes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -84,11 +85,20 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def run(argv: list[str]) -> None:
+    """`main`, then the worker ends at once: every clean room is closed by then (its process
+    group killed), and neither the interpreter's teardown (torch's took about a second at the
+    end of every batch, the pool waiting for it) nor `atexit` runs (the folder the worker
+    writes in is the pool's, which removes it; the labs' thread pools would be waited for)."""
     try:
-        code = main(sys.argv[1:])
+        code = main(argv)
     except SystemExit as stopped:
         code = stopped.code if isinstance(stopped.code, int) else 1
-    # Every clean room is closed by now (its process group killed): skipping the interpreter's
-    # teardown (torch's takes seconds) ends the worker at once.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    run(sys.argv[1:])
