@@ -22,7 +22,7 @@ import pytest
 from labctl.isolation import sealed, wire
 from labctl.isolation.sandbox import CleanRoom
 
-LARGE = (384, 512)  # 1.5 MiB of float64: past sealed.MIN_BYTES
+LARGE = (4100, 1024)  # 32.03 MiB of float64: past sealed.MIN_BYTES
 
 
 def _frozen(values: np.ndarray) -> np.ndarray:
