@@ -320,7 +320,7 @@ def read_request(fd: int) -> Any:
     sock = socket.socket(fileno=fd)
     try:
         head, ancillary, flags, _ = sock.recvmsg(
-            8, socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC
+            8, socket.CMSG_SPACE(MAX_FDS * 4), getattr(socket, "MSG_CMSG_CLOEXEC", 0)
         )
     finally:
         sock.detach()
