@@ -357,7 +357,7 @@ class CleanRoom:
         self.printed = self._output.take()
         return f"; it printed: {self.printed}" if self.printed else ""
 
-    def _exchange(self, request: dict, timeout_s: float, what: str, share: bool = True) -> dict:
+    def _exchange(self, request: dict, timeout_s: float, what: str, share: bool) -> dict:
         """Send one request and wait for its checked reply; a hang, crash or forgery raises.
         With `share`, its large arrays go as sealed files (`sealed`)."""
         self._post(request, share)
@@ -522,12 +522,12 @@ class CleanRoom:
         request = call_request(name, args, kwargs, echo_args, want_value, trace, value_part)
         peak = None
         if measure_memory:
-            # inputs read from the pipe, as the memory the lab measures has always held them
+            # its inputs inline in the frame, as the memory the labs measure was measured
             with PeakMeter(worker_pid(self._proc.pid)) as meter:
                 reply = self._exchange(request, timeout_s, name, share=False)
             peak = meter.growth
         else:
-            reply = self._exchange(request, timeout_s, name)
+            reply = self._exchange(request, timeout_s, name, share=True)
         self._keep(reply.get("violations", []))
         self._printed_note()
         try:

@@ -71,9 +71,9 @@ class Unsupported:
 # Descriptors one frame may carry (its large arrays); a frame with more sends the rest inline.
 MAX_FDS = 16
 # labctl reads a reply of more than this into a buffer not zeroed first (numpy.empty): zeroing a
-# large buffer before reading into it cost as much as the read. A worker reads its requests
-# into zeroed buffers, as the memory labctl measures in it was measured (the embedding lab
-# counts the table a worker receives as it grew then).
+# large buffer before reading into it cost as much as the read. A worker still reads its
+# requests into zeroed buffers (bytearray): the memory the labs measure in a worker was
+# measured with them, and its allocator's history is part of that figure.
 ZEROED_BYTES = 1 << 16
 
 
