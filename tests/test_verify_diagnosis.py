@@ -42,6 +42,7 @@ from labctl.verify.observe import (
     Outcome,
     RoomObservation,
     function_at,
+    observe,
     run_function,
 )
 
@@ -1107,8 +1108,6 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
 
 
 def _crash_diagnosis(tmp_path, module: str, source: str):
-    from labctl.verify.observe import observe
-
     room = learner_room(tmp_path / "room", module, source)
     functions = ("softmax", "scaled_dot_product_attention")
     seen = observe(room, 10.0, 512, functions=functions, isolation="process", seed=5)
@@ -1159,3 +1158,46 @@ def test_a_crash_inside_a_callee_that_never_crashes_on_its_own_is_the_callers(tm
     assert sdpa.message.startswith(
         "scaled_dot_product_attention: it crashes at clean_room/attention.py:"
     )
+
+
+class LimitsKept(dg.FaultRooms):
+    """The real fault rooms (a hang in a worker), each limit asked for recorded by fault;
+    with `late`, a fault room that hangs does not load within the hang limit (a busy
+    machine)."""
+
+    def __init__(self, late: bool = False):
+        super().__init__()
+        self.late = late
+        self.limits: dict[str, list[float]] = {}
+
+    def observe(self, fault, functions, timeout_s, memory_mb, seed=5, contract=None):
+        self.limits.setdefault(fault.name, []).append(timeout_s)
+        if self.late and fault.hangs and timeout_s == dg.HANG_TIMEOUT_S:
+            late = RoomObservation(Path("late"), status="unloadable", seed=seed)
+            late.load_timed_out = True
+            return late
+        return super().observe(fault, functions, timeout_s, memory_mb, seed, contract)
+
+
+def test_a_fault_that_hangs_is_observed_within_the_hang_limit_and_still_named(tmp_path):
+    """sinusoidal-hang loops forever on its first call: its room was given the diagnosis's
+    whole 2 s, so a learner whose sinusoidal_positions hangs waited 2 s more for the name.
+    Observed within HANG_TIMEOUT_S it is named all the same (the learner's call and the
+    fault's both time out), and the faults that do not hang keep DIAGNOSIS_TIMEOUT_S. A
+    hang's room that does not even load in that time is observed again, not taken for a
+    learner's room that loaded."""
+    learner = faults.get("sinusoidal-hang").materialize(tmp_path / "learner" / "clean_room")
+    seen = observe(learner, 2.5, 512, functions=("sinusoidal_positions",), seed=5)
+    assert seen.runs["sinusoidal_positions"].timed_out
+    for late, asked in ((False, [dg.HANG_TIMEOUT_S]), (True, [dg.HANG_TIMEOUT_S, 2.5])):
+        rooms = LimitsKept(late)
+        found = dg.diagnose(seen, evaluate(seen), 2.5, 512, rooms=rooms)
+        named = next(d for d in found if d.function == "sinusoidal_positions")
+        assert (named.kind, named.fault) == ("fault", "sinusoidal-hang"), late
+        assert rooms.limits["sinusoidal-hang"] == asked
+    assert dg.HANG_TIMEOUT_S < dg.DIAGNOSIS_TIMEOUT_S
+    others = {name: asked for name, asked in rooms.limits.items() if name != "sinusoidal-hang"}
+    assert all(asked == [dg.DIAGNOSIS_TIMEOUT_S] for asked in others.values()), others
+    # a learner allowed less than either keeps its own limit
+    assert dg.fault_limit(faults.get("sinusoidal-hang"), 0.3) == 0.3
+    assert dg.fault_limit(faults.get("softmax-no-max"), 1.0) == 1.0

@@ -70,6 +70,11 @@ from labctl.verify.said import (
 __all__ = ["ROOMS", "Diagnosis", "FaultRooms", "describe", "diagnose", "transitive_dependencies"]
 
 DIAGNOSIS_TIMEOUT_S = 2.0
+# A fault declared to hang (`Fault.hangs`) loops forever by construction on its first call:
+# its room shows that as soon as any limit stops it. Its load and its calls before the hang
+# are labctl's own code on small fixtures (milliseconds); one a busy machine stops early
+# times out where the learner's did not, and is observed again (`_timed_out`, `_time_again`).
+HANG_TIMEOUT_S = 0.5
 RETRY_MIN_S = 6.0
 
 
@@ -173,6 +178,13 @@ def transitive_dependencies(function: str) -> list[str]:
     return order
 
 
+def fault_limit(fault: Fault, timeout_s: float) -> float:
+    """The time a call of `fault`'s room gets, for a learner whose calls get `timeout_s`:
+    the diagnosis's own limit, shorter still for a fault that hangs (the whole limit is spent
+    on it: a learner whose function hangs waited 2 s more for its diagnosis)."""
+    return min(timeout_s, HANG_TIMEOUT_S if fault.hangs else DIAGNOSIS_TIMEOUT_S)
+
+
 def _prefetch(
     rooms: FaultRooms,
     group: list[Fault],
@@ -184,7 +196,8 @@ def _prefetch(
     contract: int | None = None,
 ) -> None:
     """Observe the group's fault rooms a few at a time, each on every function it will be
-    compared on (`wanted`, by fault name; else `function` alone): one process per room."""
+    compared on (`wanted`, by fault name; else `function` alone), each within its own
+    `fault_limit` of the learner's `timeout_s`: one process per room."""
     if len(group) < 2:
         return
 
@@ -194,8 +207,9 @@ def _prefetch(
         for name in functions:
             version = contract if contract is None else _version_for(fault, name, contract)
             by_version.setdefault(version, []).append(name)
+        limit = fault_limit(fault, timeout_s)
         for version, names in by_version.items():
-            rooms.observe(fault, tuple(names), timeout_s, memory_mb, seed, version)
+            rooms.observe(fault, tuple(names), limit, memory_mb, seed, version)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(one, group))
@@ -256,14 +270,16 @@ def _called(run: FunctionRun | None) -> set[str]:
 
 
 def _timed_out(fault_seen: RoomObservation, function: str, seen: RoomObservation) -> bool:
-    """The fault's room ran out of time (loading, or on a call of `function`) where the
-    learner's room did not."""
+    """The fault's room ran out of time where the learner's room did not: loading (a learner
+    whose function hangs still loaded: a fault room that did not load in time is no match
+    for it, only late), or on a call of `function`."""
+    if fault_seen.load_timed_out:
+        return not seen.load_timed_out
 
     def timed_out(observed: RoomObservation) -> bool:
-        # Loading, or any call of the function's: fixtures, probes, causal variants and bad
-        # inputs alike.
+        # Any call of the function's: fixtures, probes, causal variants and bad inputs alike.
         run = observed.runs.get(function)
-        return observed.load_timed_out or (run is not None and run.timed_out)
+        return run is not None and run.timed_out
 
     return timed_out(fault_seen) and not timed_out(seen)
 
@@ -298,7 +314,6 @@ def diagnose(
             )
         )
     failing = failing_functions(results)
-    fault_timeout = min(timeout_s, DIAGNOSIS_TIMEOUT_S)
     plans: list[tuple[str, list[Fault], list[Fault]]] = []
     for function in failing:
         run = seen.runs.get(function)
@@ -348,15 +363,14 @@ def diagnose(
         for group in (own, inlined):
             # Observe this group's fault rooms a few at a time (each is its own process).
             _prefetch(
-                rooms, group, function, fault_timeout, memory_mb, seen.seed, wanted, seen.contract
+                rooms, group, function, timeout_s, memory_mb, seen.seed, wanted, seen.contract
             )
             for fault in group:
                 version = _version_for(fault, function, seen.contract)
                 view, view_results = _as_version(seen, results, function, version)
-                fault_seen = rooms.observe(
-                    fault, (function,), fault_timeout, memory_mb, seen.seed, version
-                )
-                if fault_timeout < timeout_s and _timed_out(fault_seen, function, view):
+                limit = fault_limit(fault, timeout_s)
+                fault_seen = rooms.observe(fault, (function,), limit, memory_mb, seen.seed, version)
+                if limit < timeout_s and _timed_out(fault_seen, function, view):
                     # Perhaps a busy machine, not the fault: its room gets the time the
                     # learner's calls needed, with room to spare.
                     again = _time_again(seen, function, timeout_s)
