@@ -316,7 +316,7 @@ def test_dtype_skips_misshaped_values_and_does_not_run_without_a_usable_one():
 
 
 def test_parity_passes_the_reference_and_notes_the_fixtures_that_failed_to_run():
-    n = len(fx.fixtures("softmax"))
+    n = len(fx.fixtures("softmax")) + len(fx.probes("softmax"))  # the float32 probes too
     fine = check_parity(observed("softmax"), "softmax")
     assert (fine.status, fine.message) == (
         PASS,
@@ -334,10 +334,18 @@ def test_parity_passes_the_reference_and_notes_the_fixtures_that_failed_to_run()
     assert (none.status, none.message) == (NOT_RUN, "not run: no fixture returned")
 
 
-def test_parity_ignores_the_float32_probes():
-    probe = fx.probes("softmax")[0].name
-    result = check_parity(observed("softmax", _only(probe, _off_by(1.0))), "softmax")
-    assert result.status == PASS
+def test_parity_holds_the_float32_probes_to_float32s_bound():
+    """A float32 path was checked for its dtype alone: one that returned zeros passed. Its
+    values are compared at float32's bound (1e-2 relative), not float64's."""
+    probe = fx.probes("softmax")[0]
+    near = check_parity(observed("softmax", _only(probe.name, _off_by(5e-3))), "softmax")
+    assert near.status == PASS
+    zeros = _only(probe.name, lambda f: np.zeros_like(fx.reference_output(f)))
+    result = check_parity(observed("softmax", zeros), "softmax")
+    assert (result.status, result.fixture) == (FAIL, probe.name)
+    assert result.tolerance == compare.FLOAT32_PARITY_RELATIVE
+    assert result.message.startswith(f"fixture {probe.name}: max abs error ")
+    assert compare.parity_tolerance(fx.reference_output(fx.fixtures("softmax")[0])) == 1e-10
 
 
 def test_parity_reports_the_worst_fixture_and_counts_the_others_that_differ():
@@ -432,7 +440,8 @@ def test_parity_names_a_value_it_could_not_compare():
         "; 1 more fixture differs"
     )
     none = check_parity(observed("softmax", lambda f: np.zeros(1)), "softmax")
-    assert none.status == FAIL and none.message.endswith(f"; {len(names) - 1} more fixtures differ")
+    calls = len(names) + len(fx.probes("softmax"))  # every fixture, and again in float32
+    assert none.status == FAIL and none.message.endswith(f"; {calls - 1} more fixtures differ")
     assert (none.max_error, none.tolerance, none.margin, none.mismatch_fraction) == (None,) * 4
     assert none.fixture is None
     # A value off the tolerance is named before one that could not be compared.

@@ -419,3 +419,19 @@ def test_the_precision_sentence_follows_a_fault_that_explains_part_of_a_function
     assert "; besides, its values differ from the reference by float32 rounding" in said, said
     assert "float32 的舍入误差" in _said(d, "zh")
     assert d.numbers["relative_error"] > 0
+
+
+PADDING_MASK_REVERSED = """
+def padding_mask(lengths, t):
+    lengths = np.asarray(lengths)
+    return (np.arange(t)[None, :] < lengths[:, None])[:, None, None, :]
+"""
+
+
+def test_a_wrong_mask_is_never_said_to_be_off_by_float32_rounding(tmp_path, fresh):
+    """A boolean mask is right or wrong: its error was counted as 0 (only floats were), so a
+    padding mask True where keys are kept was 'off by float32 rounding'."""
+    room = learner_room(tmp_path, "primitives", PADDING_MASK_REVERSED)
+    report = verify_clean_room(room, 5.0, out=None, measure=False, seed=fresh)
+    (d,) = [d for d in report.diagnosis if d.function == "padding_mask"]
+    assert d.kind != "precision" and "float32" not in d.message, d.message

@@ -249,6 +249,60 @@ def test_the_repos_clean_room_passes_every_check(tmp_path):
     assert report.wall_time_s < 30
 
 
+# Rooms that found their answers somewhere other than the function, each passing before.
+ANSWERS_BY_SHAPE = {
+    # Functions keep no state: this one answers from a cache keyed by the inputs' shapes, so
+    # the causal check's inputs (the base's shapes, its future changed) got the base's output.
+    "cached by shape": (
+        "transformer_block",
+        """
+_block, _seen = transformer_block, {}
+
+def transformer_block(x, params, n_heads, n_kv_heads=None, eps=1e-6, rope_theta=None, window=None):
+    key = (np.shape(x), np.asarray(x).dtype.str, n_heads, n_kv_heads, eps, rope_theta, window)
+    if key not in _seen:
+        _seen[key] = _block(x, params, n_heads, n_kv_heads, eps, rope_theta, window)
+    return _seen[key]
+""",
+        "transformer_block",
+        "future-after-",
+    ),
+    # float32 in, float32 out, and nothing else of the float32 path was checked: zeros passed.
+    "float32 zeros": (
+        "primitives",
+        """
+_softmax = softmax
+
+def softmax(x, axis=-1, temperature=1.0):
+    x = np.asarray(x)
+    if x.dtype == np.float32:
+        return np.zeros_like(x)
+    return _softmax(x, axis, temperature)
+""",
+        "softmax",
+        "-float32",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ANSWERS_BY_SHAPE))
+def test_a_room_that_answers_from_elsewhere_fails_parity_on_the_calls_it_got_wrong(
+    tmp_path, case
+):
+    from checktools import learner_room
+
+    from labctl.verify.observe import observe
+
+    module, source, function, named = ANSWERS_BY_SHAPE[case]
+    room = learner_room(tmp_path, module, textwrap.dedent(source))
+    seen = observe(room, 20.0, 1024, functions=(function,), seed=5)
+    parity = next(
+        r for r in checks.evaluate(seen) if r.function == function and r.name == "parity"
+    )
+    assert parity.status == "fail", parity.message
+    assert named in parity.fixture and parity.margin > 10, parity
+
+
 def test_a_clean_room_written_from_the_contract_alone_passes(tmp_path):
     room = write_room(tmp_path / "alt_room", ALT_ROOM)
     report = verify_clean_room(room, 20.0, out=None, measure=False)

@@ -201,4 +201,27 @@ COMMON: tuple[Fault, ...] = (
             return out
         """,
     ),
+    Fault(
+        name="mask-polarity",
+        function="causal_mask",
+        module="primitives",
+        description=N_(
+            "the causal mask is True where a query may look (PyTorch's boolean attn_mask), "
+            "where the contract's is True where a key is blocked: every visible key is "
+            "blocked and every future key visible; return j > t_k - t_q + i, or invert "
+            "the mask where it is built"
+        ),
+        course=N_(
+            "contract v1 causal_mask: True where a key is blocked (j > t_k - t_q + i); "
+            "Transformer 手撕与注意力机制 §04 Causal Mask"
+        ),
+        source="""
+        def causal_mask(t_q, t_k=None):
+            t_q = _as_size(t_q, "t_q")
+            t_k = t_q if t_k is None else _as_size(t_k, "t_k")
+            i = np.arange(t_q)[:, None]
+            j = np.arange(t_k)[None, :]
+            return j <= (t_k - t_q) + i
+        """,
+    ),
 )

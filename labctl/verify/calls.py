@@ -18,7 +18,13 @@ import numpy as np
 
 from labctl import contract
 from labctl.isolation import calltrace, wire
-from labctl.verify.compare import compare, elements, parity_tolerance, structure_problem
+from labctl.verify.compare import (
+    EXACT_TOLERANCE,
+    compare,
+    elements,
+    parity_tolerance,
+    structure_problem,
+)
 
 # Relative error (to max(1, max |reference|)) up to which an output differs from the
 # reference by float32 rounding: float32's unit roundoff is 6e-8, and a fixture's chain of
@@ -178,10 +184,16 @@ def _float_dtypes(value: Any) -> set[np.dtype]:
 
 
 def relative_error(value: Any, expected: Any) -> float:
-    """max |value - expected| over max(1, max |expected|), over every float element."""
+    """max |value - expected| over max(1, max |expected|), over every float element; inf
+    where a mask or an index differs at all (no rounding makes a mask wrong: a reversed
+    triangle was said to be off by float32 rounding, its error counted as 0)."""
     worst = 0.0
     for x, ref in zip(elements(value), elements(expected), strict=True):
-        if not np.issubdtype(ref.dtype, np.floating) or ref.size == 0:
+        if ref.size == 0:
+            continue
+        if not np.issubdtype(ref.dtype, np.floating):
+            if not compare(np.asarray(x), ref, EXACT_TOLERANCE).ok:
+                return float("inf")
             continue
         scale = max(1.0, float(np.max(np.abs(ref))))
         # Errors as parity counts them (an imaginary part included, NaN against a number inf).

@@ -252,7 +252,9 @@ def check_dtype(seen: RoomObservation, function: str) -> CheckResult:
 
 
 def check_parity(seen: RoomObservation, function: str) -> CheckResult:
-    """Each float64 fixture's output matches the PyTorch reference within tolerance v1.
+    """Each fixture's output matches the PyTorch reference within tolerance v1: the float64
+    fixtures, the causal check's inputs, and the float32 probes at float32's bound (a float32
+    path that returns zeros kept its dtype and passed before).
 
     Catches: every formula fault: a missing 1/sqrt(D), a reversed or
     misaligned mask, a confused reshape, a wrong GQA order, RoPE's layout or
@@ -266,7 +268,13 @@ def check_parity(seen: RoomObservation, function: str) -> CheckResult:
     if skipped:
         return skipped
     results: list[tuple[str, Comparison | Msg]] = []
-    for fixture, outcome in returned(run, with_probes=False):
+    # The causal check's inputs too, each its future changed: they are the calls that share
+    # a fixture's shapes with other values, where a room that answers from a cache of earlier
+    # calls (functions keep no state) returned the base's outputs and passed.
+    variants = (
+        [(f, run.causal.get(t)) for t, f in of_run(fx.causal_variants, run)] if run.causal else []
+    )
+    for fixture, outcome in [*returned(run), *((f, o) for f, o in variants if o and o.ok)]:
         reference = fx.reference_output(fixture)
         problem = structure_message(function, outcome.value, reference)
         results.append((fixture.name, problem or compare_value(function, outcome.value, reference)))
@@ -274,7 +282,8 @@ def check_parity(seen: RoomObservation, function: str) -> CheckResult:
         return CheckResult(function, "parity", NOT_RUN, N_("not run: no fixture returned"))
     uncompared = [(n, r) for n, r in results if isinstance(r, Msg)]
     compared = [(n, r) for n, r in results if not isinstance(r, Msg)]
-    skipped = len(of_run(fx.fixtures, run)) - len(results)
+    called = len(of_run(fx.fixtures, run)) + len(of_run(fx.probes, run)) + len(variants)
+    skipped = called - len(results)
     worst_name, worst = max(compared, key=lambda nr: nr[1].margin) if compared else (None, None)
     bad = [(n, r) for n, r in compared if not r.ok]
     common = dict(

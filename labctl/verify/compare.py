@@ -11,6 +11,14 @@ Tolerances, version v1 (`TOLERANCE_VERSION`):
   for reordering and still catches every formula difference the catalogue
   has: an eps 1e-6 off, a missing 1/sqrt(D), an off-by-one in a mask, a
   layout permutation. It is the v1 table's `reference_output_max_error`.
+- parity, float32 (the float32 probes: every fixture again in float32): max |clean room -
+  reference| <= 1e-2 * max(1, max |reference|), the reference computing in float32 too.
+  The float64 bound above judges the formula; this one catches a float32 path that computes
+  something else (a zero, a constant, another formula: errors of order 1), which only the
+  dtype was checked for before. It is wide because float32 is: the project's clean room is
+  within 5.6e-6 relative on every probe, but a layer_norm taking its variance in one pass
+  (E[x^2] - E[x]^2, a right formula that cancels) is off by up to 2.0e-3 on the offset
+  probe (60 seeds), and passes the float64 bound; 1e-2 leaves it 5x margin.
 - parity, booleans (masks): compared as 0/1 with a tolerance of 0.5, i.e. exactly.
 - rows summing to 1 and future-token invariance: 1e-12 absolute. A row of
   probabilities sums to 1 within a few ulps of its T terms (~1e-15); a masked
@@ -31,6 +39,7 @@ from labctl.verify.functions import RETURNS
 
 TOLERANCE_VERSION = "v1"
 PARITY_RELATIVE = 1e-10
+FLOAT32_PARITY_RELATIVE = 1e-2
 EXACT_TOLERANCE = 0.5
 ROW_SUM_TOLERANCE = 1e-12
 CAUSAL_TOLERANCE = 1e-12
@@ -41,7 +50,8 @@ def parity_tolerance(reference: np.ndarray) -> float:
     if reference.dtype == np.bool_ or np.issubdtype(reference.dtype, np.integer):
         return EXACT_TOLERANCE
     scale = float(np.max(np.abs(reference))) if reference.size else 0.0
-    return PARITY_RELATIVE * max(1.0, scale)
+    relative = FLOAT32_PARITY_RELATIVE if reference.dtype == np.float32 else PARITY_RELATIVE
+    return relative * max(1.0, scale)
 
 
 def elements(value):

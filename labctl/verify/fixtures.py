@@ -57,6 +57,7 @@ from labctl.verify.builders import SEED, Fixture, rng
 from labctl.verify.fixtures_composed import COMPOSED
 from labctl.verify.fixtures_primitives import PRIMITIVES
 from labctl.verify.fixtures_v2 import EXTENDED, NEW
+from labctl.verify.functions import CAUSAL_FUNCTIONS
 
 _BY_FUNCTION = {**PRIMITIVES, **COMPOSED, **NEW}
 
@@ -212,6 +213,12 @@ def warm_reference(functions: tuple[str, ...], seed: int = SEED, contract: int =
         fixture
         for function in functions
         for fixture in (*fixtures(function, seed, contract), *probes(function, seed, contract))
+    ]
+    wanted += [
+        fixture
+        for function in functions
+        if function in CAUSAL_FUNCTIONS
+        for _t, fixture in causal_variants(function, seed, contract)
     ]
     for fixture in wanted:
         reference_output(fixture)
