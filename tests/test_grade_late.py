@@ -146,6 +146,11 @@ def test_the_extensions_file_takes_a_date_or_a_duration(tmp_path):
         path.write_text(bad)
         with pytest.raises(LateError):
             read_extensions(path, DUE)
+    # past the calendar: an OverflowError came out as labctl's internal error
+    for past in ("P999999999D", "P3000000D", "P99999999999W"):
+        path.write_text(f"ann,{past}\n")
+        with pytest.raises(LateError, match=f"line 1: the extension {past} ends past"):
+            read_extensions(path, DUE)
 
 
 def test_gradescope_metadata_gives_created_at(tmp_path):

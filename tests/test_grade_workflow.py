@@ -255,6 +255,49 @@ def test_only_regrades_the_learners_named_and_keeps_the_other_rows(setup):
     one_score_everywhere(out, CANVAS)
 
 
+def test_a_learner_gone_from_the_class_leaves_no_files_and_nothing_to_publish(setup, tmp_path):
+    """A learner removed from the class (or renamed by a digest after a clash) kept its old
+    feedback, results and record in OUT, and `grade publish` published them beside the
+    batch's: two scores for one learner, one for a learner no longer there."""
+    import shutil
+
+    base, out, _, _ = setup
+    klass, copy = tmp_path / "class", tmp_path / "out"
+    shutil.copytree(base / "class", klass)
+    shutil.copytree(out, copy)
+    shutil.rmtree(klass / "ann")
+    args = ["grade", str(klass), "--out", str(copy), "--rubric", str(base / "rubric.yaml")]
+    args += ["--jobs", "1", "--overrides", str(base / "overrides.yaml")]
+    result = invoke(*args, "--submitted-at", str(base / "times.csv"))
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stderr.split())
+    assert "learners not in this batch: ann" in said
+    # times.csv still lists ann: said, not dropped silently (a typo would cancel a penalty)
+    assert "submission times for learners not in this class, not used: ann" in said
+    for left in ("feedback/ann.json", "records/ann.json", "gradescope/ann"):
+        assert not (copy / left).exists(), left
+    assert (copy / "feedback" / "bob.json").is_file()
+    published = invoke("grade", "publish", str(copy), "--rubric", str(base / "rubric.yaml"))
+    assert published.exit_code == 0, published.output
+    assert sorted(p.stem for p in (copy / "feedback").glob("*.json")) == ["bob", "cy"]
+    one_score_everywhere(copy)
+
+
+@pytest.mark.parametrize("where", ["class/grades", "class"])
+def test_an_out_folder_inside_the_class_folder_is_refused_before_anything_is_written(
+    setup, where
+):
+    """The next run graded OUT's own folders as learners (a `grades` row of 0, the class's
+    mean halved)."""
+    base, _, _, _ = setup
+    out = base / where
+    before = sorted(p.name for p in (base / "class").iterdir())
+    result = invoke(*grade_args(base, out), "--json")
+    assert result.exit_code == 2, result.output
+    assert "is inside the class folder" in json.loads(result.stdout)["error"]["message"]
+    assert sorted(p.name for p in (base / "class").iterdir()) == before
+
+
 def test_only_a_learner_the_class_does_not_hold_is_a_usage_error(setup):
     base, out, _, _ = setup
     result = invoke(*grade_args(base, out), "--only", "zoe")

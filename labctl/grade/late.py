@@ -234,7 +234,20 @@ def read_extensions(path: Path, due: datetime | None) -> dict[str, datetime]:
         if number == 1 and [c.strip().lower() for c in row] == ["learner", "due_at"]:
             continue
         when = parse_time(row[1]) if len(row) == 2 else None
-        longer = _duration(row[1]) if len(row) == 2 and when is None else None
+        try:
+            longer = _duration(row[1]) if len(row) == 2 and when is None else None
+            if longer is not None and due is not None:
+                when = due + longer
+        except OverflowError:
+            raise LateError(
+                Msg(
+                    "{path} line {line}: the extension {text} ends past the last date a "
+                    "calendar holds (9999-12-31)",
+                    path=path.name,
+                    line=number,
+                    text=row[1].strip(),
+                )
+            ) from None
         if longer is not None and due is None:
             raise LateError(
                 Msg(
@@ -244,8 +257,6 @@ def read_extensions(path: Path, due: datetime | None) -> dict[str, datetime]:
                     line=number,
                 )
             )
-        if longer is not None:
-            when = due + longer
         if when is None:
             raise LateError(
                 Msg(

@@ -28,6 +28,7 @@ For the learner (what a learner may see):
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import xml.etree.ElementTree as ET
@@ -357,3 +358,24 @@ def write_all(
         put(out / "gradescope" / name / "results.json", json_bytes(gradescope_results(row)))
     put(out / "summary.json", json_bytes(summary(rows, rubric, identical, ignored)))
     return written
+
+
+def remove_stale(out: Path, stems: Sequence[str], records: str) -> list[str]:
+    """Remove the files of learners this batch has no row for (gone from the class, or now
+    named by a digest after a clash of names): their old feedback, Gradescope results and
+    record (`records`, the folder's name) stayed beside the batch's, and `grade publish`
+    published every record in OUT, an old score with it. Returns their names, sorted."""
+    keep = set(stems)
+    gone: set[str] = set()
+    for folder in (records, "feedback"):
+        for path in (out / folder).glob("*.json"):
+            if path.stem not in keep and (path.is_symlink() or path.is_file()):
+                path.unlink()
+                gone.add(path.stem)
+    for path in (out / "gradescope").glob("*/results.json"):
+        if path.parent.name not in keep and not path.parent.is_symlink():
+            path.unlink()
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()
+            gone.add(path.parent.name)
+    return sorted(gone)

@@ -269,7 +269,18 @@ def grade_class(
     progress: Progress | None = None,
     workflow: Workflow | None = None,
 ) -> Batch:
-    """Grade every learner under `submissions_dir` into `out` (see the module docstring)."""
+    """Grade every learner under `submissions_dir` into `out` (see the module docstring).
+    Refuses an `out` inside the class folder: the next run would grade it as a learner."""
+    inside = out.resolve()
+    if inside == submissions_dir.resolve() or submissions_dir.resolve() in inside.parents:
+        raise UsageError(
+            Msg(
+                "--out {out} is inside the class folder {folder}: the next run would grade "
+                "its files as learners; write the grades beside the class folder",
+                out=str(out),
+                folder=str(submissions_dir),
+            )
+        )
     learners, ignored = survey(submissions_dir)
     return grade_learners(learners, out, rubric, options, progress, ignored, workflow)
 
@@ -399,13 +410,15 @@ def grade_learners(
             path = out / RECORDS / f"{learners[index].stem}.json"
             replace_atomically(path, outputs.json_bytes(settled))
     batch.identical = identical_rooms(learners)
-    batch.files = outputs.write_all(
-        batch.rows,
-        rubric,
-        out,
-        [learner.stem for learner in learners],
-        batch.identical,
-        batch.ignored,
-    )
+    stems = [learner.stem for learner in learners]
+    batch.files = outputs.write_all(batch.rows, rubric, out, stems, batch.identical, batch.ignored)
+    gone = outputs.remove_stale(out, stems, RECORDS)
+    if gone:
+        batch.warnings.append(
+            Msg(
+                "removed the feedback, results and records of learners not in this batch: {names}",
+                names=", ".join(gone),
+            )
+        )
     batch.wall_time_s = time.perf_counter() - start
     return batch

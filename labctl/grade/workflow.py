@@ -104,6 +104,16 @@ class Workflow:
             row.adjustments = (
                 [o.to_json() for o in self.overrides.of(row.learner)] if self.overrides else []
             )
+        if self.submitted is not None:
+            # A typo (ANN for ann) would otherwise cancel a late penalty without a word.
+            unknown = sorted(set(self.submitted) - {row.learner for row in rows})
+            if unknown:
+                warnings.append(
+                    Msg(
+                        "submission times for learners not in this class, not used: {learners}",
+                        learners=", ".join(unknown),
+                    )
+                )
         self._within_range(rows, rubric)
         return warnings
 
