@@ -284,9 +284,7 @@ def test_a_learner_gone_from_the_class_leaves_no_files_and_nothing_to_publish(se
 
 
 @pytest.mark.parametrize("where", ["class/grades", "class"])
-def test_an_out_folder_inside_the_class_folder_is_refused_before_anything_is_written(
-    setup, where
-):
+def test_an_out_folder_inside_the_class_folder_is_refused_before_anything_is_written(setup, where):
     """The next run graded OUT's own folders as learners (a `grades` row of 0, the class's
     mean halved)."""
     base, _, _, _ = setup

@@ -286,9 +286,7 @@ def softmax(x, axis=-1, temperature=1.0):
 
 
 @pytest.mark.parametrize("case", sorted(ANSWERS_BY_SHAPE))
-def test_a_room_that_answers_from_elsewhere_fails_parity_on_the_calls_it_got_wrong(
-    tmp_path, case
-):
+def test_a_room_that_answers_from_elsewhere_fails_parity_on_the_calls_it_got_wrong(tmp_path, case):
     from checktools import learner_room
 
     from labctl.verify.observe import observe
@@ -296,9 +294,7 @@ def test_a_room_that_answers_from_elsewhere_fails_parity_on_the_calls_it_got_wro
     module, source, function, named = ANSWERS_BY_SHAPE[case]
     room = learner_room(tmp_path, module, textwrap.dedent(source))
     seen = observe(room, 20.0, 1024, functions=(function,), seed=5)
-    parity = next(
-        r for r in checks.evaluate(seen) if r.function == function and r.name == "parity"
-    )
+    parity = next(r for r in checks.evaluate(seen) if r.function == function and r.name == "parity")
     assert parity.status == "fail", parity.message
     assert named in parity.fixture and parity.margin > 10, parity
 
