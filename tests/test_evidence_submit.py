@@ -177,6 +177,14 @@ def test_filled_template_from_a_real_run_is_accepted_once(repo):
     result, doc = submit(as_json)
     assert result.exit_code == 0 and doc["already_recorded"] is True
     assert snapshot(repo) == before
+    # The room changed since its runs: looked at again and refused, not "already recorded"
+    # (a passing room swapped for a failing one after its first submission stood accepted).
+    changed = sorted((repo / "my_room").glob("*.py"))[0]
+    changed.write_text(changed.read_text() + "\nCHANGED = True\n")
+    result, doc = submit(path)
+    assert result.exit_code == 1 and doc["accepted"] is False, result.output
+    assert doc["already_recorded"] is False
+    assert f"changed {changed.name}" in json.dumps(doc["problems"]), doc["problems"]
 
 
 def test_dirty_commit_is_a_warning_not_a_refusal(repo):

@@ -14,8 +14,8 @@ re-measured: a timing does not reproduce. A metric outside the v1 tolerance
 table cannot be re-measured, so it is refused as not reproducible.
 
 An accepted submission is kept with its receipt (`labctl.evidence.receipt`);
-its name is the digest of the record's content, so the same submission twice
-is "already recorded" and nothing is written again. A refused submission
+its name is the digest of the record's content, so the same submission twice,
+its room unchanged, is "already recorded" and nothing is written again. A refused submission
 writes nothing.
 """
 
@@ -302,12 +302,15 @@ def submit(
         )
     store = EvidenceStore(root)
     folder = store.root / "submissions"
-    if report.valid and record is not None:
+    # The room first: "already recorded" holds only for the room the record was accepted
+    # with; a room changed since its runs (a passing room swapped for a failing one after
+    # its first submission) was answered "already recorded" and never looked at again.
+    clean_room = named_room(report, project_root(), near=Path(path).resolve().parent)
+    if report.valid and record is not None and clean_room is not None:
         name = digest(record)[:DIGEST_CHARS]
         outcome.already = stored(folder / record.module, name)
         if outcome.already is not None:
             return outcome
-    clean_room = named_room(report, project_root(), near=Path(path).resolve().parent)
     outcome.seed, outcome.isolation, outcome.reproductions = remeasure(
         report, clean_room, timeout_s, isolation
     )
