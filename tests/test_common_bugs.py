@@ -435,3 +435,30 @@ def test_a_wrong_mask_is_never_said_to_be_off_by_float32_rounding(tmp_path, fres
     report = verify_clean_room(room, 5.0, out=None, measure=False, seed=fresh)
     (d,) = [d for d in report.diagnosis if d.function == "padding_mask"]
     assert d.kind != "precision" and "float32" not in d.message, d.message
+
+
+SDPA_K_TRANSPOSED = """
+def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
+    q, k, v, n_rep = _check_qkv(q, k, v)
+    k = repeat_kv(k, n_rep)
+    v = repeat_kv(v, n_rep)
+    scores = (q @ k.T) * _scale(scale, q.shape[-1])  # .T reverses all four axes
+    if mask is not None:
+        scores = np.where(np.broadcast_to(np.asarray(mask), scores.shape), -np.inf, scores)
+    weights = softmax(scores, axis=-1)
+    dtype = _float_dtype(q)
+    return (weights @ v).astype(dtype, copy=False), weights.astype(dtype, copy=False)
+"""
+
+
+def test_one_error_on_every_call_is_not_named_after_a_fault_sharing_one_of_them(
+    tmp_path, fresh
+):
+    """k.T on (B, H, T, D) raises on every call; sdpa-no-repeat-kv raises on the GQA ones
+    only, and was named ("matches fault") for those, the learner's real bug left to a
+    "besides"."""
+    room = learner_room(tmp_path, "attention", SDPA_K_TRANSPOSED)
+    report = verify_clean_room(room, 5.0, out=None, measure=False, seed=fresh)
+    (d,) = [d for d in report.diagnosis if d.function == "scaled_dot_product_attention"]
+    assert d.fault is None and "sdpa-no-repeat-kv" not in d.message, d.message
+    assert "raises ValueError at" in d.message and "attention.py:" in d.message, d.message

@@ -279,17 +279,31 @@ def explains(
     if "memory" in fault_failed and _memory_kind(learner_run) != _memory_kind(fault_run):
         return None
     learner_calls = {**learner_run.fixtures, **learner_run.probes}
+    wrong = [
+        (fixture, outcome, probe)
+        for fixture, outcome, probe in _calls(fault_run)
+        if outcome is not None and _goes_wrong(function, fixture, outcome, probe)
+    ]
+    # Where the learner's room raises the same error at the same place on a call the fault
+    # gets right, that error is another bug's, on the fault's calls too: a transposed k
+    # raised on every call, and a fault raising on the GQA calls alone was named for them.
+    theirs = {fixture.name for fixture, _, _ in wrong}
+    elsewhere = {
+        (o.exc_type, o.where)
+        for name, o in learner_calls.items()
+        if name not in theirs and o.kind == "exception"
+    }
     covered: set[str] = set()
     conflicts: set[str] = set()
-    for fixture, outcome, probe in _calls(fault_run):
-        if outcome is None or not _goes_wrong(function, fixture, outcome, probe):
-            continue
+    for fixture, outcome, probe in wrong:
         mine = learner_calls.get(fixture.name)
         if mine is None or not _goes_wrong(function, fixture, mine, probe):
             return None  # right where the fault goes wrong: not this fault
         alike = mine.kind == outcome.kind and set(mine.mutated) == set(outcome.mutated)
         if alike and outcome.kind == "value":
             alike = _same_value(function, fixture, mine.value, outcome.value, probe, any_dtype=True)
+        elif alike and outcome.kind == "exception":
+            alike = (mine.exc_type, mine.where) not in elsewhere
         (covered if alike else conflicts).add(fixture.name)
     if not covered and decided - {"causal", "memory"}:
         return None
