@@ -451,9 +451,7 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
 """
 
 
-def test_one_error_on_every_call_is_not_named_after_a_fault_sharing_one_of_them(
-    tmp_path, fresh
-):
+def test_one_error_on_every_call_is_not_named_after_a_fault_sharing_one_of_them(tmp_path, fresh):
     """k.T on (B, H, T, D) raises on every call; sdpa-no-repeat-kv raises on the GQA ones
     only, and was named ("matches fault") for those, the learner's real bug left to a
     "besides"."""
