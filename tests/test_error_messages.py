@@ -105,8 +105,18 @@ CASES = {
     "faults with a negative memory limit": (
         ["faults", "--memory-mb", "-1"],
         2,
-        "error: --memory-mb must be >= 0 (0: no limit), got -1",
-        "错误：--memory-mb 必须 >= 0（0：不限制），收到的是 -1",
+        "error: --memory-mb must be 0 (no limit) or at least 512, got -1: below that the "
+        "clean-room process cannot hold labctl's own inputs",
+        "错误：--memory-mb 必须为 0（不限制）或至少 512，收到的是 -1：低于此值，clean room "
+        "进程容纳不下 labctl 自己的输入",
+    ),
+    "verify with too little memory for labctl's own inputs": (
+        ["verify", "clean-room", "--path", "nopkg", "--memory-mb", "64"],
+        2,
+        "error: --memory-mb must be 0 (no limit) or at least 512, got 64: below that the "
+        "clean-room process cannot hold labctl's own inputs",
+        "错误：--memory-mb 必须为 0（不限制）或至少 512，收到的是 64：低于此值，clean room "
+        "进程容纳不下 labctl 自己的输入",
     ),
     "grade out under a file": (
         ["grade", "class", "nopkg", "--out", "afile/x"],
