@@ -36,6 +36,8 @@ def test_a_valid_file_gives_each_learner_its_adjustments(tmp_path):
         (GOOD.replace('reason: "late README"', 'reason: "  "'), "reason"),
         (GOOD.replace("points: 2", "points: 0"), "points"),
         (GOOD.replace("points: 2", "points: two"), "points"),
+        # NaN was refused as "should be at most 1000": it is no number to add
+        (GOOD.replace("points: 2", "points: .nan"), "points: should be a finite number"),
         (GOOD.replace("    points: 2\n", ""), "points"),
         (GOOD.replace("    points: 2\n", "    points: 2\n    item: fn.softmax\n"), "item"),
         (GOOD.replace("v1", "v9"), "schema"),

@@ -36,7 +36,7 @@ class OverridesError(LabctlError):
 
 class Override(Strict):
     learner: str = Field(min_length=1, max_length=200)
-    points: float = Field(ge=-1000, le=1000)
+    points: float = Field(ge=-1000, le=1000, allow_inf_nan=False)
     reason: str = Field(min_length=1, max_length=2000)
 
     @field_validator("learner")

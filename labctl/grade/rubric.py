@@ -59,7 +59,7 @@ class Item(Strict):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}$")
     kind: Literal["function", "check", "package", "metric", "submission"]
     target: str | None = None
-    points: float = Field(gt=0, le=1000)
+    points: float = Field(gt=0, le=1000, allow_inf_nan=False)
     visibility: Literal["visible", "after_due_date", "hidden", "after_published"] = "visible"
     checks: list[str] | None = None
     description: str = ""
@@ -135,7 +135,7 @@ class Rubric(Strict):
     due: str | None = None
     late: LatePolicy | None = None
     # How far past `max_score` a TA's overrides may take a score (`labctl.grade.overrides`).
-    bonus_points: float = Field(default=0, ge=0, le=1000)
+    bonus_points: float = Field(default=0, ge=0, le=1000, allow_inf_nan=False)
 
     @field_validator("due", mode="before")
     @classmethod
