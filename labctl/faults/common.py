@@ -216,12 +216,10 @@ COMMON: tuple[Fault, ...] = (
             "Transformer 手撕与注意力机制 §04 Causal Mask"
         ),
         source="""
+        _blocked = causal_mask
+
         def causal_mask(t_q, t_k=None):
-            t_q = _as_size(t_q, "t_q")
-            t_k = t_q if t_k is None else _as_size(t_k, "t_k")
-            i = np.arange(t_q)[:, None]
-            j = np.arange(t_k)[None, :]
-            return j <= (t_k - t_q) + i
+            return ~_blocked(t_q, t_k)  # True where query i may see key j
         """,
     ),
 )
