@@ -82,6 +82,13 @@ def repeat_kv(x, n_rep):
 
 def rope(x, positions, theta=10000.0):
     return np.array([1, "a"], dtype=object)
+
+class _Odd(dict):
+    def items(self):
+        raise KeyError("the room's own items()")
+
+def sinusoidal_positions(seq_len, d_model):
+    return _Odd(a=1)
 """
 
 
@@ -308,9 +315,45 @@ def test_an_unusable_return_arrives_as_unsupported(echo_room, function, args, ty
     assert value == wire.Unsupported(type_name)
 
 
+def test_a_return_whose_own_code_raises_as_it_is_sent_is_the_room_s_error(echo_room):
+    """A dict whose items() raised as the worker encoded it crashed the worker, and labctl
+    showed its own traceback as what the room printed."""
+    with pytest.raises(CallError) as caught:
+        echo_room.call("sinusoidal_positions", 4, 8)
+    assert caught.value.kind == "unsupported-return"
+    assert "cannot send the result: KeyError" in str(caught.value)
+    assert echo_room.call("softmax", np.ones(2)).tolist() == [1.0, 1.0]  # the room lives on
+
+
 # --------------------------------------------------------------------------
 # loading
 # --------------------------------------------------------------------------
+
+
+ODD_SIGNATURES = """
+class _Softmax:
+    @property
+    def __signature__(self):
+        raise RuntimeError("the room's own __signature__")
+
+    def __call__(self, x, axis=-1):
+        return x
+
+softmax = _Softmax()
+
+def __getattr__(name):
+    if name == "rms_norm":
+        raise KeyError(name)
+    raise AttributeError(name)
+"""
+
+
+def test_a_signature_the_room_s_code_cannot_give_is_unreadable_not_a_crash(tmp_path):
+    """A __signature__ that raised, or a module __getattr__ raising past AttributeError,
+    crashed the worker as it loaded: "does not load", labctl's own traceback cut short."""
+    with CleanRoom(write_room(tmp_path, ODD_SIGNATURES)) as room:
+        assert room.signatures["softmax"] == {"present": True, "callable": True, "params": None}
+        assert room.signatures["rms_norm"] == {"present": False}
 
 
 def test_missing_directory_is_a_usage_error(tmp_path):

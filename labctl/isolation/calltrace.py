@@ -22,6 +22,8 @@ from types import ModuleType
 
 import numpy as np
 
+from labctl.isolation.loader import attribute
+
 # What one traced call may send back: entries, and array elements over all of them.
 MAX_ENTRIES = 48
 MAX_ELEMENTS = 1 << 15
@@ -96,7 +98,7 @@ def install(package: ModuleType, names: tuple[str, ...], recorder: Recorder) -> 
     originals = {
         id(fn): (name, fn)
         for name in names
-        if callable(fn := getattr(package, name, None)) and not isinstance(fn, type)
+        if callable(fn := attribute(package, name)) and not isinstance(fn, type)
     }
     wrapped = {key: recorder.wrap(name, fn) for key, (name, fn) in originals.items()}
     prefix = package.__name__ + "."

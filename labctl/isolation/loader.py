@@ -366,11 +366,22 @@ def _jsonable(value) -> object:
     return value
 
 
+def attribute(module: ModuleType, name: str):
+    """`module.name`, or None: a module `__getattr__` of the room's may raise anything."""
+    try:
+        return getattr(module, name, None)
+    except Exception:
+        return None
+
+
 def observe_signatures(module: ModuleType, names: tuple[str, ...]) -> dict[str, dict]:
     """What `module` exposes for each name, in the shape `contract.check_signatures` reads."""
     observed: dict[str, dict] = {}
     for fn_name in names:
-        fn = getattr(module, fn_name, None)
+        # The room's own code answers each of these (a module __getattr__, a __signature__
+        # property): whatever it raises is a signature that cannot be read, not a crash of
+        # the worker whose traceback labctl then showed as the room's output.
+        fn = attribute(module, fn_name)
         if fn is None:
             observed[fn_name] = {"present": False}
             continue
@@ -378,18 +389,17 @@ def observe_signatures(module: ModuleType, names: tuple[str, ...]) -> dict[str, 
             observed[fn_name] = {"present": True, "callable": False}
             continue
         try:
-            parameters = inspect.signature(fn).parameters.values()
-        except (TypeError, ValueError):
+            params = []
+            for p in inspect.signature(fn).parameters.values():
+                entry: dict = {"name": p.name, "kind": p.kind.name}
+                if p.default is not inspect.Parameter.empty:
+                    entry["default"] = _jsonable(p.default)
+                params.append(entry)
+            stub = is_stub(fn)
+        except Exception:
             observed[fn_name] = {"present": True, "callable": True, "params": None}
             continue
-        params = []
-        for p in parameters:
-            entry: dict = {"name": p.name, "kind": p.kind.name}
-            if p.default is not inspect.Parameter.empty:
-                entry["default"] = _jsonable(p.default)
-            params.append(entry)
-        observed[fn_name] = {"present": True, "callable": True, "params": params,
-                             "stub": is_stub(fn)}  # fmt: skip
+        observed[fn_name] = {"present": True, "callable": True, "params": params, "stub": stub}
     return observed
 
 

@@ -88,7 +88,7 @@ class Worker:
 
     def call(self, request: dict) -> dict:
         name = request["function"]
-        fn = getattr(self.module, name, None)
+        fn = loader.attribute(self.module, name)
         if not callable(fn):
             return {
                 "ok": False,
@@ -182,8 +182,16 @@ def main(argv: list[str]) -> None:
         try:
             try:
                 wire.write_frame(write_fd, reply)
-            except (RecursionError, ValueError, TypeError) as exc:
-                error = {"kind": "unsupported-return", "message": f"cannot send the result: {exc}"}
+            except OSError:
+                raise
+            except Exception as exc:
+                # The value's own code runs as it is encoded (a dict whose items() raises, an
+                # object whose __array__ does): the room's error, not a crash of this process.
+                shown = _short(f"{type(exc).__name__}: {exc}")
+                error = {
+                    "kind": "unsupported-return",
+                    "message": f"cannot send the result: {shown}",
+                }
                 wire.write_frame(write_fd, {"ok": False, "error": error, "seq": reply["seq"]})
         except BrokenPipeError:
             # labctl stopped listening (a call past its time is stopped): this is no output of
