@@ -129,10 +129,11 @@ def submit(
     """Validate a submission, re-measure its claims on the recorded seed, and keep it if they hold.
 
     The claims are re-measured on the clean room the submission names
-    (labctl.clean_room): it must lie in the repository, hold the files the runs
-    were made with, not be labctl's own, and pass verify. The strings in
-    `commands` are never executed. Submitting the same content
-    twice says it is already recorded (exit 0) and writes nothing.
+    (labctl.clean_room: an absolute path, or relative to the submission or
+    the repository): it must hold the files the runs were made with, not be
+    labctl's own, and pass verify. The strings in `commands` are never
+    executed. Submitting the same content twice, the room unchanged, says it
+    is already recorded (exit 0) and writes nothing.
     """
     from labctl.evidence.submit import submit as run_submit
 

@@ -7,8 +7,8 @@ metric's reproduction tolerance (`Metric.reproduces`). A claim's `impl` says
 which row it speaks for; without one, a per-implementation metric is
 re-measured on the clean room and a comparison metric on both. The clean room
 is the one the submission names (`labctl.clean_room`, copied from the run
-records by `template --fill`): a path inside the repository whose files must
-still be those the runs were made with, never labctl's own room; and that room
+records by `template --fill`; `labctl.evidence.room` says where it may lie) whose
+files must still be those the runs were made with, never labctl's own room; and that room
 must pass `verify` before the submission is accepted. Timing metrics are never
 re-measured: a timing does not reproduce. A metric outside the v1 tolerance
 table cannot be re-measured, so it is refused as not reproducible.
