@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -259,8 +260,6 @@ def test_a_learner_gone_from_the_class_leaves_no_files_and_nothing_to_publish(se
     """A learner removed from the class (or renamed by a digest after a clash) kept its old
     feedback, results and record in OUT, and `grade publish` published them beside the
     batch's: two scores for one learner, one for a learner no longer there."""
-    import shutil
-
     base, out, _, _ = setup
     klass, copy = tmp_path / "class", tmp_path / "out"
     shutil.copytree(base / "class", klass)

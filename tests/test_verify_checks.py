@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from checktools import learner_room
 
 from labctl import contract
 from labctl.evidence.models import EvidenceRecord
@@ -25,7 +26,7 @@ from labctl.verify import checks, compare
 from labctl.verify import fixtures as fx
 from labctl.verify.bad_input import bad_cases
 from labctl.verify.functions import CAUSAL_FUNCTIONS, RETURNS
-from labctl.verify.observe import Outcome, accepted_refusal
+from labctl.verify.observe import Outcome, accepted_refusal, observe
 from labctl.verify.record import read_history
 from labctl.verify.verify import verify_clean_room
 
@@ -289,10 +290,6 @@ def softmax(x, axis=-1, temperature=1.0):
 
 @pytest.mark.parametrize("case", sorted(ANSWERS_BY_SHAPE))
 def test_a_room_that_answers_from_elsewhere_fails_parity_on_the_calls_it_got_wrong(tmp_path, case):
-    from checktools import learner_room
-
-    from labctl.verify.observe import observe
-
     module, source, function, named = ANSWERS_BY_SHAPE[case]
     room = learner_room(tmp_path, module, textwrap.dedent(source))
     seen = observe(room, 20.0, 1024, functions=(function,), seed=5)
