@@ -170,3 +170,29 @@ def test_a_worker_ends_at_once_with_its_code_and_the_pool_starts_it_so(monkeypat
     with pool.LocalPool(1, 10.0, {}) as workers:
         command = workers._command(7)
     assert "from labctl.grade.worker import run; run(" in command[3]
+
+
+def test_a_worker_freezes_what_lives_on_and_no_garbage_with_it():
+    """Before each learner the worker hides what lives on from the cycle collector
+    (`gc.freeze`), after a collection: a cycle already unreachable is freed, not frozen for
+    the worker's whole life."""
+    import gc
+    import weakref
+
+    from labctl.grade import worker
+
+    class Node:
+        pass
+
+    kept, lost = Node(), Node()
+    lost.me = lost  # a cycle only the collector frees
+    gone = weakref.ref(lost)
+    del lost
+    gc.unfreeze()
+    try:
+        worker._settle()
+        assert gone() is None, "an unreachable cycle was frozen with the live objects"
+        assert gc.get_freeze_count() > 0
+        assert not any(o is kept for o in gc.get_objects())  # frozen: out of the collector's sight
+    finally:
+        gc.unfreeze()
