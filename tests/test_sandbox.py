@@ -262,6 +262,57 @@ def test_an_exception_in_a_helper_module_names_that_file(tmp_path):
     assert "IndexError" in str(caught.value)
 
 
+UNREADABLE_EXCEPTIONS = """
+class _Unsayable(ValueError):
+    def __str__(self):
+        raise RuntimeError("the room's own __str__")
+
+
+class _Nameless(type):
+    @property
+    def __name__(cls):
+        raise RuntimeError("the room's own __name__")
+
+
+class _Hidden(ValueError, metaclass=_Nameless):
+    pass
+
+
+def softmax(x, axis=-1):
+    raise _Unsayable("never read")
+
+
+def rms_norm(x, weight, eps=1e-6):
+    raise _Hidden("its text")
+
+
+def causal_mask(t_q, t_k=None):
+    return t_q + 1
+"""
+
+
+def test_an_exception_whose_text_or_name_raises_is_still_the_room_s_exception(tmp_path):
+    """An exception whose __str__ raised, or whose class's __name__ did, crashed the worker as
+    it described it: "the clean-room process exited", labctl's own stack shown as the room's
+    output. The room raised; that is what it is told, with its line, and the room goes on."""
+    root = write_room(tmp_path, UNREADABLE_EXCEPTIONS)
+    with CleanRoom(root) as room:
+        with pytest.raises(CallError) as said:
+            room.softmax(np.ones(3))
+        assert said.value.kind == "exception"
+        assert "_Unsayable: (its text could not be read: str() raised RuntimeError)" in str(
+            said.value
+        )
+        assert said.value.where == f"room/__init__.py:{line_of(root, 'never read')}"
+        with pytest.raises(CallError) as named:
+            room.rms_norm(np.ones(3), np.ones(3))
+        assert named.value.kind == "exception" and "_Hidden: its text" in str(named.value)
+        assert room.causal_mask(2) == 3  # the same worker goes on
+    (root / "__init__.py").write_text(UNREADABLE_EXCEPTIONS + "\nraise _Unsayable()\n")
+    with pytest.raises(CleanRoomError, match=r"failed at room/__init__\.py:\d+: _Unsayable: \(its"):
+        CleanRoom(root)
+
+
 def test_os_exit_is_a_crash_and_the_next_call_works(echo_room):
     with pytest.raises(CallError) as caught:
         echo_room.split_heads(np.ones((1, 2, 4)), 2)

@@ -102,12 +102,13 @@ class Worker:
         try:
             value = fn(*args, **kwargs)
         except BaseException as exc:
+            kind, text = loader.described(exc)
             reply = {
                 "ok": False,
                 "error": {
                     "kind": "exception",
-                    "type": type(exc).__name__,
-                    "message": _short(str(exc)),
+                    "type": kind,
+                    "message": _short(text),
                     "where": loader.where(self.root, exc.__traceback__),
                 },
                 "violations": self._new_violations(),
@@ -187,7 +188,7 @@ def main(argv: list[str]) -> None:
             except Exception as exc:
                 # The value's own code runs as it is encoded (a dict whose items() raises, an
                 # object whose __array__ does): the room's error, not a crash of this process.
-                shown = _short(f"{type(exc).__name__}: {exc}")
+                shown = _short("{}: {}".format(*loader.described(exc)))
                 error = {
                     "kind": "unsupported-return",
                     "message": f"cannot send the result: {shown}",
