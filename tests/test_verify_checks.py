@@ -443,6 +443,13 @@ def test_a_wrong_shape_is_named_with_the_contracts_letters():
         ),
         (
             "softmax",
+            wire.Unsupported("ndarray of dtype float128"),
+            np.zeros(3),
+            "returned as an ndarray of dtype float128 (a dtype no contract function returns) "
+            "where the contract says an ndarray (the same shape as x, (3,))",
+        ),
+        (
+            "softmax",
             np.float64(1.0),
             np.zeros(3),
             "returned as a numpy scalar (float64) where the contract says an ndarray "

@@ -257,6 +257,37 @@ def test_an_unknown_bug_matches_nothing_and_names_its_failing_checks(tmp_path):
     assert set(rooms.asked) == {f.name for f in faults.CATALOGUE if f.function == "relu_ffn"}
 
 
+@pytest.mark.parametrize(
+    ("source", "returned", "expected"),
+    [
+        (
+            "def relu_ffn(x, w1, b1, w2, b2):\n"
+            "    return (np.maximum(x @ w1 + b1, 0.0) @ w2 + b2).astype(np.float32)\n",
+            "float32",
+            "float64",
+        ),
+        (
+            "def relu_ffn(x, w1, b1, w2, b2):\n"
+            "    out = np.maximum(x @ w1 + b1, 0.0) @ w2 + b2\n"
+            "    return out.astype(np.float16) if out.dtype == np.float32 else out\n",
+            "float16",
+            "float32",
+        ),
+    ],
+)
+def test_a_dtype_other_than_float64_for_float32_is_said_as_it_is(
+    tmp_path, source, returned, expected
+):
+    """Every wrong dtype was explained as float64 returned for float32 input, with advice about
+    float64 arrays the function does not make: a float32 result of float64 inputs (the
+    commonest), a float16 one. Each is said as it is."""
+    room = learner_room(tmp_path, "primitives", source)
+    found, _rooms, _, _ = diagnose(tmp_path, room)
+    (d,) = [d for d in found if d.function == "relu_ffn"]
+    assert f"it returns {returned} where the contract keeps {expected}" in d.message
+    assert "float64 for float32 input" not in d.message
+
+
 def test_a_bug_with_an_extra_symptom_is_named_and_the_extra_said(tmp_path):
     """HF's rotate_half layout, written without the odd-D check the contract asks for."""
     room = learner_room(tmp_path, "primitives", HF_ROPE_WITHOUT_ODD_CHECK)

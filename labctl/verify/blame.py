@@ -227,6 +227,24 @@ def _float64_source(function: str, run: FunctionRun) -> Msg:
     return ""
 
 
+def _other_dtype(function: str, run: FunctionRun) -> tuple[str, str] | None:
+    """(returned, expected) of the first output whose dtype is wrong otherwise than float64
+    for float32 (a float32 result of float64 inputs, float16, complex, a byte order of its
+    own): None when every wrong dtype is that widening, which the phrases below explain."""
+    for fixture, outcome in _traced(function, run, "dtype"):
+        if fixture is None or not outcome.ok:
+            continue
+        for item, ref in zip(
+            elements(outcome.value), elements(fx.reference_output(fixture)), strict=False
+        ):
+            dtype = getattr(item, "dtype", None)
+            if dtype is None or dtype == ref.dtype:
+                continue
+            if not (dtype == np.float64 and ref.dtype == np.float32):
+                return str(dtype), str(ref.dtype)
+    return None
+
+
 def _keeps_bool(function: str, run: FunctionRun) -> bool:
     """The contract's output is a bool mask where the function returned another dtype."""
     traced = _traced(function, run, "dtype")
@@ -264,6 +282,17 @@ def said_own(function: str, run: FunctionRun, own: tuple[str, ...]) -> list[Msg]
                     "it returns a float mask where the contract keeps bool: build the mask "
                     "from a comparison (such as np.arange(T)[:, None] >= np.arange(T)) or pass "
                     "dtype=bool to np.tri and np.ones"
+                )
+            )
+        elif check == "dtype" and (other := _other_dtype(function, run)) is not None:
+            phrases.append(
+                Msg(
+                    "it returns {returned} where the contract keeps {expected}: the output "
+                    "keeps the input's dtype (float64 in, float64 out; float32 in, float32 "
+                    "out); remove the cast or the constant of another dtype, or cast the "
+                    "result to x's dtype",
+                    returned=other[0],
+                    expected=other[1],
                 )
             )
         elif check == "dtype" and function in _TABLES:

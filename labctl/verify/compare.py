@@ -71,7 +71,16 @@ def _says(spec: str, shape: tuple) -> Msg:
     return Msg("{spec} = {shape}", spec=spec, shape=shape)
 
 
+_ODD_ARRAY = "ndarray of dtype "
+
+
 def _type_name(value) -> Msg:
+    if isinstance(value, wire.Unsupported) and value.type_name.startswith(_ODD_ARRAY):
+        # an array after all: of a dtype the wire does not carry (float128, str, object)
+        return Msg(
+            "an ndarray of dtype {dtype} (a dtype no contract function returns)",
+            dtype=value.type_name.removeprefix(_ODD_ARRAY),
+        )
     if isinstance(value, wire.Unsupported):
         return Msg("a {type} (not an array)", type=value.type_name)
     if isinstance(value, np.generic):
