@@ -168,3 +168,74 @@ def test_a_base_code_function_earns_no_share_of_a_check_item(tmp_path):
     assert honest["passed"] and honest["points"] == honest["max_points"], honest
     assert not partial["passed"] and 0 < partial["points"] < honest["points"], partial
     assert "no share for base code: rope" in partial["message"], partial["message"]
+
+
+def _bound_through_globals(room: Path) -> None:
+    """Every contract name renamed `NAME_` (defs, calls, imports) and bound to NAME by a
+    `globals()[...] =` at the end of each file, which no static reading follows."""
+    import ast
+    import re
+
+    for path in room.glob("*.py"):
+        text = path.read_text()
+        for name in V1:
+            text = re.sub(rf"(?<![.\w]){name}\b", f"{name}_", text)
+        bound = set()
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.FunctionDef):
+                bound.add(node.name)
+            elif isinstance(node, ast.ImportFrom):
+                bound.update(a.asname or a.name for a in node.names)
+        held = [n for n in V1 if f"{n}_" in bound]
+        path.write_text(text + "\n" + "".join(f'globals()["{n}"] = {n}_\n' for n in held))
+
+
+def test_a_copy_bound_where_no_static_reading_follows_is_still_base_code(tmp_path):
+    """labctl's own room with every def renamed and bound through globals() scored 92/100:
+    no `def NAME` was left for the binding to reach, so nothing was judged. A copy of
+    labctl's own function of a name is base code wherever it sits and however it is bound."""
+    from labctl.fingerprints.base import base_functions, load_base
+
+    room = own_copy(tmp_path / "clean_room")
+    _bound_through_globals(room)
+    assert "def softmax(" not in (room / "primitives.py").read_text()
+    verdict = base_functions(room, list(V1), load_base())
+    assert sorted(f.function for f in verdict.functions) == sorted(V1)
+    assert verdict.whole
+
+
+# What honest learners write alike, dictated by the formula: never labctl's code.
+TEXTBOOK = """
+import numpy as np
+
+
+def sinusoidal_positions(seq_len, d_model):
+    pos = np.arange(seq_len)[:, None]
+    i = np.arange(0, d_model, 2)
+    ang = pos / 10000.0 ** (i / d_model)
+    pe = np.zeros((seq_len, d_model))
+    pe[:, 0::2] = np.sin(ang)
+    pe[:, 1::2] = np.cos(ang[:, : d_model // 2])
+    return pe
+
+
+def softmax(x, axis=-1):
+    arr = np.asarray(x)
+    biggest = np.max(arr, axis=axis, keepdims=True)
+    biggest = np.where(np.isneginf(biggest), 0, biggest)
+    expd = np.exp(arr - biggest)
+    total = np.sum(expd, axis=axis, keepdims=True)
+    return np.divide(expd, total, out=np.zeros_like(expd), where=total > 0)
+"""
+
+
+def test_short_code_a_formula_dictates_is_not_labctls(tmp_path):
+    """The textbook sinusoidal table shared 13 of its 18 fingerprints with labctl's (0.72), a
+    six-line stable softmax 8 of 14: both were flagged as labctl's code, not the learner's."""
+    from labctl.fingerprints.base import base_functions, load_base
+
+    room = tmp_path / "clean_room"
+    room.mkdir()
+    (room / "__init__.py").write_text(TEXTBOOK)
+    verdict = base_functions(room, list(V1), load_base())
+    assert verdict.judged == 2 and verdict.functions == []

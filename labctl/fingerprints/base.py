@@ -9,10 +9,15 @@ parenthesised or padded copy.
 A contract function of a room is base code when its code (the `def` the
 package binds to its name, and the room's helpers it calls: `labctl.fingerprints.room`)
 is mostly base: of its fingerprints that are not the stubs' (a signature every
-learner starts from is evidence of nothing), at least `SHARE` are the base's,
-and at least `MIN_PRINTS` of them (a function of a line or two, which an honest
-learner may well write as labctl did, is never judged). A stub is never base
-code: it fails its checks anyway. `grade` gives such a function no points;
+learner starts from is evidence of nothing), at least `SHARE` are the base's, and
+of them at least `MIN_PRINTS` the course's starting code's (which every learner
+holds) or at least `MIN_SHARED` in all (short code a formula dictates, which
+honest learners write as labctl did, is not labctl's). A function of fewer than
+`MIN_PRINTS` is not judged at all. It is base code too when the room holds, under any name and bound
+however (a `globals()[name] = ...` no static reading follows), a copy of the
+base's own function of that name: a unit whose code is base code by the same
+rule and holds at least `SHARE` of that function's fingerprints. A stub is never
+base code: it fails its checks anyway. `grade` gives such a function no points;
 `evidence submit` refuses a room whose functions are mostly labctl's own.
 """
 
@@ -32,6 +37,13 @@ PROJECT = N_("(labctl's own clean room)")
 STUBS = N_("(the clean-room init stubs)")
 SHARE = 0.5
 MIN_PRINTS = 3
+# How much a function must share with the base before its share says anything: as much as
+# labctl's smallest contract function holds, with the helpers it calls (merge_heads, 16).
+# Short code that a formula dictates is written alike by honest learners: a six-line softmax
+# written to the contract shared 8 of its 14 with labctl's (0.57), the textbook
+# sinusoidal_positions (pos / 10000 ** (i / d), sin on the even columns, cos on the odd) 13
+# of its 18 (0.72), a three-line sliding_window_mask in the contract's own order all of its.
+MIN_SHARED = 16
 
 
 @functools.lru_cache(maxsize=1)
@@ -53,6 +65,8 @@ class Base:
     """The base's sources, each with every K-gram hash of its code."""
 
     sources: list[tuple[str, frozenset[int]]] = field(default_factory=list)
+    # Each source but the stubs, read as a room: where its own contract functions are.
+    rooms: list[tuple[str, RoomCode]] = field(default_factory=list)
 
     @property
     def names(self) -> list[str]:
@@ -68,6 +82,11 @@ class Base:
         return frozenset().union(*(g for name, g in self.sources if name != STUBS))
 
     @functools.cached_property
+    def course(self) -> frozenset[int]:
+        """The course's starting code (the `--base` folders): neither labctl's nor the stubs."""
+        return frozenset().union(*(g for name, g in self.sources if name not in (PROJECT, STUBS)))
+
+    @functools.cached_property
     def stubs(self) -> frozenset[int]:
         return frozenset().union(*(g for name, g in self.sources if name == STUBS))
 
@@ -80,6 +99,16 @@ class Base:
             digest.update(b"".join(g.to_bytes(8, "big") for g in sorted(grams)))
         return digest.hexdigest()
 
+    def function_prints(self, name: str, contract: frozenset[str]) -> frozenset[int]:
+        """The fingerprints of the base's own function `name` (its def and the helpers it
+        calls) in every source that defines it; none where no source does."""
+        found: set[int] = set()
+        for _source, code in self.rooms:
+            index = code.function(name)
+            if index is not None:
+                found.update(_prints(code, index, contract, self.stubs))
+        return frozenset(found)
+
     def source_of(self, hashes: list[int]) -> str:
         """The source (other than the stubs) holding the most of `hashes`."""
         counted = [
@@ -90,14 +119,23 @@ class Base:
         return max(counted)[2]
 
 
+@functools.lru_cache(maxsize=1)
+def _project_room() -> RoomCode:
+    from labctl.faults.base import project_clean_room
+
+    return read_room(project_clean_room())
+
+
 def load_base(extra: list[Path] | tuple[Path, ...] = ()) -> Base:
     """labctl's own room, the stubs, and each folder of `extra` (its `.py` files)."""
     sources = [(PROJECT, _project_grams()), (STUBS, _stub_grams())]
+    rooms = [(PROJECT, _project_room())]
     for folder in extra:
         sources.append(
             (str(folder), frozenset(all_grams([read_source(p) for p in source_files(folder)])))
         )
-    return Base(sources)
+        rooms.append((str(folder), read_room(folder)))
+    return Base(sources, rooms)
 
 
 @dataclass(frozen=True)
@@ -141,30 +179,82 @@ class Verdict:
         }
 
 
+def _prints(
+    code: RoomCode, index: int, contract: frozenset[str], stubs: frozenset[int]
+) -> list[int]:
+    """The fingerprints of unit `index` and the room's helpers it calls, less the stubs'."""
+    return [
+        g[0]
+        for unit in code.closure(index, contract)
+        for g in code.units[unit].prints
+        if g[0] not in stubs
+    ]
+
+
+def _based(hashes: list[int], within: frozenset[int], base: Base) -> list[int] | None:
+    """Of a function's fingerprints `hashes`, those in `within` (the base's), when they make it
+    base code; else None. The course's starting code is in every learner's hands, so handing
+    it in is base code however short it is (`MIN_PRINTS`); labctl's own, only from
+    `MIN_SHARED` shared."""
+    shared = [h for h in hashes if h in within]
+    if len(shared) < SHARE * len(hashes):
+        return None
+    if len(shared) >= MIN_SHARED or sum(h in base.course for h in shared) >= MIN_PRINTS:
+        return shared
+    return None
+
+
+def _copies(
+    code: RoomCode, functions: list[str], contract: frozenset[str], base: Base
+) -> dict[str, tuple[int, list[int]]]:
+    """For each of `functions`, the room's unit (any name, bound or not) that is base code and
+    holds at least `SHARE` of the base's own function of that name (the most of it, then the
+    least else), with its fingerprints that are the base's."""
+    found: dict[str, tuple[tuple[int, int], int, list[int]]] = {}
+    theirs = {name: base.function_prints(name, contract) for name in functions}
+    for index, unit in enumerate(code.units):
+        if unit.name is None:
+            continue
+        prints = _prints(code, index, contract, base.stubs)
+        based = _based(prints, base.code, base) if len(prints) >= MIN_PRINTS else None
+        if based is None:
+            continue
+        held = set(prints)
+        for name, original in theirs.items():
+            covered = len(held & original)
+            rank = (covered, -len(prints))
+            covers = bool(original) and covered >= SHARE * len(original)
+            if covers and (name not in found or rank > found[name][0]):
+                found[name] = (rank, index, based)
+    return {name: (index, based) for name, (_rank, index, based) in found.items()}
+
+
 def judge(code: RoomCode, functions: list[str], base: Base) -> Verdict:
     """Which of `functions` (contract names) `code` defines as base code."""
     contract = frozenset(functions)
     verdict = Verdict()
+    copies = _copies(code, functions, contract, base)
     for name in functions:
+        found: tuple[int, list[int], float] | None = None
+        judged = False
         index = code.function(name)
-        if index is None:
-            continue
-        stubs = base.stubs
-        hashes = [
-            g[0]
-            for unit in code.closure(index, contract)
-            for g in code.units[unit].prints
-            if g[0] not in stubs
-        ]
-        if len(hashes) < MIN_PRINTS:
-            continue
-        verdict.judged += 1
-        based = [h for h in hashes if h in base.code]
-        share = len(based) / len(hashes)
-        if share >= SHARE and len(based) >= MIN_PRINTS:
-            unit = code.units[index]
+        if index is not None:
+            hashes = _prints(code, index, contract, base.stubs)
+            if len(hashes) >= MIN_PRINTS:
+                judged = True
+                based = _based(hashes, base.code, base)
+                if based is not None:
+                    found = (index, based, len(based) / len(hashes))
+        if found is None and name in copies:
+            judged = True
+            where, based = copies[name]
+            found = (where, based, len(based) / len(_prints(code, where, contract, base.stubs)))
+        if judged:
+            verdict.judged += 1
+        if found is not None:
+            unit = code.units[found[0]]
             verdict.functions.append(
-                BaseFunction(name, base.source_of(based), share, code.files[unit.file],
+                BaseFunction(name, base.source_of(found[1]), found[2], code.files[unit.file],
                              (unit.first, unit.last))
             )  # fmt: skip
     return verdict
