@@ -15,8 +15,9 @@ holds) or at least `MIN_SHARED` in all (short code a formula dictates, which
 honest learners write as labctl did, is not labctl's). A function of fewer than
 `MIN_PRINTS` is not judged at all. It is base code too when the room holds, under any name and bound
 however (a `globals()[name] = ...` no static reading follows), a copy of the
-base's own function of that name: a unit whose code is base code by the same
-rule and holds at least `SHARE` of that function's fingerprints. A stub is never
+base's own function of that name (a unit whose code is base code by the same
+rule and holds at least `SHARE` of that function's fingerprints), unless the
+`def` the name is bound to holds `MIN_SHARED` fingerprints of the learner's own. A stub is never
 base code: it fails its checks anyway. `grade` gives such a function no points;
 `evidence submit` refuses a room whose functions are mostly labctl's own.
 """
@@ -237,15 +238,19 @@ def judge(code: RoomCode, functions: list[str], base: Base) -> Verdict:
     for name in functions:
         found: tuple[int, list[int], float] | None = None
         judged = False
+        own = 0  # fingerprints of the bound function that are the learner's
         index = code.function(name)
         if index is not None:
             hashes = _prints(code, index, contract, base.stubs)
+            own = sum(h not in base.code for h in hashes)
             if len(hashes) >= MIN_PRINTS:
                 judged = True
                 based = _based(hashes, base.code, base)
                 if based is not None:
                     found = (index, based, len(based) / len(hashes))
-        if found is None and name in copies:
+        # A copy elsewhere speaks for the function unless what the name is bound to is work of
+        # the learner's own (a rewrite after an old def left in place, not a two-line wrapper).
+        if found is None and name in copies and own < MIN_SHARED:
             judged = True
             where, based = copies[name]
             found = (where, based, len(based) / len(_prints(code, where, contract, base.stubs)))
