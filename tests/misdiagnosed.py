@@ -319,6 +319,12 @@ NAN_SHIFT_TILED = REVERSED_TILED.replace(
     "shift = np.where(np.isneginf(new), 0.0, new)", "shift = new"
 ).replace("np.divide(acc, total, out=np.zeros_like(acc), where=total > 0)", "acc / total")
 
+# A causal mask aligned top-left (no Tk - Tq offset): wrong only where Tq < Tk, which the
+# ragged-block phrase took for a dropped last block.
+TOP_LEFT_TILED = REVERSED_TILED.replace(
+    "position = (Tk - Tq) + np.arange(Tq)[:, None]", "position = np.arange(Tq)[:, None]"
+)
+
 # Correct RoPE whose tables are computed in the input's own dtype: float32 inside a float32
 # call, which the contract allows.
 ROPE_TABLES_IN_INPUT_DTYPE = ROPE_FLOAT32_TABLES.replace("np.float32", "x.dtype")

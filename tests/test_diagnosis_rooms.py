@@ -15,11 +15,12 @@ import re
 import xml.etree.ElementTree as ET
 
 import misdiagnosed as m
+import numpy as np
 import pytest
 from clitools import invoke
 from gradetools import rubric_without
 
-from labctl import contract
+from labctl import contract, reference
 
 
 @pytest.fixture(autouse=True)
@@ -52,6 +53,7 @@ ROOMS = {
     "whole-blocks-only": [("attention", m.WHOLE_BLOCKS_ONLY_TILED)],
     "rms-exits": [("primitives", m.RMS_NORM_EXITS)],
     "nan-shift-reversed": [("attention", m.NAN_SHIFT_TILED)],
+    "top-left-tiled": [("attention", m.TOP_LEFT_TILED)],
 }
 _verified: dict[str, dict] = {}
 
@@ -180,10 +182,16 @@ def test_a_float_causal_mask_is_told_to_be_bool_and_the_mha_it_crashes_is_sent_t
     by_function = verified("float-mask", tmp_path_factory)["by_function"]
     mask = by_function["causal_mask"]
     assert mask["message"].startswith(
-        "causal_mask: it returns a float mask where the contract keeps bool: build the mask "
-        "from a comparison"
+        "causal_mask: it returns a float mask where the contract keeps bool, True where a key "
+        "is blocked: build the mask from a comparison (the causal one is "
+        "np.arange(t_k)[None, :] > (t_k - t_q) + np.arange(t_q)[:, None])"
     )
     assert "float32 input" not in mask["message"]  # a mask has no float input
+    # The comparison it gives is the contract's causal mask (it gave one True where visible).
+    said = re.search(r"the causal one is (.+?)\) or pass", mask["message"]).group(1)
+    for t_q, t_k in [(4, 4), (2, 5), (5, 3)]:
+        mine = eval(said, {"np": np, "t_q": t_q, "t_k": t_k})  # labctl's own sentence
+        assert np.array_equal(mine, reference.causal_mask(t_q, t_k)), (t_q, t_k)
     # The MHA raises TypeError at `mask | near` only because the mask it got is float.
     mha = by_function["multi_head_attention"]
     assert (mha["kind"], mha["chain"]) == ("dependency", ["multi_head_attention", "causal_mask"])
@@ -196,6 +204,14 @@ def test_a_tiled_attention_that_drops_the_last_short_block_is_told_so(tmp_path_f
         "sequence (or is longer than it): the last, shorter block is dropped or mishandled; "
         "loop over range(0, T, block_size)"
     )
+
+
+def test_a_causal_mask_aligned_top_left_is_not_told_it_drops_a_block(tmp_path_factory):
+    """It fails only the ragged fixture whose Tq < Tk; the other ragged fixtures pass, so no
+    last block is dropped: the phrase sent the learner to the wrong line."""
+    tiled = verified("top-left-tiled", tmp_path_factory)["by_function"]["tiled_attention"]
+    assert tiled["kind"] in ("unmatched", "fault"), tiled
+    assert "block_size does not divide" not in tiled["message"]
 
 
 def test_an_online_softmax_nan_is_named_whatever_order_the_blocks_go_in(tmp_path_factory):

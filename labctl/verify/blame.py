@@ -279,9 +279,10 @@ def said_own(function: str, run: FunctionRun, own: tuple[str, ...]) -> list[Msg]
         elif check == "dtype" and _keeps_bool(function, run):
             phrases.append(
                 Msg(
-                    "it returns a float mask where the contract keeps bool: build the mask "
-                    "from a comparison (such as np.arange(T)[:, None] >= np.arange(T)) or pass "
-                    "dtype=bool to np.tri and np.ones"
+                    "it returns a float mask where the contract keeps bool, True where a key "
+                    "is blocked: build the mask from a comparison (the causal one is "
+                    "np.arange(t_k)[None, :] > (t_k - t_q) + np.arange(t_q)[:, None]) or pass "
+                    "dtype=bool to np.ones and np.triu"
                 )
             )
         elif check == "dtype" and (other := _other_dtype(function, run)) is not None:
@@ -482,9 +483,16 @@ def _ragged(fixture: fx.Fixture) -> bool:
     return any(np.shape(x)[-2] % block for x in (q, k))
 
 
+def _ragged_keys(fixture: fx.Fixture) -> bool:
+    """block_size does not divide Tk: the last key block is shorter."""
+    return bool(np.shape(fixture.args[1])[-2] % fixture.args[3])
+
+
 def _fails_only_on_ragged_blocks(function: str, run: FunctionRun) -> bool:
-    """Every fixture it fails parity on has a ragged last block, and for each of them one
-    without, causal or not as it is, passes."""
+    """Every fixture it fails parity on has a ragged last block, every fixture whose last key
+    block is shorter fails (a last block dropped or mishandled spoils each of them: a causal
+    mask aligned top-left failed only the one whose Tq < Tk), and for each failing one a
+    fixture without, causal or not as it is, passes."""
     if function not in _TILED:
         return False
     traced = _traced(function, run, "parity")
@@ -496,6 +504,11 @@ def _fails_only_on_ragged_blocks(function: str, run: FunctionRun) -> bool:
         finite
         and bool(failing)
         and all(_ragged(f) for f in fixtures if f.name in failing)
+        and all(
+            f.name in failing
+            for f in fixtures
+            if _ragged_keys(f) and run.fixtures.get(f.name, _UNRUN).kind == "value"
+        )
         and all(
             any(
                 not _ragged(whole)
