@@ -16,7 +16,7 @@ from labtools import ROOM, Recorded, at_seed_5, faulty_room, passed, rows, value
 from labctl import reference
 from labctl.faults.inference import TILED_MATERIALIZED
 from labctl.isolation.sandbox import CleanRoom
-from labctl.lab import Implementation, satisfies
+from labctl.lab import Implementation, Note, satisfies
 from labctl.labs.tiled_attention import (
     FULL_CAP_MATRICES,
     LAB,
@@ -75,6 +75,11 @@ def test_a_tiled_attention_without_rescale_fails_the_exactness_rows(tmp_path):
     # Its memory call's output is wrong too, so that memory does not count (issue 42).
     memory = got[(MEMORY, "clean-room")]
     assert not memory.passed and "its memory does not count" in memory.note
+    # Its exactness note names a broken recurrence, never the rounding of another order.
+    notes = [str(f.text) for f in result.figures if isinstance(f, Note)]
+    (mine,) = [t for t in notes if t.startswith("clean-room: tiled and full attention differ")]
+    assert "no rounding, a broken recurrence" in mine and "exp(m_old - m_new)" in mine
+    assert not any(t.startswith("clean-room: tiling is exact") for t in notes)
 
 
 def test_a_tiled_attention_that_builds_the_full_matrix_fails_the_memory_row(tmp_path):
