@@ -244,7 +244,7 @@ def _figures(p: Params, model: dict, logits, runs) -> list:
             title=Msg("parameters of the mini decoder by part (V = {V}, C = {C}, H = {H}, "
                       "Hkv = {Hkv}, F = {F}, L = {L})", V=p.V, C=p.C, H=p.H, Hkv=p.Hkv, F=p.F,
                       L=p.L),
-            columns=(N_("part"), N_("parameters"), N_("share")),
+            columns=(N_("part"), N_("parameter count"), N_("share")),
             rows=(*((part, n, n / total) for part, n in counts), (N_("total"), total, 1.0)),
         )
     )  # fmt: skip

@@ -116,3 +116,11 @@ def test_the_chinese_docs_use_the_glossary_s_terms(name):
     terms = forbidden_terms(GLOSSARY.read_text("utf-8"))
     found = [f"{variant!r} (use {use!r})" for variant, use in terms.items() if variant in text]
     assert not found, found
+
+
+def test_parameters_and_a_parameter_count_are_the_glossary_s_two_terms():
+    """`contract show` labelled a function's parameters 参数量 (how many weights), the term of
+    the decoder's parameter count, which shared their English word."""
+    said = {e.msgid: e.msgstr for e in _translations()}
+    assert said["parameters"] == "参数"
+    assert said["parameter count"] == "参数量"
