@@ -109,6 +109,29 @@ def test_a_clean_room_that_hangs_is_stopped_within_the_timeout(tmp_path):
     assert elapsed < 15
 
 
+def test_a_function_built_from_one_that_hangs_is_tried_and_observed_when_it_returns(tmp_path):
+    """The package's sliding_window_mask hangs; the room's attention masks its window with a
+    helper of its own and never reaches it. The four functions built on it were skipped, as
+    built from a function that hung, and lost every point: each is tried once (0.5 s), returns,
+    and passes; sliding_window_mask alone fails."""
+    room = variant(
+        tmp_path,
+        "primitives",
+        """
+        _own_window = sliding_window_mask
+
+        def sliding_window_mask(t_q, window, t_k=None):
+            while True:
+                pass
+        """,
+    )
+    with (room / "transformer_block.py").open("a", encoding="utf-8") as handle:
+        handle.write("\nfrom .primitives import _own_window as sliding_window_mask  # noqa\n")
+    report = verify_clean_room(room, 1.0, out=None, measure=False, diagnose_failures=False)
+    assert failing(report) == {"sliding_window_mask"}
+    assert check(report, "multi_head_attention", "parity").passed
+
+
 @pytest.mark.parametrize("isolation", ["sandbox", "process"])
 def test_a_room_whose_import_never_returns_has_the_time_of_one_call(tmp_path, isolation):
     """The worker's own start (Python, numpy) has at least 10 s; the room's import, learner

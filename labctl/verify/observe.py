@@ -306,6 +306,20 @@ def _within(room: Room, deadline: float | None, name: str, args: tuple, kwargs: 
     return outcome
 
 
+# How long a function built from one that hung is tried before it is taken to hang the same way.
+TRY_AFTER_HANG_S = 0.5
+
+
+def _tried(room: Room, deadline: float | None, name: str, args: tuple, kwargs: dict, trace: bool):
+    """`_within`, given at most `TRY_AFTER_HANG_S`."""
+    full = room.timeout_s
+    room.timeout_s = min(full, TRY_AFTER_HANG_S)
+    try:
+        return _within(room, deadline, name, args, kwargs, trace)
+    finally:
+        room.timeout_s = full
+
+
 def run_function(
     room: Room,
     function: str,
@@ -317,16 +331,31 @@ def run_function(
     """Every call `function` needs; after a timeout its remaining calls are skipped.
 
     `timed_out` holds the functions that have hung in this room so far: a
-    function that hung once is not called again, and neither is one built
-    from it (it would hang the same way), so a hanging `softmax` costs one
-    timeout, not one per fixture of every function that calls it.
+    function that hung once is not called again. One built from it is tried
+    once, for `TRY_AFTER_HANG_S`: if that call hangs too, its calls are skipped
+    as the hung function's (a hanging `softmax` costs one short try, not one
+    timeout per fixture of every function that calls it); if it returns, the
+    function is observed as any other (a block whose fixtures never reach a
+    hanging `rope` lost every point it had earned).
     """
     run = FunctionRun(function, seed=seed, contract=contract)
+    blocked: str | None = None  # the hung function its try met
+    cleared = False  # its try returned: it is called as any function
 
     def one(args: tuple, kwargs: dict, trace: bool = True) -> Outcome:
+        nonlocal blocked, cleared
         if function in timed_out:
             return Outcome("skipped", message=Msg("not run: it timed out on an earlier fixture"))
-        hung = next((d for d in depends_on(function) if d in timed_out), None)
+        hung = blocked
+        if hung is None and not cleared:
+            hung = next((d for d in depends_on(function) if d in timed_out), None)
+            if hung is not None:
+                outcome = _tried(room, deadline, function, args, kwargs, trace)
+                run.elapsed_s += outcome.elapsed_s
+                if outcome.kind != "timeout":
+                    cleared = True
+                    return outcome
+                blocked = hung
         if hung is not None:
             return Outcome(
                 "skipped",
