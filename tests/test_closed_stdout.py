@@ -3,11 +3,14 @@ exit 1, whether Python buffers stdout (a user's shell) or not (PYTHONUNBUFFERED=
 machines the suite was first run on): never "Exception ignored … BrokenPipeError", never 120.
 A command that writes nothing on stdout keeps its own exit code.
 
-The console script runs, as a user runs it, with stdout a pipe whose reader has closed.
+The console script runs, as a user runs it, with stdout a pipe whose reader has closed; and
+with stdin, stdout or stderr closed outright (`<&-`, `>&-`, `2>&-`), which labctl fills with
+/dev/null before it opens anything.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -15,6 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from labctl.faults import project_clean_room
 
 COMMANDS = [
     ("list",),
@@ -59,3 +64,33 @@ def test_a_command_that_writes_nothing_on_stdout_keeps_its_exit_code(buffered, t
     code, stderr = closed_stdout(("show", "no-such-lab"), buffered, tmp_path)
     assert code == 2, stderr
     assert "no-such-lab" in stderr and "BrokenPipe" not in stderr
+
+
+def _without(closed: tuple[int, ...], args: tuple[str, ...], cwd: Path):
+    """The console script run with the descriptors `closed` closed, as `<&-`, `>&-`, `2>&-`
+    leave them; stdout and stderr captured unless closed."""
+    labctl = shutil.which("labctl", path=str(Path(sys.executable).parent))
+    assert labctl
+    script = " ".join(f"{fd}>&-" if fd else "<&-" for fd in closed)
+    quoted = " ".join(f"'{a}'" for a in (labctl, *args))
+    return subprocess.run(
+        ["bash", "-c", f"exec {quoted} {script}"], capture_output=True, text=True, cwd=cwd
+    )
+
+
+@pytest.mark.parametrize("closed", [(0,), (2,), (0, 2)], ids=["stdin", "stderr", "both"])
+def test_a_closed_stdin_or_stderr_does_not_reach_a_clean_room_s_worker(closed, tmp_path):
+    """The clean room's socket took the closed descriptor, which its worker's start replaced:
+    labctl's own room was `unloadable`, its worker's traceback shown as the room's output."""
+    result = _without(closed, ("contract", "check", "--path", str(project_clean_room()), "--json"),
+                      tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert json.loads(result.stdout)["passed"] is True
+
+
+@pytest.mark.parametrize("args", [("list",), ("doctor",), ("show", "gqa")], ids=" ".join)
+def test_a_closed_stdout_is_no_traceback(args, tmp_path):
+    """Python left sys.stdout None: every command's first write raised AttributeError."""
+    result = _without((1,), args, tmp_path)
+    assert result.returncode in (0, 1), result.stderr
+    assert "Traceback" not in result.stderr, result.stderr

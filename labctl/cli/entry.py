@@ -49,7 +49,29 @@ def fast(args: list[str]) -> tuple[str | None, str, bool] | None:
     return None
 
 
+def standard_streams() -> None:
+    """Descriptors 0, 1 and 2 open, on /dev/null where the caller closed them (`<&-`, `>&-`):
+    a closed one is the next file labctl opens (a clean room's socket became its worker's
+    stdin, which the worker's start replaced: a working room was `unloadable`), and Python
+    leaves its stream None, whose first write raised. What labctl writes to a stream its
+    caller closed is lost, as the caller asked."""
+    for fd, mode in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, mode)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+    for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+        if getattr(sys, name) is None:
+            # the process's own stream, open until it ends: no context to close it in
+            stream = open(fd, mode, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+            setattr(sys, name, stream)
+
+
 def main() -> None:
+    standard_streams()
     chosen = fast(sys.argv[1:])
     text = None
     if chosen is not None:
