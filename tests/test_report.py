@@ -7,8 +7,10 @@ import base64
 import html
 import io
 import json
+import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -551,3 +553,22 @@ def test_open_hands_the_file_to_the_web_browser(evidence, tmp_path, monkeypatch)
     result = runner.invoke(app, ["report", "--root", str(root), "--out", str(path), "--open"])
     assert result.exit_code == 0, result.output
     assert opened == [path.resolve().as_uri()]
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_an_out_that_is_no_regular_file_is_refused_untouched(evidence, tmp_path, kind):
+    """`report --out /dev/stdout`, run as root, replaced the system's /dev/stdout link with
+    a report; a FIFO given as --out was replaced by a file too."""
+    copy = one_lab(evidence, tmp_path / "evidence")
+    target = tmp_path / "elsewhere.html"
+    out = tmp_path / "report.html"
+    if kind == "link":
+        out.symlink_to(target)
+    else:
+        os.mkfifo(out)
+    result = runner.invoke(app, ["report", "--root", str(copy), "--out", str(out), "--json"])
+    assert result.exit_code == 1, result.output
+    assert "is not a regular file" in json.loads(result.stdout)["error"]["message"]
+    assert out.is_symlink() if kind == "link" else stat.S_ISFIFO(out.lstat().st_mode)
+    assert not target.exists()
+    assert not list(tmp_path.glob(".tmp-*"))

@@ -80,7 +80,17 @@ def write_new(path: Path, data: bytes) -> None:
 
 
 def replace_atomically(path: Path, data: bytes, private: bool = False) -> None:
-    """Write `path` atomically, replacing it; `private` keeps it 0600 (a secret)."""
+    """Write `path` atomically, replacing it; `private` keeps it 0600 (a secret). Only a
+    regular file is replaced: a link, a FIFO or a device at `path` (`--out /dev/stdout`, run
+    as root, replaced the system's /dev/stdout link with a report) is refused, untouched."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise StoreError(
+            Msg(
+                "{path} is not a regular file (a link, a FIFO or a device): labctl replaces "
+                "only a file, and wrote nothing",
+                path=str(path),
+            )
+        )
     with _temporary(path, data, private) as tmp:
         os.replace(tmp, path)
 
