@@ -13,13 +13,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from labctl.faults import project_clean_room
+from labctl.isolation import limits
 
 COMMANDS = [
     ("list",),
@@ -94,3 +98,27 @@ def test_a_closed_stdout_is_no_traceback(args, tmp_path):
     result = _without((1,), args, tmp_path)
     assert result.returncode in (0, 1), result.stderr
     assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_sigterm_ends_labctl_as_ctrl_c_does_with_nothing_left_behind(tmp_path):
+    """SIGTERM (a job's time limit, `kill`) ended labctl at once: no JSON on stdout, and each
+    clean room's copy and staged worker left behind (`labctl-room-<pid>-…`)."""
+    labctl = shutil.which("labctl", path=str(Path(sys.executable).parent))
+    command = [labctl, "verify", "clean-room", "--path", str(project_clean_room()), "--json"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=tmp_path)  # fmt: skip
+    # where labctl stages what its worker reads (as root: a folder uid 65534 reaches)
+    parent = Path(limits.staging_parent() or tempfile.gettempdir())
+
+    def staged() -> list[Path]:
+        return list(parent.glob(f"labctl-*-{proc.pid}-*"))
+
+    deadline = time.monotonic() + 60
+    while not staged() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert staged(), "no clean room started"
+    proc.send_signal(signal.SIGTERM)
+    out, _err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert json.loads(out)["error"]["kind"] == "interrupted"
+    assert staged() == []

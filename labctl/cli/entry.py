@@ -17,6 +17,7 @@ command's work and output are done.
 import atexit
 import contextlib
 import os
+import signal
 import sys
 import threading
 
@@ -72,6 +73,10 @@ def standard_streams() -> None:
 
 def main() -> None:
     standard_streams()
+    # Stopped by SIGTERM (a job's time limit, `kill`), labctl ends as on Ctrl-C: its clean
+    # rooms closed, its temporary folders removed, `interrupted` said (in JSON too); the
+    # default ended it at once and left them for no later run to remove.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     chosen = fast(sys.argv[1:])
     text = None
     if chosen is not None:
