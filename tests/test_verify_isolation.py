@@ -22,6 +22,7 @@ from labctl import contract
 from labctl.cli.main import app
 from labctl.faults import project_clean_room
 from labctl.isolation.guard import RULE
+from labctl.verify import observe as observing
 from labctl.verify.stubs import init_clean_room
 from labctl.verify.verify import verify_clean_room
 
@@ -130,6 +131,35 @@ def test_a_function_built_from_one_that_hangs_is_tried_and_observed_when_it_retu
     report = verify_clean_room(room, 1.0, out=None, measure=False, diagnose_failures=False)
     assert failing(report) == {"sliding_window_mask"}
     assert check(report, "multi_head_attention", "parity").passed
+
+
+def test_what_a_hung_function_s_first_try_reached_is_not_tried_again(tmp_path, monkeypatch):
+    """softmax hangs and attention reaches it: the first function built on it (SDPA) is tried
+    once and hangs; the four above it are skipped untried (each try cost 0.5 s and a restart
+    of the room: 3 s more for every learner whose softmax hangs)."""
+    tried: list[str] = []
+    real = observing._tried
+
+    def counted(room, deadline, name, *args):
+        tried.append(name)
+        return real(room, deadline, name, *args)
+
+    monkeypatch.setattr(observing, "_tried", counted)
+    room = variant(
+        tmp_path,
+        "primitives",
+        """
+        def softmax(x, axis=-1):
+            while True:
+                pass
+        """,
+    )
+    seen = observing.observe(room.resolve(), 1.0, 1024)
+    assert seen.runs["softmax"].timed_out
+    assert tried == ["scaled_dot_product_attention"]
+    for function in ("multi_head_attention", "attention_decode", "transformer_block"):
+        outcomes = seen.runs[function].fixtures.values()
+        assert all(o.skipped_for == "softmax" for o in outcomes), function
 
 
 @pytest.mark.parametrize("isolation", ["sandbox", "process"])

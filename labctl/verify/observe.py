@@ -327,17 +327,20 @@ def run_function(
     seed: int = SEED,
     deadline: float | None = None,
     contract: int = 1,
+    reached: set[str] | None = None,
 ) -> FunctionRun:
     """Every call `function` needs; after a timeout its remaining calls are skipped.
 
     `timed_out` holds the functions that have hung in this room so far: a
     function that hung once is not called again. One built from it is tried
-    once, for `TRY_AFTER_HANG_S`: if that call hangs too, its calls are skipped
-    as the hung function's (a hanging `softmax` costs one short try, not one
-    timeout per fixture of every function that calls it); if it returns, the
-    function is observed as any other (a block whose fixtures never reach a
-    hanging `rope` lost every point it had earned).
+    once, for `TRY_AFTER_HANG_S`: if it returns, it is observed as any other (a
+    block whose fixtures never reach a hanging `rope` lost every point it had
+    earned); if that call hangs too, its calls are skipped as the hung
+    function's, and so are those of every other function built from it, untried
+    (`reached`, shared by the room's functions: a hanging `softmax` costs one
+    short try, not a try and a restart of the room for each function above it).
     """
+    reached = set() if reached is None else reached
     run = FunctionRun(function, seed=seed, contract=contract)
     blocked: str | None = None  # the hung function its try met
     cleared = False  # its try returned: it is called as any function
@@ -349,13 +352,14 @@ def run_function(
         hung = blocked
         if hung is None and not cleared:
             hung = next((d for d in depends_on(function) if d in timed_out), None)
-            if hung is not None:
+            if hung is not None and hung not in reached:
                 outcome = _tried(room, deadline, function, args, kwargs, trace)
                 run.elapsed_s += outcome.elapsed_s
                 if outcome.kind != "timeout":
                     cleared = True
                     return outcome
-                blocked = hung
+                reached.add(hung)
+            blocked = hung
         if hung is not None:
             return Outcome(
                 "skipped",
@@ -516,6 +520,7 @@ def observe(
             on_load(seen)
         seen.deviations = contract.check_signatures(room.signatures, seen.contract)
         timed_out: set[str] = set()
+        reached: set[str] = set()
         for function in functions or contract.function_names(seen.contract):
             if progress:
                 progress(function)
@@ -525,7 +530,7 @@ def observe(
             before = len(room.violations)
             try:
                 seen.runs[function] = run_function(
-                    room, function, timed_out, seed, deadline, seen.contract
+                    room, function, timed_out, seed, deadline, seen.contract, reached
                 )
             except _OverBudget:
                 seen.over_budget.append(function)
