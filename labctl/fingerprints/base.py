@@ -209,8 +209,8 @@ def _copies(
     code: RoomCode, functions: list[str], contract: frozenset[str], base: Base
 ) -> dict[str, tuple[int, list[int]]]:
     """For each of `functions`, the room's unit (any name, bound or not) that is base code and
-    holds at least `SHARE` of the base's own function of that name (the most of it, then the
-    least else), with its fingerprints that are the base's."""
+    holds at least `SHARE` of the base's own function of that name (the unit holding most of
+    it; of those, the smallest), with its fingerprints that are the base's."""
     found: dict[str, tuple[tuple[int, int], int, list[int]]] = {}
     theirs = {name: base.function_prints(name, contract) for name in functions}
     for index, unit in enumerate(code.units):
