@@ -154,12 +154,6 @@ CASES = {
         "error: --root nowhere: no such directory",
         "错误：--root nowhere：",
     ),
-    "template fill root missing": (
-        ["evidence", "template", "--fill", "--root", "nowhere"],
-        2,
-        "error: --root nowhere: no such directory",
-        "错误：--root nowhere：",
-    ),
     "unknown module": (
         ["evidence", "template", "--module", "nope"],
         2,

@@ -15,7 +15,7 @@ from rich.markup import escape
 from labctl.cli.isolation import IsolationOption, effective
 from labctl.cli.options import positive_seconds
 from labctl.cli.render import err, out, print_json, text
-from labctl.errors import EXIT_FAILED, UsageError
+from labctl.errors import EXIT_FAILED
 from labctl.evidence.modules import DEFAULT_MODULE
 from labctl.i18n import N_, Msg, _
 
@@ -83,9 +83,6 @@ def template(
     from labctl.evidence.store import EvidenceStore
     from labctl.evidence.template import template as build
 
-    if fill and not root.is_dir():
-        # nothing to fill from: an unfilled template with exit 0 read as filled
-        raise UsageError(Msg("--root {root}: no such directory", root=str(root)))
     made = build(module, EvidenceStore(root) if fill else None)
     for warning in made.warnings:
         err.print(_(Msg("warning: {warning}", warning=warning)), markup=False, soft_wrap=True)
