@@ -40,8 +40,8 @@ from labctl.lab import (
 )
 
 CHAPTER_SCORES = (2.0, 1.0, 0.5, 3.0)  # 手撕与注意力机制 §7.5.3
-MEMORY_T = 4096  # the length the memory claim is judged at
 DTYPES = ("float64", "float32")  # the exactness rows, each with its bound
+MEMORY_T = 4096  # the length the memory claim is judged at
 MEMORY_D = 16  # the head width of the memory rows
 # A measured call's output is checked on this many query rows, drawn from the run's seed,
 # against the reference's (issue 42: a room that spotted the measured call and answered
@@ -363,14 +363,14 @@ def _figures(p: Params, scores, one_shot, prefixes, accuracy, memory, tiles) -> 
                      N_("outputs bit-identical")),
             rows=tuple(
                 (dtype, n, accuracy[n, dtype][0], f"{accuracy[n, dtype][1]:.1%}")
-                for dtype in ("float64", "float32") for n in names
+                for dtype in DTYPES for n in names
             ),
         )
     )  # fmt: skip
+    bounds = {d: LAB.metric(f"tiled_vs_naive_max_error[{d}]").expected for d in DTYPES}
     for n in names:
         error64, identical64 = accuracy[n, "float64"]
         error32, identical32 = accuracy[n, "float32"]
-        bounds = {d: LAB.metric(f"tiled_vs_naive_max_error[{d}]").expected for d in DTYPES}
         if not all(satisfies(accuracy[n, d][0], bounds[d]) for d in DTYPES):
             # Past the lab's bounds the difference is no rounding: the recurrence is broken.
             figures.append(

@@ -13,12 +13,12 @@ learner starts from is evidence of nothing), at least `SHARE` are the base's, an
 of them at least `MIN_PRINTS` the course's starting code's (which every learner
 holds) or at least `MIN_SHARED` in all (short code a formula dictates, which
 honest learners write as labctl did, is not labctl's). A function of fewer than
-`MIN_PRINTS` is not judged at all. It is base code too when the room holds, under any name and bound
-however (a `globals()[name] = ...` no static reading follows), a copy of the
-base's own function of that name (a unit whose code is base code by the same
-rule and holds at least `SHARE` of that function's fingerprints), unless the
-`def` the name is bound to holds `MIN_SHARED` fingerprints of the learner's own. A stub is never
-base code: it fails its checks anyway. `grade` gives such a function no points;
+`MIN_PRINTS` is not judged at all. It is base code too when the room holds, under
+any name and bound however (a `globals()[name] = ...` no static reading follows),
+a copy of the base's own function of that name (a unit whose code is base code
+by the same rule and holds at least `SHARE` of that function's fingerprints),
+unless the `def` the name is bound to holds `MIN_SHARED` fingerprints of the
+learner's own. A stub is never base code: it fails its checks anyway. `grade` gives such a function no points;
 `evidence submit` refuses a room whose functions are mostly labctl's own.
 """
 
@@ -68,6 +68,9 @@ class Base:
     sources: list[tuple[str, frozenset[int]]] = field(default_factory=list)
     # Each source but the stubs, read as a room: where its own contract functions are.
     rooms: list[tuple[str, RoomCode]] = field(default_factory=list)
+    _functions: dict[tuple[str, frozenset[str]], frozenset[int]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @property
     def names(self) -> list[str]:
@@ -102,13 +105,17 @@ class Base:
 
     def function_prints(self, name: str, contract: frozenset[str]) -> frozenset[int]:
         """The fingerprints of the base's own function `name` (its def and the helpers it
-        calls) in every source that defines it; none where no source does."""
-        found: set[int] = set()
-        for _source, code in self.rooms:
-            index = code.function(name)
-            if index is not None:
-                found.update(_prints(code, index, contract, self.stubs))
-        return frozenset(found)
+        calls) in every source that defines it; none where no source does. Read once per
+        batch, not once per learner."""
+        key = (name, contract)
+        if key not in self._functions:
+            found: set[int] = set()
+            for _source, code in self.rooms:
+                index = code.function(name)
+                if index is not None:
+                    found.update(_prints(code, index, contract, self.stubs))
+            self._functions[key] = frozenset(found)
+        return self._functions[key]
 
     def source_of(self, hashes: list[int]) -> str:
         """The source (other than the stubs) holding the most of `hashes`."""
@@ -207,11 +214,11 @@ def _based(hashes: list[int], within: frozenset[int], base: Base) -> list[int] |
 
 def _copies(
     code: RoomCode, functions: list[str], contract: frozenset[str], base: Base
-) -> dict[str, tuple[int, list[int]]]:
+) -> dict[str, tuple[int, list[int], float]]:
     """For each of `functions`, the room's unit (any name, bound or not) that is base code and
     holds at least `SHARE` of the base's own function of that name (the unit holding most of
-    it; of those, the smallest), with its fingerprints that are the base's."""
-    found: dict[str, tuple[tuple[int, int], int, list[int]]] = {}
+    it; of those, the smallest), with its fingerprints that are the base's and their share."""
+    found: dict[str, tuple[tuple[int, int], int, list[int], float]] = {}
     theirs = {name: base.function_prints(name, contract) for name in functions}
     for index, unit in enumerate(code.units):
         if unit.name is None:
@@ -226,8 +233,8 @@ def _copies(
             rank = (covered, -len(prints))
             covers = bool(original) and covered >= SHARE * len(original)
             if covers and (name not in found or rank > found[name][0]):
-                found[name] = (rank, index, based)
-    return {name: (index, based) for name, (_rank, index, based) in found.items()}
+                found[name] = (rank, index, based, len(based) / len(prints))
+    return {name: copy for name, (_rank, *copy) in found.items()}
 
 
 def judge(code: RoomCode, functions: list[str], base: Base) -> Verdict:
@@ -252,8 +259,7 @@ def judge(code: RoomCode, functions: list[str], base: Base) -> Verdict:
         # the learner's own (a rewrite after an old def left in place, not a two-line wrapper).
         if found is None and name in copies and own < MIN_SHARED:
             judged = True
-            where, based = copies[name]
-            found = (where, based, len(based) / len(_prints(code, where, contract, base.stubs)))
+            found = copies[name]
         if judged:
             verdict.judged += 1
         if found is not None:

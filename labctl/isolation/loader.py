@@ -105,20 +105,22 @@ def where(path: Path, tb) -> str | None:
     return found
 
 
+def _class_name(value: object) -> str:
+    """The name of `value`'s class, past any `__name__` a metaclass of the room's defines."""
+    return type.__dict__["__name__"].__get__(type(value), type)
+
+
 def described(exc: BaseException) -> tuple[str, str]:
     """(class name, text) of a room's exception, as far as they can be read: an exception whose
     `__str__` raises, or whose class's `__name__` does (a metaclass property), is still the
     room's exception, and must not end the worker with a stack of labctl's own."""
-    # The class's own name, past any `__name__` its metaclass defines.
-    name = type.__dict__["__name__"].__get__(type(exc), type)
     try:
         text = str(exc)
         if not isinstance(text, str):
             raise TypeError
     except BaseException as unreadable:  # the room's code: whatever it raises
-        inner = type.__dict__["__name__"].__get__(type(unreadable), type)
-        text = f"(its text could not be read: str() raised {inner})"
-    return name, text
+        text = f"(its text could not be read: str() raised {_class_name(unreadable)})"
+    return _class_name(exc), text
 
 
 def syntax_error(file: str, line: int | None, error: str) -> Msg:
@@ -354,9 +356,9 @@ def load_package(path: str | Path, keep_alias: bool = False) -> ModuleType:
         sys.modules.pop(name, None)
         if isinstance(exc, KeyboardInterrupt):
             raise
-        name, text = described(exc)
+        kind, text = described(exc)
         raise CleanRoomError(
-            import_failed(where(root, exc.__traceback__), f"{name}: {text}")
+            import_failed(where(root, exc.__traceback__), f"{kind}: {text}")
         ) from None
     finally:
         if alias and not keep_alias:
