@@ -347,6 +347,28 @@ def test_a_call_made_for_its_memory_leaves_the_value_behind(echo_room):
     assert result.peak_bytes is not None and result.peak_bytes >= 0
 
 
+SCRATCH = """
+import numpy as np
+
+
+def softmax(x, axis=-1):
+    block = np.ones(int(x[0]))  # x[0] float64s, every page written
+    return float(block[-1])
+"""
+
+
+def test_a_measured_call_counts_the_pages_an_earlier_call_freed(tmp_path):
+    """The worker's heap keeps what calls free for the next (its GLIBC_TUNABLES); a measured
+    call must still show every page it touches, so the heap's free pages go back first.
+    Tolerance: 90% of the block (the heap's own bookkeeping may sit on its first pages)."""
+    size = 24 << 20  # under the 32 MiB from which the heap maps arrays afresh
+    with CleanRoom(write_room(tmp_path, SCRATCH)) as room:
+        room.invoke("softmax", np.array([size / 8]), want_value=False)
+        measured = room.invoke("softmax", np.array([size / 8]), measure_memory=True)
+    assert measured.value == 1.0
+    assert measured.peak_bytes >= 0.9 * size
+
+
 def test_in_place_edit_inside_params_is_named(echo_room):
     params = {"wq": np.zeros((2, 2)), "wk": np.zeros((2, 2))}
     result = echo_room.invoke("transformer_block", np.ones((1, 1, 2)), params, 1)

@@ -117,6 +117,37 @@ def test_warm_reference_fills_and_writes_the_cache_where_one_is_named(tmp_path, 
     assert next(tmp_path.glob("reference-*.bin")).stat().st_mtime_ns == stamp
 
 
+def test_warming_again_reads_the_file_only_when_it_changed(tmp_path, monkeypatch):
+    """A grading worker warms the reference before every learner: the file it read, unchanged,
+    is not read again; a file replaced since (edited, or written by another process) is."""
+    from labctl.verify import reference_cache
+
+    monkeypatch.setenv(reference_cache.ENV, str(tmp_path))
+    monkeypatch.setenv(reference_cache.KEY_ENV, "cd" * 32)
+    monkeypatch.setattr(fx, "_REFERENCE", {})
+    reads = []
+    real_read = reference_cache._read
+    monkeypatch.setattr(reference_cache, "_read", lambda *a: reads.append(a) or real_read(*a))
+    fx.warm_reference(("softmax",), 7)
+    assert len(reads) == 1  # absent: computed and written
+    fx.warm_reference(("softmax",), 7)
+    fx.warm_reference(("softmax",), 7)
+    assert len(reads) == 1
+    # Edited after labctl wrote it: read again, found edited, and its outputs not taken.
+    cache = next(tmp_path.glob("reference-*.bin"))
+    data = bytearray(cache.read_bytes())
+    data[-40] ^= 0xFF
+    cache.write_bytes(bytes(data))
+    held = dict(fx._REFERENCE)
+    fx.warm_reference(("softmax",), 7)
+    assert len(reads) == 2
+    assert all(np.array_equal(held[k], fx._REFERENCE[k]) for k in held)
+    # Outputs this process does not hold are read, even from the file it knows.
+    monkeypatch.setattr(fx, "_REFERENCE", {})
+    fx.warm_reference(("softmax",), 7)
+    assert len(reads) == 3
+
+
 def _digest(*values) -> str:
     h = hashlib.sha256()
 

@@ -137,6 +137,9 @@ class Worker:
             reply = self.load(request)
         elif op == "call" and self.module is not None:
             reply = self.call(request)
+        elif op == "trim":
+            limits.release_free_memory()
+            reply = {"ok": True}
         else:
             reply = {"ok": False, "error": {"kind": "protocol", "message": f"unexpected op {op!r}"}}
         reply["seq"] = request.get("seq")

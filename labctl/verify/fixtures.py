@@ -206,9 +206,6 @@ def warm_reference(functions: tuple[str, ...], seed: int = SEED, contract: int =
     """
     from labctl.verify import reference_cache
 
-    on_disk: dict[tuple[int, str, str], Any] = {}
-    reference_cache.load(on_disk, seed)
-    _REFERENCE.update(on_disk)
     wanted = [
         fixture
         for function in functions
@@ -220,9 +217,16 @@ def warm_reference(functions: tuple[str, ...], seed: int = SEED, contract: int =
         if function in CAUSAL_FUNCTIONS
         for _t, fixture in causal_variants(function, seed, contract)
     ]
+    keys = [(seed, f.function, f.name) for f in wanted]
+    held = reference_cache.held(seed)
+    if all(key in held and key in _REFERENCE for key in keys):
+        return  # the file this process read or wrote, unchanged, and every output in hand
+    on_disk: dict[tuple[int, str, str], Any] = {}
+    reference_cache.load(on_disk, seed)
+    _REFERENCE.update(on_disk)
     for fixture in wanted:
         reference_output(fixture)
     # Written whenever the file lacks one, not only when this process computed one: a process
     # that already holds the outputs (a second batch at the seed) still gives its workers a file.
-    if any((seed, f.function, f.name) not in on_disk for f in wanted):
+    if any(key not in on_disk for key in keys):
         reference_cache.save(_REFERENCE, seed)
