@@ -15,6 +15,7 @@ command's work and output are done.
 """
 
 import atexit
+import codecs
 import contextlib
 import os
 import signal
@@ -71,8 +72,36 @@ def standard_streams() -> None:
             setattr(sys, name, stream)
 
 
+def _escaped(error: UnicodeEncodeError) -> tuple[str, int]:
+    """What a stream that cannot encode a character writes for it: JSON's own escape (`\\u4e2d`,
+    a surrogate pair past the BMP), so a `--json` document stays the same document."""
+    escapes = []
+    for char in error.object[error.start : error.end]:
+        code = ord(char)
+        if code > 0xFFFF:
+            code -= 0x10000
+            escapes += [0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF)]
+        else:
+            escapes.append(code)
+    return "".join(f"\\u{c:04x}" for c in escapes), error.end
+
+
+def encodable_streams() -> None:
+    """stdout and stderr write every character, whatever their encoding: one they cannot encode
+    (PYTHONIOENCODING=ascii, a Latin-1 terminal) is written as its JSON escape, where Python's
+    default raised at the first Chinese word (a traceback, and half a JSON document)."""
+    codecs.register_error("labctl-escape", _escaped)
+    for stream in (sys.stdout, sys.stderr):
+        encoding = codecs.lookup(getattr(stream, "encoding", None) or "utf-8").name
+        if encoding.startswith("utf") or getattr(stream, "errors", "") != "strict":
+            continue
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="labctl-escape")
+
+
 def main() -> None:
     standard_streams()
+    encodable_streams()
     # Stopped by SIGTERM (a job's time limit, `kill`), labctl ends as on Ctrl-C: its clean
     # rooms closed, its temporary folders removed, `interrupted` said (in JSON too); the
     # default ended it at once and left them for no later run to remove.
