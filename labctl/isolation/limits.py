@@ -60,8 +60,8 @@ def apply_rlimits(memory_mb: int) -> None:
 def release_free_memory() -> None:
     """Give the heap's free pages back to the kernel (`malloc_trim`): a call measured next
     then shows every page it touches as growth, none of them taken from what earlier calls
-    freed and the heap kept (the worker's GLIBC_TUNABLES, `sandbox`). Where libc has no `malloc_trim` (musl),
-    nothing is kept back to give."""
+    freed and the heap kept (the worker's GLIBC_TUNABLES, `sandbox`). Where libc has no
+    `malloc_trim` (musl), nothing is kept back to give."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).malloc_trim(0)
 
