@@ -18,8 +18,9 @@ any name and bound however (a `globals()[name] = ...` no static reading follows)
 a copy of the base's own function of that name (a unit whose code is base code
 by the same rule and holds at least `SHARE` of that function's fingerprints),
 unless the `def` the name is bound to holds `MIN_SHARED` fingerprints of the
-learner's own. A stub is never base code: it fails its checks anyway. `grade` gives such a function no points;
-`evidence submit` refuses a room whose functions are mostly labctl's own.
+learner's own. A stub is never base code: it fails its checks anyway. `grade` gives
+such a function no points; `evidence submit` refuses a room whose functions are mostly
+labctl's own.
 """
 
 from __future__ import annotations
@@ -213,17 +214,15 @@ def _based(hashes: list[int], within: frozenset[int], base: Base) -> list[int] |
 
 
 def _copies(
-    code: RoomCode, functions: list[str], contract: frozenset[str], base: Base
+    functions: list[str], prints_of: dict[int, list[int]], contract: frozenset[str], base: Base
 ) -> dict[str, tuple[int, list[int], float]]:
-    """For each of `functions`, the room's unit (any name, bound or not) that is base code and
-    holds at least `SHARE` of the base's own function of that name (the unit holding most of
-    it; of those, the smallest), with its fingerprints that are the base's and their share."""
+    """For each of `functions`, the room's unit (any name, bound or not; `prints_of` holds each
+    named unit's fingerprints) that is base code and holds at least `SHARE` of the base's own
+    function of that name (the unit holding most of it; of those, the smallest), with its
+    fingerprints that are the base's and their share."""
     found: dict[str, tuple[tuple[int, int], int, list[int], float]] = {}
     theirs = {name: base.function_prints(name, contract) for name in functions}
-    for index, unit in enumerate(code.units):
-        if unit.name is None:
-            continue
-        prints = _prints(code, index, contract, base.stubs)
+    for index, prints in prints_of.items():
         based = _based(prints, base.code, base) if len(prints) >= MIN_PRINTS else None
         if based is None:
             continue
@@ -241,14 +240,19 @@ def judge(code: RoomCode, functions: list[str], base: Base) -> Verdict:
     """Which of `functions` (contract names) `code` defines as base code."""
     contract = frozenset(functions)
     verdict = Verdict()
-    copies = _copies(code, functions, contract, base)
+    prints_of = {
+        index: _prints(code, index, contract, base.stubs)
+        for index, unit in enumerate(code.units)
+        if unit.name is not None
+    }
+    copies = _copies(functions, prints_of, contract, base)
     for name in functions:
         found: tuple[int, list[int], float] | None = None
         judged = False
         own = 0  # fingerprints of the bound function that are the learner's
         index = code.function(name)
         if index is not None:
-            hashes = _prints(code, index, contract, base.stubs)
+            hashes = prints_of.get(index) or _prints(code, index, contract, base.stubs)
             own = sum(h not in base.code for h in hashes)
             if len(hashes) >= MIN_PRINTS:
                 judged = True

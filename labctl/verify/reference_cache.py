@@ -111,28 +111,30 @@ def held(seed: int, where: Path | None = None) -> frozenset:
     return known[1] if known is not None and known[0] == now else frozenset()
 
 
-def _read(path: Path, seed: int, key: bytes) -> tuple[str, dict | None, bytes]:
-    """("absent" | "stale" | "edited" | "signed", index, arrays' bytes) of the file at `path`;
-    a signed index carries the file's identity as read (`_identity`) under "identity"."""
+def _read(
+    path: Path, seed: int, key: bytes
+) -> tuple[str, dict | None, bytes, tuple[int, ...] | None]:
+    """("absent" | "stale" | "edited" | "signed", index, arrays' bytes, the file's identity as
+    read: `_identity`) of the file at `path`."""
     try:
         with path.open("rb") as handle:
             identity = _identity(os.fstat(handle.fileno()))
             data = handle.read()
     except OSError:
-        return "absent", None, b""
+        return "absent", None, b"", None
     head, _, blob = data.partition(b"\n")
     try:
         index = json.loads(head.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
-        return "edited", None, b""
+        return "edited", None, b"", identity
     if not isinstance(index, dict) or index.get("schema") != SCHEMA:
-        return "edited", None, b""
+        return "edited", None, b"", identity
     if index.get("key") != cache_key(seed):
-        return "stale", None, b""
+        return "stale", None, b"", identity
     mac = index.pop("mac", None)
     if not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(key, index, blob)):
-        return "edited", None, b""
-    return "signed", {**index, "identity": identity}, blob
+        return "edited", None, b"", identity
+    return "signed", index, blob, identity
 
 
 def discard_edited(seed: int, where: Path | None = None) -> Path | None:
@@ -141,7 +143,7 @@ def discard_edited(seed: int, where: Path | None = None) -> Path | None:
     if where is None or key is None:
         return None
     path = path_of(where, seed)
-    state, _, _ = _read(path, seed, key)
+    state = _read(path, seed, key)[0]
     if state != "edited":
         return None
     path.unlink(missing_ok=True)
@@ -154,8 +156,8 @@ def load(into: dict[tuple[int, str, str], Any], seed: int, where: Path | None = 
     if where is None or key is None:
         return 0
     path = path_of(where, seed)
-    state, index, blob = _read(path, seed, key)
-    if state != "signed" or index is None:
+    state, index, blob, identity = _read(path, seed, key)
+    if state != "signed" or index is None or identity is None:
         return 0
     read: dict[tuple[int, str, str], Any] = {}
     try:
@@ -168,7 +170,7 @@ def load(into: dict[tuple[int, str, str], Any], seed: int, where: Path | None = 
     except (OSError, ValueError, KeyError, TypeError):
         return 0  # signed by us but not readable here: computed again instead
     into.update(read)
-    _KNOWN[path] = (index["identity"], frozenset(read))
+    _KNOWN[path] = (identity, frozenset(read))
     return len(read)
 
 
