@@ -21,6 +21,23 @@ def _refused(template: str, option: str, out: Path, where: Path) -> UsageError:
     return UsageError(declared(template, option=option, path=str(out), where=str(where)))
 
 
+def check_recordable(out: Path, option: str = "--out") -> None:
+    """`out` has a name that is text: the records written under it name their files, and a
+    record is UTF-8 (a name the filesystem holds as bytes that are not UTF-8 cannot be in
+    one). Refused before anything is written, not after the first file."""
+    try:
+        str(out).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(
+            Msg(
+                "{option} {path}: the name is not UTF-8 text, which the records must hold; "
+                "choose another name (nothing was written)",
+                option=option,
+                path=str(out),
+            )
+        ) from None
+
+
 def check_out_dir(out: Path, option: str = "--out") -> None:
     """`out` is a directory that exists or can be created, and can be written to."""
     probe = out

@@ -36,7 +36,7 @@ from labctl.lab import (
     Note,
     satisfies,
 )
-from labctl.outpaths import check_out_dir
+from labctl.outpaths import check_out_dir, check_recordable
 from labctl.params import resolve_params
 from labctl.results import NOT_MEASURED, LabResult, MetricResult, RunReport
 from labctl.returns import OddOutput
@@ -343,6 +343,7 @@ def check_options(seed: int, impl: str, timeout_s: float, out: Path) -> None:
             )
         )
     check_out_dir(out)
+    check_recordable(out)
 
 
 def run_labs(

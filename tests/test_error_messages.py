@@ -355,3 +355,24 @@ def test_a_room_whose_import_hangs_is_said_in_chinese(place):
     assert zh.exit_code == 1, zh.output
     shown = " ".join(zh.output.split())
     assert "加载 clean room：" in shown and "loading the clean room" not in shown, shown
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "gqa", "--impl", "reference"],
+        [*VERIFY, "--path", "room"],
+    ],
+    ids=["run", "verify"],
+)
+def test_an_out_named_by_bytes_that_are_not_utf8_is_refused_before_anything_is_written(place, args):
+    """The records name their files as text: `--out runs<0xff>` once wrote the run's tables and
+    then stopped on an internal error (a pydantic ValidationError) with the record unwritten."""
+    out = os.fsdecode(b"runs\xff")
+    en, zh = invoke(*args, "--out", out), invoke(*args, "--out", out, lang="zh")
+    assert (en.exit_code, zh.exit_code) == (2, 2)
+    assert "the name is not UTF-8 text, which the records must hold" in en.output
+    assert "这个名字不是 UTF-8 文本" in zh.output
+    document = json.loads(invoke(*args, "--out", out, "--json").stdout)
+    assert document["error"]["kind"] == "usage"
+    assert not (place / out).exists()

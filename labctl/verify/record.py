@@ -22,6 +22,7 @@ from labctl.evidence.store import EvidenceStore, record_stem
 from labctl.i18n import Msg, message_data
 from labctl.isolation.sandbox import DEFAULT_TIMEOUT_S
 from labctl.jsonsafe import dumps
+from labctl.outpaths import check_recordable
 from labctl.textsafe import json_text
 from labctl.verify.compare import TOLERANCE_VERSION
 from labctl.verify.observe import PACKAGE
@@ -41,7 +42,9 @@ def _command(report: VerifyReport) -> str:
 
 
 def check_out_dir(out: Path) -> None:
-    """Refuse, before anything runs, an `--out` that is a file or cannot be written."""
+    """Refuse, before anything runs, an `--out` that is a file, cannot be written, or is
+    named by bytes no record can hold."""
+    check_recordable(out)
     existing = next((p for p in (out, *out.parents) if p.exists()), None)
     if out.exists() and not out.is_dir():
         raise UsageError(Msg("--out {out}: not a directory (nothing was written)", out=str(out)))
