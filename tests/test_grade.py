@@ -340,3 +340,12 @@ def test_sandbox_is_refused_where_there_is_none(tmp_path, monkeypatch):
     bwrap.sandbox_status.cache_clear()
     assert result.exit_code == 2 and "sandbox" in result.output
     assert not (tmp_path / "grades").exists() or not any((tmp_path / "grades").iterdir())
+    # a refused batch prints its error alone, no progress bar of a grading that never began
+    assert "grading" not in result.output and "0/?" not in result.output
+
+
+def test_a_class_folder_that_is_none_is_refused_with_no_progress_bar(tmp_path):
+    result = invoke("grade", str(tmp_path / "nodir"), "--out", str(tmp_path / "grades"))
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())  # the terminal's width folds a long path
+    assert said == f"error: {tmp_path / 'nodir'} is not a folder of learner folders"

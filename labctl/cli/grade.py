@@ -179,15 +179,20 @@ def grade_class(
         seed=seed,
         base=tuple(base or ()),
     )
-    with _progress_bar() as bar:
-        task = bar.add_task("grading", total=None, last="")
+    bar = _progress_bar()
+    task = bar.add_task("grading", total=None, last="")
 
-        def progress(done: int, total: int, learner: str, status: str) -> None:
-            bar.update(
-                task, completed=done, total=total, last=escape(f"{shown(learner)}: {status}")
-            )
+    def progress(done: int, total: int, learner: str, status: str) -> None:
+        # Shown once the batch is accepted: a refused one prints its error alone.
+        if not bar.live.is_started:
+            bar.start()
+        last = escape(f"{shown(learner)}: {status}") if learner else ""
+        bar.update(task, completed=done, total=total, last=last)
 
+    try:
         batch = run_class(submissions, out_dir, rubric, options, progress, workflow)
+    finally:
+        bar.stop()
     internal = _internal_errors(batch)
     if export is not None and not internal:
         ta.export(batch, rubric, roster, assignment, out_dir, no_grade)

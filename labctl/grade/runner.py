@@ -333,6 +333,8 @@ def grade_learners(
     todo: list[int] = []
     keys: dict[int, str] = {}
     total = len(learners)
+    if progress:
+        progress(0, total, "", "")  # the batch is accepted: a bar from here, not for a refusal
 
     def keep(index: int, row: Row, facts: dict | None) -> None:
         learner = learners[index]
