@@ -7,8 +7,10 @@ hour) from the due date costs `penalty_percent` of the score, up to `cap_percent
 from __future__ import annotations
 
 import json
+import os
 import unicodedata
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 import yaml
@@ -190,3 +192,24 @@ def test_gradescope_metadata_due_dates_rule_the_learner_first(tmp_path):
     path.write_text(json.dumps(document))
     with pytest.raises(LateError, match="due_date"):
         read_gradescope_metadata(path)
+
+
+@pytest.mark.parametrize("flag", ["--submitted-at", "--extensions"])
+def test_a_times_file_that_is_a_fifo_or_a_device_is_refused_in_words(tmp_path, flag):
+    """A FIFO named as the submission times once left `grade` waiting for a writer forever,
+    and /dev/zero was read until memory ran out: each is now a usage error naming it."""
+    from typer.testing import CliRunner
+
+    from labctl.cli.main import app
+
+    (tmp_path / "class" / "ann").mkdir(parents=True)
+    fifo = tmp_path / "times.csv"
+    os.mkfifo(fifo)
+    for named, kind in ((fifo, "a FIFO"), (Path("/dev/zero"), "a character device")):
+        args = ["grade", str(tmp_path / "class"), "--out", str(tmp_path / "out"), flag, str(named)]
+        result = CliRunner().invoke(app, args, env={"NO_COLOR": "1", "COLUMNS": "200"})
+        assert result.exit_code == 2, result.output
+        assert f"error: {named}: is {kind}, not a regular file" in result.stderr
+        assert not (tmp_path / "out" / "gradebook.csv").exists()
+    with pytest.raises(UsageError, match="is a FIFO, not a regular file"):
+        read_gradescope_metadata(fifo)

@@ -7,6 +7,7 @@ Records go to tmp_path (never the repository's evidence/)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -157,9 +158,26 @@ def test_a_bad_answers_file_is_refused_in_one_error_with_exit_1(tmp_path, conten
 
 def test_a_missing_answers_file_is_refused_and_json_still_gets_a_document(tmp_path):
     result = _invoke(["quiz", "--answers", str(tmp_path / "nope.yaml"), "--json"], tmp_path)
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a usage error, as a missing file is for every command
     document = json.loads(result.stdout)
-    assert document["passed"] is False and "cannot read it" in document["error"]["message"]
+    assert document["passed"] is False and "nope.yaml: no such file" in document["error"]["message"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_an_answers_file_that_is_a_fifo_or_a_device_is_refused_not_read(tmp_path, kind):
+    """A FIFO once waited for a writer forever; /dev/zero says it holds 0 bytes and was read
+    until labctl's memory ran out."""
+    if kind == "fifo":
+        named = tmp_path / "answers.yaml"
+        os.mkfifo(named)
+    else:
+        named = Path("/dev/zero")
+    result = _invoke(["quiz", "--answers", str(named)], tmp_path)
+    assert result.exit_code == 2
+    said = " ".join(result.stderr.split())
+    expected = "a FIFO" if kind == "fifo" else "a character device"
+    assert said == f"error: {named}: is {expected}, not a regular file", said
+    assert not (tmp_path / "quiz").exists()
 
 
 def test_an_unknown_section_is_a_usage_error_with_exit_2(tmp_path):

@@ -13,9 +13,7 @@ A file that cannot be read as a document gives one `Problem` on the field
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import stat
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +23,8 @@ import yaml
 from yaml.composer import ComposerError
 
 from labctl.errors import UsageError
-from labctl.i18n import N_, Msg, _, declared
+from labctl.i18n import N_, Msg, _
+from labctl.inputfile import read_regular
 
 MAX_BYTES = 1 << 20  # 1 MiB: a filled template is about 3 KiB
 MAX_DEPTH = 32  # a record nests four levels deep
@@ -174,41 +173,12 @@ def read_bytes(path: Path, limit: int = MAX_BYTES) -> bytes | None:
     if path.is_dir():
         raise UsageError(Msg("{path}: is a directory, not an evidence file", path=str(path)))
     try:
-        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        data = read_regular(path, limit)
     except OSError as exc:
         raise UsageError(
             Msg("{path}: cannot read ({error})", path=str(path), error=exc.strerror or str(exc))
         ) from None
-    with os.fdopen(fd, "rb") as handle:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise UsageError(
-                Msg(
-                    "{path}: is {kind}, not a regular file",
-                    path=str(path),
-                    kind=declared(_file_kind(mode)),
-                )
-            )
-        try:
-            data = handle.read(limit + 1)
-        except OSError as exc:
-            raise UsageError(
-                Msg("{path}: cannot read ({error})", path=str(path), error=exc.strerror or str(exc))
-            ) from None
-    return None if len(data) > limit else data
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in (
-        (stat.S_ISFIFO, N_("a FIFO")),
-        (stat.S_ISCHR, N_("a character device")),
-        (stat.S_ISBLK, N_("a block device")),
-        (stat.S_ISSOCK, N_("a socket")),
-    ):
-        if test(mode):
-            return kind
-    return N_("a special file")
+    return data
 
 
 def decode(raw: bytes) -> tuple[str | None, Problem | None]:

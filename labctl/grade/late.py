@@ -41,8 +41,11 @@ from pydantic import Field
 from labctl.errors import LabctlError, UsageError
 from labctl.evidence.models import Strict
 from labctl.i18n import Msg
+from labctl.inputfile import read_regular
 
 _UNIT_S = {"day": 86400.0, "hour": 3600.0}
+# A class of 100,000 learners' times and dates is about 6 MB.
+MAX_INPUT_BYTES = 16 << 20
 
 
 class LateError(LabctlError):
@@ -155,14 +158,30 @@ class SubmissionTimes:
     due: dict[str, datetime] = field(default_factory=dict)
 
 
-def _rows(path: Path, flag: str) -> list[tuple[int, list[str]]]:
-    """The CSV's non-blank rows with their line numbers."""
+def _text(path: Path, flag: str, encoding: str) -> str:
+    """A grader's file, whole: a regular file of at most MAX_INPUT_BYTES (a FIFO named here
+    once waited for a writer forever)."""
     try:
-        text = path.read_text("utf-8-sig")
+        raw = read_regular(path, MAX_INPUT_BYTES)
+        if raw is None:
+            raise LateError(
+                Msg(
+                    "{flag} {path}: larger than {most:,} bytes",
+                    flag=flag,
+                    path=str(path),
+                    most=MAX_INPUT_BYTES,
+                )
+            )
+        return raw.decode(encoding)
     except FileNotFoundError:
         raise UsageError(Msg("{flag} {path}: no such file", flag=flag, path=str(path))) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LateError(Msg("cannot read {path}: {why}", path=str(path), why=str(exc))) from None
+
+
+def _rows(path: Path, flag: str) -> list[tuple[int, list[str]]]:
+    """The CSV's non-blank rows with their line numbers."""
+    text = _text(path, flag, "utf-8-sig")
     return [
         (number, row)
         for number, row in enumerate(csv.reader(io.StringIO(text)), start=1)
@@ -307,13 +326,10 @@ def read_gradescope_metadata(path: Path) -> GradescopeSubmission:
     assignment's `assignment.due_date`, and the learner's own `users[].assignment.due_date`
     (Gradescope's per-user dates, an extension in; the latest of a group's: one member's
     extension is the group's)."""
+    text = _text(path, "--submission-metadata", "utf-8")
     try:
-        data = json.loads(path.read_text("utf-8"))
-    except FileNotFoundError:
-        raise UsageError(
-            Msg("--submission-metadata {path}: no such file", path=str(path))
-        ) from None
-    except (OSError, ValueError) as exc:
+        data = json.loads(text)
+    except ValueError as exc:
         raise LateError(Msg("cannot read {path}: {why}", path=str(path), why=str(exc))) from None
     when = parse_time(data.get("created_at")) if isinstance(data, dict) else None
     if when is None:

@@ -17,8 +17,9 @@ from typing import Any
 
 import yaml
 
-from labctl.errors import LabctlError
+from labctl.errors import LabctlError, UsageError
 from labctl.i18n import N_, Msg
+from labctl.inputfile import read_regular
 from labctl.quiz.bank import QUESTIONS, Question, by_id
 
 MAX_FILE_BYTES = 1 << 20
@@ -67,9 +68,18 @@ def read_answers(path: Path) -> dict[str, Any]:
                 Msg("{path}: {size:,} bytes is too large for an answers file (at most {most:,})",
                     path=str(path), size=size, most=MAX_FILE_BYTES)
             )  # fmt: skip
-        text = path.read_bytes().decode("utf-8")
+        raw = read_regular(path, MAX_FILE_BYTES)  # a FIFO or /dev/zero: refused, not read
+        if raw is None:  # grown since it was measured
+            raise QuizError(
+                Msg("{path}: {size:,} bytes is too large for an answers file (at most {most:,})",
+                    path=str(path), size=path.stat().st_size, most=MAX_FILE_BYTES)
+            )  # fmt: skip
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise QuizError(Msg("{path}: not UTF-8 text", path=str(path))) from None
+    except FileNotFoundError:
+        # a file named that is not there: usage (exit 2), as for every command's input file
+        raise UsageError(Msg("{path}: no such file", path=str(path))) from None
     except OSError as exc:
         raise QuizError(
             Msg("{path}: cannot read it ({error})", path=str(path), error=exc.strerror or str(exc))
