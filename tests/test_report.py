@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 
 from labctl import registry
 from labctl.cli.main import app
+from labctl.report import drawing
 
 runner = CliRunner()
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -65,6 +66,8 @@ def rendered(evidence) -> tuple[Path, list]:
     path = evidence / "report.html"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Figure, "savefig", spy)
+        # every figure drawn in this process, where the spy sees it (no child forked)
+        patch.setattr(drawing, "_cores", lambda: 1)
         result = runner.invoke(
             app, ["report", "--root", str(evidence), "--out", str(path), "--json"]
         )

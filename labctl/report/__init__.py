@@ -1,8 +1,8 @@
 """`labctl report`: one self-contained HTML file built from the evidence records on disk.
 
-`collect` reads the records and their figure artifacts, `plots` draws with matplotlib
-(imported only here), `html` writes the document. Nothing is fetched to build it or to
-open it.
+`collect` reads the records and their figure artifacts, `drawing` plans the figures and
+has `plots` draw them with matplotlib (imported only here), in parallel where it can, `html`
+writes the document. Nothing is fetched to build it or to open it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ DEFAULT_NAME = "report.html"
 def build_report(root: Path, out: Path | None = None) -> tuple[Path, dict]:
     """Write the report of the evidence under `root` to `out` (default `root/report.html`);
     return where it is and a summary (labs, verdicts, figures drawn)."""
-    from labctl.report import html, plots
+    from labctl.report import html
     from labctl.report.collect import collect
 
     target = out if out is not None else root / DEFAULT_NAME
@@ -37,7 +37,7 @@ def build_report(root: Path, out: Path | None = None) -> tuple[Path, dict]:
         raise UsageError(
             Msg("labctl report draws with matplotlib: pip install 'labctl[report]'")
         ) from None
-    text = html.document(evidence, plots, now_iso)
+    text = html.document(evidence, now_iso)
     replace_atomically(target, text.encode("utf-8"))
     # a temporary file is created private; a report is for reading, like any file made here
     mask = os.umask(0)

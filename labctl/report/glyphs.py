@@ -67,7 +67,8 @@ def _subset(path: Path, characters: str) -> bytes:
 
     options = subset.Options()
     options.notdef_outline = True
-    font = TTFont(str(path), lazy=True)
+    # the subset keeps the font's own modification time: the same text, the same bytes
+    font = TTFont(str(path), lazy=True, recalcTimestamp=False)
     subsetter = subset.Subsetter(options)
     subsetter.populate(text=characters)
     subsetter.subset(font)

@@ -14,8 +14,9 @@ import labctl
 from labctl import registry
 from labctl.i18n import _, implementation, language
 from labctl.lab import shown_expected
-from labctl.report import glyphs
+from labctl.report import glyphs, plots
 from labctl.report.collect import Evidence, Figure, LabRun, margin, message
+from labctl.report.drawing import Entry, draw_all, plan
 
 CSP = "default-src 'none'; img-src data:; font-src data:; style-src 'unsafe-inline'"
 
@@ -153,40 +154,31 @@ def _heatmap_values(figure: Figure) -> str:
     )
 
 
-def _figures(run: LabRun, plots) -> str:
+def _figures(run: LabRun, drawn: list[tuple[Entry, bytes | None]]) -> str:
     parts = []
-    groups: dict[str, list[Figure]] = {}
-    order: list[object] = []
-    for figure in run.figures:
-        if figure.kind == "heatmap":
-            if figure.name not in groups:
-                groups[figure.name] = []
-                order.append(figure.name)
-            groups[figure.name].append(figure)
-        elif figure.kind == "table":
-            order.append(figure)
-    for entry in order:
-        if isinstance(entry, str):
-            group = groups[entry]
+    for entry, svg in drawn:
+        if entry.kind == "heatmaps":
+            group = entry.figures
             caption = " | ".join(f.title for f in group)
             parts.append(
-                f"<figure>{_img(plots.heatmaps(group), caption)}"
-                f"<figcaption>{_e(caption)}</figcaption></figure>"
+                f"<figure>{_img(svg, caption)}"
+                f"<figcaption>{_e(caption)}</figcaption>"
                 + "".join(_heatmap_values(f) for f in group)
             )
         else:
+            table_figure = entry.figures[0]
             numeric = [
-                all(plots.number(r[j]) is not None for r in entry.rows if j < len(r))
-                for j in range(len(entry.columns))
+                all(plots.number(r[j]) is not None for r in table_figure.rows if j < len(r))
+                for j in range(len(table_figure.columns))
             ]
-            table = _table(entry.columns, [[_e(_cell(c)) for c in r] for r in entry.rows], numeric)
-            drawn = ""
-            if plots.plottable(entry):
-                drawn = _img(plots.line_plot(entry), entry.title)
-            elif plots.bars(entry):
-                drawn = _img(plots.bar_plot(entry), entry.title)
+            table = _table(
+                table_figure.columns,
+                [[_e(_cell(c)) for c in r] for r in table_figure.rows],
+                numeric,
+            )
+            shown = _img(svg, table_figure.title) if svg is not None else ""
             parts.append(
-                f"<figure>{drawn}<figcaption>{_e(entry.title)}</figcaption>{table}</figure>"
+                f"<figure>{shown}<figcaption>{_e(table_figure.title)}</figcaption>{table}</figure>"
             )
     notes = [f for f in run.figures if f.kind == "note"]
     if notes:
@@ -198,7 +190,7 @@ def _figures(run: LabRun, plots) -> str:
     return "".join(parts)
 
 
-def _lab(run: LabRun, plots) -> str:
+def _lab(run: LabRun, drawn: list[tuple[Entry, bytes | None]]) -> str:
     known = {lab.id: lab for lab in registry.discover()}
     lab = known.get(run.lab_id)
     info = run.record.labctl
@@ -238,7 +230,7 @@ def _lab(run: LabRun, plots) -> str:
     for problem in run.problems:
         parts.append(f'<p class="fail">{_e(_(problem))}</p>')
     parts.append(_metrics(run))
-    parts.append(_figures(run, plots))
+    parts.append(_figures(run, drawn))
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -324,7 +316,14 @@ def _history(evidence: Evidence) -> str:
     return f"<h2>{_e(_('verify clean-room history'))}</h2>" + _table(columns, rows)
 
 
-def document(evidence: Evidence, plots, now: Callable[[], str]) -> str:
+def _drawn(runs: list[LabRun]) -> list[list[tuple[Entry, bytes | None]]]:
+    """Each run's figures with their SVGs, all drawn at once (in parallel where it can be)."""
+    plans = [plan(run) for run in runs]
+    svgs = iter(draw_all([entry for entries in plans for entry in entries]))
+    return [[(entry, next(svgs)) for entry in entries] for entries in plans]
+
+
+def document(evidence: Evidence, now: Callable[[], str]) -> str:
     """The whole report."""
     known = [lab.id for lab in registry.discover()]
     runs = sorted(
@@ -356,7 +355,7 @@ def document(evidence: Evidence, plots, now: Callable[[], str]) -> str:
 <p>{_e(_("{passed}/{total} labs passed").format(passed=passed, total=len(runs)))}</p>
 {warning}
 {summary}
-{"".join(_lab(r, plots) for r in runs)}
+{"".join(_lab(r, drawn) for r, drawn in zip(runs, _drawn(runs), strict=True))}
 {_environment(evidence)}
 {_history(evidence)}"""
     return f"""<!DOCTYPE html>
