@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from labctl import inputfile
 from labctl.errors import UsageError
 from labctl.evidence import parse
 from labctl.evidence.parse import MAX_BYTES, load, parse_text
@@ -322,11 +323,12 @@ def test_special_files_are_usage_errors_named_by_kind(tmp_path):
 def test_file_kinds_are_named():
     import stat
 
-    assert parse._file_kind(stat.S_IFIFO) == "a FIFO"
-    assert parse._file_kind(stat.S_IFCHR) == "a character device"
-    assert parse._file_kind(stat.S_IFBLK) == "a block device"
-    assert parse._file_kind(stat.S_IFSOCK) == "a socket"
-    assert parse._file_kind(stat.S_IFDOOR if hasattr(stat, "S_IFDOOR") else 0) == ("a special file")
+    assert inputfile._kind(stat.S_IFDIR) == "a directory"
+    assert inputfile._kind(stat.S_IFIFO) == "a FIFO"
+    assert inputfile._kind(stat.S_IFCHR) == "a character device"
+    assert inputfile._kind(stat.S_IFBLK) == "a block device"
+    assert inputfile._kind(stat.S_IFSOCK) == "a socket"
+    assert inputfile._kind(stat.S_IFDOOR if hasattr(stat, "S_IFDOOR") else 0) == ("a special file")
 
 
 def test_a_problem_deeper_inside_a_claim_splits_at_the_claim_only():
@@ -363,7 +365,7 @@ def test_a_file_is_never_read_past_one_byte_over_the_limit(tmp_path, monkeypatch
 
     asked: list = []
     real = os.fdopen
-    monkeypatch.setattr(parse.os, "fdopen", lambda fd, mode: _Handle(real(fd, mode), asked))
+    monkeypatch.setattr(inputfile.os, "fdopen", lambda fd, mode: _Handle(real(fd, mode), asked))
     path = write(tmp_path, b"x" * 100)
     assert parse.read_bytes(path, limit=10) is None
     assert asked == [11]
@@ -375,7 +377,9 @@ def test_a_read_that_fails_is_a_usage_error_with_the_system_s_reason(tmp_path, m
 
     failure = OSError(errno.EIO, "Input/output error")
     real = os.fdopen
-    monkeypatch.setattr(parse.os, "fdopen", lambda fd, mode: _Handle(real(fd, mode), [], failure))
+    monkeypatch.setattr(
+        inputfile.os, "fdopen", lambda fd, mode: _Handle(real(fd, mode), [], failure)
+    )
     path = write(tmp_path, b"a: 1\n")
     with pytest.raises(UsageError) as refused:
         parse.read_bytes(path)
@@ -444,11 +448,11 @@ def test_an_os_error_without_errno_text_is_named_by_its_message(tmp_path, monkey
         def refused_open(*args):
             raise failure
 
-        monkeypatch.setattr(parse.os, "open", refused_open)
+        monkeypatch.setattr(inputfile.os, "open", refused_open)
     else:
-        real = parse.os.fdopen
+        real = inputfile.os.fdopen
         monkeypatch.setattr(
-            parse.os, "fdopen", lambda fd, mode: _Handle(real(fd, mode), [], failure)
+            inputfile.os, "fdopen", lambda fd, mode: _Handle(real(fd, mode), [], failure)
         )
     with pytest.raises(UsageError) as refused:
         parse.read_bytes(path)
