@@ -62,14 +62,8 @@ def select(groups: list[str] | None = None) -> list[Question]:
 def read_answers(path: Path) -> dict[str, Any]:
     """question id -> answer, from a YAML or JSON mapping; QuizError naming what is wrong."""
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise QuizError(
-                Msg("{path}: {size:,} bytes is too large for an answers file (at most {most:,})",
-                    path=str(path), size=size, most=MAX_FILE_BYTES)
-            )  # fmt: skip
         raw = read_regular(path, MAX_FILE_BYTES)  # a FIFO or /dev/zero: refused, not read
-        if raw is None:  # grown since it was measured
+        if raw is None:
             raise QuizError(
                 Msg("{path}: {size:,} bytes is too large for an answers file (at most {most:,})",
                     path=str(path), size=path.stat().st_size, most=MAX_FILE_BYTES)
