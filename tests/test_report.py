@@ -160,6 +160,13 @@ def test_every_lab_is_there_with_its_figures_and_nothing_is_fetched(report):
     images = [u for u in parsed.urls if not u.startswith("#")]
     assert images and all(u.startswith("data:image/svg+xml;base64,") for u in images)
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", report.read_text())
+    # every figure closed where it ends: none holds the next one, nor the values' tables
+    page = report.read_text("utf-8")
+    depth = 0
+    for tag in re.findall(r"</?figure>", page):
+        depth += 1 if tag == "<figure>" else -1
+        assert depth in (0, 1), "a figure opened inside another"
+    assert depth == 0 and page.count("<figure>") >= len(registry.discover())
 
 
 def test_the_learners_reversed_mask_shows_in_the_report(report):

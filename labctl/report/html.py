@@ -162,7 +162,7 @@ def _figures(run: LabRun, drawn: list[tuple[Entry, bytes | None]]) -> str:
             caption = " | ".join(f.title for f in group)
             parts.append(
                 f"<figure>{_img(svg, caption)}"
-                f"<figcaption>{_e(caption)}</figcaption>"
+                f"<figcaption>{_e(caption)}</figcaption></figure>"
                 + "".join(_heatmap_values(f) for f in group)
             )
         else:
