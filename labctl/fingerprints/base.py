@@ -252,7 +252,11 @@ def judge(code: RoomCode, functions: list[str], base: Base) -> Verdict:
         own = 0  # fingerprints of the bound function that are the learner's
         index = code.function(name)
         if index is not None:
-            hashes = prints_of.get(index) or _prints(code, index, contract, base.stubs)
+            hashes = (
+                prints_of[index]
+                if index in prints_of
+                else _prints(code, index, contract, base.stubs)
+            )
             own = sum(h not in base.code for h in hashes)
             if len(hashes) >= MIN_PRINTS:
                 judged = True
