@@ -362,6 +362,86 @@ def test_a_changed_artifact_is_named_not_drawn(evidence, tmp_path):
     assert ("causal-attention", "attention-b0-h0", "clean-room") not in _parsed(path).tables
 
 
+def _edited(record: Path, dest: Path) -> Path:
+    """A copy of `record` whose commit no labctl writes (`<script>`), as a hand edit leaves it."""
+    data = json.loads(record.read_text("utf-8"))
+    data["commit"] = "<script>alert(1)</script>"
+    dest.write_text(json.dumps(data), "utf-8")
+    return dest
+
+
+def test_records_that_cannot_be_read_are_named_not_passed_over(evidence, tmp_path):
+    """A record named `*.json` that is a FIFO, a device, not JSON, or edited out of the schema
+    was passed over in silence (the lab's older record shown as its newest), and the FIFO left
+    the report waiting forever, /dev/zero read until memory ran out. Each is named on the run
+    of its lab, or alone where its lab has no run to show; the report is still written."""
+    copy = one_lab(evidence, tmp_path / "evidence")
+    folder = copy / "runs" / "causal-attention"
+    (record,) = (p for p in folder.glob("*.json"))
+    os.mkfifo(folder / "zz-fifo.json")
+    (folder / "zz-zero.json").symlink_to("/dev/zero")
+    (folder / "zz-text.json").write_text("not json", "utf-8")
+    _edited(record, folder / "zz-edited.json")
+    (copy / "runs" / "other-lab").mkdir()
+    (copy / "runs" / "other-lab" / "r.json").write_text("[", "utf-8")
+    path = tmp_path / "r.html"
+    env = {"NO_COLOR": "1", "COLUMNS": "5000"}
+    args = ["report", "--root", str(copy), "--out", str(path)]
+    result = runner.invoke(app, [*args, "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    (lab,) = document["labs"]
+    said = "\n".join(lab["problems"])
+    assert "record zz-fifo.json was not read" in said
+    assert "is a FIFO, not a regular file" in said
+    assert "is a character device, not a regular file" in said
+    assert "record zz-text.json was not read (not JSON)" in said
+    assert "commit: must be a git commit sha" in said
+    unread = {Path(u["path"]).name: u["on_run"] for u in document["unread"]}
+    assert unread == {
+        "zz-fifo.json": True, "zz-zero.json": True, "zz-text.json": True,
+        "zz-edited.json": True, "r.json": False,
+    }  # fmt: skip
+    page = path.read_text("utf-8")
+    assert "record zz-edited.json was not read" in page
+    assert "r.json: not read: not JSON" in page
+    assert "<script>alert" not in page
+    result = runner.invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert "r.json: not read: not JSON" in result.stderr
+    assert "causal-attention: record zz-fifo.json was not read" in result.stderr
+
+
+def test_evidence_of_unreadable_records_alone_is_refused_in_words(evidence, tmp_path):
+    """Only records that cannot be read: not "no evidence, run labctl run all first" (there
+    is evidence, refused), but which record and why; exit 1, and no report written."""
+    folder = tmp_path / "runs" / "causal-attention"
+    folder.mkdir(parents=True)
+    (record,) = (evidence / "runs" / "causal-attention").glob("*.json")
+    _edited(record, folder / record.name)
+    path = tmp_path / "r.html"
+    said = {
+        "en": ("no readable evidence under", "must be a git commit sha"),
+        "zh": ("没有可读的证据", "必须是"),
+    }
+    for lang, words in said.items():
+        result = runner.invoke(
+            app,
+            ["--lang", lang, "report", "--root", str(tmp_path), "--out", str(path), "--json"],
+            env={"NO_COLOR": "1", "COLUMNS": "5000"},  # pytest's folders make long paths
+        )
+        assert result.exit_code == 1, result.output
+        error = json.loads(result.stdout)["error"]
+        assert error["kind"] == "refused"
+        assert "no readable evidence under" in error["message"]  # --json keeps English
+        assert (
+            record.name in error["message"]
+            and "commit: must be a git commit sha" in error["message"]
+        )
+        assert all(w in result.stderr for w in words), result.stderr
+        assert not path.exists()
+
+
 def test_matplotlib_is_imported_only_by_the_report():
     code = (
         "import sys; from labctl.cli.main import app; import labctl.registry as r; r.discover(); "

@@ -61,6 +61,12 @@ def report(
         for lab in labs:
             for problem in lab["problems"]:
                 err.print(f"{lab['id']}: {_(problem)}", markup=False, soft_wrap=True)
+        for unread in summary["unread"]:
+            if not unread["on_run"]:
+                said = _("{path}: not read: {why}").format(
+                    path=unread["path"], why=_(unread["why"])
+                )
+                err.print(said, markup=False, soft_wrap=True)
     if open_:
         import webbrowser
 

@@ -129,7 +129,7 @@ def _schema(data: dict, report: Report) -> None:
         name = field_path(loc)
         if any(part in placeheld for part in ancestors(name)):
             continue  # a placeholder there is the problem already named
-        report.refuse(name, _reason(error, loc))
+        report.refuse(name, field_reason(error, loc))
     for loc in sorted(neither, key=str):
         value = _at(data, loc)
         report.refuse(
@@ -154,7 +154,7 @@ def _strip_union(data: dict, loc: tuple, neither: set[tuple]) -> tuple | None:
     return loc[:depth] + loc[depth + 1 :]
 
 
-def _reason(error: dict, loc: tuple) -> str | Msg:
+def field_reason(error: dict, loc: tuple) -> str | Msg:
     """Why pydantic refused a field, by the error's type (`labctl.i18n.validation`); a labctl
     validator's message (`models.py`, marked there) is translated where it is shown."""
     kind, message, given = error["type"], error["msg"], error.get("input")

@@ -56,5 +56,8 @@ def build_report(root: Path, out: Path | None = None) -> tuple[Path, dict]:
             for run in evidence.runs
         ],
         "verify_runs": len(evidence.verify_history),
+        "unread": [
+            {"path": str(u.path), "why": u.why, "on_run": u.on_run} for u in evidence.unread
+        ],
     }
     return target, summary

@@ -18,13 +18,18 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from labctl.errors import UsageError
+from labctl.errors import EvidenceError, UsageError
+from labctl.evidence.findings import field_path
 from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.times import parse_time
+from labctl.evidence.validate import field_reason
 from labctl.i18n import Msg, _, declared
+from labctl.inputfile import read_regular
 from labctl.lab import parse_expected
 
 FIGURES_SUFFIX = "-figures.jsonl"
+# A run record is a few kilobytes; one past this is no record labctl wrote.
+MAX_RECORD_BYTES = 16 << 20
 
 
 @dataclass
@@ -65,10 +70,22 @@ class LabRun:
 
 
 @dataclass
+class Unread:
+    """A run record the report could not read, and why: named, never passed over in silence
+    (an older record of its lab would be shown as if it were the newest)."""
+
+    path: Path
+    why: str | Msg  # shown translated, kept in English in --json
+    # named on the run of its lab that the report shows (its lab's folder)
+    on_run: bool = False
+
+
+@dataclass
 class Evidence:
     root: Path
     runs: list[LabRun]
     verify_history: list[dict]
+    unread: list[Unread] = field(default_factory=list)
 
 
 def message(data: object) -> str:
@@ -171,12 +188,33 @@ def _figure(data: dict, read) -> Figure | None:
     )
 
 
-def _load(path: Path) -> EvidenceRecord | None:
+def _load(path: Path) -> EvidenceRecord | Unread:
+    """The record at `path`, or why it cannot be read: a FIFO or a device named `*.json` is
+    refused, not waited on or read without end."""
     try:
-        data = json.loads(path.read_text("utf-8"))
+        raw = read_regular(path, MAX_RECORD_BYTES)
+    except UsageError as exc:
+        return Unread(path, exc.message)
+    except OSError as exc:
+        return Unread(path, Msg("cannot be read: {error}", error=exc.strerror or str(exc)))
+    if raw is None:
+        return Unread(path, Msg("larger than {size} MiB", size=MAX_RECORD_BYTES >> 20))
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError:
+        return Unread(path, Msg("not JSON"))
+    try:
         return EvidenceRecord.model_validate(data, by_alias=True, by_name=False)
-    except (OSError, ValueError, ValidationError):
-        return None
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        loc = tuple(errors[0]["loc"])
+        reason = field_reason(errors[0], loc)
+        # a labctl validator's message is a declared text: translated where it is shown
+        reason = declared(reason) if isinstance(reason, str) else reason
+        first = Msg("{field}: {reason}", field=field_path(loc), reason=reason)
+        if len(errors) == 1:
+            return Unread(path, first)
+        return Unread(path, Msg("{first}; {n} more problems", first=first, n=len(errors) - 1))
 
 
 def _when(record: EvidenceRecord) -> float:
@@ -184,12 +222,17 @@ def _when(record: EvidenceRecord) -> float:
     return moment.timestamp() if moment else -math.inf
 
 
-def newest_runs(runs_folder: Path) -> list[LabRun]:
-    """The newest run record of each lab under `runs_folder/<lab>/`, by lab id."""
+def newest_runs(runs_folder: Path) -> tuple[list[LabRun], list[Unread]]:
+    """The newest run record of each lab under `runs_folder/<lab>/`, by lab id, and the
+    records that could not be read; an unread record is also named on its lab's run."""
     newest: dict[str, LabRun] = {}
+    unread: list[Unread] = []
     for path in sorted(runs_folder.glob("*/*.json")):
         record = _load(path)
-        if record is None or record.labctl is None or record.labctl.lab is None:
+        if isinstance(record, Unread):
+            unread.append(record)
+            continue
+        if record.labctl is None or record.labctl.lab is None:
             continue
         lab_id = record.labctl.lab
         current = newest.get(lab_id)
@@ -197,8 +240,19 @@ def newest_runs(runs_folder: Path) -> list[LabRun]:
             newest[lab_id] = LabRun(lab_id, record, path)
     runs = [newest[k] for k in sorted(newest)]
     for run in runs:
+        for skipped in unread:
+            if skipped.path.parent == run.path.parent:
+                skipped.on_run = True
+                run.problems.append(
+                    Msg(
+                        "record {name} was not read ({why}): the run shown may not be this "
+                        "lab's newest",
+                        name=skipped.path.name,
+                        why=skipped.why,
+                    )
+                )
         _figures(run)
-    return runs
+    return runs, unread
 
 
 def collect(root: Path) -> Evidence:
@@ -216,9 +270,21 @@ def collect(root: Path) -> Evidence:
                 continue
             if isinstance(entry, dict):
                 history.append(entry)
-    runs = newest_runs(runs_folder)
+    runs, unread = newest_runs(runs_folder)
+    if not runs and not history and unread:
+        first = unread[0]
+        raise EvidenceError(
+            Msg(
+                "no readable evidence under {root}: {n} run records not read, the first "
+                "{path}: {why}",
+                root=str(root),
+                n=len(unread),
+                path=str(first.path),
+                why=first.why,
+            )
+        )
     if not runs and not history:
         raise UsageError(
             Msg("no evidence under {root}: run `labctl run all` first", root=str(root))
         )
-    return Evidence(root, runs, history)
+    return Evidence(root, runs, history, unread)

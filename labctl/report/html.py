@@ -349,11 +349,19 @@ def document(evidence: Evidence, now: Callable[[], str]) -> str:
             + _e(_("made with non-default parameters: {labs}").format(labs=", ".join(changed)))
             + "</p>"
         )
+    unread = "".join(
+        '<p class="fail">'
+        + _e(_("{path}: not read: {why}").format(path=str(u.path), why=_(u.why)))
+        + "</p>"
+        for u in evidence.unread
+        if not u.on_run
+    )
     title = _("labctl report")
     body = f"""<h1>{_e(title)}</h1>
 <p class="dim">{_e(_("built {when} by labctl {version} from the evidence records on disk").format(when=now(), version=labctl.__version__))}</p>
 <p>{_e(_("{passed}/{total} labs passed").format(passed=passed, total=len(runs)))}</p>
 {warning}
+{unread}
 {summary}
 {"".join(_lab(r, drawn) for r, drawn in zip(runs, _drawn(runs), strict=True))}
 {_environment(evidence)}
