@@ -412,6 +412,21 @@ def test_records_that_cannot_be_read_are_named_not_passed_over(evidence, tmp_pat
     assert "causal-attention: record zz-fifo.json was not read" in result.stderr
 
 
+def test_verify_records_beside_the_labs_folders_are_not_taken_for_runs(evidence, tmp_path):
+    """A root with no runs/ is read as a runs folder, and verify's own files (`verify/*.json`,
+    its reports among them) lie beside the labs' folders: they are no lab's run, never named
+    as records not read; a lab's unreadable record beside them still is."""
+    shutil.copytree(evidence / "verify", tmp_path / "verify")
+    (tmp_path / "verify" / "20260101T000000Z-seed5-report.json").write_text('{"checks": []}')
+    (tmp_path / "causal-attention").mkdir()
+    (tmp_path / "causal-attention" / "r.json").write_text("[", "utf-8")
+    path = tmp_path / "r.html"
+    result = runner.invoke(app, ["report", "--root", str(tmp_path), "--out", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    unread = json.loads(result.stdout)["unread"]
+    assert [Path(u["path"]).name for u in unread] == ["r.json"]
+
+
 def test_evidence_of_unreadable_records_alone_is_refused_in_words(evidence, tmp_path):
     """Only records that cannot be read: not "no evidence, run labctl run all first" (there
     is evidence, refused), but which record and why; exit 1, and no report written."""

@@ -28,6 +28,7 @@ from labctl.inputfile import read_regular
 from labctl.lab import parse_expected
 
 FIGURES_SUFFIX = "-figures.jsonl"
+VERIFY = "verify"  # an evidence root's folder of verify records and their history
 # A run record is a few kilobytes; one past this is no record labctl wrote.
 MAX_RECORD_BYTES = 16 << 20
 
@@ -222,12 +223,17 @@ def _when(record: EvidenceRecord) -> float:
     return moment.timestamp() if moment else -math.inf
 
 
-def newest_runs(runs_folder: Path) -> tuple[list[LabRun], list[Unread]]:
+def newest_runs(
+    runs_folder: Path, others: frozenset[str] = frozenset()
+) -> tuple[list[LabRun], list[Unread]]:
     """The newest run record of each lab under `runs_folder/<lab>/`, by lab id, and the
-    records that could not be read; an unread record is also named on its lab's run."""
+    records that could not be read; an unread record is also named on its lab's run.
+    `others`: folders of `runs_folder` that hold no lab's runs (verify's)."""
     newest: dict[str, LabRun] = {}
     unread: list[Unread] = []
     for path in sorted(runs_folder.glob("*/*.json")):
+        if path.parent.name in others:
+            continue
         record = _load(path)
         if isinstance(record, Unread):
             unread.append(record)
@@ -260,7 +266,7 @@ def collect(root: Path) -> Evidence:
     if not root.is_dir():
         raise UsageError(Msg("--root {root}: no such directory", root=str(root)))
     runs_folder = root / "runs" if (root / "runs").is_dir() else root
-    history_path = root / "verify" / "history.jsonl"
+    history_path = root / VERIFY / "history.jsonl"
     history = []
     if history_path.is_file():
         for line in history_path.read_text("utf-8").splitlines():
@@ -270,7 +276,11 @@ def collect(root: Path) -> Evidence:
                 continue
             if isinstance(entry, dict):
                 history.append(entry)
-    runs, unread = newest_runs(runs_folder)
+    # verify's records and reports lie in root/verify, beside the labs' folders when the
+    # root is itself a runs folder: they are no lab's runs, not records the report failed
+    runs, unread = newest_runs(
+        runs_folder, frozenset({VERIFY}) if runs_folder == root else frozenset()
+    )
     if not runs and not history and unread:
         first = unread[0]
         raise EvidenceError(
