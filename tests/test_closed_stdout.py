@@ -122,3 +122,38 @@ def test_sigterm_ends_labctl_as_ctrl_c_does_with_nothing_left_behind(tmp_path):
     assert proc.returncode == 130
     assert json.loads(out)["error"]["kind"] == "interrupted"
     assert staged() == []
+
+
+KILLED_AS_IT_APPEARS = """
+import os, signal, tempfile
+from labctl.isolation import limits
+
+def ended(signum, frame):
+    raise SystemExit(130)
+
+signal.signal(signal.SIGTERM, ended)
+made = tempfile.mkdtemp
+
+def mkdtemp(*args, **kwargs):
+    path = made(*args, **kwargs)
+    print(path, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return path
+
+tempfile.mkdtemp = mkdtemp
+limits.staged_folder("room")
+"""
+
+
+def test_a_kill_just_as_a_staged_folder_appears_leaves_nothing_behind():
+    """The test above kills labctl once a folder shows; in a fresh clone's run the kill fell
+    between making the worker's folder and marking it for removal, and the folder stayed.
+    Here the kill comes at exactly that moment, every time: it waits until the folder is
+    marked, and the folder goes as the process ends."""
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_AS_IT_APPEARS], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 130, done.stderr
+    folder = Path(done.stdout.strip())
+    assert folder.name.startswith("labctl-room-"), folder
+    assert not folder.exists()

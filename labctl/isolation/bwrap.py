@@ -20,7 +20,6 @@ namespace. Each of these layers is measured inside a probe sandbox
 
 from __future__ import annotations
 
-import atexit
 import functools
 import importlib.util
 import json
@@ -96,7 +95,6 @@ class SandboxStatus:
 def staged_worker() -> Path:
     """A private directory holding `labctl/` with only the worker's modules (once per process)."""
     top = staged_folder("worker")
-    atexit.register(shutil.rmtree, top, True)
     for relative in STAGED:
         dest = top / "labctl" / relative
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ time runs without them.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import errno
@@ -197,14 +198,52 @@ def _readlink(path: str) -> str:
         return ""
 
 
+# The worker folders this process made and has not removed, each with the pid that made
+# it: removed as the process exits, by that process only (a forked child exits too).
+_STAGED: dict[Path, int] = {}
+
+
+def _remove_staged() -> None:
+    for top, pid in list(_STAGED.items()):
+        if pid == os.getpid():
+            remove_staged(top)
+
+
+@contextlib.contextmanager
+def _kills_held():
+    """SIGINT and SIGTERM held back on the main thread, where Python runs their handlers: a
+    kill just as a folder appeared fell between making it and marking it for removal, and
+    left it behind (the test that kills labctl once a folder shows caught it)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def staged_folder(kind: str) -> Path:
     """A new folder, 0755, for what the worker must read, where uid 65534 reaches it
-    (`limits.staging_parent`), named for this process; removed when labctl exits, and by
-    the next labctl should this one be killed first."""
+    (`limits.staging_parent`), named for this process; removed when labctl exits (or sooner,
+    `remove_staged`), and by the next labctl should this one be killed first."""
     parent = _staging_parent_swept()
-    top = Path(tempfile.mkdtemp(prefix=f"labctl-{kind}-{os.getpid()}-", dir=parent))
+    with _kills_held():
+        top = Path(tempfile.mkdtemp(prefix=f"labctl-{kind}-{os.getpid()}-", dir=parent))
+        if not _STAGED:
+            atexit.register(_remove_staged)
+        _STAGED[top] = os.getpid()
     top.chmod(0o755)
     return top
+
+
+def remove_staged(top: Path) -> None:
+    """Remove a folder `staged_folder` made, now."""
+    shutil.rmtree(top, ignore_errors=True)
+    _STAGED.pop(top, None)
 
 
 @functools.cache

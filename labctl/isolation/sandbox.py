@@ -17,7 +17,6 @@ import contextlib
 import fcntl
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -330,7 +329,7 @@ class CleanRoom:
         """Close the worker and remove the sandbox's copy of the clean room."""
         self.close()
         if self._copy is not None:
-            shutil.rmtree(self._copy.parent, ignore_errors=True)
+            limits.remove_staged(self._copy.parent)
             self._copy = None
 
     def __enter__(self) -> CleanRoom:

@@ -19,7 +19,6 @@ what that uid cannot reach:
 
 from __future__ import annotations
 
-import atexit
 import functools
 import os
 import shutil
@@ -67,12 +66,6 @@ def _mirror(source: Path, dest: Path, left_out: frozenset[str] = frozenset()) ->
                 _place(Path(entry.path), target)
 
 
-def _folder(kind: str) -> Path:
-    top = staged_folder(kind)
-    atexit.register(shutil.rmtree, top, True)
-    return top
-
-
 def _needs_mirror(*paths: Path) -> bool:
     return os.geteuid() == 0 and not all(readable_by_others(p) for p in paths)
 
@@ -86,7 +79,7 @@ def runtime() -> tuple[str, str]:
     if not _needs_mirror(binary, stdlib):
         return str(binary), str(stdlib)
     prefix = binary.parent.parent
-    top = _folder("runtime")
+    top = staged_folder("runtime")
     (top / "bin").mkdir(mode=0o755)
     _place(binary, top / "bin" / binary.name)
     mirrored = top / stdlib.relative_to(prefix)
@@ -106,7 +99,7 @@ def numpy_site() -> tuple[str, str]:
     libs = numpy.parent / "numpy.libs"
     if not _needs_mirror(numpy, *([libs] if libs.is_dir() else [])):
         return str(bwrap.staged_worker() / "site"), str(numpy)
-    site = _folder("numpy")
+    site = staged_folder("numpy")
     _mirror(numpy, site / "numpy")
     if libs.is_dir():
         _mirror(libs, site / "numpy.libs")
