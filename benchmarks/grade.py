@@ -168,10 +168,10 @@ class CpuMeter:
 
     def read(self) -> float:
         """Seconds of CPU so far, less this process's own."""
-        own = resource.getrusage(resource.RUSAGE_SELF)
         if self.group is None:
             used = resource.getrusage(resource.RUSAGE_CHILDREN)
             return used.ru_utime + used.ru_stime
+        own = resource.getrusage(resource.RUSAGE_SELF)
         text = (self.group / self.usage).read_text()
         if self.usage == "cpuacct.usage":
             total = int(text) / 1e9

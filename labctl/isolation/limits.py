@@ -18,6 +18,7 @@ import shutil
 import signal
 import stat
 import tempfile
+import threading
 from pathlib import Path
 
 from labctl.isolation import seccomp
@@ -203,6 +204,7 @@ def _readlink(path: str) -> str:
 _STAGED: dict[Path, int] = {}
 
 
+@atexit.register
 def _remove_staged() -> None:
     for top, pid in list(_STAGED.items()):
         if pid == os.getpid():
@@ -214,8 +216,6 @@ def _kills_held():
     """SIGINT and SIGTERM held back on the main thread, where Python runs their handlers: a
     kill just as a folder appeared fell between making it and marking it for removal, and
     left it behind (the test that kills labctl once a folder shows caught it)."""
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -233,8 +233,6 @@ def staged_folder(kind: str) -> Path:
     parent = _staging_parent_swept()
     with _kills_held():
         top = Path(tempfile.mkdtemp(prefix=f"labctl-{kind}-{os.getpid()}-", dir=parent))
-        if not _STAGED:
-            atexit.register(_remove_staged)
         _STAGED[top] = os.getpid()
     top.chmod(0o755)
     return top
