@@ -91,6 +91,39 @@ def test_only_an_array_no_one_can_write_keeps_its_file():
     assert not sealed.immutable(read_only_view)  # its owner can still be written
 
 
+def test_labctls_own_read_only_inputs_cross_sealed_from_one_mib_and_keep_their_file(channel):
+    """The scale ablation's drawn inputs (2 to 43 MB, read-only) are the same for every
+    learner: sealed once and kept; a writable array of the same size still goes inline."""
+    ours, theirs = channel
+    values = np.random.default_rng(1).standard_normal((512, 512))  # 2 MiB
+    drawn = _frozen(values)
+    for _ in range(2):
+        frame = sealed.Frame()
+        replies: list = []
+        # the writable array's 2 MiB fill the socket: read while it is written
+        reader = threading.Thread(target=lambda got=replies: got.append(wire.read_request(theirs)))
+        reader.start()
+        try:
+            wire.write_frame(ours, {"args": [drawn, values.copy()]}, frame)
+            assert len(frame.fds) == 1  # the read-only one only
+            kept = [fd for array, fd in sealed._kept.values() if array is drawn]
+            assert len(kept) == 1  # one file, kept for the next frame
+        finally:
+            frame.close()
+            reader.join(timeout=30)
+        got = replies[0]["args"]
+        assert np.array_equal(got[0], values) and np.array_equal(got[1], values)
+    tiny = _frozen(np.ones((8, 8)))  # below 1 MiB: inline, kept or not
+    frame = sealed.Frame()
+    try:
+        wire.write_frame(ours, {"args": [tiny]}, frame)
+        assert frame.fds == []
+    finally:
+        frame.close()
+    wire.read_request(theirs)
+    sealed.forget()
+
+
 def test_a_frame_with_more_descriptors_than_allowed_is_refused(channel):
     ours, theirs = channel
     extra = [os.open(os.devnull, os.O_RDONLY) for _ in range(wire.MAX_FDS + 1)]

@@ -10,8 +10,9 @@ no process, labctl included, can change it after. Its descriptor travels with th
 (`wire.read_request`): a learner who writes into an argument changes its own pages only.
 
 An array no one can write (read-only down to the array that owns its memory, like the drawn
-inputs `labctl.memo` hands out) keeps its sealed file for the next call and the next
-learner's room, `LIMIT` bytes of them at most; any other is written anew for each frame.
+inputs `labctl.memo` hands out) goes so from `KEPT_MIN_BYTES` (1 MiB) and keeps its sealed
+file for the next call and the next learner's room, `LIMIT` bytes of them at most; any other
+is written anew for each frame.
 Where memory files cannot be made, every array goes inline, as before.
 """
 
@@ -31,6 +32,13 @@ from labctl.isolation import wire
 # was measured with them there (the embedding lab subtracts the table its worker received: with
 # 1 MiB here, its one-hot fault measured 0.62 of the matrix beyond the table, where 0.74 before).
 MIN_BYTES = 32 << 20
+# labctl's own read-only inputs (`immutable`: a lab's draws that `labctl.memo` keeps) travel
+# sealed from this size: the same bytes for every call and every learner, written once, so no
+# learner's room copies them out of the pipe again. None of the labs that measure a worker's
+# memory draws its inputs so. The scale ablation's 2 to 43 MB arrays below `MIN_BYTES`, piped
+# to each learner's room, were about half of a grading worker's CPU for that lab (0.68 s of
+# CPU per learner, labctl's and the room's, against 0.36 s sealed; its values the same).
+KEPT_MIN_BYTES = 1 << 20
 LIMIT = 512 << 20
 
 _kept: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()
@@ -118,14 +126,17 @@ class Frame(wire.Share):
         self._places: dict[int, int] = {}
 
     def __call__(self, array: np.ndarray) -> int | None:
-        if array.nbytes < MIN_BYTES:
+        if array.nbytes < KEPT_MIN_BYTES:
+            return None
+        kept = immutable(array)
+        if not kept and array.nbytes < MIN_BYTES:
             return None
         if id(array) in self._places:  # the same array twice in one frame: one file
             return self._places[id(array)]
         if len(self.fds) >= wire.MAX_FDS:
             return None
         try:
-            fd = _kept_file(array) if immutable(array) else sealed_file(array)
+            fd = _kept_file(array) if kept else sealed_file(array)
         except OSError:  # no memory file here (a seccomp profile, a descriptor limit): inline
             return None
         self.fds.append(fd)
