@@ -315,7 +315,15 @@ def test_the_cache_is_off_unless_asked_for(monkeypatch, tmp_path):
 # -- metric items ----------------------------------------------------------------------
 
 
-def test_metric_items_score_the_template_metrics_on_the_learners_clean_room(tmp_path):
+def test_metric_items_score_the_template_metrics_on_the_learners_clean_room(tmp_path, monkeypatch):
+    """Workers that import torch for the labs compute the reference's outputs on the fixtures
+    and write the batch's cache: the batch's own process computes nothing (it would import
+    torch for it, a third time, while the workers start)."""
+    computed_here: list = []
+    warm = fixtures.warm_reference
+    monkeypatch.setattr(
+        fixtures, "warm_reference", lambda *a, **k: computed_here.append(a) or warm(*a, **k)
+    )
     data = yaml.safe_load(rubric_without(tmp_path, "function", "check", "submission").read_text())
     rubric = tmp_path / "metrics.yaml"
     rubric.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -339,6 +347,8 @@ def test_metric_items_score_the_template_metrics_on_the_learners_clean_room(tmp_
     assert rows["stubs"]["score"] == 0
     record = json.loads((tmp_path / "out" / "records" / "stubs.json").read_text())
     assert all("not measured" in i["message"] or "=" in i["message"] for i in record["items"])
+    assert computed_here == []
+    assert len(list((tmp_path / "out" / ".reference-cache").glob("reference-*.bin"))) == 1
 
 
 def test_a_rubric_s_metric_items_are_all_the_labs_run_for(tmp_path):
