@@ -246,6 +246,23 @@ def test_the_tables_name_the_pairs_used_and_the_keys():
     assert titles[0].args == {"n": 1000} and titles[1].args == {"keys": 8}
 
 
+def _small_sample_note(result):
+    return [
+        f for f in result.figures if getattr(f, "flag", False) and "pairs the ±10%" in str(f.text)
+    ]
+
+
+def test_too_few_pairs_are_named_as_why_the_variance_rows_may_fail(result):
+    """1000 pairs: ±10% is 1.4 standard errors at d_k=2, so honest rows fail by chance; the
+    learner is told so, with the figure; the course's 10000 pairs (4.5 σ) need no such note."""
+    small = run_lab(LAB, 5, {"reference": Implementation("reference", reference)}, SMALL)
+    (note,) = _small_sample_note(small)
+    assert note.text.args["n"] == 1000 and note.text.args["d"] == 2
+    assert note.text.args["sigmas"] == pytest.approx(0.1 / math.sqrt(20 / 1000) * 2)  # 1.41
+    assert note.text.args["default"] == pytest.approx(4.47, abs=0.01)
+    assert _small_sample_note(result) == []
+
+
 class OffAt:
     """The reference, with the weights of d_k = `d` moved by 1e-3 (outputs untouched)."""
 
