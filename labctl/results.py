@@ -84,6 +84,16 @@ class LabResult:
         """The parameters this run changed from the lab's defaults (empty for a default run)."""
         return non_default(self.lab, self.params) if self.params is not None else {}
 
+    @property
+    def reference_fails_off_defaults(self) -> list[str]:
+        """The metrics the reference fails with parameters changed from the defaults the
+        tolerances were set for: the parameters' doing, not an implementation's."""
+        if not self.changed_params:
+            return []
+        return [
+            m.name for m in self.metrics if m.impl == "reference" and m.decides and not m.passed
+        ]
+
     def failures(self) -> list[str]:
         failed = [
             f"{m.name} ({m.impl}): {m.actual:.6g} does not satisfy {m.expected}"

@@ -421,3 +421,21 @@ def test_labs_run_two_at_a_time_in_their_order_a_timed_lab_alone(tmp_path, monke
         values = {(m.name, m.impl): m.actual for m in result.metrics if not m.timing}
         one_by_one = alone[result.lab.id].metrics
         assert values == {(m.name, m.impl): m.actual for m in one_by_one if not m.timing}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_reference_failing_off_its_defaults_is_blamed_on_the_parameters(tmp_path, lang):
+    """98 pairs: the scale ablation's variance rows fail for the reference too; the learner is
+    told those FAILs are the parameters' doing, with the metrics named."""
+    args = ["--lang", lang, "run", "scale-ablation", "--impl", "reference"]
+    args += ["--set", "pairs=100", "--set", "pairs_per_block=7", "--out", str(tmp_path / "o")]
+    result = CliRunner().invoke(app, args, env={"NO_COLOR": "1", "COLUMNS": "400"})
+    assert result.exit_code == 1, result.output
+    said = {"en": "the reference itself fails", "zh": "连参考实现也没有通过"}[lang]
+    line = next(line for line in result.output.splitlines() if said in line)
+    # only those that fail are named (d_k=512 passes at seed 5)
+    assert "scaled_score_var[d_k=2]" in line and "d_k=512" not in line
+    defaults = CliRunner().invoke(
+        app, ["run", "causal-attention", "--impl", "reference", "--out", str(tmp_path / "d")]
+    )
+    assert defaults.exit_code == 0 and "itself fails" not in defaults.output

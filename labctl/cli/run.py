@@ -139,6 +139,16 @@ def _render_lab(result) -> None:
             + escape(_("non-default parameters: {values}").format(values=shown))
             + "[/bold yellow]"
         )
+        blamed = result.reference_fails_off_defaults
+        if blamed:
+            said = _(
+                "the reference itself fails {metrics} with these parameters: the tolerances are "
+                "set for the lab's defaults, so these FAILs say what the parameters changed, not "
+                "that an implementation is wrong"
+            )
+            out.print(
+                Prose("[yellow]! " + escape(said.format(metrics=", ".join(blamed))) + "[/yellow]")
+            )
     if result.error:
         out.print(Prose(f"{verdict(False)}  {escape(_(result.shown_error))}"))
     rows_shown = []
