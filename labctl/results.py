@@ -13,7 +13,7 @@ from pathlib import Path
 from labctl import registry
 from labctl.evidence.models import CleanRoomInfo
 from labctl.evidence.room import room_json
-from labctl.i18n import Msg
+from labctl.i18n import N_, Msg
 from labctl.lab import HeatmapFigure, Lab, LabParams, Note, TableFigure
 from labctl.params import non_default, record_values
 
@@ -55,6 +55,19 @@ class MetricResult:
         }
 
 
+# What a run with non-default parameters says of `reference_failures` (terminal and report).
+REFERENCE_OFF_DEFAULTS = N_(
+    "the reference itself fails {metrics} with these parameters: the tolerances are set for "
+    "the lab's defaults, so these FAILs say what the parameters changed, not that an "
+    "implementation is wrong"
+)
+
+
+def reference_failures(metrics) -> list[str]:
+    """The names of the deciding metrics (a run's or a record's) the reference row fails."""
+    return [m.name for m in metrics if m.impl == "reference" and not m.timing and m.passed is False]
+
+
 @dataclass
 class LabResult:
     lab: Lab
@@ -88,11 +101,7 @@ class LabResult:
     def reference_fails_off_defaults(self) -> list[str]:
         """The metrics the reference fails with parameters changed from the defaults the
         tolerances were set for: the parameters' doing, not an implementation's."""
-        if not self.changed_params:
-            return []
-        return [
-            m.name for m in self.metrics if m.impl == "reference" and m.decides and not m.passed
-        ]
+        return reference_failures(self.metrics) if self.changed_params else []
 
     def failures(self) -> list[str]:
         failed = [

@@ -677,3 +677,18 @@ def test_an_out_that_is_no_regular_file_is_refused_untouched(evidence, tmp_path,
     assert out.is_symlink() if kind == "link" else stat.S_ISFIFO(out.lstat().st_mode)
     assert not target.exists()
     assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_a_reference_failing_off_its_defaults_is_blamed_on_the_parameters(tmp_path):
+    """The report says of a run what the terminal said: the reference's own FAILs with
+    non-default parameters are the parameters' doing (98 pairs for the scale ablation)."""
+    root = tmp_path / "evidence"
+    args = ["run", "scale-ablation", "--impl", "reference", "--out", str(root / "runs")]
+    ran = runner.invoke(app, [*args, "--set", "pairs=100", "--set", "pairs_per_block=7"])
+    assert ran.exit_code == 1, ran.output
+    page = tmp_path / "report.html"
+    made = runner.invoke(app, ["report", "--root", str(root), "--out", str(page)])
+    assert made.exit_code == 0, made.output
+    text = html.unescape(page.read_text())
+    (said,) = re.findall(r"the reference itself fails ([^<]*) with these parameters", text)
+    assert "scaled_score_var[d_k=2]" in said and "d_k=512" not in said

@@ -124,6 +124,7 @@ def _render_lab(result) -> None:
     from labctl.cli.figures import figures, text
     from labctl.lab import Note, shown_expected
     from labctl.params import record_values
+    from labctl.results import REFERENCE_OFF_DEFAULTS
 
     lab = result.lab
     out.print(heading(lab.id, _(lab.title)))
@@ -141,11 +142,7 @@ def _render_lab(result) -> None:
         )
         blamed = result.reference_fails_off_defaults
         if blamed:
-            said = _(
-                "the reference itself fails {metrics} with these parameters: the tolerances are "
-                "set for the lab's defaults, so these FAILs say what the parameters changed, not "
-                "that an implementation is wrong"
-            )
+            said = _(REFERENCE_OFF_DEFAULTS)
             out.print(
                 Prose("[yellow]! " + escape(said.format(metrics=", ".join(blamed))) + "[/yellow]")
             )

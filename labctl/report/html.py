@@ -17,6 +17,7 @@ from labctl.lab import shown_expected
 from labctl.report import glyphs, plots
 from labctl.report.collect import Evidence, Figure, LabRun, margin, message
 from labctl.report.drawing import Entry, draw_all, plan
+from labctl.results import REFERENCE_OFF_DEFAULTS, reference_failures
 
 CSP = "default-src 'none'; img-src data:; font-src data:; style-src 'unsafe-inline'"
 
@@ -221,6 +222,10 @@ def _lab(run: LabRun, drawn: list[tuple[Entry, bytes | None]]) -> str:
             + _e(_("non-default parameters: {values}").format(values=changed or "?"))
             + "</p>"
         )
+        blamed = reference_failures(run.record.metrics)
+        if blamed:
+            said = _(REFERENCE_OFF_DEFAULTS).format(metrics=", ".join(blamed))
+            parts.append(f'<p class="changed">{_e(said)}</p>')
     if run.record.known_failures:
         parts.append(
             "<ul>"
