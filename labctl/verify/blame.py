@@ -21,6 +21,7 @@ import numpy as np
 from labctl import contract
 from labctl.i18n import Msg, declared, joined
 from labctl.verify import fixtures as fx
+from labctl.verify import relation
 from labctl.verify.bad_input import bad_cases
 from labctl.verify.calls import FLOAT32_ROUNDING, Call, relative_error
 from labctl.verify.check_base import CheckResult
@@ -332,6 +333,8 @@ def said_own(function: str, run: FunctionRun, own: tuple[str, ...]) -> list[Msg]
                     "loop over range(0, T, block_size) and let the last block be shorter"
                 )
             )
+        elif check == "parity" and (related := _related(function, run)) is not None:
+            phrases.append(related)
         elif check == "finite" and function in _TILED:
             phrases.append(
                 Msg(
@@ -486,6 +489,12 @@ def _ragged(fixture: fx.Fixture) -> bool:
 def _ragged_keys(fixture: fx.Fixture) -> bool:
     """block_size does not divide Tk: the last key block is shorter."""
     return bool(np.shape(fixture.args[1])[-2] % fixture.args[3])
+
+
+def _related(function: str, run: FunctionRun) -> Msg | None:
+    """What one relation between its wrong outputs and the reference's says (`relation`)."""
+    traced = [(f, o) for f, o in _traced(function, run, "parity") if f is not None and o.ok]
+    return relation.said((o.value, fx.reference_output(f)) for f, o in traced) if traced else None
 
 
 def _fails_only_on_ragged_blocks(function: str, run: FunctionRun) -> bool:
