@@ -124,6 +124,31 @@ def test_sigterm_ends_labctl_as_ctrl_c_does_with_nothing_left_behind(tmp_path):
     assert staged() == []
 
 
+def test_the_probe_folder_of_a_labctl_killed_outright_is_swept_by_the_next(tmp_path):
+    """The sandbox probe runs in a thread while the command imports (`bwrap.probe_soon`); a
+    labctl killed then (SIGKILL: a job's hard limit, an OOM) left `labctl-probe-…` in /tmp,
+    eleven of them on this machine in a day, and no labctl ever removed them. The probe's
+    folder is a staged folder now: named for its process, swept once that process is gone."""
+    labctl = shutil.which("labctl", path=str(Path(sys.executable).parent))
+    command = [labctl, "verify", "clean-room", "--path", str(project_clean_room()), "--json"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=tmp_path)  # fmt: skip
+    parent = Path(limits.staging_parent() or tempfile.gettempdir())
+
+    def probes() -> list[Path]:
+        return list(parent.glob(f"labctl-probe-{proc.pid}-*"))
+
+    deadline = time.monotonic() + 60
+    while not probes() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    left = probes()
+    assert left, "no probe started"
+    proc.kill()
+    proc.communicate(timeout=60)
+    limits.sweep_staged(str(parent))  # what the next labctl does before it stages anything
+    assert not any(folder.exists() for folder in left)
+
+
 KILLED_AS_IT_APPEARS = """
 import os, signal, tempfile
 from labctl.isolation import limits

@@ -30,7 +30,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from pathlib import Path
 
 from labctl.i18n import N_, Msg, declared
 from labctl.isolation import seccomp
-from labctl.isolation.limits import staged_folder
+from labctl.isolation.limits import remove_staged, staged_folder
 
 ENV_BWRAP = "LABCTL_BWRAP"  # another bwrap binary, or a missing path to test the fallback
 INSTALL_HINT = N_(
@@ -355,8 +354,10 @@ def _probe() -> SandboxStatus:
     binary = bwrap_binary()
     if binary is None or not Path(binary).is_file():
         return SandboxStatus(False, Msg("bwrap is not installed; {hint}", hint=_hint()))
-    probe = Path(tempfile.mkdtemp(prefix="labctl-probe-"))
-    probe.chmod(0o755)  # the probe drops to uid 65534 as the worker does, and must read it
+    # Read by uid 65534, as a worker's room is; removed as labctl exits should the command end
+    # while the probe's thread is still running (`probe_soon`: a kill, a refusal), and by the
+    # next labctl should this one be killed outright: a kill in the probe left it in /tmp.
+    probe = staged_folder("probe")
     fd = seccomp.program_fd()
     try:
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}
@@ -385,7 +386,7 @@ def _probe() -> SandboxStatus:
     finally:
         if fd is not None:
             os.close(fd)
-        shutil.rmtree(probe, ignore_errors=True)
+        remove_staged(probe)
     if done.returncode != 0:
         lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
         why = lines[-1] if lines else Msg("exit code {code}", code=done.returncode)

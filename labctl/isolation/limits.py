@@ -99,7 +99,7 @@ def readable_by_others(path: Path) -> bool:
 
 # A folder of the worker's files (the room's copy, the staged modules, a runtime's mirror)
 # is named `labctl-<kind>-<pid>-…`, so that one a killed labctl left behind can be swept.
-STAGED_KINDS = ("room", "worker", "runtime", "numpy")
+STAGED_KINDS = ("room", "worker", "runtime", "numpy", "probe")
 
 
 def staging_parent() -> str | None:
