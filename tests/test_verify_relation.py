@@ -60,6 +60,7 @@ def test_nothing_is_said_for_a_difference_that_is_none_of_them():
     assert _said(REF + 1e-3 * RNG.standard_normal(REF.shape)) is None
     assert _said(REF * 1.5 + 1e-3) is None  # nearly a factor is no factor
     assert _said(np.where(REF > 0, REF, 0.0)) is None
+    assert _said(np.zeros_like(REF)) is None  # a stub's zeros are not "the reference times 0"
 
 
 def test_one_relation_must_hold_for_every_wrong_array():

@@ -33,7 +33,9 @@ def _factor(mine: np.ndarray, ref: np.ndarray, size: float) -> float | None:
     if ref[at] == 0:
         return None
     c = float(mine[at] / ref[at])
-    return c if abs(c - 1) > RELATIVE and _close(mine, c * ref, max(size, abs(c) * size)) else None
+    if abs(c) <= RELATIVE or abs(c - 1) <= RELATIVE:  # zeros are no scaled copy of anything
+        return None
+    return c if _close(mine, c * ref, max(size, abs(c) * size)) else None
 
 
 def _pairs_swapped(mine: np.ndarray, ref: np.ndarray, size: float) -> bool:
