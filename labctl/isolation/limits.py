@@ -117,14 +117,14 @@ def staging_parent() -> str | None:
 
 def sweep_staged(parent: str) -> None:
     """Remove the worker folders under `parent` that a labctl no longer running left
-    (killed, it ran no cleanup of its own): root's, of a pid that is gone."""
+    (killed, it ran no cleanup of its own): this user's, of a pid that is gone."""
     for entry in os.scandir(parent):
         kind, _, rest = entry.name.removeprefix("labctl-").partition("-")
         pid = rest.partition("-")[0]
         if not (entry.name.startswith("labctl-") and kind in STAGED_KINDS and pid.isdigit()):
             continue
         with contextlib.suppress(OSError):
-            if entry.stat(follow_symlinks=False).st_uid != 0 or not entry.is_dir():
+            if entry.stat(follow_symlinks=False).st_uid != os.geteuid() or not entry.is_dir():
                 continue
             if not os.path.exists(f"/proc/{pid}"):
                 shutil.rmtree(entry.path, ignore_errors=True)
@@ -246,7 +246,9 @@ def remove_staged(top: Path) -> None:
 
 @functools.cache
 def _staging_parent_swept() -> str | None:
+    # The temporary folder too, not only root's staging parent: where that was the temporary
+    # folder itself (/tmp, as for any user), a labctl killed outright left its folders for good.
     parent = staging_parent()
-    if parent is not None:
-        sweep_staged(parent)
+    with contextlib.suppress(OSError):
+        sweep_staged(parent or tempfile.gettempdir())
     return parent
