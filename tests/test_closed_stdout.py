@@ -100,28 +100,35 @@ def test_a_closed_stdout_is_no_traceback(args, tmp_path):
     assert "Traceback" not in result.stderr, result.stderr
 
 
+LABCTL = shutil.which("labctl", path=str(Path(sys.executable).parent))
+# where labctl stages what its worker reads (as root: a folder uid 65534 reaches)
+STAGED_IN = Path(limits.staging_parent() or tempfile.gettempdir())
+
+
+def _verify_until_staged(cwd: Path, kind: str) -> tuple[subprocess.Popen, list[Path]]:
+    """`labctl verify` of the project's room, started, and the first of its staged folders of
+    `kind` (`*`: any) once one shows."""
+    command = [LABCTL, "verify", "clean-room", "--path", str(project_clean_room()), "--json"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        found = list(STAGED_IN.glob(f"labctl-{kind}-{proc.pid}-*"))
+        if found:
+            return proc, found
+        time.sleep(0.005)
+    return proc, []
+
+
 def test_sigterm_ends_labctl_as_ctrl_c_does_with_nothing_left_behind(tmp_path):
     """SIGTERM (a job's time limit, `kill`) ended labctl at once: no JSON on stdout, and each
     clean room's copy and staged worker left behind (`labctl-room-<pid>-…`)."""
-    labctl = shutil.which("labctl", path=str(Path(sys.executable).parent))
-    command = [labctl, "verify", "clean-room", "--path", str(project_clean_room()), "--json"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=tmp_path)  # fmt: skip
-    # where labctl stages what its worker reads (as root: a folder uid 65534 reaches)
-    parent = Path(limits.staging_parent() or tempfile.gettempdir())
-
-    def staged() -> list[Path]:
-        return list(parent.glob(f"labctl-*-{proc.pid}-*"))
-
-    deadline = time.monotonic() + 60
-    while not staged() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert staged(), "no clean room started"
+    proc, staged = _verify_until_staged(tmp_path, "*")
+    assert staged, "no clean room started"
     proc.send_signal(signal.SIGTERM)
     out, _err = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert json.loads(out)["error"]["kind"] == "interrupted"
-    assert staged() == []
+    assert list(STAGED_IN.glob(f"labctl-*-{proc.pid}-*")) == []
 
 
 def test_the_probe_folder_of_a_labctl_killed_outright_is_swept_by_the_next(tmp_path):
@@ -130,25 +137,13 @@ def test_the_probe_folder_of_a_labctl_killed_outright_is_swept_by_the_next(tmp_p
     eleven of them on this machine in a day, and no labctl ever removed them. The probe's
     folder is a staged folder now: named for its process, swept by the next labctl once that
     process is gone (which swept only where root staged outside the temporary folder)."""
-    labctl = shutil.which("labctl", path=str(Path(sys.executable).parent))
-    command = [labctl, "verify", "clean-room", "--path", str(project_clean_room()), "--json"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=tmp_path)  # fmt: skip
-    parent = Path(limits.staging_parent() or tempfile.gettempdir())
-
-    def probes() -> list[Path]:
-        return list(parent.glob(f"labctl-probe-{proc.pid}-*"))
-
-    deadline = time.monotonic() + 60
-    while not probes() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    left = probes()
+    proc, left = _verify_until_staged(tmp_path, "probe")
     assert left, "no probe started"
     proc.kill()
     proc.communicate(timeout=60)
     assert all(folder.exists() for folder in left)  # nothing of a SIGKILLed labctl runs
     # the next labctl sweeps before it stages anything (`doctor` probes the sandbox)
-    subprocess.run([labctl, "doctor", "--json"], capture_output=True, cwd=tmp_path, timeout=120)
+    subprocess.run([LABCTL, "doctor", "--json"], capture_output=True, cwd=tmp_path, timeout=120)
     assert not any(folder.exists() for folder in left)
 
 
