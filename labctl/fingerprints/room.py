@@ -13,6 +13,7 @@ that only calls a copied helper is the helper's code.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,6 +117,34 @@ def read_source(path: Path) -> str:
     return path.read_text("utf-8", errors="replace")
 
 
+# A batch reads the same file text many times: labctl's own clean room as the base, the
+# course's starting files a learner left as they were, every room again for the similarity
+# listing. Each text is parsed and fingerprinted once per process; the cache holds at most
+# `_CACHED_CHARS` of text (the oldest goes first), and what it hands out is never changed.
+_CACHED_CHARS = 4 << 20
+_cache: OrderedDict[str, tuple[Parsed, list[tuple]]] = OrderedDict()
+_cached_chars = 0
+
+
+def _fingerprinted(text: str) -> tuple[Parsed, list[tuple]]:
+    """`text`'s bindings (a `Parsed` without its units' tokens) and each unit's (name, first,
+    last, winnowed prints, calls)."""
+    global _cached_chars
+    found = _cache.get(text)
+    if found is not None:
+        _cache.move_to_end(text)
+        return found
+    parsed = parse_file(text)
+    units = [(u.name, u.first, u.last, winnow(grams(u.tokens)), u.calls) for u in parsed.units]
+    found = (Parsed(bindings=parsed.bindings, star=parsed.star), units)
+    if len(text) <= _CACHED_CHARS:
+        _cache[text] = found
+        _cached_chars += len(text)
+        while _cached_chars > _CACHED_CHARS:
+            _cached_chars -= len(_cache.popitem(last=False)[0])
+    return found
+
+
 def read_room(folder: Path) -> RoomCode:
     """Every `.py` file of the room at `folder`, parsed and fingerprinted."""
     room = RoomCode(folder.name)
@@ -123,15 +152,11 @@ def read_room(folder: Path) -> RoomCode:
         text = read_source(path)
         room.files.append(shown_name(path.relative_to(folder).as_posix()))
         room.lines.append(text.splitlines())
-        parsed = parse_file(text)
+        parsed, units = _fingerprinted(text)
         room.parsed.append(parsed)
         room.offsets.append(len(room.units))
         index = len(room.files) - 1
-        for unit in parsed.units:
-            room.units.append(
-                Code(index, unit.name, unit.first, unit.last, winnow(grams(unit.tokens)),
-                     unit.calls)
-            )  # fmt: skip
+        room.units += [Code(index, *unit) for unit in units]
     return room
 
 

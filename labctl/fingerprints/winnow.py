@@ -11,6 +11,7 @@ room gives the very fingerprints it gave in its own, whatever surrounds it.
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 
 from labctl.fingerprints.tokens import Token
 
@@ -22,12 +23,15 @@ Gram = tuple[int, int, int]  # (hash, first line, last line)
 
 def grams(tokens: list[Token]) -> list[Gram]:
     """(hash, first line, last line) of every K-gram; the hash is stable across runs."""
+    texts = [text for text, _ in tokens]
+    lines = [line for _, line in tokens]
+    blake2b = hashlib.blake2b
     found = []
     for start in range(len(tokens) - K + 1):
-        window = tokens[start : start + K]
-        text = "\x1f".join(t for t, _ in window).encode("utf-8", "surrogatepass")
-        digest = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
-        found.append((digest, min(line for _, line in window), max(line for _, line in window)))
+        text = "\x1f".join(texts[start : start + K]).encode("utf-8", "surrogatepass")
+        digest = int.from_bytes(blake2b(text, digest_size=8).digest(), "big")
+        window = lines[start : start + K]
+        found.append((digest, min(window), max(window)))
     return found
 
 
@@ -35,10 +39,22 @@ def winnow(found: list[Gram]) -> list[Gram]:
     """The rightmost smallest hash of every window of W, each position kept once."""
     if len(found) <= W:
         return [min(found, key=lambda g: g[0])] if found else []
-    chosen: dict[int, Gram] = {}
-    for start in range(len(found) - W + 1):
-        window = found[start : start + W]
-        low = min(g[0] for g in window)
-        at = start + max(i for i, g in enumerate(window) if g[0] == low)
-        chosen[at] = found[at]
-    return [chosen[at] for at in sorted(chosen)]
+    # A sliding-window minimum: `queue` holds positions whose hashes rise from front to back;
+    # a new hash drops every one behind it that is not smaller, so the front is the
+    # rightmost smallest of the window. Linear, where a min over each window was W times that.
+    queue: deque[int] = deque()
+    chosen: list[Gram] = []
+    last = -1
+    for at, gram in enumerate(found):
+        while queue and found[queue[-1]][0] >= gram[0]:
+            queue.pop()
+        queue.append(at)
+        start = at - W + 1
+        if start < 0:
+            continue
+        if queue[0] < start:
+            queue.popleft()
+        if queue[0] != last:
+            last = queue[0]
+            chosen.append(found[last])
+    return chosen
