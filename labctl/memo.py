@@ -14,16 +14,23 @@ outputs may be among the inputs (a mask the room returned), which changes the di
 so the result, never what the next learner gets. Results are handed out as copies, so no
 caller can change what is kept, but for a lab's drawn inputs (`remember_draws`), which the
 labs only read: those are handed out read-only, and a write raises. The memory holds at
-most `LIMIT` bytes and keeps nothing past it.
+most `LIMIT` bytes and keeps nothing past it. A grading batch's workers also share what
+they compute through a folder (`share`, `labctl.memo_shared`): a result one worker computed
+is read, not computed again, by the others.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+
+from labctl.memo_shared import Shared
 
 T = TypeVar("T")
 LIMIT = 512 << 20
@@ -31,6 +38,8 @@ LIMIT = 512 << 20
 _store: dict[str, Any] | None = None
 _held = 0
 _limit = LIMIT
+_shared: Shared | None = None
+_inside = threading.local()  # how deep this thread is in computations being remembered
 
 
 class _Unkeyable(Exception):
@@ -50,9 +59,30 @@ def enabled() -> bool:
 
 
 def disable() -> None:
-    """Keep nothing from now on, and forget what was kept."""
-    global _store, _held
-    _store, _held = None, 0
+    """Keep nothing from now on, forget what was kept, and share nothing."""
+    global _store, _held, _shared
+    _store, _held, _shared = None, 0, None
+
+
+def shared() -> bool:
+    return _shared is not None
+
+
+def share(folder: Path) -> None:
+    """Share results with the other processes that share `folder` (memory must be on)."""
+    global _shared
+    _shared = Shared(folder, _limit)
+
+
+@contextlib.contextmanager
+def taking(name: str) -> Iterator[bool]:
+    """Whether this process computes the work `name` that the sharing processes split: the
+    first to ask does (`Shared.take`); without a shared folder, always."""
+    if _shared is None:
+        yield True
+        return
+    with _shared.take(name) as mine:
+        yield mine
 
 
 def _feed(value: Any, h) -> None:
@@ -143,6 +173,14 @@ def _plain(value: Any) -> bool:
     return isinstance(value, (np.ndarray, bool, int, float, str, np.generic, type(None)))
 
 
+def _computed(compute: Callable[[], T]) -> T:
+    _inside.depth = getattr(_inside, "depth", 0) + 1
+    try:
+        return compute()
+    finally:
+        _inside.depth -= 1
+
+
 def remember(parts: Any, compute: Callable[[], T], *, read_only: bool = False) -> T:
     """`compute()`, or what it gave before for the same `parts` (see the module docstring).
     With `read_only`, `compute` makes arrays no one else holds (fresh draws): they are kept as
@@ -155,13 +193,22 @@ def remember(parts: Any, compute: Callable[[], T], *, read_only: bool = False) -
         return compute()
     if key in _store:
         return _store[key] if read_only else _copy(_store[key])
-    value = compute()
+    # Only what is remembered outside any other remembered computation is shared: the outer
+    # result, once read, makes the inner ones unneeded.
+    shared = _shared if getattr(_inside, "depth", 0) == 0 else None
+    found, value = shared.wait(key) if shared is not None else (False, None)
+    if not found:
+        value = _computed(compute)
     size = _size(value)
     if _plain(value) and _held + size <= _limit:
-        _store[key] = _each_array(value, _frozen) if read_only else _copy(value)
+        # A result read from the folder is this process's alone: kept as read, read-only.
+        _store[key] = _each_array(value, _frozen) if read_only or found else _copy(value)
         _held += size
+        if shared is not None and not found:
+            shared.save(key, _store[key], size)
         if read_only:
             return _store[key]
+        return _copy(_store[key]) if found else value
     return value
 
 

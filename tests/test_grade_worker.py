@@ -144,6 +144,79 @@ def test_a_learners_limit_counts_from_when_its_code_starts(monkeypatch, prepare_
     assert outcomes["a"].status == status
 
 
+def test_a_workers_first_job_may_take_as_long_as_a_start_to_get_ready(monkeypatch):
+    """The first job makes ready what every later one reuses (torch, the labs' reference
+    side): limit 1 s and 1 s more; the first job's 2.5 s of preparing is allowed, the same
+    for the second job is not."""
+    monkeypatch.setattr(pool, "HARD_STOP_AFTER_S", 1.0)
+    outcomes = {}
+    with _SlowPool(1, 1.0, times=(2.5, 0.05)) as slow:
+        slow.run([("a", {}), ("b", {})], lambda key, outcome: outcomes.update({key: outcome}))
+    assert (outcomes["a"].status, outcomes["b"].status) == ("observed", "hang")
+
+
+def test_the_workers_share_a_folder_of_the_pools_own_only_when_asked(tmp_path):
+    import stat
+
+    from labctl.grade.worker import MEMO_SHARED
+
+    with pool.LocalPool(2, 10.0, {}, share_memo=True) as workers:
+        folder = Path(workers.env[MEMO_SHARED])
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700  # no room's uid reads it
+        assert (folder / ".owner").read_text().split()[0] == str(os.getpid())
+    assert not folder.exists()
+    for args in ((1, 10.0, {}, True), (2, 10.0, {}, False)):
+        with pool.LocalPool(*args) as workers:
+            assert MEMO_SHARED not in workers.env
+
+
+@pytest.mark.parametrize(
+    ("isolation", "dropped", "shared"),
+    [("auto", "submission", True), ("process", "submission", False), ("auto", "metric", False)],
+)
+def test_a_batch_shares_the_labs_only_in_the_sandbox_and_only_for_labs(
+    tmp_path, monkeypatch, isolation, dropped, shared
+):
+    """Learner code at the process level could reach a folder of the grader's; a rubric
+    without metrics runs no labs."""
+    from gradetools import copy_room, rubric_without
+
+    from labctl.grade import runner
+    from labctl.grade.rubric import load_rubric
+    from labctl.isolation.bwrap import sandbox_status
+
+    if isolation == "auto" and not sandbox_status().works:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI has bubblewrap")
+        pytest.skip("no working sandbox here")
+    asked = []
+
+    class Recorded:
+        def __init__(self, jobs, learner_timeout_s, env, share_memo=False):
+            asked.append(share_memo)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def boot(self, count):
+            return None
+
+        def run(self, jobs, done):
+            for key, _job in jobs:
+                done(key, pool.Outcome("crash", message="not run"))
+
+    monkeypatch.setattr(runner, "LocalPool", Recorded)
+    for name in ("a", "b"):
+        copy_room(tmp_path / "class" / name / "clean_room")
+    rubric = load_rubric(rubric_without(tmp_path, dropped))
+    options = runner.GradeOptions(jobs=2, seed=5, isolation=isolation)
+    runner.grade_class(tmp_path / "class", tmp_path / "out", rubric, options)
+    assert asked == [shared]
+
+
 class _Ended(Exception):
     pass
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from labctl.errors import LabctlError, UsageError
 from labctl.grade import scratch
+from labctl.grade.worker import MEMO_SHARED
 from labctl.i18n import Msg, _
 
 BOOT_TIMEOUT_S = 180.0
@@ -76,6 +77,7 @@ class _Slot:
     isolation: str | None = None
     deadline: float = 0.0
     started: float = field(default_factory=time.monotonic)
+    served: int = 0  # jobs sent to it
 
 
 def _signal_name(code: int | None) -> str:
@@ -86,7 +88,16 @@ def _signal_name(code: int | None) -> str:
 
 
 class LocalPool:
-    def __init__(self, jobs: int, learner_timeout_s: float, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        jobs: int,
+        learner_timeout_s: float,
+        env: dict[str, str] | None = None,
+        share_memo: bool = False,
+    ):
+        """`share_memo`: the workers share what `labctl.memo` keeps through a folder of the
+        pool's (`labctl.memo_shared`); only where learner code runs in the sandbox, which
+        mounts no such folder."""
         self.jobs = max(1, jobs)
         self.learner_timeout_s = learner_timeout_s
         self.env = {
@@ -99,6 +110,11 @@ class LocalPool:
         self._slots: list[_Slot] = []
         self._selector = selectors.DefaultSelector()
         scratch.remove_stale()  # what a run killed outright left behind
+        self._memo: str | None = None
+        if share_memo and self.jobs > 1:
+            self._memo = scratch.make(private=True)
+            scratch.claim(self._memo, os.getpid())
+            self.env[MEMO_SHARED] = self._memo
 
     # -- workers ------------------------------------------------------------
 
@@ -164,6 +180,8 @@ class LocalPool:
         for slot in list(self._slots):
             self._stop(slot, gently=True)
         self._selector.close()
+        if self._memo is not None:
+            shutil.rmtree(self._memo, ignore_errors=True)
 
     def __enter__(self) -> LocalPool:
         return self
@@ -194,7 +212,14 @@ class LocalPool:
                     # no budget reaches (an import that never returns).
                     job = {**job, "budget_s": self.learner_timeout_s}
                     slot.key = key
-                    slot.deadline = time.monotonic() + self.learner_timeout_s + HARD_STOP_AFTER_S
+                    # Until the learner's clock starts, the worker makes ready what the job
+                    # needs; a worker's first job may need all of it (torch, the labs'
+                    # reference side), as long as a worker may take to start.
+                    ready_s = 0.0 if slot.served else BOOT_TIMEOUT_S
+                    slot.served += 1
+                    slot.deadline = (
+                        time.monotonic() + self.learner_timeout_s + HARD_STOP_AFTER_S + ready_s
+                    )
                     slot.isolation = None
                     try:
                         slot.proc.stdin.write((json.dumps(job) + "\n").encode("utf-8"))

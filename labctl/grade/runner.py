@@ -305,7 +305,7 @@ def grade_learners(
     workflow.check(learners)
     # Refuse the batch before any learner runs: `sandbox` without a working one, or without
     # one of its layers, is exit 2.
-    resolve_isolation(options.isolation)
+    level = resolve_isolation(options.isolation)
     if options.isolation == "sandbox":
         require_every_layer()
     start = time.perf_counter()
@@ -399,7 +399,11 @@ def grade_learners(
             batch.warnings = warm_reference_cache(cache, kept.seed, kept.reference_key)
             run_on_dask(options.scheduler, jobs, done, options.learner_timeout_s, env)
         else:
-            with LocalPool(min(options.jobs, len(jobs)), options.learner_timeout_s, env) as pool:
+            # The workers share the labs' reference side through a folder that learner code,
+            # in the sandbox, cannot reach (`labctl.memo_shared`).
+            share = level == "sandbox" and "LABCTL_WORKER_TORCH" in env
+            size = min(options.jobs, len(jobs))
+            with LocalPool(size, options.learner_timeout_s, env, share_memo=share) as pool:
                 # The workers start (Python, labctl, torch) while this process computes the
                 # reference's outputs; no job is sent before they are written. Workers that
                 # import torch for the labs compute them before their first learner's clock

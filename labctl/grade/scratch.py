@@ -15,42 +15,26 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from labctl import owners
+
 PREFIX = "labctl-grading-"
 OWNER = ".owner"
 
 
-def _started(pid: int) -> str | None:
-    """When process `pid` started (clock ticks since boot), or None where that is not known;
-    with the process id, it names one process even after the id is used again."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rpartition(")")[2].split()[19]
-
-
-def _alive(pid: int, started: str | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return started is None or _started(pid) in (None, started)
-
-
-def make() -> str:
+def make(private: bool = False) -> str:
     """A fresh scratch folder; a clean room's process drops to uid 65534 and reads the
-    worker staged in it, so it is readable by all, writable by this user alone."""
+    worker staged in it, so it is readable by all, writable by this user alone; `private`:
+    this user's alone (what only labctl's own processes read)."""
     folder = tempfile.mkdtemp(prefix=PREFIX)
-    os.chmod(folder, 0o755)
+    if not private:
+        os.chmod(folder, 0o755)
     return folder
 
 
 def claim(folder: str, pid: int) -> None:
     """Name process `pid` the owner of `folder`."""
     with contextlib.suppress(OSError):
-        Path(folder, OWNER).write_text(f"{pid} {_started(pid) or '-'}\n", encoding="ascii")
+        Path(folder, OWNER).write_text(owners.owner(pid) + "\n", encoding="ascii")
 
 
 def remove_stale(where: str | None = None) -> list[str]:
@@ -63,10 +47,10 @@ def remove_stale(where: str | None = None) -> list[str]:
         try:
             if entry.is_symlink() or not entry.is_dir() or entry.stat().st_uid != os.getuid():
                 continue
-            pid, started = Path(entry.path, OWNER).read_text("ascii").split()
-            if _alive(int(pid), None if started == "-" else started):
+            named = Path(entry.path, OWNER).read_text("ascii")
+            if owners.parse(named) is None or owners.alive(named):
                 continue
-        except (OSError, ValueError):
+        except OSError:
             continue  # no owner named (being made, or an older labctl's): left alone
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(entry.path)

@@ -13,7 +13,8 @@ template metrics, a submission's claims), once: a rubric that scores neither cos
 no torch (about 1.5 s of CPU to import), unless a failing room's diagnosis asks the
 reference about the inputs one of its calls received. The template metrics' labs compute
 their reference side once per worker (`labctl.memo`): the same inputs at the batch's seed
-for every learner.
+for every learner; where the pool gives its workers a shared folder, once for all of them
+(`labctl.memo_shared`), before the first learner's clock starts.
 
 SIGTERM ends the worker through SystemExit, so the clean room it holds is
 closed (its whole process group killed) before the worker goes.
@@ -28,21 +29,36 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
+
+MEMO_SHARED = "LABCTL_MEMO_SHARED"  # the batch's shared memo folder (`labctl.memo_shared`)
 
 
 def _stop(signum, frame) -> None:
     raise SystemExit(128 + signum)
 
 
+_warmed: set[tuple] = set()
+
+
 def _prepare(job: dict) -> None:
-    """What `job` needs of labctl, made before its learner's clock starts."""
-    from labctl import contract
+    """What `job` needs of labctl, made before its learner's clock starts. Where the batch's
+    workers share a memo folder, the template labs' reference side too: the workers split
+    the labs, each computing the ones it takes (`template_reference`)."""
+    from labctl import contract, memo
     from labctl.verify import fixtures
 
     version = job.get("contract", 1)
     fixtures.warm_reference(contract.function_names(version), job["seed"], version)
     if job["measure"] or (job["submission"] and job["remeasure"]):
         from labctl import reference  # noqa: F401  (torch, for the labs)
+    metrics = job.get("metrics")
+    warm = (job["seed"], None if metrics is None else tuple(metrics))
+    if job["measure"] and memo.shared() and warm not in _warmed:
+        from labctl.verify.verify import template_reference
+
+        template_reference(job["seed"], metrics)
+        _warmed.add(warm)
 
 
 def _settle() -> None:
@@ -69,8 +85,11 @@ def main(argv: list[str]) -> int:
     from labctl.grade.task import observe_learner
     from labctl.i18n import choose, set_language
 
-    # Learner after learner at one seed: the labs' reference side is computed once.
+    # Learner after learner at one seed: the labs' reference side is computed once, and
+    # where the pool gives a shared folder, once for all its workers.
     memo.enable()
+    if os.environ.get(MEMO_SHARED):
+        memo.share(Path(os.environ[MEMO_SHARED]))
     if os.environ.get("LABCTL_WORKER_TORCH") == "1":
         # The batch's labs need torch (~1.5 s to import): imported while the batch's process
         # computes the reference cache, before the first learner's clock starts.

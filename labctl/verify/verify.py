@@ -154,6 +154,27 @@ def template_metrics(
     return measured
 
 
+def template_reference(seed: int, names: Sequence[str] | None = None) -> None:
+    """The reference's side of the labs of the template metrics in `names` (None: all), at
+    `seed`, computed into `labctl.memo` and nothing else: what `template_metrics` then reads
+    instead of computing. Processes sharing a memo folder split the labs (`memo.taking`):
+    each computes the labs it takes and reads the others' results."""
+    from labctl import reference
+    from labctl.lab import Implementation
+    from labctl.runner import run_lab
+
+    try:
+        table = registry.measuring(_asked(names))
+    except Exception:  # reported where the metrics are measured
+        return
+    target = memo.Remembered(reference, contract.function_names(2), "reference")
+    impls = {"reference": Implementation("reference", target)}
+    for lab in {lab.id: lab for lab, _metric in table.values()}.values():
+        with memo.taking(f"template-reference-{lab.id}-{seed}") as mine:
+            if mine:
+                run_lab(lab, seed, impls)
+
+
 def _asked(names: Sequence[str] | None) -> list[str]:
     """The course template's metrics among `names` (None: all of them), in its order."""
     required = next(m for m in MODULES if m.id == DEFAULT_MODULE).required
