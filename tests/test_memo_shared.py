@@ -185,12 +185,22 @@ def test_memo_reads_what_another_process_shared(tmp_path, remembering):
     assert _same(memo.remember(("k",), draw_and_count), first)
 
 
-def test_what_is_computed_inside_another_remembered_computation_is_not_shared(
+def test_what_is_computed_inside_another_remembered_computation_is_neither_kept_nor_shared(
     tmp_path, remembering
 ):
+    """The outer result is kept, which makes the inner one unneeded: not digested, not
+    copied, not written."""
     memo.share(tmp_path)
-    memo.remember(("outer",), lambda: memo.remember(("inner",), lambda: np.ones(2)) * 2)
-    assert len(list(tmp_path.glob("*.memo"))) == 1
+    inner = []
+
+    def compute_inner():
+        inner.append(1)
+        return np.ones(2)
+
+    memo.remember(("outer",), lambda: memo.remember(("inner",), compute_inner) * 2)
+    assert len(list(tmp_path.glob("*.memo"))) == 1 and memo._held == 16  # the outer alone
+    memo.remember(("inner",), compute_inner)  # on its own: computed, kept and written
+    assert len(inner) == 2 and len(list(tmp_path.glob("*.memo"))) == 2
 
 
 def _rows(result) -> list[tuple]:
