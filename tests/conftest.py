@@ -28,6 +28,7 @@ import labctl.cli.render  # noqa: E402, F401
 if _columns is not None:
     os.environ["COLUMNS"] = _columns
 
+import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 settings.register_profile("labctl", database=None)
@@ -122,3 +123,13 @@ def pytest_collection_modifyitems(config, items) -> None:
         return rank.get(module, len(rank))
 
     items.sort(key=order)  # stable: a module's own tests keep their order
+
+
+@pytest.fixture
+def remembering():
+    """`labctl.memo` on, as in a grading worker, for one test; off again after it."""
+    from labctl import memo
+
+    memo.enable()
+    yield
+    memo.disable()

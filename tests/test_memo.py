@@ -23,13 +23,6 @@ SEED = 20260306
 LABS = ("mask-ablation", "residual-ablation", "scale-ablation")
 
 
-@pytest.fixture
-def remembering():
-    memo.enable()
-    yield
-    memo.disable()
-
-
 def test_a_digest_is_the_content_of_every_part():
     a = np.arange(6, dtype=np.float64)
     assert memo.digest(("x", a, {"p": 1})) == memo.digest(("x", a.copy(), {"p": 1}))

@@ -28,13 +28,6 @@ SEED = 20261207
 LABS = ("mask-ablation", "residual-ablation", "scale-ablation")
 
 
-@pytest.fixture
-def remembering():
-    memo.enable()
-    yield
-    memo.disable()
-
-
 def _same(a, b) -> bool:
     """Equal, and of the same types all the way down (np.float64 is not float)."""
     if type(a) is not type(b):
