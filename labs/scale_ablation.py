@@ -63,12 +63,16 @@ class Params(LabParams):
     rows: int = Field(2048, ge=16, le=100000, description="softmax rows per d_k")
 
 
+VAR_BAND = 0.1  # the variance rows' tolerance: d_k (or 1) ± 10%
+
+
 def _var_metrics() -> tuple[Metric, ...]:
+    low, high = 1 - VAR_BAND, 1 + VAR_BAND
     metrics = []
     for d in D_KS:
         metrics.append(
             Metric(
-                f"raw_score_var[d_k={d}]", "variance", f"in [{0.9 * d:g}, {1.1 * d:g}]",
+                f"raw_score_var[d_k={d}]", "variance", f"in [{low * d:g}, {high * d:g}]",
                 Msg(
                     "variance of the score q·k the implementation computes with scale=1.0, over {PAIRS} "
                     "pairs of N(0, 1) vectors of width {d}; the course's derivation says d_k",
@@ -86,7 +90,7 @@ def _var_metrics() -> tuple[Metric, ...]:
     for d in D_KS:
         metrics.append(
             Metric(
-                f"scaled_score_var[d_k={d}]", "variance", "in [0.9, 1.1]",
+                f"scaled_score_var[d_k={d}]", "variance", f"in [{low:g}, {high:g}]",
                 Msg(
                     "variance of the score the implementation computes with its default scale, same pairs, "
                     "width {d}; the course says 1 for every d_k",
@@ -103,7 +107,6 @@ def _var_metrics() -> tuple[Metric, ...]:
 
 
 PAIRS, KEYS, ROWS = Params().pairs, Params().keys, Params().rows
-VAR_BAND = 0.1  # the variance rows' tolerance: d_k (or 1) ± 10%
 METRICS = (
     *_var_metrics(),
     Metric(

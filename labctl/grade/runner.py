@@ -391,7 +391,8 @@ def grade_learners(
             "LABCTL_REFERENCE_KEY": kept.reference_key,
             "LABCTL_LANG": language(),
         }
-        if any(job["measure"] for _key, job in jobs):
+        labs = any(job["measure"] for _key, job in jobs)
+        if labs:
             env["LABCTL_WORKER_TORCH"] = "1"  # the labs need it: imported as the worker starts
         if options.scheduler:
             from labctl.grade.dask_exec import run_on_dask
@@ -401,7 +402,7 @@ def grade_learners(
         else:
             # The workers share the labs' reference side through a folder that learner code,
             # in the sandbox, cannot reach (`labctl.memo_shared`).
-            share = level == "sandbox" and "LABCTL_WORKER_TORCH" in env
+            share = level == "sandbox" and labs
             size = min(options.jobs, len(jobs))
             with LocalPool(size, options.learner_timeout_s, env, share_memo=share) as pool:
                 # The workers start (Python, labctl, torch) while this process computes the
@@ -411,7 +412,7 @@ def grade_learners(
                 # which took 1.5 s of CPU from the workers' start on two cores.
                 pool.boot(len(jobs))
                 batch.warnings = warm_reference_cache(
-                    cache, kept.seed, kept.reference_key, compute="LABCTL_WORKER_TORCH" not in env
+                    cache, kept.seed, kept.reference_key, compute=not labs
                 )
                 pool.run(jobs, done)
 
