@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -156,6 +157,15 @@ def open_browser(tmp_path: Path, env: dict[str, str] | None = None):
             pytest.fail("Chromium is not installed: .ci/run installs the distribution's package")
         pytest.skip("Chromium is not installed (apt-get install chromium)")
     pytest.importorskip("websocket", reason="pip install 'labctl[dev]' (websocket-client)")
-    opened = Browser(tmp_path / "profile", env)
-    yield opened
-    opened.close()
+    # Chromium leaves its singleton folder (`org.chromium.Chromium.*`) in TMPDIR when it is
+    # stopped: a folder of its own, removed here, not one more in the machine's /tmp each run.
+    # A short path: the singleton's Unix socket in tmp_path would pass the 108-byte limit.
+    scratch = tempfile.mkdtemp(prefix="labctl-chromium-")
+    try:
+        opened = Browser(tmp_path / "profile", {"TMPDIR": scratch, **(env or {})})
+        try:
+            yield opened
+        finally:
+            opened.close()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
