@@ -305,6 +305,30 @@ def test_a_second_run_skips_the_unchanged_and_regrades_a_changed_learner(klass, 
     assert key != learner_key(learner, base, GradeOptions(timeout_s=3.0))
 
 
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("schema: labctl.rubric.v1\nname: x\nname: y\nitems: []\n", "line 3, column 1"),
+        ("schema: labctl.rubric.v1\nname: [x\nitems: []\n", "line 3, column 6"),
+        ("schema: labctl.rubric.v1\n\tname: x\n", "line 2, column 1"),
+    ],
+)
+def test_a_rubric_that_is_not_yaml_is_one_line_naming_where(tmp_path, text, where):
+    """PyYAML's own text (three or four lines, a snippet of the file under a caret) was the
+    error as it came, in the terminal and in --json's message alike."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    args = ["grade", str(tmp_path), "--out", str(tmp_path / "grades"), "--rubric", str(bad)]
+    result = invoke(*args, "--json")
+    assert result.exit_code == 1, result.output
+    message = json.loads(result.stdout)["error"]["message"]
+    assert message.startswith("bad.yaml is not valid YAML: " + where), message
+    assert "\n" not in message
+    said = CliRunner().invoke(app, ["--lang", "zh", *args], env={"COLUMNS": "300"})
+    assert said.exit_code == 1 and len(said.stderr.strip().splitlines()) == 1, said.stderr
+    assert "第 " in said.stderr and " 列：" in said.stderr, said.stderr
+
+
 def test_a_bad_rubric_is_refused_before_anything_runs(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("schema: labctl.rubric.v1\nname: x\nname: y\nitems: []\n")

@@ -155,6 +155,19 @@ def test_the_extensions_file_takes_a_date_or_a_duration(tmp_path):
             read_extensions(path, DUE)
 
 
+def test_the_times_third_column_takes_a_duration_as_the_extensions_file_does(tmp_path):
+    """A `P2D` in the times' due_at column was refused with a message about the submission
+    time, though the same cell of --extensions takes it."""
+    path = tmp_path / "times.csv"
+    path.write_text("learner,submitted_at,due_at\nann,2026-03-02T10:00:00Z,P2D\n")
+    assert read_submitted_csv(path, DUE).due == {"ann": DUE + timedelta(days=2)}
+    with pytest.raises(LateError, match="line 2: an extension by a duration needs the rubric's"):
+        read_submitted_csv(path)
+    path.write_text("ann,2026-03-02T10:00:00Z,soon\n")
+    with pytest.raises(LateError, match="line 1: expected learner,due_at"):
+        read_submitted_csv(path, DUE)
+
+
 def test_gradescope_metadata_gives_created_at(tmp_path):
     path = tmp_path / "submission_metadata.json"
     path.write_text(json.dumps({"created_at": "2026-03-02T12:00:00.365935-08:00", "id": 7}))
@@ -192,6 +205,49 @@ def test_gradescope_metadata_due_dates_rule_the_learner_first(tmp_path):
     path.write_text(json.dumps(document))
     with pytest.raises(LateError, match="due_date"):
         read_gradescope_metadata(path)
+
+
+CREATED = '"created_at": "2026-03-03T12:00:00-08:00"'
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+        ("{" + CREATED + ", " + CREATED + "}", "key 'created_at' appears twice"),
+        ("{" + CREATED + ', "assignment": "x"}', "assignment is str, not an object"),
+        ("{" + CREATED + ', "users": "y"}', "users is str, not a list"),
+        ("{" + CREATED + ', "users": [1, "x", null]}', r"users\[\] is int, not an object"),
+        ("{" + CREATED + ', "users": [{"assignment": []}]}', r"users\[\].assignment is list"),
+    ],
+)
+def test_gradescope_metadata_of_another_shape_is_refused_by_name(tmp_path, text, reason):
+    """Issue 39's TA: nested JSON was labctl's internal error (a RecursionError), and a file of
+    another shape was taken without a word, the rubric's due date quietly ruling instead."""
+    path = tmp_path / "submission_metadata.json"
+    path.write_text(text)
+    with pytest.raises(LateError, match=reason):
+        read_gradescope_metadata(path)
+
+
+def test_nested_gradescope_metadata_is_refused_before_grading(tmp_path):
+    from typer.testing import CliRunner
+
+    from labctl.cli.main import app
+
+    (tmp_path / "submission").mkdir()
+    metadata = tmp_path / "submission_metadata.json"
+    metadata.write_text("[" * 100_000 + "]" * 100_000)
+    args = ["grade", "gradescope", str(tmp_path / "submission"), "--results",
+            str(tmp_path / "results.json"), "--work", str(tmp_path / "work"),
+            "--submission-metadata", str(metadata), "--json"]  # fmt: skip
+    result = CliRunner().invoke(app, args, env={"NO_COLOR": "1", "COLUMNS": "200"})
+    assert result.exit_code == 1, result.output
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == "refused" and "nested too deeply" in error["message"]
+    assert str(metadata) in error["message"]
+    assert not (tmp_path / "results.json").exists()
 
 
 @pytest.mark.parametrize("flag", ["--submitted-at", "--extensions"])

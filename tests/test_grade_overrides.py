@@ -52,6 +52,16 @@ def test_a_bad_file_is_refused_by_name(tmp_path, text, reason):
         load_overrides(path)
 
 
+def test_an_overrides_file_that_is_not_yaml_is_one_line_naming_where(tmp_path):
+    path = tmp_path / "overrides.yaml"
+    path.write_text("overrides:\n  - learner: ann\n  learner: bob\n")
+    with pytest.raises(OverridesError) as refused:
+        load_overrides(path)
+    said = str(refused.value.message)
+    assert said.startswith("overrides.yaml is not valid YAML: line 3, column 3: "), said
+    assert "\n" not in said
+
+
 def test_a_missing_file_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError):
         load_overrides(tmp_path / "nope.yaml")

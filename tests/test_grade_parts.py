@@ -490,3 +490,20 @@ def test_grade_rubric_prints_the_default_as_yaml_or_one_json_document():
     document = runner.invoke(app, ["grade", "rubric", "--json"])
     assert document.exit_code == 0
     assert json.loads(document.stdout) == {"passed": True, "rubric": load_rubric().dump()}
+
+
+def test_a_kept_record_is_compared_by_the_room_it_graded(tmp_path):
+    """identical_to for a row `--only` keeps: the room its record graded (kept in the record
+    since stop 55); for an older record that names none, the folder's own where the inputs
+    are unchanged, else no room at all (never the changed folder's)."""
+    from labctl.grade.records import graded_room, identical_rooms
+
+    copy_room(tmp_path / "ann" / "clean_room")
+    ann = check_learner(tmp_path / "ann")
+    assert graded_room(ann, {"room_sha256": "f" * 64}) == "f" * 64
+    assert graded_room(ann, {"inputs_sha256": ann.inputs_sha256}) == ann.room_sha256
+    assert graded_room(ann, {"inputs_sha256": "0" * 64}) == ""
+    for name in ("bob", "cy"):
+        copy_room(tmp_path / name / "clean_room")
+    learners = [ann, check_learner(tmp_path / "bob"), check_learner(tmp_path / "cy")]
+    assert identical_rooms(learners, ["a", "a", ""]) == [["bob"], ["ann"], []]

@@ -370,3 +370,63 @@ def test_on_gradescope_the_learners_own_due_date_rules_over_the_rubric(setup, tm
     moved = graded("moved")
     assert moved["score"] == 18 and "1 day(s) late: 10%" in moved["output"]
     assert "extension" not in moved["output"]
+
+
+def test_a_roster_it_refuses_stops_the_run_before_any_learner_is_graded(setup, tmp_path):
+    """A roster listing a learner twice was refused only once the class was graded: the
+    gradebook was the new run's, canvas.csv and the class page the earlier run's."""
+    base, _, _, _ = setup
+    roster = tmp_path / "roster.csv"
+    roster.write_text(ROSTER + 'bob,"Babbage, Charles",1002,S1002,cb,A\n', encoding="utf-8")
+    args = grade_args(base, tmp_path / "out")
+    args[args.index("--roster") + 1] = str(roster)
+    refused = invoke(*args, "--json")
+    assert refused.exit_code == 1, refused.output
+    assert "learner bob appears twice" in json.loads(refused.stdout)["error"]["message"]
+    assert not (tmp_path / "out" / "records").exists()
+    assert not (tmp_path / "out" / "gradebook.csv").exists()
+
+
+def test_a_run_without_the_export_removes_the_canvas_csv_an_earlier_run_left(setup, tmp_path):
+    """An earlier run's canvas.csv stayed in OUT beside a gradebook whose scores had changed
+    since, without a word: a TA uploading the file in OUT uploaded old grades."""
+    base, out, _, _ = setup
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    assert (copy / "canvas.csv").is_file()
+    args = grade_args(base, copy)
+    cut = args.index("--export")
+    del args[cut : cut + 6]  # --export canvas --roster FILE --assignment NAME
+    done = invoke(*args, "--json")
+    assert done.exit_code == 0, done.output
+    assert not (copy / "canvas.csv").exists()
+    assert "canvas.csv" not in json.loads(done.stdout)["files"]
+    assert "removed canvas.csv of an earlier run" in " ".join(done.stderr.split())
+    again = invoke(*args)  # nothing left to remove: nothing said
+    assert again.exit_code == 0 and "removed canvas.csv" not in again.stderr
+
+
+def test_only_keeps_each_kept_rows_identical_to_as_it_was_graded(setup, tmp_path):
+    """`--only ann` worked out every row's identical_to from the folders as they are now:
+    cy's kept row, graded as a copy of ann's and bob's rooms, lost them once cy's files
+    changed, and a changed room could read as "the same clean room" as a learner whose
+    recorded score differs."""
+    base, out, _, _ = setup
+    klass, copy = tmp_path / "class", tmp_path / "out"
+    shutil.copytree(base / "class", klass)
+    shutil.copytree(out, copy)
+    before = {name: row["identical_to"] for name, row in gradebook(copy).items()}
+    assert before["cy"].split() == ["ann", "bob"]
+    with (klass / "cy" / "clean_room" / "primitives.py").open("a") as handle:
+        handle.write("\n# changed after grading\n")
+    args = grade_args(base, copy)
+    args[1] = str(klass)
+    done = invoke(*args, "--only", "ann", "--json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["graded"] == ["ann"]
+    assert {name: row["identical_to"] for name, row in gradebook(copy).items()} == before
+    # Graded again, cy's row is its changed room's: no one else's.
+    regraded = invoke(*args, "--json")
+    assert regraded.exit_code == 0, regraded.output
+    assert gradebook(copy)["cy"]["identical_to"] == ""
+    assert gradebook(copy)["ann"]["identical_to"] == "bob"

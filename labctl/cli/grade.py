@@ -169,6 +169,7 @@ def grade_class(
     workflow = ta.workflow(
         only, force, submitted_at, overrides, export, roster, extensions, no_grade, rubric.due_at
     )
+    students = ta.roster(export, roster)
     options = GradeOptions(
         timeout_s=timeout,
         memory_mb=memory_mb,
@@ -194,8 +195,18 @@ def grade_class(
     finally:
         bar.stop()
     internal = _internal_errors(batch)
-    if export is not None and not internal:
-        ta.export(batch, rubric, roster, assignment, out_dir, no_grade)
+    if students is not None and not internal:
+        ta.export(batch, rubric, students, assignment, out_dir, no_grade)
+    else:
+        from labctl.grade.export import remove_stale as remove_canvas
+
+        if remove_canvas(out_dir) is not None:
+            batch.warnings.append(
+                Msg(
+                    "removed canvas.csv of an earlier run: this run exports nothing to Canvas, "
+                    "and its scores would not be this gradebook's"
+                )
+            )
     _warn(batch)
     # The grader's to know (stderr, the JSON document): never in a learner-facing file.
     err.print(_(Msg("verify inputs drawn with seed {seed}", seed=batch.seed)), markup=False)

@@ -113,7 +113,7 @@ def workflow(
         raise UsageError(Msg("--export canvas needs --roster FILE"))
     if roster is not None and not roster.is_file():
         raise UsageError(Msg("--roster {path} is not a file", path=str(roster)))
-    times = read_submitted_csv(submitted_at) if submitted_at else None
+    times = read_submitted_csv(submitted_at, due) if submitted_at else None
     own = dict(times.due) if times else {}
     for learner, when in (read_extensions(extensions, due) if extensions else {}).items():
         if own.get(learner, when) != when:
@@ -138,15 +138,28 @@ def workflow(
     )
 
 
+def roster(export: str | None, path: Path | None) -> dict[str, dict[str, str]] | None:
+    """The roster `--export canvas` maps learners with, read and checked before any learner is
+    graded (a roster refused after grading left the outputs of two runs side by side)."""
+    from labctl.grade.export import read_roster
+
+    return read_roster(path) if export is not None and path is not None else None
+
+
 def export(
-    batch, rubric, roster: Path, assignment: str | None, out_dir: Path, no_grade: str = "blank"
+    batch,
+    rubric,
+    students: dict[str, dict[str, str]],
+    assignment: str | None,
+    out_dir: Path,
+    no_grade: str = "blank",
 ) -> None:
     """Write canvas.csv into the batch's outputs; its warnings join the batch's."""
     from labctl.grade.basecode import flag
     from labctl.grade.export import write_canvas
 
     path, warnings = write_canvas(
-        batch.rows, roster, assignment or rubric.name, rubric.max_score, out_dir, no_grade
+        batch.rows, students, assignment or rubric.name, rubric.max_score, out_dir, no_grade
     )
     batch.files.append(path)
     batch.warnings.extend(warnings)

@@ -374,7 +374,7 @@ def document(
 
 def _diagnoses(out: Path, rows: Sequence[Row], stems: Sequence[str]) -> dict[str, list[dict]]:
     """Each learner's diagnosis entries, from its record (the facts verify gave)."""
-    from labctl.grade.runner import read_record
+    from labctl.grade.records import read_record
 
     found: dict[str, list[dict]] = {}
     for row, stem in zip(rows, stems, strict=True):

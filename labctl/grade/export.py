@@ -39,6 +39,7 @@ ROSTER_COLUMNS = ("learner", *CANVAS_COLUMNS)
 POINTS_POSSIBLE = "    Points Possible"  # Canvas's own export indents it so
 NO_GRADE_BLANK, NO_GRADE_ZERO = "blank", "zero"
 NO_GRADE_RULES = (NO_GRADE_BLANK, NO_GRADE_ZERO)
+CANVAS_FILE = "canvas.csv"
 
 
 class RosterError(LabctlError):
@@ -159,14 +160,24 @@ def _grade(rows: list[Row], no_grade: str, warnings: list[Msg]) -> str:
 
 def write_canvas(
     rows: Sequence[Row],
-    roster_path: Path,
+    roster: dict[str, dict[str, str]],
     assignment: str,
     max_score: float,
     out: Path,
     no_grade: str = NO_GRADE_BLANK,
 ) -> tuple[Path, list[Msg]]:
-    roster = read_roster(roster_path)
+    """`canvas.csv` written for `roster` (`read_roster`, read before any learner is graded)."""
     text, warnings = canvas_csv(rows, roster, assignment, max_score, no_grade)
-    path = out / "canvas.csv"
+    path = out / CANVAS_FILE
     replace_atomically(path, text.encode("utf-8"))
     return path, warnings
+
+
+def remove_stale(out: Path) -> Path | None:
+    """An earlier run's `canvas.csv` removed from `out`, for a run that writes none: its scores
+    would disagree with this run's gradebook. Returns it if it was there."""
+    path = out / CANVAS_FILE
+    if not (path.is_symlink() or path.is_file()):
+        return None
+    path.unlink()
+    return path

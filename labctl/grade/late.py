@@ -196,17 +196,17 @@ def _once(found: dict, learner: str, path: Path) -> None:
         )
 
 
-def read_submitted_csv(path: Path) -> SubmissionTimes:
+def read_submitted_csv(path: Path, due: datetime | None = None) -> SubmissionTimes:
     """`--submitted-at FILE`: a CSV of `learner,submitted_at` rows (that header is optional),
-    with an optional third column `due_at`: the learner's own due date (blank: the rubric's)."""
+    with an optional third column `due_at`: the learner's own due date (blank: the rubric's),
+    written as in `--extensions` (a time, or a duration added to the rubric's date `due`)."""
     found = SubmissionTimes()
     for number, row in _rows(path, "--submitted-at"):
         header = [c.strip().lower() for c in row]
         if number == 1 and header in (["learner", "submitted_at"], [*_HEADER, "due_at"]):
             continue
         when = parse_time(row[1]) if len(row) in (2, 3) else None
-        due = parse_time(row[2]) if len(row) == 3 and row[2].strip() else None
-        if when is None or (len(row) == 3 and row[2].strip() and due is None):
+        if when is None:
             raise LateError(
                 Msg(
                     "{path} line {line}: expected learner,time with an ISO 8601 time and its "
@@ -218,8 +218,8 @@ def read_submitted_csv(path: Path) -> SubmissionTimes:
         learner = learner_key(row[0])
         _once(found.submitted, learner, path)
         found.submitted[learner] = when
-        if due is not None:
-            found.due[learner] = due
+        if len(row) == 3 and row[2].strip():
+            found.due[learner] = _own_due(row[2], due, path, number)
     return found
 
 
@@ -252,22 +252,36 @@ def read_extensions(path: Path, due: datetime | None) -> dict[str, datetime]:
     for number, row in _rows(path, "--extensions"):
         if number == 1 and [c.strip().lower() for c in row] == ["learner", "due_at"]:
             continue
-        when = parse_time(row[1]) if len(row) == 2 else None
-        try:
-            longer = _duration(row[1]) if len(row) == 2 and when is None else None
-            if longer is not None and due is not None:
-                when = due + longer
-        except OverflowError:
-            raise LateError(
-                Msg(
-                    "{path} line {line}: the extension {text} ends past the last date a "
-                    "calendar holds (9999-12-31)",
-                    path=path.name,
-                    line=number,
-                    text=row[1].strip(),
-                )
-            ) from None
-        if longer is not None and due is None:
+        if len(row) != 2:
+            raise _due_expected(path, number)
+        learner = learner_key(row[0])
+        _once(found, learner, path)
+        found[learner] = _own_due(row[1], due, path, number)
+    return found
+
+
+def _due_expected(path: Path, number: int) -> LateError:
+    return LateError(
+        Msg(
+            "{path} line {line}: expected learner,due_at with an ISO 8601 time and its "
+            "timezone (2026-03-03T23:59:00+08:00) or a duration added to the rubric's "
+            "due date (P2D, PT36H)",
+            path=path.name,
+            line=number,
+        )
+    )
+
+
+def _own_due(text: str, due: datetime | None, path: Path, number: int) -> datetime:
+    """A learner's own due date as a cell gives it: a time, or a duration after `due`."""
+    when = parse_time(text)
+    if when is not None:
+        return when
+    try:
+        longer = _duration(text)
+        if longer is None:
+            raise _due_expected(path, number)
+        if due is None:
             raise LateError(
                 Msg(
                     "{path} line {line}: an extension by a duration needs the rubric's due "
@@ -276,20 +290,17 @@ def read_extensions(path: Path, due: datetime | None) -> dict[str, datetime]:
                     line=number,
                 )
             )
-        if when is None:
-            raise LateError(
-                Msg(
-                    "{path} line {line}: expected learner,due_at with an ISO 8601 time and its "
-                    "timezone (2026-03-03T23:59:00+08:00) or a duration added to the rubric's "
-                    "due date (P2D, PT36H)",
-                    path=path.name,
-                    line=number,
-                )
+        return due + longer
+    except OverflowError:
+        raise LateError(
+            Msg(
+                "{path} line {line}: the extension {text} ends past the last date a "
+                "calendar holds (9999-12-31)",
+                path=path.name,
+                line=number,
+                text=text.strip(),
             )
-        learner = learner_key(row[0])
-        _once(found, learner, path)
-        found[learner] = when
-    return found
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -328,7 +339,13 @@ def read_gradescope_metadata(path: Path) -> GradescopeSubmission:
     extension is the group's)."""
     text = _text(path, "--submission-metadata", "utf-8")
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise LateError(
+            Msg("cannot read {path}: {why}", path=str(path), why=Msg("nested too deeply"))
+        ) from None
+    except _RepeatedKey as exc:
+        raise LateError(Msg("cannot read {path}: {why}", path=str(path), why=exc.args[0])) from None
     except ValueError as exc:
         raise LateError(Msg("cannot read {path}: {why}", path=str(path), why=str(exc))) from None
     when = parse_time(data.get("created_at")) if isinstance(data, dict) else None
@@ -336,13 +353,44 @@ def read_gradescope_metadata(path: Path) -> GradescopeSubmission:
         raise LateError(
             Msg("{path} has no created_at time with a timezone (ISO 8601)", path=path.name)
         )
-    assignment = data.get("assignment")
-    general = _due(assignment.get("due_date") if isinstance(assignment, dict) else None, path)
-    users = data.get("users") if isinstance(data.get("users"), list) else []
-    own = [
-        _due(user["assignment"].get("due_date"), path)
-        for user in users
-        if isinstance(user, dict) and isinstance(user.get("assignment"), dict)
-    ]
+    # Gradescope writes these shapes; another shape is a file that is not its metadata, and
+    # the rubric's due date quietly taking over would grade the learner by the wrong date.
+    assignment = _shaped(data.get("assignment"), dict, "assignment", path) or {}
+    users = _shaped(data.get("users"), list, "users", path) or []
+    own = []
+    for user in users:
+        _shaped(user, dict, "users[]", path)
+        mine = _shaped(user.get("assignment"), dict, "users[].assignment", path) or {}
+        own.append(_due(mine.get("due_date"), path))
     own = [d for d in own if d is not None]
-    return GradescopeSubmission(when, general, max(own) if own else None)
+    return GradescopeSubmission(
+        when, _due(assignment.get("due_date"), path), max(own) if own else None
+    )
+
+
+class _RepeatedKey(ValueError):
+    """A JSON object that repeats a key (json keeps the last one silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    found: dict = {}
+    for key, value in pairs:
+        if key in found:
+            raise _RepeatedKey(Msg("key {key} appears twice", key=repr(key)))
+        found[key] = value
+    return found
+
+
+def _shaped(value: object, kind: type, field: str, path: Path):
+    """`value` where it is absent (None) or of `kind`; otherwise the file is refused."""
+    if value is None or isinstance(value, kind):
+        return value
+    raise LateError(
+        Msg(
+            "{path}: {field} is {got}, not {wanted} as Gradescope writes it",
+            path=path.name,
+            field=field,
+            got=type(value).__name__,
+            wanted=Msg("an object") if kind is dict else Msg("a list"),
+        )
+    )

@@ -323,7 +323,7 @@ class Ignored:
     """An entry of the class folder that is no learner: a file, a FIFO, a socket, a device."""
 
     name: str
-    kind: str  # file | special-file
+    kind: str  # file | special-file | hidden-folder
 
     def to_json(self) -> dict:
         return {"name": self.name, "kind": self.kind}
@@ -333,18 +333,23 @@ def survey(submissions_dir: Path) -> tuple[list[Learner], list[Ignored]]:
     """Every learner of the class in name order, and the entries that are no learner.
 
     Refuses a folder that is missing or holds no learner. A folder (or a link,
-    which is never followed) is a learner, with its row; anything else at the
-    top (a stray file, a FIFO, …) is listed as ignored and never opened.
+    which is never followed) is a learner, with its row, unless its name starts with a
+    dot (`.git`, `.ipynb_checkpoints`: no platform hands out such an id); that and
+    anything else at the top (a stray file, a FIFO, …) is listed as ignored and never
+    opened.
     """
     if not submissions_dir.is_dir():
         raise UsageError(
             Msg("{path} is not a folder of learner folders", path=str(submissions_dir))
         )
     with os.scandir(submissions_dir) as listing:
-        entries = sorted((e for e in listing if not e.name.startswith(".")), key=lambda e: e.name)
+        entries = sorted(listing, key=lambda e: e.name)
     learners, ignored = [], []
     for entry in entries:
         if entry.is_symlink() or entry.is_dir(follow_symlinks=False):
+            if entry.name.startswith("."):
+                ignored.append(Ignored(textsafe.name(entry.name), "hidden-folder"))
+                continue
             learners.append(check_learner(Path(entry.path)))
         else:
             regular = stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode)

@@ -85,7 +85,7 @@ class Overrides(Strict):
 
 
 def load_overrides(path: Path) -> Overrides:
-    from labctl.grade.rubric import _UniqueKeyLoader, invalid
+    from labctl.grade.rubric import _UniqueKeyLoader, invalid, yaml_problem
 
     if not path.is_file():
         raise UsageError(Msg("--overrides {path} is not a file", path=str(path)))
@@ -95,7 +95,11 @@ def load_overrides(path: Path) -> Overrides:
         raise OverridesError(
             Msg("{where} is not valid YAML: {why}", where=path.name, why=Msg("nested too deeply"))
         ) from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    except yaml.YAMLError as exc:
+        raise OverridesError(
+            Msg("{where} is not valid YAML: {why}", where=path.name, why=yaml_problem(exc))
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
         raise OverridesError(
             Msg("{where} is not valid YAML: {why}", where=path.name, why=str(exc))
         ) from None

@@ -18,8 +18,8 @@ from pathlib import Path
 from labctl.errors import LabctlError, UsageError
 from labctl.evidence.store import replace_atomically
 from labctl.grade.outputs import feedback, json_bytes, seen_by
+from labctl.grade.records import RECORD_SCHEMA, RECORDS, read_record, row_from_record
 from labctl.grade.rubric import Rubric
-from labctl.grade.runner import RECORD_SCHEMA, RECORDS, read_record, row_from_record
 from labctl.grade.visibility import PUBLISHED, PUBLISHED_SCHEMA, audience
 from labctl.i18n import Msg
 

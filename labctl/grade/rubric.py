@@ -234,11 +234,35 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """Refuses a mapping that repeats a key (YAML would keep the last one silently)."""
 
     def construct_mapping(self, node, deep=False):
-        keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
-        for key in keys:
-            if keys.count(key) > 1:
-                raise _RepeatedKey(Msg("key {key} appears twice", key=repr(key)), node.start_mark)
+        seen = []
+        for key_node, _value in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:  # at its second place: where the TA looks
+                raise _RepeatedKey(
+                    Msg("key {key} appears twice", key=repr(key)), key_node.start_mark
+                )
+            seen.append(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str | Msg:
+    """PyYAML's error on one line, where it is and what: its own text spans three or four lines
+    (a snippet of the file under a caret), which a one-line error cannot hold."""
+    if isinstance(exc, _RepeatedKey):
+        what: str | Msg = exc.message
+    elif isinstance(exc, yaml.MarkedYAMLError):
+        what = " ".join(", ".join(p for p in (exc.context, exc.problem) if p).split())
+    else:
+        return " ".join(str(exc).split())
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if mark is None:
+        return what or " ".join(str(exc).split())
+    return Msg(
+        "line {line}, column {column}: {what}",
+        line=mark.line + 1,
+        column=mark.column + 1,
+        what=what,
+    )
 
 
 def parse_rubric(text: str, where: str | Msg = "rubric") -> Rubric:
@@ -249,9 +273,7 @@ def parse_rubric(text: str, where: str | Msg = "rubric") -> Rubric:
             Msg("{where} is not valid YAML: {why}", where=where, why=Msg("nested too deeply"))
         ) from None
     except yaml.YAMLError as exc:
-        why = str(exc)
-        if isinstance(exc, _RepeatedKey):  # str(exc) with its problem as a message
-            why = Msg("{text}{more}", text=exc.message, more=f"\n{exc.problem_mark}")
+        why = yaml_problem(exc)
         raise RubricError(Msg("{where} is not valid YAML: {why}", where=where, why=why)) from None
     try:
         return Rubric.model_validate(data)

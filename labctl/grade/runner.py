@@ -28,23 +28,28 @@ from pathlib import Path
 import labctl
 from labctl import contract
 from labctl.errors import UsageError
-from labctl.evidence.environment import now_iso
 from labctl.evidence.store import replace_atomically
 from labctl.fingerprints.base import load_base
 from labctl.grade import basecode, outputs
 from labctl.grade.batch_seed import batch_secrets, kept_seed
-from labctl.grade.late import Lateness
 from labctl.grade.layout import Ignored, Learner, survey
 from labctl.grade.pool import INTERNAL_ERROR, GradingError, LocalPool, Outcome
+from labctl.grade.records import (
+    RECORDS,
+    graded_room,
+    identical_rooms,
+    read_record,
+    record_of,
+    row_from_record,
+    settled,
+)
 from labctl.grade.rubric import Rubric
-from labctl.grade.score import ItemResult, Row, failed_row, observed, score
+from labctl.grade.score import Row, failed_row, observed, score
 from labctl.grade.workflow import Workflow
 from labctl.i18n import Msg, language
 from labctl.isolation import resolve_isolation
 from labctl.isolation.levels import require_every_layer
 
-RECORD_SCHEMA = "labctl.grade-record.v1"
-RECORDS = "records"
 CACHE = ".reference-cache"
 # A batch whose first learners all end in the same internal error stops there: labctl itself
 # fails on this machine (a broken install, a folder that shadows a module), and going on
@@ -92,20 +97,6 @@ class Batch:
     warnings: list[Msg] = field(default_factory=list)  # for stderr: a reference cache edited
 
 
-def identical_rooms(learners: list[Learner]) -> list[list[str]]:
-    """For each learner, the other learners whose clean room has the very same files."""
-    by_room: dict[str, list[str]] = {}
-    for learner in learners:
-        if learner.room_sha256:
-            by_room.setdefault(learner.room_sha256, []).append(learner.id)
-    return [
-        [other for other in by_room.get(learner.room_sha256, []) if other != learner.id]
-        if learner.room_sha256
-        else []
-        for learner in learners
-    ]
-
-
 def learner_key(
     learner: Learner, rubric: Rubric, options: GradeOptions, base_digest: str = ""
 ) -> str:
@@ -124,71 +115,6 @@ def learner_key(
         sort_keys=True,
     )
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def row_from_record(record: dict) -> Row:
-    row = Row(record["learner"], record["status"], record["diagnosis"], record["isolation"])
-    row.items = [
-        ItemResult(
-            i["id"],
-            i["kind"],
-            i["target"],
-            i["points"],
-            i["max_points"],
-            i["visibility"],
-            i["passed"],
-            i["message"],
-            i["visibility"] != "visible",
-        )
-        for i in record["items"]
-    ]
-    late = record.get("late")
-    row.late = Lateness.from_json(late) if late else None
-    row.adjustments = list(record.get("adjustments") or [])
-    row.due_at = record.get("due_at")
-    return observed(row, record.get("facts"))
-
-
-def _settled(record: dict, row: Row) -> dict:
-    """`record` with the row's score as the outputs show it: lateness and adjustments in."""
-    return {
-        **record,
-        "score": row.score,
-        "late_penalty": row.late_penalty,
-        "due_at": row.due_at,
-        "late": row.late.to_json() if row.late else None,
-        "adjustments": list(row.adjustments),
-    }
-
-
-def _record(row: Row, learner: Learner, key: str, rubric: Rubric, facts: dict | None) -> dict:
-    return {
-        "schema": RECORD_SCHEMA,
-        "learner": row.learner,
-        "key": key,
-        "inputs_sha256": learner.inputs_sha256,
-        "rubric": rubric.name,
-        "rubric_sha256": rubric.sha256(),
-        "labctl_version": labctl.__version__,
-        "graded_at": now_iso(),
-        "status": row.status,
-        "score": row.score,
-        "max_score": row.max_score,
-        "isolation": row.isolation,
-        "diagnosis": row.diagnosis,
-        "layout": learner.error.to_json() if learner.error else None,
-        "items": [i.to_json() for i in row.items],
-        "facts": facts,
-    }
-
-
-def read_record(out: Path, stem: str) -> dict | None:
-    path = out / RECORDS / f"{stem}.json"
-    try:
-        record = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) and record.get("schema") == RECORD_SCHEMA else None
 
 
 @contextlib.contextmanager
@@ -334,6 +260,7 @@ def grade_learners(
     )
     todo: list[int] = []
     keys: dict[int, str] = {}
+    rooms = {index: learner.room_sha256 for index, learner in enumerate(learners)}
     total = len(learners)
     if progress:
         progress(0, total, "", "")  # the batch is accepted: a bar from here, not for a refusal
@@ -341,7 +268,7 @@ def grade_learners(
     def keep(index: int, row: Row, facts: dict | None) -> None:
         learner = learners[index]
         rows[index] = row
-        record = records[index] = _record(row, learner, keys[index], rubric, facts)
+        record = records[index] = record_of(row, learner, keys[index], rubric, facts)
         replace_atomically(out / RECORDS / f"{learner.stem}.json", outputs.json_bytes(record))
         batch.graded.append(learner.id)
         if progress:
@@ -351,6 +278,7 @@ def grade_learners(
         keys[index] = learner_key(learner, rubric, options, base.digest)
         previous = read_record(out, learner.stem)
         if workflow.reuse(learner, previous, keys[index]):
+            rooms[index] = graded_room(learner, previous)
             rows[index] = row_from_record(previous)
             records[index] = previous
             batch.skipped.append(learner.id)
@@ -419,11 +347,11 @@ def grade_learners(
     batch.rows = [rows[index] for index in range(total)]
     batch.warnings += workflow.apply(batch.rows, rubric)
     for index, row in enumerate(batch.rows):
-        settled = _settled(records[index], row)
-        if settled != records[index]:
+        now = settled(records[index], row)
+        if now != records[index]:
             path = out / RECORDS / f"{learners[index].stem}.json"
-            replace_atomically(path, outputs.json_bytes(settled))
-    batch.identical = identical_rooms(learners)
+            replace_atomically(path, outputs.json_bytes(now))
+    batch.identical = identical_rooms(learners, [rooms[index] for index in range(total)])
     stems = [learner.stem for learner in learners]
     batch.files = outputs.write_all(batch.rows, rubric, out, stems, batch.identical, batch.ignored)
     gone = outputs.remove_stale(out, stems, RECORDS)

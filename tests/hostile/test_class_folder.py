@@ -94,6 +94,9 @@ def build(root: Path, outside: Path) -> dict[str, str]:
 
     (root / "stray.txt").write_text("not a learner\n")
     os.mkfifo(root / "top-pipe")
+    # A Mac's and a class repository's own entries: neither a learner nor dropped in silence.
+    (root / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+    copy_room(root / ".zoe" / "clean_room")
     return expected
 
 
@@ -133,10 +136,13 @@ def test_the_batch_finishes_with_one_row_per_learner_folder(graded):
             assert rows[learner]["status"] == "graded", learner
     # Stray entries at the top are listed as ignored, not learners, not in the mean.
     assert doc["ignored"] == [
+        {"name": ".DS_Store", "kind": "file"},
+        {"name": ".zoe", "kind": "hidden-folder"},
         {"name": "stray.txt", "kind": "file"},
         {"name": "top-pipe", "kind": "special-file"},
     ]
     assert "ignored stray.txt (file)" in result.stderr
+    assert "ignored .zoe (hidden-folder)" in result.stderr
     mean = sum(r["score"] for r in doc["rows"]) / len(doc["rows"])
     assert doc["mean_score"] == pytest.approx(mean, abs=1e-6)
 
