@@ -66,6 +66,9 @@ def resolve(ids: list[str]) -> list[Lab]:
     if not ids:
         raise UsageError(N_("name at least one lab, or all"))
     if "all" in ids:
+        for lab_id in ids:
+            if lab_id != "all":
+                get(lab_id, or_all=True)  # a typo beside `all` is refused, not passed over
         return list(discover())
     chosen: list[Lab] = []
     for lab_id in ids:

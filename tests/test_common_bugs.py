@@ -354,7 +354,9 @@ def test_the_precision_sentence_is_added_to_other_causes_never_replacing_them(tm
     (d,) = [d for d in report.diagnosis if d.function == "layer_norm"]
     assert d.kind == "precision", d.message
     assert "float32 rounding" in d.message and "(it also fails pure)" in d.message, d.message
-    assert "（它还未通过 pure）" in _said(d, "zh")
+    assert "（它还未通过 纯函数）" in _said(
+        d, "zh"
+    )  # the check named as the failures list names it
 
 
 TWO_WAYS_TO_RAISE = """

@@ -110,6 +110,18 @@ CASES = {
         "错误：--memory-mb 必须为 0（不限制）或至少 512，收到的是 -1：低于此值，clean room "
         "进程容纳不下 labctl 自己的输入",
     ),
+    "verify with a time limit past a day": (
+        ["verify", "clean-room", "--path", "nopkg", "--timeout", "1e10"],
+        2,
+        "error: --timeout must be at most 86400 seconds (a day), got 1e+10",
+        "错误：--timeout 最多为 86400 秒（一天），收到的是 1e+10",
+    ),
+    "verify with a memory limit the kernel cannot hold": (
+        ["verify", "clean-room", "--path", "nopkg", "--memory-mb", "9000000000000"],
+        2,
+        "error: --memory-mb must be at most 1048576 (1 TiB), or 0 for no limit, got 9000000000000",
+        "错误：--memory-mb 最多为 1048576（1 TiB），或为 0（不限制），收到的是 9000000000000",
+    ),
     "verify with too little memory for labctl's own inputs": (
         ["verify", "clean-room", "--path", "nopkg", "--memory-mb", "64"],
         2,

@@ -152,6 +152,15 @@ def test_unknown_lab_is_a_usage_error_that_lists_the_known_ones(workdir):
     assert not (workdir / "evidence").exists()
 
 
+@pytest.mark.parametrize("ids", [["all", "causal-atention"], ["causal-atention", "all"]])
+def test_an_unknown_lab_beside_all_is_refused_not_passed_over(workdir, ids):
+    """`run all causal-atention` ran every lab and passed, the typo unsaid."""
+    result = run_cli("run", *ids, "--out", str(workdir / "evidence" / "runs"))
+    assert result.exit_code == 2, result.output
+    assert "unknown lab 'causal-atention'" in result.output
+    assert not (workdir / "evidence").exists()
+
+
 def test_bad_impl_choice_is_refused(workdir):
     result = run_cli("run", "causal-attention", "--impl", "neither")
     assert result.exit_code == 2

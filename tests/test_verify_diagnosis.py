@@ -257,6 +257,31 @@ def test_an_unknown_bug_matches_nothing_and_names_its_failing_checks(tmp_path):
     assert set(rooms.asked) == {f.name for f in faults.CATALOGUE if f.function == "relu_ffn"}
 
 
+def test_the_checks_a_diagnosis_names_are_in_the_learners_language(tmp_path):
+    """`softmax：未通过 contract`: the check's name stayed English inside the Chinese
+    diagnosis, where the failures list beside it says 接口合同."""
+    from labctl.i18n import _, set_language
+
+    room = learner_room(
+        tmp_path,
+        "primitives",
+        """
+        _softmax = softmax
+
+        def softmax(*args, **kwargs):
+            return _softmax(*args, **kwargs)
+        """,
+    )
+    found = diagnose(tmp_path, room)[0]
+    (d,) = [d for d in found if d.function == "softmax"]
+    assert str(d.message) == "softmax: fails contract; no catalogued fault matches it"
+    previous = set_language("zh")
+    try:
+        assert _(d.shown) == "softmax：未通过 接口合同；目录中没有与之相符的故障"
+    finally:
+        set_language(previous)
+
+
 @pytest.mark.parametrize(
     ("source", "returned", "expected"),
     [
@@ -337,6 +362,25 @@ def test_a_function_that_raises_not_implemented_is_said_so(tmp_path):
     (d,) = [d for d in found if d.function == "relu_ffn"]
     assert (d.kind, d.message) == ("not-implemented", "relu_ffn: not implemented yet")
     assert rooms.asked == []
+
+
+def test_a_function_that_calls_itself_is_its_own_failure_not_a_dependencys(tmp_path):
+    """A softmax that calls itself until the stack runs out was said to fail "because softmax
+    fails: it is built on it; fix softmax first", which says nothing; its RecursionError is
+    its own, named where it is raised."""
+    room = learner_room(
+        tmp_path,
+        "primitives",
+        """
+        def softmax(x, axis=-1):
+            return softmax(x, axis)
+        """,
+    )
+    found, _, _, _ = diagnose(tmp_path, room)
+    (d,) = [d for d in found if d.function == "softmax"]
+    assert d.kind == "unmatched", d.message
+    assert d.message.startswith("softmax: it raises RecursionError at "), d.message
+    assert "because" not in d.message and not d.chain
 
 
 def test_a_function_built_on_a_stub_is_sent_to_the_stub(tmp_path):

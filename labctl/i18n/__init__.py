@@ -170,6 +170,17 @@ def joined(messages: list[str | Msg]) -> str | Msg:
     return result
 
 
+def listed(messages: list[str | Msg]) -> str | Msg:
+    """Messages listed with ", " as one Msg, each translated when it is shown (Chinese lists
+    with "、")."""
+    if not messages:
+        return ""
+    result = messages[-1]
+    for message in reversed(messages[:-1]):
+        result = Msg("{first}, {rest}", first=message, rest=result)
+    return result
+
+
 class Msg:
     """A translatable template and its values: `Msg("ratio {r:.3f} at T={T}", r=0.04, T=4096)`."""
 

@@ -111,9 +111,14 @@ def _traced(function: str, run: FunctionRun, check: str) -> list[tuple[fx.Fixtur
     return found
 
 
-def culprit(outcome: Outcome, kinds: frozenset[str]) -> Call | None:
-    """The first call the function made itself that fails one of `kinds` on its inputs."""
-    return next((c for c in outcome.calls if c.depth == 1 and _fails(c, kinds)), None)
+def culprit(outcome: Outcome, kinds: frozenset[str], function: str) -> Call | None:
+    """The first call `function` made itself that fails one of `kinds` on its inputs. A call
+    of `function` itself (recursion) is no other function's failure: "softmax fails because
+    softmax fails" said nothing of a softmax that calls itself until the stack runs out."""
+    return next(
+        (c for c in outcome.calls if c.depth == 1 and c.function != function and _fails(c, kinds)),
+        None,
+    )
 
 
 def _fails(call: Call, kinds: frozenset[str]) -> bool:
@@ -138,7 +143,7 @@ def explain(function: str, run: FunctionRun, failed: list[str]) -> Explained:
         if check not in EXPLAINS:
             continue
         traced = _traced(function, run, check)
-        found = [culprit(o, EXPLAINS[check]) for _, o in traced]
+        found = [culprit(o, EXPLAINS[check], function) for _, o in traced]
         if check == "causal":
             found = [c for c in found if c is not None][:1]
         if found and all(c is not None for c in found):
@@ -178,7 +183,7 @@ def blamed_too(seen: RoomObservation, results: list[CheckResult], function: str)
             continue
         for _, outcome in _traced(function, run, check):
             for call in outcome.calls:
-                known = call.function == first.function or any(
+                known = call.function in (first.function, function) or any(
                     c.function == call.function for c in others
                 )
                 if call.depth == 1 and not known and _fails(call, EXPLAINS[check]):
@@ -193,7 +198,7 @@ def blamed_too(seen: RoomObservation, results: list[CheckResult], function: str)
 
 def _raised(function: str, run: FunctionRun) -> Msg:
     for _, outcome in _traced(function, run, "runs"):
-        if culprit(outcome, EXPLAINS["runs"]) is not None:
+        if culprit(outcome, EXPLAINS["runs"], function) is not None:
             continue
         if outcome.kind == "crash":
             at = Msg(" at {where}", where=outcome.where) if outcome.where else ""
@@ -424,7 +429,7 @@ def _fails_only_where_heads_are_grouped(function: str, run: FunctionRun) -> bool
                 continue
             grouped = heads[0] != heads[1]
             if outcome.kind == "exception":
-                if not grouped or culprit(outcome, EXPLAINS["runs"]) is not None:
+                if not grouped or culprit(outcome, EXPLAINS["runs"], function) is not None:
                     return False
                 raising += 1
             elif outcome.kind == "value" and not grouped:

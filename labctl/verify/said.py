@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 from labctl import contract
 from labctl.faults import Fault
-from labctl.i18n import Msg, declared
+from labctl.i18n import Msg, declared, listed
 from labctl.verify import blame
 from labctl.verify.calls import FLOAT32_ROUNDING
-from labctl.verify.checks import CheckResult
+from labctl.verify.checks import CheckResult, check_label
 from labctl.verify.likeness import Explanation, failed_checks, wrong_calls
 from labctl.verify.observe import PACKAGE, FunctionRun, RoomObservation, function_at
 
@@ -80,6 +80,11 @@ def describe(fault: Fault, function: str) -> Msg:
     )
 
 
+def _checks(names: list[str]) -> str | Msg:
+    """Checks named as the failures list names them: in the learner's language."""
+    return listed([declared(check_label(name)) for name in names])
+
+
 def _exactly(function: str, hits: list[tuple[Fault, set[str]]]) -> Diagnosis:
     """Faults that match exactly: the one that leaves the fewest failures unexplained."""
     hits = sorted(hits, key=lambda hit: len(hit[1]))
@@ -87,7 +92,7 @@ def _exactly(function: str, hits: list[tuple[Fault, set[str]]]) -> Diagnosis:
     message = describe(first, function)
     if extra:
         message = Msg(
-            "{message} (it also fails {checks})", message=message, checks=", ".join(sorted(extra))
+            "{message} (it also fails {checks})", message=message, checks=_checks(sorted(extra))
         )
     if len(hits) > 1:
         others = ", ".join(f"`{h.name}`" for h, _ in hits[1:])
@@ -177,9 +182,7 @@ def _in_part(
         message = Msg("{message}; besides, {phrase}", message=message, phrase=phrase)
     unsaid = [c for c in checks if c not in blame.SAYS]
     if unsaid:
-        message = Msg(
-            "{message} (it also fails {checks})", message=message, checks=", ".join(unsaid)
-        )
+        message = Msg("{message} (it also fails {checks})", message=message, checks=_checks(unsaid))
     elif calls and not checks and not phrases:
         message = Msg(
             "{message}; on {calls} it goes wrong otherwise, as no catalogued fault explains",
@@ -323,7 +326,7 @@ def _own(seen: RoomObservation, results: list[CheckResult], function: str) -> Di
         for phrase in phrases[1:]:
             said = Msg("{said}; {phrase}", said=said, phrase=phrase)
         if others:
-            said = Msg("{said}; it also fails {checks}", said=said, checks=", ".join(others))
+            said = Msg("{said}; it also fails {checks}", said=said, checks=_checks(others))
     if precision is not None:
         rounding, numbers = precision
         message = Msg("{function}: {said}", function=function, said=rounding)
@@ -331,14 +334,14 @@ def _own(seen: RoomObservation, results: list[CheckResult], function: str) -> Di
             message = Msg("{message}; besides, {said}", message=message, said=said)
         elif others:
             message = Msg(
-                "{message} (it also fails {checks})", message=message, checks=", ".join(others)
+                "{message} (it also fails {checks})", message=message, checks=_checks(others)
             )
         return Diagnosis(function, "precision", message, numbers=numbers)
     if said is None:
         message = Msg(
             "{function}: fails {checks}; no catalogued fault matches it",
             function=function,
-            checks=", ".join(failed),
+            checks=_checks(failed),
         )
     else:
         message = Msg(
