@@ -17,8 +17,9 @@ from labctl.errors import UsageError
 from labctl.i18n import N_, Msg, declared
 
 
-def _kind(mode: int) -> str:
-    for test, kind in (
+def kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words (marked for translation)."""
+    for test, what in (
         (stat.S_ISDIR, N_("a directory")),
         (stat.S_ISFIFO, N_("a FIFO")),
         (stat.S_ISCHR, N_("a character device")),
@@ -26,7 +27,7 @@ def _kind(mode: int) -> str:
         (stat.S_ISSOCK, N_("a socket")),
     ):
         if test(mode):
-            return kind
+            return what
     return N_("a special file")
 
 
@@ -42,7 +43,7 @@ def read_regular(path: Path, limit: int) -> bytes | None:
                 Msg(
                     "{path}: is {kind}, not a regular file",
                     path=str(path),
-                    kind=declared(_kind(mode)),
+                    kind=declared(kind(mode)),
                 )
             )
         data = handle.read(limit + 1)

@@ -90,6 +90,7 @@ def write_evidence(
 ) -> None:
     """One record per lab (YAML and JSON) plus its figures as CSV and their description as
     JSON (what `labctl report` draws from); point the manifest at it."""
+    store.check_writable()
     stem = record_stem(seed)
     target = folder / result.lab.id
     artifacts = []

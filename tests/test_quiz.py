@@ -142,6 +142,10 @@ def test_list_names_every_question_and_asks_nothing(tmp_path):
         ("dot-product: {a: 1}\n", "must be text, a number or a list"),
         ("dot-product: [unclosed\n", "not YAML or JSON (line"),
         (b"dot-product: \xff\n", "not UTF-8 text"),
+        # read by PyYAML as the last value, graded wrong in silence
+        ("dot-product: 32\ndot-product: 33\n", "duplicate key 'dot-product' (first at line 1)"),
+        # more digits than Python converts ended in "internal error: ValueError"
+        ("dot-product: " + "9" * 5000 + "\n", "not readable: ValueError: Exceeds the limit"),
     ],
 )
 def test_a_bad_answers_file_is_refused_in_one_error_with_exit_1(tmp_path, content, says):

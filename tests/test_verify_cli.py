@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from labctl import registry
 from labctl.cli.main import app
+from labctl.errors import UsageError
 from labctl.evidence.models import EvidenceRecord
+from labctl.evidence.store import EvidenceStore
 from labctl.faults import get as get_fault
 from labctl.faults import project_clean_room
 from labctl.verify.record import read_history
@@ -214,3 +218,51 @@ def test_a_template_metric_that_comes_out_nan_says_so(causal_lab_only):
     assert measured["future_token_invariance"].note == (
         "not measured: the clean room's value is nan"
     )
+
+
+def _fifo(path):
+    os.mkfifo(path)
+
+
+def _dev_zero(path):
+    path.symlink_to("/dev/zero")
+
+
+def _garbled(path):
+    path.write_text("{not json", "utf-8")
+
+
+@pytest.mark.parametrize(
+    ("where", "make", "code", "words"),
+    [
+        ("module-manifest-v1.json", _fifo, 2, "module-manifest-v1.json: is a FIFO"),
+        ("module-manifest-v1.json", _dev_zero, 2, "is a character device"),
+        ("module-manifest-v1.json", Path.mkdir, 1, "unreadable manifest"),
+        ("module-manifest-v1.json", _garbled, 1, "unreadable manifest"),
+        ("verify/history.jsonl", _fifo, 2, "history.jsonl: is a FIFO"),
+        ("verify/history.jsonl", _dev_zero, 2, "is a character device"),
+        ("verify/history.jsonl", Path.mkdir, 2, "history.jsonl: is a directory"),
+    ],
+)
+def test_an_evidence_folder_that_cannot_take_the_run_is_refused_before_anything_is_written(
+    workdir, where, make, code, words
+):
+    """A FIFO as the manifest or the history hung verify forever; a garbled manifest was
+    refused only after the record and report were written, without their history line."""
+    (workdir / "evf" / "verify").mkdir(parents=True)
+    make(workdir / "evf" / where)
+    args = ["verify", "clean-room", "--path", str(project_clean_room()), "--no-metrics"]
+    result = runner.invoke(app, [*args, "--out", "evf/verify", "--json"], env={"NO_COLOR": "1"})
+    assert result.exit_code == code, result.output
+    message = json.loads(result.stdout)["error"]["message"]
+    assert words in message, message
+    if make is _garbled:
+        assert "move it aside and run again" in message
+    assert [p.name for p in (workdir / "evf" / "verify").iterdir()] in ([], ["history.jsonl"])
+
+
+def test_a_history_that_became_a_fifo_after_the_check_is_refused_not_waited_on(tmp_path):
+    store = EvidenceStore(tmp_path)
+    os.mkfifo(tmp_path / "history.jsonl")
+    with pytest.raises(UsageError, match="is a FIFO"):
+        store.append_line(Path("history.jsonl"), {"a": 1})

@@ -21,6 +21,7 @@ import functools
 import json
 import os
 import secrets
+import stat
 import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -28,15 +29,18 @@ from pathlib import Path
 
 import yaml
 
-from labctl.errors import StoreError
+from labctl.errors import StoreError, UsageError
 from labctl.evidence.environment import project_root
 from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.times import not_older
-from labctl.i18n import Msg
+from labctl.i18n import Msg, declared
+from labctl.inputfile import kind, read_regular
 from labctl.textsafe import valid
 
 MANIFEST_NAME = "module-manifest-v1.json"
 MANIFEST_SCHEMA = "labctl.module-manifest.v1"
+# One entry per module is a few KiB; past this a manifest is not one labctl wrote.
+MANIFEST_MAX_BYTES = 16 << 20
 
 
 def _shared_mode() -> int:
@@ -83,6 +87,12 @@ def replace_atomically(path: Path, data: bytes, private: bool = False) -> None:
     """Write `path` atomically, replacing it; `private` keeps it 0600 (a secret). Only a
     regular file is replaced: a link, a FIFO or a device at `path` (`--out /dev/stdout`, run
     as root, replaced the system's /dev/stdout link with a report) is refused, untouched."""
+    _replaceable(path)
+    with _temporary(path, data, private) as tmp:
+        os.replace(tmp, path)
+
+
+def _replaceable(path: Path) -> None:
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise StoreError(
             Msg(
@@ -91,8 +101,23 @@ def replace_atomically(path: Path, data: bytes, private: bool = False) -> None:
                 path=str(path),
             )
         )
-    with _temporary(path, data, private) as tmp:
-        os.replace(tmp, path)
+
+
+def _appendable(path: Path) -> None:
+    """`path` is absent or a regular file: appending to a FIFO waits for a reader forever,
+    and a device or a directory is no history."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(
+            Msg("cannot write {path}: {error}", path=str(path), error=exc.strerror or str(exc))
+        ) from None
+    if not stat.S_ISREG(mode):
+        raise UsageError(
+            Msg("{path}: is {kind}, not a regular file", path=str(path), kind=declared(kind(mode)))
+        )
 
 
 @contextlib.contextmanager
@@ -169,27 +194,50 @@ class EvidenceStore:
         return path
 
     def read_manifest(self) -> dict:
-        if not self.manifest_path.exists():
+        path = self.manifest_path
+        if not path.exists() and not path.is_symlink():
             return {"schema": MANIFEST_SCHEMA, "modules": {}}
         try:
-            data = json.loads(self.manifest_path.read_text("utf-8"))
-        except (OSError, ValueError) as exc:
+            # a FIFO, a link to /dev/zero or a directory is refused (UsageError), never read
+            raw = read_regular(path, MANIFEST_MAX_BYTES)
+        except OSError as exc:
+            raise self._unreadable(exc.strerror or str(exc)) from None
+        if raw is None:
+            raise self._unreadable(
+                Msg("larger than the {limit} byte limit", limit=MANIFEST_MAX_BYTES)
+            )
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as exc:
+            raise self._unreadable(str(exc)) from None
+        if (
+            not isinstance(data, dict)
+            or data.get("schema") != MANIFEST_SCHEMA
+            or not isinstance(data.get("modules"), dict)
+        ):
             raise StoreError(
-                Msg(
-                    "{path}: unreadable manifest ({error})",
-                    path=str(self.manifest_path),
-                    error=str(exc),
-                )
-            ) from None
-        if data.get("schema") != MANIFEST_SCHEMA or not isinstance(data.get("modules"), dict):
-            raise StoreError(
-                Msg(
-                    "{path}: not a {schema} manifest",
-                    path=str(self.manifest_path),
-                    schema=MANIFEST_SCHEMA,
-                )
+                Msg("{path}: not a {schema} manifest", path=str(path), schema=MANIFEST_SCHEMA)
             )
         return data
+
+    def _unreadable(self, error: str | Msg) -> StoreError:
+        return StoreError(
+            Msg(
+                "{path}: unreadable manifest ({error}); move it aside and run again "
+                "(labctl starts a new one)",
+                path=str(self.manifest_path),
+                error=error,
+            )
+        )
+
+    def check_writable(self, *appended: Path) -> None:
+        """Refuse, before a record is written, a manifest that cannot be read or replaced and
+        a history (`appended`, relative to the root) that cannot take a line: what is refused
+        after the record would leave it written without its manifest entry or history line."""
+        self.read_manifest()
+        _replaceable(self.manifest_path)
+        for relative in appended:
+            _appendable(self.root / relative)
 
     def point_manifest(self, module: str, entry: dict) -> None:
         """Point `module` at `entry` (with `record` and `verified_at`) unless a newer one is there."""
@@ -207,8 +255,20 @@ class EvidenceStore:
         """Append one JSON line to a history file under the lock."""
         path = self.root / relative
         with locked(path):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("a", encoding="utf-8") as handle:
+            _appendable(path)
+            try:
+                # O_NONBLOCK: a FIFO put there after the check is refused (ENXIO), not waited on
+                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
+                fd = os.open(path, flags, 0o666)
+            except OSError as exc:
+                raise StoreError(
+                    Msg(
+                        "cannot write {path}: {error}",
+                        path=str(path),
+                        error=exc.strerror or str(exc),
+                    )
+                ) from None
+            with os.fdopen(fd, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(valid(entry), ensure_ascii=False, sort_keys=True) + "\n")
                 handle.flush()
                 os.fsync(handle.fileno())

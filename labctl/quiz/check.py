@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from labctl.errors import LabctlError, UsageError
+from labctl.evidence.parse import EvidenceLoader, one_line
 from labctl.i18n import N_, Msg
 from labctl.inputfile import read_regular
 from labctl.quiz.bank import QUESTIONS, Question, by_id
@@ -79,13 +80,23 @@ def read_answers(path: Path) -> dict[str, Any]:
             Msg("{path}: cannot read it ({error})", path=str(path), error=exc.strerror or str(exc))
         ) from None
     try:
-        data = yaml.safe_load(text)
+        # evidence's safe loader: it also refuses a key given twice, which PyYAML reads as
+        # its last value, graded in silence
+        data = yaml.load(text, Loader=EvidenceLoader)
     except yaml.YAMLError as exc:
+        refused = getattr(exc, "message", None)  # one of labctl's own rules, in its words
+        if isinstance(refused, Msg):
+            raise QuizError(Msg("{path}: {checks}", path=str(path), checks=refused)) from None
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         raise QuizError(
             Msg("{path}: not YAML or JSON{where}", path=str(path), where=where)
         ) from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer of more digits than Python reads
+        reason = Msg(
+            "not readable: {kind}: {error}", kind=type(exc).__name__, error=one_line(exc)[:200]
+        )
+        raise QuizError(Msg("{path}: {checks}", path=str(path), checks=reason)) from None
     if not isinstance(data, dict):
         raise QuizError(
             Msg("{path}: expected a mapping of question id to answer, e.g. 'dot-product: 32'",

@@ -304,6 +304,7 @@ def write_evidence(matrix: FaultMatrix, out: Path) -> None:
     """The matrix as CSV and JSON artifacts, and a learn-llm.evidence.v1 record pointing at them."""
     store = EvidenceStore(out.parent)
     folder = Path(out.name)
+    store.check_writable()
     stem = record_stem(matrix.seed)
     csv_path, csv_artifact = write_artifact(
         store, folder, f"{stem}-matrix.csv", matrix.csv_text().encode("utf-8")

@@ -43,7 +43,8 @@ def _command(report: VerifyReport) -> str:
 
 def check_out_dir(out: Path) -> None:
     """Refuse, before anything runs, an `--out` that is a file, cannot be written, or is
-    named by bytes no record can hold."""
+    named by bytes no record can hold, and an evidence root whose manifest or history could
+    not take this run."""
     check_recordable(out)
     existing = next((p for p in (out, *out.parents) if p.exists()), None)
     if out.exists() and not out.is_dir():
@@ -64,6 +65,8 @@ def check_out_dir(out: Path) -> None:
                 existing=str(existing),
             )
         )
+    # a broken manifest or history refuses now, not after the run has written its record
+    EvidenceStore(out.parent).check_writable(Path(out.name) / HISTORY_NAME)
 
 
 def _writable(folder: Path) -> bool:
@@ -79,6 +82,7 @@ def write_evidence(report: VerifyReport, out: Path) -> None:
     """A learn-llm.evidence.v1 record (YAML and JSON), the report as an artifact, a history line."""
     store = EvidenceStore(out.parent)
     folder = Path(out.name)
+    store.check_writable(folder / HISTORY_NAME)
     stem = record_stem(report.seed)
     # json_text: a room whose folder name is not UTF-8 still has a record (its name escaped).
     document = json_text(dumps(report.to_json(lambda p: os.path.relpath(p, store.root))))
