@@ -381,3 +381,21 @@ def test_contract_document_prints_the_shipped_text_and_where_it_lies(version):
     assert document["text"] == contract.document_text(version)
     assert document["sha256"] == contract.DOCUMENT_SHA256[version]
     assert Path(document["path"]).read_text("utf-8") == document["text"]
+
+
+def test_an_import_error_s_newlines_forge_no_lines_of_labctl_s(tmp_path):
+    """The room's message printed its newlines as they were: lines that read as labctl's."""
+    room = append_to_init(copy_clean_room(tmp_path), 'raise RuntimeError("one\\nerror: forged")')
+    result = invoke("contract", "check", "--path", str(room))
+    assert result.exit_code == 1
+    assert "one\\x0aerror: forged" in flat(result.output)
+    assert not any(line.startswith("error: forged") for line in result.output.splitlines())
+
+
+def test_a_keyboard_interrupt_at_import_is_a_failed_import(tmp_path):
+    """It ended the worker, and the output shown was labctl's traceback, many lines of it."""
+    room = append_to_init(copy_clean_room(tmp_path), "raise KeyboardInterrupt")
+    result = invoke("contract", "check", "--path", str(room))
+    assert result.exit_code == 1
+    assert "importing the clean room failed at room/__init__.py:" in result.output
+    assert "KeyboardInterrupt" in result.output and "worker.py" not in result.output

@@ -85,10 +85,10 @@ def test_the_directory_name_is_given_back_after_a_load(tmp_path):
     assert "clean_room.helpers" not in sys.modules
 
 
-def test_keep_alias_leaves_the_name_on_the_loaded_package(tmp_path, monkeypatch):
-    # keep_alias is for a process holding one clean room; undo it for the other tests.
+def test_in_worker_leaves_the_name_on_the_loaded_package(tmp_path, monkeypatch):
+    # in_worker is for a process holding one clean room; undo it for the other tests.
     saved = {k: v for k, v in sys.modules.items() if k == "room_x" or k.startswith("room_x.")}
-    module = loader.load_package(named_room(tmp_path, "kept", name="room_x"), keep_alias=True)
+    module = loader.load_package(named_room(tmp_path, "kept", name="room_x"), in_worker=True)
     try:
         assert sys.modules["room_x"] is module
         assert sys.modules["room_x.helpers"].VALUE == "kept"
@@ -259,3 +259,15 @@ def test_observe_signatures_shape(tmp_path):
     deviations = {d.function for d in contract.check_signatures(observed)}
     assert {"softmax"} & deviations == set()
     assert {"causal_mask", "merge_heads", "split_heads", "repeat_kv", "rms_norm"} <= deviations
+
+
+@pytest.mark.parametrize(
+    "source", ["X = 1\n".encode("utf-16"), b"X = 1\nY = 2\x00\n"], ids=["utf-16", "nul"]
+)
+def test_a_file_with_nul_bytes_is_named_with_what_is_wrong(tmp_path, source):
+    """compile() names no file for these: the message read `syntax error in :None`."""
+    room = write_package(tmp_path / "room", {"__init__.py": "from . import ffn\n"})
+    (room / "ffn.py").write_bytes(source)
+    line = 1 if source.startswith(b"\xff") else 2
+    with pytest.raises(CleanRoomError, match=rf"room/ffn\.py:{line}: the file holds NUL bytes"):
+        loader.load_package(room)

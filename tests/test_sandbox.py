@@ -794,3 +794,47 @@ def test_the_worker_s_staged_modules_are_compiled_for_it_to_read():
         compiled = Path(importlib.util.cache_from_source(str(module), optimization=""))
         assert compiled.is_file(), module
         assert compiled.stat().st_mode & 0o444 == 0o444  # readable by the worker's uid
+
+
+LEARNER_BASE_EXCEPTIONS = """
+class _Traceless(Exception):
+    __traceback__ = property(lambda self: 1 / 0)
+
+
+class _Unlistable(list):
+    def __iter__(self):
+        raise GeneratorExit
+
+
+def softmax(x, axis=-1):
+    raise _Traceless("msg")
+
+
+def rms_norm(x, weight, eps=1e-6):
+    return _Unlistable([1])
+
+
+def causal_mask(t_q, t_k=None):
+    raise KeyboardInterrupt
+"""
+
+
+def test_what_a_room_raises_beyond_exception_ends_no_worker(tmp_path):
+    """An exception whose __traceback__ raised, a value whose iteration raised GeneratorExit
+    and a KeyboardInterrupt each ended the worker: labctl's own stack shown as the room's."""
+    root = write_room(tmp_path, LEARNER_BASE_EXCEPTIONS)
+    with CleanRoom(root) as room:
+        with pytest.raises(CallError) as said:
+            room.softmax(np.ones(3))
+        assert said.value.kind == "exception" and said.value.exc_type == "_Traceless"
+        with pytest.raises(CallError) as said:
+            room.rms_norm(np.ones(3), np.ones(3))
+        assert said.value.kind == "unsupported-return"
+        assert "cannot send the result: GeneratorExit" in str(said.value)
+        with pytest.raises(CallError) as said:
+            room.causal_mask(3)
+        assert said.value.exc_type == "KeyboardInterrupt"
+        with pytest.raises(CallError) as said:
+            room.softmax(np.ones(3))  # the same worker, still answering
+        assert said.value.kind == "exception"
+        assert "Traceback" not in room.output()[1]

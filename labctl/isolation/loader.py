@@ -105,6 +105,12 @@ def where(path: Path, tb) -> str | None:
     return found
 
 
+def traceback_of(exc: BaseException):
+    """`exc`'s traceback, past any `__traceback__` a room's exception class defines (a
+    property that raises would end the worker with a stack of labctl's own)."""
+    return BaseException.__dict__["__traceback__"].__get__(exc)
+
+
 def _class_name(value: object) -> str:
     """The name of `value`'s class, past any `__name__` a metaclass of the room's defines."""
     return type.__dict__["__name__"].__get__(type(value), type)
@@ -288,12 +294,21 @@ def resolve_package_dir(path: str | Path) -> Path:
     return resolved
 
 
+_SYNTAX_ERRORS = (SyntaxError, IndentationError, TabError)
+_NUL_BYTES = "the file holds NUL bytes (is it saved as UTF-16? save it as UTF-8)"
+
+
 class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
     """Compiles the `.py` file itself: no bytecode cache is read or written."""
 
     def get_code(self, fullname):
         path = self.get_filename(fullname)
-        return self.source_to_code(self.get_data(path), path)
+        source = self.get_data(path)
+        if b"\0" in source:
+            # compile() refuses these naming no file and no line
+            line = source.count(b"\n", 0, source.index(b"\0")) + 1
+            raise SyntaxError(_NUL_BYTES, (path, line, None, None))
+        return self.source_to_code(source, path)
 
 
 # Folders of loaded clean rooms: imports from them find `.py` files only (`_room_finder`).
@@ -323,12 +338,14 @@ def _source_only(root: Path) -> None:
             del sys.path_importer_cache[entry]
 
 
-def load_package(path: str | Path, keep_alias: bool = False) -> ModuleType:
+def load_package(path: str | Path, in_worker: bool = False) -> ModuleType:
     """Import the package in directory `path` under a unique name and return it.
 
-    With `keep_alias` the directory's name keeps pointing at this package after
-    the load (a process that holds one clean room only), so an import of it at
-    call time finds the learner's package rather than another of that name.
+    `in_worker`: this process holds this one clean room only, in a session of its
+    own. The directory's name keeps pointing at this package after the load, so
+    an import of it at call time finds the learner's package rather than another
+    of that name; and no Ctrl-C reaches it, so a KeyboardInterrupt is the room's
+    own, a failed import like any other (elsewhere it is the user's, and goes on).
     Raises CleanRoomError naming the file and line of a syntax error or of the
     failing statement when the package cannot be imported.
     """
@@ -347,21 +364,24 @@ def load_package(path: str | Path, keep_alias: bool = False) -> ModuleType:
         sys.modules[alias] = module
     try:
         spec.loader.exec_module(module)
-    except SyntaxError as exc:
-        sys.modules.pop(name, None)
-        file = Path(exc.filename or "")
-        shown = f"{root.name}/{file.relative_to(root)}" if file.is_relative_to(root) else file.name
-        raise CleanRoomError(syntax_error(shown, exc.lineno, exc.msg)) from None
     except BaseException as exc:
         sys.modules.pop(name, None)
-        if isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, KeyboardInterrupt) and not in_worker:
             raise
+        # The compiler's own syntax errors name their file; one the room raised (of its own
+        # class, whose attributes may raise, or naming no file) is a failed import like any.
+        if type(exc) in _SYNTAX_ERRORS and isinstance(exc.filename, str):
+            file = Path(exc.filename)
+            shown = (
+                f"{root.name}/{file.relative_to(root)}" if file.is_relative_to(root) else file.name
+            )
+            raise CleanRoomError(syntax_error(shown, exc.lineno, exc.msg)) from None
         kind, text = described(exc)
         raise CleanRoomError(
-            import_failed(where(root, exc.__traceback__), f"{kind}: {text}")
+            import_failed(where(root, traceback_of(exc)), f"{kind}: {text}")
         ) from None
     finally:
-        if alias and not keep_alias:
+        if alias and not in_worker:
             _take_names(alias)
             sys.modules.update(saved)
     return module

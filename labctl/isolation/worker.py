@@ -62,7 +62,7 @@ class Worker:
                 self.guard.install()
             # Before any of the room's code runs: it cannot be removed once in place.
             self.refused_code = audit.install(self.root, loader.source_files(self.root))
-            module = loader.load_package(self.root, keep_alias=True)
+            module = loader.load_package(self.root, in_worker=True)
         except LabctlError as exc:
             violations = self._new_violations()
             kind = "import-policy" if violations else "load"
@@ -101,6 +101,9 @@ class Worker:
         start = time.perf_counter()
         try:
             value = fn(*args, **kwargs)
+            part = request.get("value_part")
+            if type(part) is int and isinstance(value, (tuple, list)) and 0 <= part < len(value):
+                value = value[part]  # one array of several, asked for alone (labctl judges it)
         except BaseException as exc:
             kind, text = loader.described(exc)
             reply = {
@@ -109,14 +112,11 @@ class Worker:
                     "kind": "exception",
                     "type": kind,
                     "message": _short(text),
-                    "where": loader.where(self.root, exc.__traceback__),
+                    "where": loader.where(self.root, loader.traceback_of(exc)),
                 },
                 "violations": self._new_violations(),
             }
         else:
-            part = request.get("value_part")
-            if type(part) is int and isinstance(value, (tuple, list)) and 0 <= part < len(value):
-                value = value[part]  # one array of several, asked for alone (labctl judges it)
             reply = {
                 "ok": True,
                 "value": value if request.get("want_value", True) else None,
@@ -188,9 +188,10 @@ def main(argv: list[str]) -> None:
                 wire.write_frame(write_fd, reply)
             except OSError:
                 raise
-            except Exception as exc:
+            except BaseException as exc:
                 # The value's own code runs as it is encoded (a dict whose items() raises, an
-                # object whose __array__ does): the room's error, not a crash of this process.
+                # object whose __array__ does, a list whose __iter__ raises GeneratorExit): the
+                # room's error, whatever it raises, not a crash of this process.
                 shown = _short("{}: {}".format(*loader.described(exc)))
                 error = {
                     "kind": "unsupported-return",
