@@ -10,7 +10,7 @@ from labctl import contract
 from labctl.cli.isolation import IsolationOption, effective
 from labctl.cli.render import Column, err, fit, out, print_json, stacked, text, verdict
 from labctl.errors import EXIT_FAILED, CallError, CleanRoomError, UsageError
-from labctl.i18n import N_, Msg, _
+from labctl.i18n import N_, Msg, _, declared
 from labctl.verify import bad_input, rules
 
 app = typer.Typer(no_args_is_help=True)  # its help: labctl.cli.commands
@@ -180,7 +180,7 @@ def _one_line(message: str | Msg) -> str | Msg:
     from labctl.textsafe import shown
 
     if isinstance(message, Msg):
-        return Msg(message.template, **{k: _one_line(v) for k, v in message.args.items()})
+        return declared(message.template, **{k: _one_line(v) for k, v in message.args.items()})
     return shown(message) if isinstance(message, str) else message
 
 
