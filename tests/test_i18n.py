@@ -454,3 +454,19 @@ def test_an_import_the_policy_refuses_is_named_in_the_chosen_language():
     assert [str(v.shown()) for v in seen] == [str(v) for v in seen]  # English as the guard wrote
     other = Located("room/c.py:1", "syntax error")
     assert other.shown() == "room/c.py:1: syntax error"
+
+
+def test_a_list_of_messages_is_listed_in_each_language():
+    """A diagnosis's failing checks, one Msg each, listed: each translated, and the list's
+    comma the language's own (、 in Chinese)."""
+    from labctl.i18n import declared, listed
+
+    checks = listed([declared(N_("parity")), declared(N_("pure")), declared(N_("shape"))])
+    assert _(checks) == "parity, pure, shape"
+    previous = set_language("zh")
+    try:
+        assert _(checks) == "对拍、纯函数、" + _("shape")
+        assert _("shape") != "shape"
+    finally:
+        set_language(previous)
+    assert listed([]) == "" and listed(["x"]) == "x"

@@ -160,25 +160,25 @@ def _data(value: Any) -> Any:
     return str(value)
 
 
-def joined(messages: list[str | Msg]) -> str | Msg:
-    """Messages joined with "; " as one Msg, each translated when it is shown."""
+def _chained(messages: list[str | Msg], link: Callable[[str | Msg, str | Msg], Msg]) -> str | Msg:
+    """`messages` linked pairwise from the last, each translated when it is shown."""
     if not messages:
         return ""
     result = messages[-1]
     for message in reversed(messages[:-1]):
-        result = Msg("{first}; {rest}", first=message, rest=result)
+        result = link(message, result)
     return result
+
+
+def joined(messages: list[str | Msg]) -> str | Msg:
+    """Messages joined with "; " as one Msg, each translated when it is shown."""
+    return _chained(messages, lambda first, rest: Msg("{first}; {rest}", first=first, rest=rest))
 
 
 def listed(messages: list[str | Msg]) -> str | Msg:
     """Messages listed with ", " as one Msg, each translated when it is shown (Chinese lists
     with "、")."""
-    if not messages:
-        return ""
-    result = messages[-1]
-    for message in reversed(messages[:-1]):
-        result = Msg("{first}, {rest}", first=message, rest=result)
-    return result
+    return _chained(messages, lambda first, rest: Msg("{first}, {rest}", first=first, rest=rest))
 
 
 class Msg:
