@@ -65,7 +65,8 @@ class ImportPolicyError(CleanRoomError):
 class CallError(LabctlError):
     """A clean-room function raised, hung, crashed or returned something unusable.
 
-    `kind` is one of: exception, timeout, crash, missing, unsupported-return;
+    `kind` is one of: exception, timeout, crash, missing, not-callable (the package holds
+    something else under the name: `detail` names its class), unsupported-return;
     `exc_type` names the learner's exception class when `kind` is exception.
     """
 

@@ -271,3 +271,52 @@ def test_a_file_with_nul_bytes_is_named_with_what_is_wrong(tmp_path, source):
     line = 1 if source.startswith(b"\xff") else 2
     with pytest.raises(CleanRoomError, match=rf"room/ffn\.py:{line}: the file holds NUL bytes"):
         loader.load_package(room)
+
+
+def test_a_room_that_raises_base_exceptions_as_it_is_read_is_its_own_failure(tmp_path):
+    """A module `__getattr__` raising SystemExit, a `__signature__` raising KeyboardInterrupt,
+    a `__doc__` (read as the worker wraps the function) raising GeneratorExit: what the worker
+    reads of the room is a name absent, a signature unread, a load failed, never its crash."""
+    from labctl.isolation.worker import Worker
+
+    room = write_package(
+        tmp_path / "room",
+        {
+            "__init__.py": """
+                class _Odd:
+                    def __call__(self, x, axis=-1):
+                        return x
+
+                    @property
+                    def __signature__(self):
+                        raise KeyboardInterrupt
+
+                class _Undocumented:
+                    def __call__(self, x, w1, b1, w2, b2):
+                        return x
+
+                    @property
+                    def __doc__(self):
+                        raise GeneratorExit
+
+                softmax = _Odd()
+                relu_ffn = _Undocumented()
+
+                def __getattr__(name):
+                    raise SystemExit(3)
+            """,
+        },
+    )
+    module = loader.load_package(room)
+    observed = loader.observe_signatures(module, ("softmax", "rope"))
+    assert observed == {
+        "softmax": {"present": True, "callable": True, "params": None},
+        "rope": {"present": False},
+    }
+    worker = Worker(privileges="")
+    worker.root = room.resolve()
+    worker.hold(module, ("softmax",))
+    reply = worker.call({"function": "rope"})
+    assert reply["error"] == {"kind": "missing", "message": "not exposed by the package"}
+    with pytest.raises(CleanRoomError, match=r"importing the clean room failed.*GeneratorExit"):
+        worker.hold(module, ("relu_ffn",))

@@ -266,3 +266,18 @@ def test_a_history_that_became_a_fifo_after_the_check_is_refused_not_waited_on(t
     os.mkfifo(tmp_path / "history.jsonl")
     with pytest.raises(UsageError, match="is a FIFO"):
         store.append_line(Path("history.jsonl"), {"a": 1})
+
+
+def test_the_root_folder_is_named_not_left_empty(workdir):
+    result = runner.invoke(app, ["verify", "clean-room", "--path", "/", "--json", "--no-metrics"])
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.stdout)["path"] == "/"
+
+
+def test_a_room_folder_named_with_a_newline_forges_no_line_of_the_note(workdir):
+    from labctl.evidence.room import identify, record_notes
+
+    room = shutil.copytree(project_clean_room(), workdir / "mine\nPASS  forged")
+    (note,) = record_notes(identify(room), "--path")
+    assert "mine\\x0aPASS  forged is labctl's own clean room" in str(note)
+    assert "\n" not in str(note)

@@ -473,6 +473,25 @@ def test_a_function_the_package_does_not_expose_is_said_so(tmp_path):
     ]
 
 
+def test_a_name_that_is_no_function_is_said_not_callable(tmp_path):
+    """The package holds an int under a contract function's name: every check and the
+    diagnosis say it is not callable (as the contract check does), not that it is absent."""
+    room = shutil.copytree(faults.project_clean_room(), tmp_path / "room")
+    with (room / "__init__.py").open("a") as init:
+        init.write("softmax = 3\n")
+    seen = observe(room.resolve(), 1.0, 512, functions=("softmax",), in_process=True)
+    said = {r.name: r.message for r in evaluate(seen) if r.function == "softmax"}
+    assert said["contract"] == "not callable"
+    assert said["runs"].startswith("fixture rows: not callable (an object of type int);")
+    assert said["shape"] == "not run: not callable"
+    run = seen.runs["softmax"]
+    found = dg.diagnose(seen, evaluate(seen), 1.0, 512, rooms=RoomsHere(tmp_path))
+    assert [(d.kind, d.message) for d in found if d.function == "softmax"] == [
+        ("missing", "softmax: not callable (an object of type int)")
+    ]
+    assert run.unexposed is not None
+
+
 def test_a_room_that_does_not_load_is_one_line_naming_where(tmp_path):
     seen = RoomObservation(tmp_path, status="unloadable", message="does not load: SyntaxError")
     seen.load_error = Located("primitives.py:3", "invalid syntax", "softmax")

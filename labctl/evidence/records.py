@@ -44,7 +44,7 @@ def shown_path(path: Path) -> str:
     try:
         shown = str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
-        shown = path.name
+        shown = path.name or path.anchor  # the root has no name: `/`, not nothing
     # A name that is not UTF-8 stays text every record can hold: its bytes escaped.
     return valid(shown)
 

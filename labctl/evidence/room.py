@@ -35,7 +35,7 @@ from labctl.evidence.records import shown_path
 from labctl.evidence.repository import resolve_inside
 from labctl.i18n import N_, Msg, declared
 from labctl.isolation.loader import MAX_DEPTH, MAX_ENTRIES, not_source, shown_name
-from labctl.textsafe import valid
+from labctl.textsafe import shown, valid
 
 if TYPE_CHECKING:
     from labctl.evidence.findings import Report
@@ -163,8 +163,10 @@ def record_notes(info: CleanRoomInfo | None, option: str) -> list[Msg]:
     these records would be refused, or taken only on this machine."""
     if info is None:
         return []
+    # the room's folder is a learner's name: a newline in it would forge a line of labctl's
+    path = shown(info.path)
     if info.own:
-        return [own_room_note(info.path, option)]
+        return [own_room_note(path, option)]
     # found again as `evidence submit` will look for it, from the repository's top
     found, _ = _room_path(info.path, project_root(), project_root())
     if found is None or files_digest(room_files(found)) != info.sha256:
@@ -182,7 +184,7 @@ def record_notes(info: CleanRoomInfo | None, option: str) -> list[Msg]:
                 "note: the clean room {path} lies outside this repository: evidence submit "
                 "finds it on this machine, but a class graded with labctl grade takes only "
                 "a room inside the folder handed in",
-                path=info.path,
+                path=path,
             )
         ]
     return []

@@ -111,7 +111,7 @@ def traceback_of(exc: BaseException):
     return BaseException.__dict__["__traceback__"].__get__(exc)
 
 
-def _class_name(value: object) -> str:
+def class_name(value: object) -> str:
     """The name of `value`'s class, past any `__name__` a metaclass of the room's defines."""
     return type.__dict__["__name__"].__get__(type(value), type)
 
@@ -125,8 +125,8 @@ def described(exc: BaseException) -> tuple[str, str]:
         if not isinstance(text, str):
             raise TypeError
     except BaseException as unreadable:  # the room's code: whatever it raises
-        text = f"(its text could not be read: str() raised {_class_name(unreadable)})"
-    return _class_name(exc), text
+        text = f"(its text could not be read: str() raised {class_name(unreadable)})"
+    return class_name(exc), text
 
 
 def syntax_error(file: str, line: int | None, error: str) -> Msg:
@@ -142,6 +142,12 @@ def import_failed(place: str | None, error: str) -> Msg:
     if place:
         return Msg("importing the clean room failed at {place}: {error}", place=place, error=error)
     return Msg("importing the clean room failed: {error}", error=error)
+
+
+def failed_import(root: Path, exc: BaseException) -> CleanRoomError:
+    """The room at `root` cannot be taken as a package: its code raised `exc`, whatever it is."""
+    kind, text = described(exc)
+    return CleanRoomError(import_failed(where(root, traceback_of(exc)), f"{kind}: {text}"))
 
 
 # The loader's messages a worker sends as their values (typed), never as text to show:
@@ -376,10 +382,7 @@ def load_package(path: str | Path, in_worker: bool = False) -> ModuleType:
                 f"{root.name}/{file.relative_to(root)}" if file.is_relative_to(root) else file.name
             )
             raise CleanRoomError(syntax_error(shown, exc.lineno, exc.msg)) from None
-        kind, text = described(exc)
-        raise CleanRoomError(
-            import_failed(where(root, traceback_of(exc)), f"{kind}: {text}")
-        ) from None
+        raise failed_import(root, exc) from None
     finally:
         if alias and not in_worker:
             _take_names(alias)
@@ -405,12 +408,17 @@ def _jsonable(value) -> object:
     return value
 
 
+# What `attribute` gives for a name the module does not have: a room may hold None itself.
+ABSENT = object()
+
+
 def attribute(module: ModuleType, name: str):
-    """`module.name`, or None: a module `__getattr__` of the room's may raise anything."""
+    """`module.name`, or ABSENT: a module `__getattr__` of the room's may raise anything, a
+    SystemExit or a KeyboardInterrupt too, and the worker must live to say so."""
     try:
-        return getattr(module, name, None)
-    except Exception:
-        return None
+        return getattr(module, name, ABSENT)
+    except BaseException:
+        return ABSENT
 
 
 def observe_signatures(module: ModuleType, names: tuple[str, ...]) -> dict[str, dict]:
@@ -418,10 +426,11 @@ def observe_signatures(module: ModuleType, names: tuple[str, ...]) -> dict[str, 
     observed: dict[str, dict] = {}
     for fn_name in names:
         # The room's own code answers each of these (a module __getattr__, a __signature__
-        # property): whatever it raises is a signature that cannot be read, not a crash of
-        # the worker whose traceback labctl then showed as the room's output.
+        # property, a default's __repr__): whatever it raises, a SystemExit too, is a signature
+        # that cannot be read, not a crash of the worker whose traceback labctl then showed as
+        # the room's output.
         fn = attribute(module, fn_name)
-        if fn is None:
+        if fn is ABSENT:
             observed[fn_name] = {"present": False}
             continue
         if not callable(fn):
@@ -435,7 +444,7 @@ def observe_signatures(module: ModuleType, names: tuple[str, ...]) -> dict[str, 
                     entry["default"] = _jsonable(p.default)
                 params.append(entry)
             stub = is_stub(fn)
-        except Exception:
+        except BaseException:
             observed[fn_name] = {"present": True, "callable": True, "params": None}
             continue
         observed[fn_name] = {"present": True, "callable": True, "params": params, "stub": stub}

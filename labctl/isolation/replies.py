@@ -27,7 +27,7 @@ MALFORMED = "the clean room's process sent a malformed reply"
 # observed (`labctl faults`); 512 MiB is two frames at wire's cap, so a legitimate run never
 # meets it, and labctl's own memory stays bounded however many calls return the most.
 REPLY_BUDGET_BYTES = 512 << 20
-ERROR_KINDS = frozenset({"exception", "missing", "unsupported-return", "protocol"})
+ERROR_KINDS = frozenset({"exception", "missing", "not-callable", "unsupported-return", "protocol"})
 # What a genuine worker sends (`worker`): a message cut to 500 characters, at most 100
 # violations of as many, a trace of at most `calltrace.MAX_ENTRIES` calls. Past these a reply
 # is forged, and labctl would copy its text into every line and record that shows it.

@@ -606,6 +606,9 @@ def call_result(
             )
             failure.trace = reply.get("trace", [])
             raise failure
+        if error["kind"] == "not-callable":
+            shown = Msg("not callable (an object of type {type})", type=error["message"])
+            raise CallError(name, "not-callable", error["message"], shown=shown)
         raise CallError(name, error["kind"], error["message"])
     if not echo_args:
         return CallResult(reply["value"], reply["elapsed_s"], [], peak, reply.get("trace", []))

@@ -63,6 +63,7 @@ class Worker:
             # Before any of the room's code runs: it cannot be removed once in place.
             self.refused_code = audit.install(self.root, loader.source_files(self.root))
             module = loader.load_package(self.root, in_worker=True)
+            signatures = self.hold(module, tuple(request.get("names", ())))
         except LabctlError as exc:
             violations = self._new_violations()
             kind = "import-policy" if violations else "load"
@@ -73,7 +74,7 @@ class Worker:
             return {"ok": False, "error": error}
         return {
             "ok": True,
-            "signatures": self.hold(module, tuple(request.get("names", ()))),
+            "signatures": signatures,
             "violations": self._new_violations(),
             "privileges": self.privileges,
         }
@@ -81,19 +82,29 @@ class Worker:
     def hold(self, module, names: tuple[str, ...]) -> dict:
         """Take the loaded `module` as the room: its contract functions are traced from here
         on. Returns their signatures."""
-        self.module = module
         signatures = loader.observe_signatures(module, names)
-        calltrace.install(module, names, self.recorder)
+        try:
+            calltrace.install(module, names, self.recorder)
+        except BaseException as exc:
+            # Wrapping reads the room's objects (a property `__doc__`, a module `__setattr__`
+            # of its own), whatever they raise: a room that cannot be held, not a crash.
+            raise loader.failed_import(self.root, exc) from None
+        self.module = module
         return signatures
 
     def call(self, request: dict) -> dict:
         name = request["function"]
         fn = loader.attribute(self.module, name)
-        if not callable(fn):
+        if fn is loader.ABSENT:
             return {
                 "ok": False,
-                "error": {"kind": "missing", "message": "not a callable of the package"},
+                "error": {"kind": "missing", "message": "not exposed by the package"},
             }
+        if not callable(fn):
+            # what the room holds under the name instead (an int, a module), as the learner
+            # would look for it: the contract check says "not callable" of it too
+            what = _short(loader.class_name(fn))
+            return {"ok": False, "error": {"kind": "not-callable", "message": what}}
         args, kwargs = request.get("args", []), request.get("kwargs", {})
         traced = request.get("trace", False)
         if traced:

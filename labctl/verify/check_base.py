@@ -91,8 +91,11 @@ def _skipped_reason(run: FunctionRun | None) -> str | None:
         return N_("not run")
     if run.not_implemented:
         return N_("not run: not implemented")
-    if any(o.kind == "missing" for o in run.fixtures.values()):
+    unexposed = run.unexposed
+    if unexposed is not None and unexposed.kind == "missing":
         return N_("not run: the package does not expose it")
+    if unexposed is not None:
+        return N_("not run: not callable")
     return None
 
 

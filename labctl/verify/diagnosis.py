@@ -320,14 +320,14 @@ def diagnose(
         if run is not None and run.not_implemented:
             found.append(_not_implemented(seen, run))
             continue
-        if run is not None and any(o.kind == "missing" for o in run.fixtures.values()):
-            found.append(
-                Diagnosis(
-                    function,
-                    "missing",
-                    Msg("{function}: the package does not expose it", function=function),
-                )
+        unexposed = run.unexposed if run is not None else None
+        if unexposed is not None:
+            said = (
+                Msg("{function}: the package does not expose it", function=function)
+                if unexposed.kind == "missing"
+                else Msg("{function}: {said}", function=function, said=unexposed.message)
             )
+            found.append(Diagnosis(function, "missing", said))
             continue
         first = blame.blamed(seen, results, function)
         if first is not None:

@@ -38,6 +38,7 @@ Room = CleanRoom | InProcessRoom
 # The violations a room's observation (and so its records) keeps: each call may bring a
 # hundred new ones of a thousand characters, and a room may make thousands of calls.
 MAX_VIOLATIONS = 200
+_UNEXPOSED = ("missing", "not-callable")
 
 
 @dataclass
@@ -45,7 +46,8 @@ class Outcome:
     """What one call did."""
 
     kind: (
-        str  # value | exception | not-implemented | timeout | crash | malformed | missing | skipped
+        str  # value | exception | not-implemented | timeout | crash | malformed | missing
+        # | not-callable | skipped
     )
     value: Any = None
     message: str | Msg = ""  # a Msg where labctl says it, a str where the learner's code does
@@ -76,7 +78,7 @@ class Outcome:
             return self.message or Msg("did not return in time (stopped)")
         if self.kind == "crash":
             return Msg("crashed: {message}{at}", message=self.message, at=at)
-        if self.kind == "malformed":
+        if self.kind in ("malformed", "not-callable"):
             return self.message
         if self.kind == "missing":
             return Msg("not exposed by the package")
@@ -134,6 +136,12 @@ class FunctionRun:
         """Every fixture raised NotImplementedError (a fresh stub)."""
         calls = [*self.fixtures.values(), *self.probes.values()]
         return bool(calls) and all(o.kind == "not-implemented" for o in calls)
+
+    @property
+    def unexposed(self) -> Outcome | None:
+        """A fixture's outcome that says the package has no function of this name (none
+        at all, or something else under it), or None."""
+        return next((o for o in self.fixtures.values() if o.kind in _UNEXPOSED), None)
 
 
 @dataclass
@@ -266,6 +274,8 @@ def _failed(name: str, exc: CallError, deadline: float | None = None) -> Outcome
         return Outcome("timeout", message=Msg("did not return: {body}", body=exc.shown))
     if exc.kind == "missing":
         return Outcome("missing", message=body)
+    if exc.kind == "not-callable":
+        return Outcome("not-callable", message=exc.shown)
     if exc.kind == "malformed":
         return Outcome("malformed", message=body)
     return Outcome("crash", message=exc.shown, where=exc.where)
@@ -377,9 +387,7 @@ def run_function(
         run.fixtures[fixture.name] = one(*fixture.call())
     for fixture in fx.probes(function, seed, contract):
         run.probes[fixture.name] = one(*fixture.call())
-    implemented = not run.not_implemented and not any(
-        o.kind == "missing" for o in run.fixtures.values()
-    )
+    implemented = not run.not_implemented and run.unexposed is None
     if implemented and function in CAUSAL_FUNCTIONS:
         for t, fixture in fx.causal_variants(function, seed):
             run.causal[t] = one(*fixture.call())
