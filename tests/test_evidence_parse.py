@@ -323,12 +323,12 @@ def test_special_files_are_usage_errors_named_by_kind(tmp_path):
 def test_file_kinds_are_named():
     import stat
 
-    assert inputfile._kind(stat.S_IFDIR) == "a directory"
-    assert inputfile._kind(stat.S_IFIFO) == "a FIFO"
-    assert inputfile._kind(stat.S_IFCHR) == "a character device"
-    assert inputfile._kind(stat.S_IFBLK) == "a block device"
-    assert inputfile._kind(stat.S_IFSOCK) == "a socket"
-    assert inputfile._kind(stat.S_IFDOOR if hasattr(stat, "S_IFDOOR") else 0) == ("a special file")
+    assert inputfile.kind(stat.S_IFDIR) == "a directory"
+    assert inputfile.kind(stat.S_IFIFO) == "a FIFO"
+    assert inputfile.kind(stat.S_IFCHR) == "a character device"
+    assert inputfile.kind(stat.S_IFBLK) == "a block device"
+    assert inputfile.kind(stat.S_IFSOCK) == "a socket"
+    assert inputfile.kind(stat.S_IFDOOR if hasattr(stat, "S_IFDOOR") else 0) == ("a special file")
 
 
 def test_a_problem_deeper_inside_a_claim_splits_at_the_claim_only():
