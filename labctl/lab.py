@@ -45,6 +45,32 @@ class LabParams(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+# What a run's largest arrays may take together: a learner's laptop has 8 to 16 GiB, most of it
+# held by the system, a browser and an editor, and a run's interpreter, torch and temporaries
+# come on top; 1 GiB of arrays keeps the whole run within a few GiB, clear of swap. Every
+# lab's defaults stay under a third of it (tiled-attention's 4096-long rows take a quarter).
+MEMORY_LIMIT = 2**30
+
+
+def within_memory(product: str, numbers: int, bytes_each: int = 8) -> None:
+    """Refuse, from a `Params` model validator, settings whose largest arrays exceed the limit.
+
+    `product` is the lab's count of the numbers those arrays hold together, as written in the
+    message (`B x H x T x (4T + 7D)`); float64 unless `bytes_each` says otherwise.
+    """
+    if numbers * bytes_each > MEMORY_LIMIT:
+        raise ValueError(
+            Msg(
+                "{product} = {numbers:,} numbers of {width} bytes exceed the {limit} GiB a run's "
+                "largest arrays may take (a learner's laptop): choose smaller values",
+                product=product,
+                numbers=numbers,
+                width=bytes_each,
+                limit=MEMORY_LIMIT // 2**30,
+            )
+        )
+
+
 _EXPECTED = re.compile(
     r"^\s*(?:(?P<op><=|>=|==|<|>)\s*(?P<value>[-+0-9.eE]+|inf)"
     r"|in\s*\[\s*(?P<lo>[-+0-9.eE]+)\s*,\s*(?P<hi>[-+0-9.eE]+)\s*\])\s*$"

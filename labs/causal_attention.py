@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from labctl.course import CH8, HANDS_ON, PARTS, Section
 from labctl.i18n import N_, Msg, implementation
@@ -28,6 +28,7 @@ from labctl.lab import (
     allclose_ratio,
     larger,
     largest,
+    within_memory,
 )
 
 BOTH_ROWS = ("reference", "clean-room")
@@ -65,6 +66,17 @@ class Params(LabParams):
     perturbation: float = Field(
         1.0, gt=0, le=1e6, description="scale of the noise added to the future"
     )
+
+    @model_validator(mode="after")
+    def _fits_memory(self) -> Params:
+        # held at once: q, k, v, x, noise and both rooms' outputs (7 of B x H x T x D), both
+        # rooms' weights and a softmax's temporaries (4 of B x H x T x T), and the four
+        # projections of multi_head_attention, C x C with C = H x D
+        BHT, C = self.B * self.H * self.T, self.H * self.D
+        within_memory(
+            "B x H x T x (4T + 7D) + 4 x (H x D)²", BHT * (4 * self.T + 7 * self.D) + 4 * C * C
+        )
+        return self
 
 
 METRICS = (

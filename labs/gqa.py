@@ -35,6 +35,7 @@ from labctl.lab import (
     TableFigure,
     ratio,
     reference_max_error,
+    within_memory,
 )
 
 # The course's Llama-2-70B example (手撕 §7.4): 80 layers, 8 KV heads of width 128, fp16, 4096 tokens.
@@ -57,6 +58,9 @@ class Params(LabParams):
             raise ValueError(Msg("H = {H} must divide C = {C}", H=self.H, C=self.C))
         if self.H % self.Hkv:
             raise ValueError(Msg("Hkv = {Hkv} must divide H = {H}", Hkv=self.Hkv, H=self.H))
+        # held at once: an attention's weights and softmax temporaries (4 of B x H x T x T), and
+        # the inputs, torch's answers and both rooms' kept outputs (20 of B x T x C)
+        within_memory("B x T x (4HT + 20C)", self.B * self.T * (4 * self.H * self.T + 20 * self.C))
         return self
 
 

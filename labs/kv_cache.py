@@ -35,6 +35,7 @@ from labctl.lab import (
     larger,
     reference_max_error,
     satisfies,
+    within_memory,
 )
 
 LENGTHS = (64, 128, 256, 512)
@@ -71,6 +72,9 @@ class Params(LabParams):
                     T=self.T,
                 )
             )
+        # held at once: the full attention's weights and softmax temporaries (4 of
+        # B x H x T x T), and the input and both rooms' outputs and caches (12 of B x T x C)
+        within_memory("B x T x (4HT + 12C)", self.B * self.T * (4 * self.H * self.T + 12 * self.C))
         return self
 
 

@@ -40,6 +40,7 @@ from labctl.lab import (
     Note,
     TableFigure,
     larger,
+    within_memory,
 )
 from labctl.memo import remember
 
@@ -87,6 +88,23 @@ class Params(LabParams):
                     steps=self.steps,
                 )
             )
+        # the probe holds q, k, v, their noise and copies, and both rooms' outputs and weights
+        # under four masks (15 of B x H x T x D, 11 of B x H x T x T with a softmax's temporaries)
+        within_memory(
+            "B x H x T x (11T + 15D)", self.B * self.H * self.T * (11 * self.T + 15 * self.D)
+        )
+        # the language model draws every step's tokens up front, and its widest pass (a
+        # training batch, or the held-out set) keeps logits, SwiGLU hidden and attention
+        # weights about three times over for backward and the cross-entropy
+        within_memory(
+            "steps x batch x (context + 1) + 3 x max(batch, heldout) x context x "
+            "(vocab + ffn + heads x context)",
+            self.steps * self.batch * (self.context + 1)
+            + 3
+            * max(self.batch, self.heldout)
+            * self.context
+            * (self.vocab + self.ffn + self.heads * self.context),
+        )
         return self
 
 

@@ -36,6 +36,7 @@ from labctl.lab import (
     Note,
     TableFigure,
     reference_max_error,
+    within_memory,
 )
 from labctl.memo import remember
 
@@ -56,6 +57,16 @@ class Params(LabParams):
     def _heads_divide_width(self) -> Params:
         if self.C % self.H:
             raise ValueError(Msg("H = {H} must divide C = {C}", H=self.H, C=self.C))
+        # the gradients keep every block of the deepest stack for backward: per block, an
+        # attention's scores and weights (3 of B x H x T x T), the SwiGLU's hidden (4 of
+        # B x T x F) and the activations around them (10 of B x T x C), and its weights
+        # (4C² + 3CF) three times: drawn, cloned for each depth, and their gradients
+        per_block = self.B * self.T * (3 * self.H * self.T + 4 * self.F + 10 * self.C)
+        weights = 4 * self.C**2 + 3 * self.C * self.F
+        within_memory(
+            f"{DEEPEST} x (B x T x (3HT + 4F + 10C) + 3 x (4C² + 3CF))",
+            DEEPEST * (per_block + 3 * weights),
+        )
         return self
 
 

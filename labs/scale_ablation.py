@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from labctl.course import CH8, HANDS_ON, PARTS, Section
 from labctl.i18n import N_, Msg, declared, implementation
@@ -39,6 +39,7 @@ from labctl.lab import (
     TableFigure,
     larger,
     ratio,
+    within_memory,
 )
 from labctl.memo import remember, remember_draws
 
@@ -61,6 +62,16 @@ class Params(LabParams):
     pairs_per_block: int = Field(10, ge=1, le=200, description="pairs per attention block")
     keys: int = Field(16, ge=2, le=4096, description="keys per softmax row")
     rows: int = Field(2048, ge=16, le=100000, description="softmax rows per d_k")
+
+    @model_validator(mode="after")
+    def _fits_memory(self) -> Params:
+        # held at once, at every d_k: the pairs' q, k and key blocks, and the rows' q and k
+        # (Σ d_k of each); then the sharpness's p_i p_j and its square (rows x keys² each)
+        within_memory(
+            f"{sum(D_KS)} x (3 x pairs + 2 x rows) + 2 x rows x keys²",
+            sum(D_KS) * (3 * self.pairs + 2 * self.rows) + 2 * self.rows * self.keys**2,
+        )
+        return self
 
 
 VAR_BAND = 0.1  # the variance rows' tolerance: d_k (or 1) ± 10%

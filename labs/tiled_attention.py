@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from labctl.course import HANDS_ON, PARTS, Section
 from labctl.i18n import N_, Msg, implementation
@@ -37,6 +37,7 @@ from labctl.lab import (
     larger,
     reference_max_error,
     satisfies,
+    within_memory,
 )
 
 CHAPTER_SCORES = (2.0, 1.0, 0.5, 3.0)  # 手撕与注意力机制 §7.5.3
@@ -76,6 +77,14 @@ class Params(LabParams):
     )
     memory_block: int = Field(64, ge=1, le=1024, description=N_("block size of the memory rows"))
     tile: int = Field(8, ge=1, le=64, description=N_("query and key tile size for counting"))
+
+    @model_validator(mode="after")
+    def _fits_memory(self) -> Params:
+        # full attention at the longest memory row holds its float32 (T, T) scores, weights
+        # and a softmax's temporaries, as FULL_CAP_MATRICES counts them
+        T = max(self.memory_lengths)
+        within_memory(f"{FULL_CAP_MATRICES} x T² at T = {T}", FULL_CAP_MATRICES * T * T, 4)
+        return self
 
 
 METRICS = (
