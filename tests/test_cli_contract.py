@@ -390,6 +390,12 @@ def test_an_import_error_s_newlines_forge_no_lines_of_labctl_s(tmp_path):
     assert result.exit_code == 1
     assert "one\\x0aerror: forged" in flat(result.output)
     assert not any(line.startswith("error: forged") for line in result.output.splitlines())
+    # The one error handler does it, for every command: with --json too, stderr keeps one
+    # line, and the JSON document the exact text.
+    as_json = invoke("contract", "check", "--path", str(room), "--json")
+    assert as_json.exit_code == 1
+    assert not any(line.startswith("error: forged") for line in as_json.stderr.splitlines())
+    assert "one\nerror: forged" in json.loads(as_json.stdout)["error"]["message"]
 
 
 def test_a_keyboard_interrupt_at_import_is_a_failed_import(tmp_path):

@@ -9,8 +9,8 @@ from rich.markup import escape
 from labctl import contract
 from labctl.cli.isolation import IsolationOption, effective
 from labctl.cli.render import Column, err, fit, out, print_json, stacked, text, verdict
-from labctl.errors import EXIT_FAILED, CallError, CleanRoomError, UsageError
-from labctl.i18n import N_, Msg, _, declared
+from labctl.errors import EXIT_FAILED, UsageError
+from labctl.i18n import N_, Msg, _
 from labctl.verify import bad_input, rules
 
 app = typer.Typer(no_args_is_help=True)  # its help: labctl.cli.commands
@@ -174,16 +174,6 @@ def _show_one(name: str, version: int, digest: str, json_: bool) -> None:
     )
 
 
-def _one_line(message: str | Msg) -> str | Msg:
-    """`message` with the text in it on one line: a room's (its exception's message, what it
-    printed) would otherwise print its newlines as lines of labctl's, a traceback forged."""
-    from labctl.textsafe import shown
-
-    if isinstance(message, Msg):
-        return declared(message.template, **{k: _one_line(v) for k, v in message.args.items()})
-    return shown(message) if isinstance(message, str) else message
-
-
 @app.command()
 def check(
     path: Annotated[
@@ -206,14 +196,9 @@ def check(
 
     room = path or default_clean_room()
     level = effective(isolation)
-    try:
-        report = check_clean_room(
-            room, shown=shown_path(room), isolation=level, version=contract_version
-        )
-    except (CleanRoomError, CallError) as exc:
-        if json_:
-            raise  # JSON keeps the exact text: it escapes it itself
-        raise CleanRoomError(_one_line(exc.message)) from None
+    report = check_clean_room(
+        room, shown=shown_path(room), isolation=level, version=contract_version
+    )
     if json_:
         print_json(report.to_json())
     else:

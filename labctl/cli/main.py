@@ -27,7 +27,7 @@ from labctl.cli.commands import BY_NAME, LANG_HELP, ROOT_HELP, VERSION_HELP
 from labctl.cli.lang import Language, click_message, localized, translate_help
 from labctl.cli.render import err, print_json
 from labctl.errors import EXIT_FAILED, EXIT_USAGE, LabctlError, UsageError
-from labctl.i18n import N_, Msg, _
+from labctl.i18n import N_, Msg, _, declared
 
 EXIT_INTERRUPTED = 130
 INTERRUPTED, ABORTED = N_("interrupted"), N_("aborted")
@@ -45,6 +45,15 @@ def _reader_gone() -> typer.Exit:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     return typer.Exit(EXIT_FAILED)
+
+
+def _one_line(message: str | Msg) -> str | Msg:
+    """`message` with every text it carries on one line: a learner's (an exception's message,
+    what a room printed, a folder's name) would otherwise print its newlines as lines of
+    labctl's own, a traceback forged. The template's own words are labctl's, kept as written."""
+    if isinstance(message, Msg):
+        return declared(message.template, **{k: _one_line(v) for k, v in message.args.items()})
+    return textsafe.shown(message) if isinstance(message, str) else message
 
 
 class _HandledGroup(TyperGroup):
@@ -77,7 +86,9 @@ class _HandledGroup(TyperGroup):
             if _debug():
                 traceback.print_exc(file=sys.stderr)
             kind = "usage" if isinstance(exc, UsageError) else "refused"
-            raise self._fail(kind, str(exc), exc.exit_code, exc.english()) from None
+            raise self._fail(
+                kind, _(_one_line(exc.message)), exc.exit_code, exc.english()
+            ) from None
         except KeyboardInterrupt:
             raise self._fail("interrupted", _(INTERRUPTED), EXIT_INTERRUPTED, INTERRUPTED) from None
         except BrokenPipeError:
