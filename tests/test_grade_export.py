@@ -63,3 +63,13 @@ def test_a_bad_roster_is_refused_by_name(tmp_path, text, reason):
 def test_a_missing_roster_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError):
         read_roster(tmp_path / "nope.csv")
+
+
+def test_an_assignment_name_that_starts_a_formula_is_kept_as_text(tmp_path):
+    """`--assignment` (or the rubric's name) was written to the header as it was: a
+    spreadsheet opening canvas.csv ran `=HYPERLINK(...)` as a formula."""
+    path = tmp_path / "roster.csv"
+    path.write_text(ROSTER)
+    text, _ = canvas_csv([row("ann", 4)], read_roster(path), '=HYPERLINK("http://x","Lab")', 4)
+    header = next(csv.reader(io.StringIO(text)))
+    assert header[-1] == '\'=HYPERLINK("http://x","Lab")'

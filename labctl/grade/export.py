@@ -104,7 +104,8 @@ def canvas_csv(
     """The import file and the warnings (learners left out, learners with no grade)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow([*CANVAS_COLUMNS, assignment])
+    # The column's name is the TA's (`--assignment`) or the rubric's: a cell like any other.
+    writer.writerow([*CANVAS_COLUMNS, cell(assignment)])
     writer.writerow([POINTS_POSSIBLE, "", "", "", "", points_text(max_score)])
     warnings: list[Msg] = []
     by_id: dict[str, list[Row]] = {}
