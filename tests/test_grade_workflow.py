@@ -430,3 +430,43 @@ def test_only_keeps_each_kept_rows_identical_to_as_it_was_graded(setup, tmp_path
     assert regraded.exit_code == 0, regraded.output
     assert gradebook(copy)["cy"]["identical_to"] == ""
     assert gradebook(copy)["ann"]["identical_to"] == "bob"
+
+
+def test_a_run_refused_after_grading_leaves_nothing_for_publish_to_disagree_with(setup, tmp_path):
+    """A run refused after grading (an override out of range) had rewritten bob's record
+    without his late penalty, and `grade publish` then gave him 20 in his feedback where the
+    gradebook, Gradescope and Canvas still said 16. Publish now refuses such a folder until a
+    run into it finishes."""
+    base, out, _, _ = setup
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    rubric = str(base / "rubric.yaml")
+    bad = tmp_path / "overrides.yaml"
+    bad.write_text(OVERRIDES.replace("learner: cy", "learner: ann").replace("-3", "5"))
+    args = grade_args(base, copy)
+    args[args.index("--overrides") + 1] = str(bad)
+    refused = invoke(*args, "--only", "bob", "--json")
+    assert refused.exit_code == 1, refused.output
+    assert json.loads(refused.stdout)["error"]["kind"] == "refused"
+    assert gradebook(copy)["bob"]["score"] == "16"
+    feedback = (copy / "feedback" / "bob.json").read_bytes()
+    published = invoke("grade", "publish", str(copy), "--rubric", rubric, "--json")
+    assert published.exit_code == 1, published.output
+    error = json.loads(published.stdout)["error"]["message"]
+    assert "did not finish" in error and "nothing published" in error, error
+    assert (copy / "feedback" / "bob.json").read_bytes() == feedback
+    again = invoke(*grade_args(base, copy))
+    assert again.exit_code == 0, again.output
+    published = invoke("grade", "publish", str(copy), "--rubric", rubric)
+    assert published.exit_code == 0, published.output
+    assert one_score_everywhere(copy, CANVAS) == {"ann": 20, "bob": 16, "cy": 17}
+
+
+def test_a_class_refused_before_grading_says_so_in_its_error_alone(tmp_path):
+    """The progress bar, stopped without having started, printed an empty line on stderr
+    before every error raised while the class was read (here, an empty class folder)."""
+    (tmp_path / "class").mkdir()
+    result = invoke("grade", str(tmp_path / "class"), "--out", str(tmp_path / "out"), "--json")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: "), repr(result.stderr)
+    assert "holds no learner folders" in json.loads(result.stdout)["error"]["message"]

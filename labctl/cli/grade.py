@@ -149,6 +149,7 @@ def grade_class(
     json_: JsonFlag = False,
 ) -> None:
     """Grade every learner folder under SUBMISSIONS: verify, re-measure, score, report."""
+    from labctl.grade.records import end_run
     from labctl.grade.rubric import load_rubric
     from labctl.grade.runner import GradeOptions
     from labctl.grade.runner import grade_class as run_class
@@ -191,9 +192,12 @@ def grade_class(
         bar.update(task, completed=done, total=total, last=last)
 
     try:
-        batch = run_class(submissions, out_dir, rubric, options, progress, workflow)
+        # canvas.csv and the class page below are the batch's too: out_dir is marked unfinished
+        # until they are written (`grade publish` refuses it meanwhile).
+        batch = run_class(submissions, out_dir, rubric, options, progress, workflow, finish=False)
     finally:
-        bar.stop()
+        if bar.live.is_started:
+            bar.stop()  # a bar never started prints an empty line before the error
     internal = _internal_errors(batch)
     if students is not None and not internal:
         ta.export(batch, rubric, students, assignment, out_dir, no_grade)
@@ -230,6 +234,7 @@ def grade_class(
     from labctl.grade.class_page import write_class_page
 
     batch.files.append(write_class_page(batch, rubric, found, out_dir))
+    end_run(out_dir)
     for entry in batch.ignored:
         ignored = Msg(
             "ignored {name} ({kind}): at the top of the class folder, not a learner's folder",

@@ -18,7 +18,7 @@ from pathlib import Path
 from labctl.errors import LabctlError, UsageError
 from labctl.evidence.store import replace_atomically
 from labctl.grade.outputs import feedback, json_bytes, seen_by
-from labctl.grade.records import RECORD_SCHEMA, RECORDS, read_record, row_from_record
+from labctl.grade.records import RECORD_SCHEMA, RECORDS, read_record, row_from_record, unfinished
 from labctl.grade.rubric import Rubric
 from labctl.grade.visibility import PUBLISHED, PUBLISHED_SCHEMA, audience
 from labctl.i18n import Msg
@@ -41,6 +41,15 @@ def publish(out: Path, rubric: Rubric, now: datetime | None = None) -> Published
     if not folder.is_dir():
         raise UsageError(
             Msg("{path} holds no grading records: run labctl grade into it first", path=str(out))
+        )
+    if unfinished(out):
+        raise PublishError(
+            Msg(
+                "{path}: its last labctl grade run did not finish (interrupted, or refused "
+                "after grading), so its records are not its gradebook's; nothing published: "
+                "run that labctl grade command again, then publish",
+                path=str(out),
+            )
         )
     stems = sorted(p.stem for p in folder.glob("*.json") if p.is_file() and not p.is_symlink())
     records = {stem: read_record(out, stem) for stem in stems}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import labctl
 from labctl.evidence.environment import now_iso
+from labctl.evidence.store import replace_atomically
 from labctl.grade.late import Lateness
 from labctl.grade.layout import Learner
 from labctl.grade.rubric import Rubric
@@ -110,3 +111,22 @@ def read_record(out: Path, stem: str) -> dict | None:
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) and record.get("schema") == RECORD_SCHEMA else None
+
+
+# Written before a run rewrites its first record, removed once every output is written: while
+# it is there, the records may be a run ahead of the gradebook (an interrupted run, or one
+# refused after grading, an override out of range), and `grade publish` would publish scores
+# the gradebook, Gradescope's results and canvas.csv do not show.
+UNFINISHED = ".unfinished.json"
+
+
+def begin_run(out: Path) -> None:
+    replace_atomically(out / UNFINISHED, json.dumps({"started_at": now_iso()}).encode("utf-8"))
+
+
+def end_run(out: Path) -> None:
+    (out / UNFINISHED).unlink(missing_ok=True)
+
+
+def unfinished(out: Path) -> bool:
+    return (out / UNFINISHED).exists() or (out / UNFINISHED).is_symlink()

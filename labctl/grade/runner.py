@@ -36,6 +36,8 @@ from labctl.grade.layout import Ignored, Learner, survey
 from labctl.grade.pool import INTERNAL_ERROR, GradingError, LocalPool, Outcome
 from labctl.grade.records import (
     RECORDS,
+    begin_run,
+    end_run,
     graded_room,
     identical_rooms,
     read_record,
@@ -196,9 +198,11 @@ def grade_class(
     options: GradeOptions,
     progress: Progress | None = None,
     workflow: Workflow | None = None,
+    finish: bool = True,
 ) -> Batch:
     """Grade every learner under `submissions_dir` into `out` (see the module docstring).
-    Refuses an `out` inside the class folder: the next run would grade it as a learner."""
+    Refuses an `out` inside the class folder: the next run would grade it as a learner.
+    `finish`: as `grade_learners`'s."""
     inside = out.resolve()
     if inside == submissions_dir.resolve() or submissions_dir.resolve() in inside.parents:
         raise UsageError(
@@ -210,7 +214,7 @@ def grade_class(
             )
         )
     learners, ignored = survey(submissions_dir)
-    return grade_learners(learners, out, rubric, options, progress, ignored, workflow)
+    return grade_learners(learners, out, rubric, options, progress, ignored, workflow, finish)
 
 
 def grade_learners(
@@ -221,12 +225,15 @@ def grade_learners(
     progress: Progress | None = None,
     ignored: list[Ignored] | None = None,
     workflow: Workflow | None = None,
+    finish: bool = True,
 ) -> Batch:
     """Grade `learners` (from `labctl.grade.layout`) into `out`.
 
     Rows are kept by the learner's place in `learners`: two learners may hand in
     the very same files (the same resume key), and each has its own row. `workflow`:
-    which earlier results to reuse, lateness and adjustments (`labctl.grade.workflow`)."""
+    which earlier results to reuse, lateness and adjustments (`labctl.grade.workflow`).
+    Without `finish`, `out` stays marked unfinished (`records.begin_run`) until the caller,
+    which writes outputs of its own from the batch, calls `records.end_run`."""
     workflow = workflow or Workflow()
     workflow.check(learners)
     # Refuse the batch before any learner runs: `sandbox` without a working one, or without
@@ -264,6 +271,7 @@ def grade_learners(
     total = len(learners)
     if progress:
         progress(0, total, "", "")  # the batch is accepted: a bar from here, not for a refusal
+    begin_run(out)
 
     def keep(index: int, row: Row, facts: dict | None) -> None:
         learner = learners[index]
@@ -362,5 +370,7 @@ def grade_learners(
                 names=", ".join(gone),
             )
         )
+    if finish:
+        end_run(out)
     batch.wall_time_s = time.perf_counter() - start
     return batch
