@@ -36,6 +36,8 @@ def test_a_valid_file_gives_each_learner_its_adjustments(tmp_path):
         (GOOD.replace('reason: "late README"', 'reason: "  "'), "reason"),
         (GOOD.replace("points: 2", "points: 0"), "points"),
         (GOOD.replace("points: 2", "points: two"), "points"),
+        # kept to the cent like every score: 0.125 showed beside a score that moved by 0.12
+        (GOOD.replace("points: 2", "points: 0.125"), "finer than a cent"),
         # NaN was refused as "should be at most 1000": it is no number to add
         (GOOD.replace("points: 2", "points: .nan"), "points: should be a finite number"),
         (GOOD.replace("    points: 2\n", ""), "points"),

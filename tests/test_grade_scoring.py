@@ -199,3 +199,18 @@ def test_the_summary_line_counts_add_up(graded, tmp_path):
         "4 learners (2 graded, 1 layout-error, 1 not-loaded; 0 graded in this run, 4 unchanged"
         in line
     ), line
+
+
+@pytest.mark.parametrize("points", [33.333333, 0.125])
+def test_points_finer_than_a_cent_are_refused(points):
+    """Scores are kept to the cent: three items of 33.333333 gave a full score of 100 out of a
+    maximum of 99.999999 (gradebook, canvas.csv's Points Possible), and an item of 0.125 a
+    score of 0.12 beside its 0.125."""
+    data = yaml.safe_load(default_rubric_text())
+    data["items"][0]["points"] = points
+    with pytest.raises(RubricError, match="finer than a cent"):
+        parse_rubric(yaml.safe_dump(data))
+    data["items"][0]["points"] = 33.33
+    data["bonus_points"] = points
+    with pytest.raises(RubricError, match="finer than a cent"):
+        parse_rubric(yaml.safe_dump(data))

@@ -49,9 +49,11 @@ class Override(Strict):
     @field_validator("points")
     @classmethod
     def _not_zero(cls, value: float) -> float:
+        from labctl.grade.rubric import to_the_cent
+
         if not math.isfinite(value) or value == 0:
             raise ValueError(Msg("points must be a finite number other than 0"))
-        return value
+        return to_the_cent(value)
 
     @field_validator("reason")
     @classmethod

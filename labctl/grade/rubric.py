@@ -55,6 +55,21 @@ class RubricError(LabctlError):
     """A rubric file that is not valid YAML or does not match the rubric model."""
 
 
+def to_the_cent(value: float) -> float:
+    """`value`, refused unless it is whole cents: every score is kept to the cent, so an item
+    of 33.333333 made a full score of 100 out of a maximum of 99.999999, and an item of 0.125
+    a score of 0.12 beside its 0.125 in the gradebook."""
+    if abs(value * 100 - round(value * 100)) > 1e-6:
+        raise ValueError(
+            Msg(
+                "{points} is finer than a cent: scores are kept to the cent (give at most two "
+                "decimals)",
+                points=repr(value),
+            )
+        )
+    return round(value, 2)
+
+
 class Item(Strict):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}$")
     kind: Literal["function", "check", "package", "metric", "submission"]
@@ -63,6 +78,11 @@ class Item(Strict):
     visibility: Literal["visible", "after_due_date", "hidden", "after_published"] = "visible"
     checks: list[str] | None = None
     description: str = ""
+
+    @field_validator("points")
+    @classmethod
+    def _cents(cls, value: float) -> float:
+        return to_the_cent(value)
 
     @property
     def hidden(self) -> bool:
@@ -136,6 +156,11 @@ class Rubric(Strict):
     late: LatePolicy | None = None
     # How far past `max_score` a TA's overrides may take a score (`labctl.grade.overrides`).
     bonus_points: float = Field(default=0, ge=0, le=1000, allow_inf_nan=False)
+
+    @field_validator("bonus_points")
+    @classmethod
+    def _bonus_cents(cls, value: float) -> float:
+        return to_the_cent(value)
 
     @field_validator("due", mode="before")
     @classmethod
