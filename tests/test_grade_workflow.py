@@ -181,6 +181,7 @@ def test_an_override_past_the_maximum_is_refused_unless_the_rubric_allows_bonus(
     assert refused.exit_code == 1, refused.output
     said = " ".join(refused.output.split())
     assert "ann (25)" in said and "outside 0 to 20 points" in said, said
+    assert "grade publish refuses the folder" in said, said  # records were rewritten
     assert not (tmp_path / "out" / "gradebook.csv").exists()
     rubric = tmp_path / "bonus.yaml"
     rubric.write_text(RUBRIC + "bonus_points: 5\n")

@@ -128,7 +128,8 @@ class Workflow:
             raise OverridesError(
                 Msg(
                     "{where}: the adjustments take {learners} outside 0 to {top} points (the "
-                    "rubric's maximum {max} plus its bonus_points {bonus}); nothing written",
+                    "rubric's maximum {max} plus its bonus_points {bonus}); no gradebook or export "
+                    "written, and grade publish refuses the folder until a run finishes",
                     where=self.overrides_name,
                     learners=", ".join(wrong),
                     top=points_text(top),
