@@ -103,6 +103,34 @@ def test_a_trace_is_a_reply_checked_like_the_rest():
         ), bad
 
 
+def test_a_call_that_writes_into_its_input_comes_back_marked_and_is_judged_impure(tmp_path):
+    """An RMSNorm that divides its input in place returns the right values; the block that
+    called it breaks. The worker marks the call edited, the reply carries the mark (before,
+    a trace entry with it was refused as malformed), and labctl judges the call "pure"."""
+    in_place = (
+        "primitives",
+        """
+        def rms_norm(x, weight, eps=1e-6):
+            x /= np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+            return x * weight
+        """,
+    )
+    room_path = m.room(tmp_path, in_place)
+    fixture = next(f for f in fx.fixtures("transformer_block") if f.name == "default")
+    with CleanRoom(room_path, 20.0, 2048, isolation="process") as room:
+        result = _traced(room, fixture)
+    norms = [c for c in calls_of(result.trace) if c.function == "rms_norm"]
+    assert norms[0].edited and judge(norms[0]).kind == "pure"
+    request = {"op": "call", "seq": 1, "function": "softmax", "args": [], "kwargs": {}}
+    reply = {"ok": True, "seq": 1, "value": None, "elapsed_s": 0.0, "args_after": [[], {}]}
+    entry = {"function": "rms_norm", "depth": 1, "args": [], "kwargs": {}, "edited": True}
+    asked = {**request, "trace": True}
+    assert replies.problem({**reply, "trace": [entry]}, asked) is None
+    assert replies.problem({**reply, "trace": [{**entry, "edited": 1}]}, asked) == (
+        "a trace that is not a list of calls"
+    )
+
+
 def test_a_trace_keeps_arrays_within_its_bound_and_marks_the_rest():
     recorder = calltrace.Recorder()
     recorder.start()

@@ -29,6 +29,7 @@ from labctl.errors import CallError
 from labctl.i18n import Msg
 from labctl.isolation import calltrace, guard, loader, replies
 from labctl.isolation.loader import observe_signatures
+from labctl.isolation.sandbox import argument_names
 from labctl.verify import blame
 from labctl.verify import diagnosis as dg
 from labctl.verify import fixtures as fx
@@ -75,7 +76,12 @@ class InProcessRoom:
             error = CallError(name, "exception", str(exc), place, type(exc).__name__)
             error.trace = self.recorder.stop()
             raise error from None
-        changed = replies.mutated(*sent, [list(args), kwargs])
+        # Named as the worker's reply names them (`x`, `params['wq']`), not by path.
+        names = argument_names().get(name, [])
+        changed = [
+            replies.argument_name(path, names)
+            for path in replies.mutated(*sent, [list(args), kwargs])
+        ]
         found = self.recorder.stop()
         return SimpleNamespace(value=value, mutated=changed, elapsed_s=0.0, trace=found)
 
@@ -1295,3 +1301,32 @@ def test_a_fault_that_hangs_is_observed_within_the_hang_limit_and_still_named(tm
     # a learner allowed less than either keeps its own limit
     assert dg.fault_limit(faults.get("sinusoidal-hang"), 0.3) == 0.3
     assert dg.fault_limit(faults.get("softmax-no-max"), 1.0) == 1.0
+
+
+# A learner's RMSNorm that divides its input in place: its own output is right, but the
+# block that calls it then adds the normalised x, not x, to the attention.
+IN_PLACE_RMS_NORM = """
+def rms_norm(x, weight, eps=1e-6):
+    x /= np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return x * weight
+"""
+
+
+def test_a_caller_broken_by_a_callee_that_edits_its_input_is_sent_to_the_callee(tmp_path):
+    """transformer_block failed parity and pure only because rms_norm wrote into the x it
+    was given; it was said as the block's own bug ("its values differ from the reference")."""
+    room = learner_room(tmp_path, "primitives", IN_PLACE_RMS_NORM)
+    found, _, _, _ = diagnose(tmp_path, room)
+    by_function = {d.function: d for d in found}
+    norm = by_function["rms_norm"]
+    assert norm.kind == "unmatched"
+    assert norm.message == (
+        "rms_norm: it writes into its input x in place (x -= ..., x /= ..., x[...] = ... or "
+        "out=x), so its caller's array changes: compute into a new array (x = x - ...); no "
+        "catalogued fault matches it"
+    )
+    block = by_function["transformer_block"]
+    assert block.kind == "dependency" and block.chain == ("transformer_block", "rms_norm")
+    assert block.message == (
+        "transformer_block fails because rms_norm fails: it is built on it; fix rms_norm first"
+    )

@@ -88,9 +88,27 @@ class Recorder:
                 self.depth -= 1
             if entry is not None:
                 entry["out"] = self._kept(value)
+                # A call that writes into an array it was given breaks its caller, whose own
+                # output it changes: the caller's failure is this call's (`calls.judge`).
+                entry["edited"] = _edited(entry["args"], list(args)) or _edited(
+                    entry["kwargs"], kwargs
+                )
             return value
 
         return traced
+
+
+def _edited(kept, live, level: int = 0) -> bool:
+    """Does a live argument differ from the copy `_kept` made of it before the call?"""
+    if isinstance(kept, np.ndarray):
+        if not isinstance(live, np.ndarray) or live.shape != kept.shape:
+            return False
+        return not np.array_equal(kept, live, equal_nan=kept.dtype.kind == "f")
+    if level < 4 and isinstance(kept, list) and isinstance(live, (list, tuple)):
+        return any(_edited(k, v, level + 1) for k, v in zip(kept, live, strict=False))
+    if level < 4 and isinstance(kept, dict) and isinstance(live, dict):
+        return any(_edited(k, live.get(key), level + 1) for key, k in kept.items())
+    return False
 
 
 def install(package: ModuleType, names: tuple[str, ...], recorder: Recorder) -> None:

@@ -120,11 +120,12 @@ def problem(reply: Any, request: dict) -> str | None:
     return None
 
 
-_TRACE_KEYS = frozenset({"function", "depth", "args", "kwargs", "out", "raised"})
+_TRACE_KEYS = frozenset({"function", "depth", "args", "kwargs", "out", "raised", "edited"})
 
 
 def _trace_ok(trace: Any) -> bool:
-    """`[{"function": str, "depth": int >= 1, "args": list, "kwargs": dict, "out"?, "raised"?}]`,
+    """`[{"function": str, "depth": int >= 1, "args": list, "kwargs": dict, "out"?, "raised"?,
+    "edited"?: bool}]`,
     at most `calltrace.MAX_ENTRIES` calls: each is judged in labctl, which runs the reference."""
     return (
         isinstance(trace, list)
@@ -138,6 +139,7 @@ def _trace_ok(trace: Any) -> bool:
             and isinstance(e.get("args"), list)
             and isinstance(e.get("kwargs"), dict)
             and _text(e.get("raised", ""), NAME_CHARS)
+            and isinstance(e.get("edited", False), bool)
             for e in trace
         )
     )

@@ -38,10 +38,13 @@ EXPLAINS: dict[str, frozenset[str]] = {
     "runs": frozenset({"runs", OTHER_KIND}),
     "shape": frozenset({"shape"}),
     "dtype": frozenset({"dtype"}),
-    "parity": frozenset({"parity", "shape"}),
+    # A call that writes into an array it was given (right values, "pure" on its inputs)
+    # changes what its caller then reads: the caller's values, and its own purity, break.
+    "parity": frozenset({"parity", "shape", "pure"}),
     "finite": frozenset({"parity", "shape"}),
     "rows-sum": frozenset({"parity", "shape"}),
-    "causal": frozenset({"parity", "shape"}),
+    "causal": frozenset({"parity", "shape", "pure"}),
+    "pure": frozenset({"pure"}),
     # A bad input that meets, in a function it calls, a stub (RoPE left unwritten under an MHA
     # given an odd D), a raise on inputs the reference takes (an RMSNorm that exits before the
     # block's own check of C % n_heads), or the same bad input not refused there (the block
@@ -52,7 +55,18 @@ EXPLAINS: dict[str, frozenset[str]] = {
 OWN_ONLY = ("memory",)
 # The checks `said_own` has words for.
 SAYS = frozenset(
-    {"runs", "shape", "dtype", "parity", "finite", "rows-sum", "causal", "bad-input", "memory"}
+    {
+        "runs",
+        "shape",
+        "dtype",
+        "parity",
+        "finite",
+        "rows-sum",
+        "causal",
+        "pure",
+        "bad-input",
+        "memory",
+    }
 )
 # How a bad input's call ended when it is no failure: refused as asked, or never made.
 _REFUSED = ("refused", "skipped")
@@ -98,6 +112,8 @@ def _traced(function: str, run: FunctionRun, check: str) -> list[tuple[fx.Fixtur
         return [(f, run.causal[t]) for t, f in fx.causal_variants(function, run.seed)]
     if check == "bad-input":
         return [(None, o) for o in run.bad.values() if o.bad_input_class() not in _REFUSED]
+    if check == "pure":
+        return [(f, o) for f, o in _calls(function, run) if o.ok and o.mutated]
     kind = _SHOWN_AS.get(check, check)
     found = []
     for probe, fixtures, outcomes in (
@@ -108,6 +124,19 @@ def _traced(function: str, run: FunctionRun, check: str) -> list[tuple[fx.Fixtur
             outcome = outcomes.get(fixture.name)
             if outcome is not None and kind in own_kinds(function, fixture, outcome, probe):
                 found.append((fixture, outcome))
+    return found
+
+
+def _calls(function: str, run: FunctionRun) -> list[tuple[fx.Fixture, Outcome]]:
+    """Every call made of `function` with its fixture: fixtures, probes, causal variants."""
+    found = [
+        (f, run.causal[t]) for t, f in fx.causal_variants(function, run.seed) if t in run.causal
+    ]
+    for fixtures, outcomes in (
+        (fx.fixtures(function, run.seed, run.contract), run.fixtures),
+        (fx.probes(function, run.seed, run.contract), run.probes),
+    ):
+        found += [(f, outcomes[f.name]) for f in fixtures if f.name in outcomes]
     return found
 
 
@@ -365,6 +394,16 @@ def said_own(function: str, run: FunctionRun, own: tuple[str, ...]) -> list[Msg]
             )
         elif check == "memory":
             phrases.append(_memory_said(run))
+        elif check == "pure":
+            edited = {n: None for _, o in _traced(function, run, "pure") for n in o.mutated}
+            phrases.append(
+                Msg(
+                    "it writes into its input {inputs} in place (x -= ..., x /= ..., "
+                    "x[...] = ... or out=x), so its caller's array changes: compute into a new "
+                    "array (x = x - ...)",
+                    inputs=", ".join(edited) or "x",
+                )
+            )
         elif check == "rows-sum" and function == "softmax" and _ignores_its_axis(run):
             phrases.append(
                 Msg(

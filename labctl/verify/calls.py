@@ -59,6 +59,7 @@ class Call:
     out: Any = None
     raised: str | None = None
     deadline: float | None = None
+    edited: bool = False  # it wrote into an array it was given
 
     @cached_property
     def judged(self) -> Judged:
@@ -95,6 +96,7 @@ def calls_of(trace: list[dict], deadline: float | None = None) -> tuple[Call, ..
             e.get("out"),
             e.get("raised"),
             deadline,
+            e.get("edited") is True,
         )
         for e in trace
         if e["function"] in names
@@ -134,7 +136,9 @@ def _as_returned(value: Any) -> Any:
 class Judged:
     """What a recorded call did wrong on its own inputs: a kind of check, or nothing."""
 
-    kind: str | None  # runs | shape | dtype | parity | bad-input | None (correct, not judged)
+    kind: (
+        str | None
+    )  # runs | shape | dtype | parity | pure | bad-input | None (correct, not judged)
     relative_error: float = 0.0
     # A dtype of another kind than the reference's (a float mask where the contract keeps
     # bool): what the caller then does with it may raise, which float32 for float64 does not.
@@ -244,4 +248,7 @@ def judge(call: Call) -> Judged:
         compare(x, r, _tolerance(r)).ok
         for x, r in zip(elements(value), elements(expected), strict=True)
     )
-    return Judged(None if ok else "parity", relative_error(value, expected))
+    if not ok:
+        return Judged("parity", relative_error(value, expected))
+    # Right values, but the caller's array changed under it: the caller's failure, not its own.
+    return Judged("pure" if call.edited else None, relative_error(value, expected))
