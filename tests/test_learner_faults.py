@@ -67,7 +67,7 @@ def test_the_learner_faults_are_in_the_catalogue_once_each():
     names = [f.name for f in faults.CATALOGUE]
     assert len(set(names)) == len(names)
     assert {f.name for f in LEARNER} <= set(names)
-    assert len(LEARNER) == 16
+    assert len(LEARNER) == 17
 
 
 @pytest.mark.parametrize(

@@ -136,9 +136,8 @@ def _as_returned(value: Any) -> Any:
 class Judged:
     """What a recorded call did wrong on its own inputs: a kind of check, or nothing."""
 
-    kind: (
-        str | None
-    )  # runs | shape | dtype | parity | pure | bad-input | None (correct, not judged)
+    # runs | shape | dtype | parity | pure | bad-input | None (correct, not judged)
+    kind: str | None
     relative_error: float = 0.0
     # A dtype of another kind than the reference's (a float mask where the contract keeps
     # bool): what the caller then does with it may raise, which float32 for float64 does not.

@@ -122,6 +122,15 @@ def _mha(seed: int) -> list[Fixture]:
             {"rope_theta": 10000.0},
             N_("RoPE without GQA (H = Hkv)"),
         ),
+        # Last, so the fixtures above keep their draws. The window's mask holds the causal one
+        # (sliding_window_mask: keys p - window + 1 .. p), so causal=False does not lift it.
+        Fixture(
+            f,
+            "window-not-causal",
+            (normal(r, 1, 6, 8), *attention_weights(r, 8, 2, 2), 2),
+            {"causal": False, "window": 2},
+            N_("a window with causal=False: the window still applies"),
+        ),
     ]
 
 
