@@ -3,7 +3,9 @@
 Each was "no catalogued fault matches it" before: a mask filled with 0 (the chapter's own
 fault, "mask 加 0 而不是负无穷") or multiplied into the scores; rms_norm without eps, over
 the mean of x, or over the whole array; LayerNorm as (x - mu) / (sigma + 1e-6); a KV cache
-concatenated on the wrong axis (a raw NumPy error); RoPE whose tables leak float64. Each
+concatenated on the wrong axis (a raw NumPy error); RoPE whose tables leak float64; a causal
+mask that blocks the diagonal, or one that is a key late (from rooms written from the
+contract alone, stop 56: "11% of the entries differ" said neither where nor which way). Each
 sentence says what is wrong and what to change. A missing repeat_kv and an online softmax
 that is NaN on a row blocked so far were catalogued already (`sdpa-no-repeat-kv`,
 `tiled-nan-first-blocked`); what else they look like is said from what the checks saw
@@ -220,6 +222,50 @@ COMMON: tuple[Fault, ...] = (
 
         def causal_mask(t_q, t_k=None):
             return ~_blocked(t_q, t_k)  # True where query i may see key j
+        """,
+    ),
+    Fault(
+        name="mask-blocks-diagonal",
+        function="causal_mask",
+        module="primitives",
+        description=N_(
+            "the causal mask blocks the diagonal too (j >= p): a query cannot see its own "
+            "key, and the first query sees no key at all; block only the keys after it: "
+            "return j > t_k - t_q + i"
+        ),
+        course=N_(
+            "contract v1 causal_mask: True where a key is blocked (j > t_k - t_q + i); "
+            "Transformer 手撕与注意力机制 §04 Causal Mask"
+        ),
+        source="""
+        def causal_mask(t_q, t_k=None):
+            t_q = _as_size(t_q, "t_q")
+            t_k = t_q if t_k is None else _as_size(t_k, "t_k")
+            i = np.arange(t_q)[:, None]
+            j = np.arange(t_k)[None, :]
+            return j >= (t_k - t_q) + i
+        """,
+    ),
+    Fault(
+        name="mask-one-ahead",
+        function="causal_mask",
+        module="primitives",
+        description=N_(
+            "the causal mask is one key late (j > p + 1): each query also sees the next "
+            "token, the one it is meant to predict; block every key after its own: return "
+            "j > t_k - t_q + i"
+        ),
+        course=N_(
+            "contract v1 causal_mask: True where a key is blocked (j > t_k - t_q + i); "
+            "Transformer 手撕与注意力机制 §04 Causal Mask"
+        ),
+        source="""
+        def causal_mask(t_q, t_k=None):
+            t_q = _as_size(t_q, "t_q")
+            t_k = t_q if t_k is None else _as_size(t_k, "t_k")
+            i = np.arange(t_q)[:, None]
+            j = np.arange(t_k)[None, :]
+            return j > (t_k - t_q) + i + 1
         """,
     ),
 )
