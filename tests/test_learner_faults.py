@@ -67,7 +67,7 @@ def test_the_learner_faults_are_in_the_catalogue_once_each():
     names = [f.name for f in faults.CATALOGUE]
     assert len(set(names)) == len(names)
     assert {f.name for f in LEARNER} <= set(names)
-    assert len(LEARNER) == 17
+    assert len(LEARNER) == 16
 
 
 @pytest.mark.parametrize(
@@ -158,6 +158,27 @@ def test_a_float64_upcast_on_the_non_causal_path_alone_fails_the_dtype_check(tmp
         "contract keeps float32"
     )
     assert _failed_at(report, "multi_head_attention") == {"dtype"}
+
+
+# A learner's MHA (from a room written from the contract alone, stop 56) that keeps the window
+# for causal attention only.
+WINDOW_ONLY_WHEN_CAUSAL = """
+def _mask(t_q, t_k, causal, window):
+    if window is not None and causal:
+        return sliding_window_mask(t_q, window, t_k)
+    return causal_mask(t_q, t_k) if causal else None
+"""
+
+
+def test_a_window_dropped_when_not_causal_fails_the_window_fixture(tmp_path):
+    """It passed every check: no fixture gave multi_head_attention a window with causal=False
+    (fixtures v5 add one; the window's mask holds the causal one, so it still applies)."""
+    room = learner_room(tmp_path, "transformer_block", WINDOW_ONLY_WHEN_CAUSAL)
+    report = verify_clean_room(room, 2.0, out=None, measure=False, diagnose_failures=False)
+    failing = [c for c in report.checks if c.failed]
+    assert {c.function for c in failing} == {"multi_head_attention"}
+    assert _failed_at(report, "multi_head_attention") == {"parity"}
+    assert any("window-not-causal" in c.message for c in failing)
 
 
 @pytest.mark.parametrize("name", ["tiled-mask-fill-finite", "tiled-nan-first-blocked"])

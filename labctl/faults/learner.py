@@ -5,9 +5,8 @@ the scale (1/d_k), the softmax axis, a finite mask fill, a float64 mask or
 cache, a hard-coded eps, LayerNorm with std + eps, an online softmax that
 meets a row blocked so far, blocks that must divide the keys, RoPE tables in
 float32, a forgotten `repeat_kv`, a scale never applied (a given one ignored too), a
-LayerNorm whose eps is hard-coded, a sliding window applied only with the causal mask. The
-scale left out by default, eps outside the square root and the head axis confused with time
-were already in the catalogue
+LayerNorm whose eps is hard-coded. The scale left out by default, eps outside the square
+root and the head axis confused with time were already in the catalogue
 (`no-sqrt-dk`, `rms-eps-outside-sqrt`, `head-seq-confused`); `merge-heads-no-transpose`,
 its mirror in merge_heads, came from the multi-head lab's faults.
 """
@@ -484,23 +483,6 @@ LEARNER: tuple[Fault, ...] = (
             out[..., 0::2] = even * cos - odd * sin
             out[..., 1::2] = even * sin + odd * cos
             return out
-        """,
-    ),
-    Fault(
-        name="mha-window-only-when-causal",
-        function="multi_head_attention",
-        module="transformer_block",
-        description=N_(
-            "the sliding window is applied only when causal=True, so with causal=False every "
-            "query sees every key, while the window's mask holds the causal one (keys "
-            "p - window + 1 .. p); use the window's mask whenever window is given"
-        ),
-        course=N_("第8章 · Attention 与 Transformer Block 阶段五 滑动窗口注意力 (SWA)"),
-        source="""
-        def _mask(t_q, t_k, causal, window):
-            if window is not None and causal:
-                return sliding_window_mask(t_q, window, t_k)
-            return causal_mask(t_q, t_k) if causal else None
         """,
     ),
 )
