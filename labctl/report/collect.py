@@ -139,7 +139,11 @@ def _figures(run: LabRun) -> None:
                 Msg("artifact {name} changed since the run (sha256 differs)", name=name)
             )
             return None
-        return path.read_text("utf-8")
+        try:
+            return path.read_text("utf-8")
+        except UnicodeDecodeError:
+            run.problems.append(Msg("artifact {name} is not UTF-8 text", name=name))
+            return None
 
     listing = f"{stem}{FIGURES_SUFFIX}"
     if listing not in kept:
@@ -147,18 +151,34 @@ def _figures(run: LabRun) -> None:
     text = read(listing)
     if text is None:
         return
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         try:
             data = json.loads(line)
         except ValueError:
             run.problems.append(Msg("artifact {name} is not JSON Lines", name=listing))
             return
-        figure = _figure(data, read)
-        if figure is not None:
+        # A listing edited by hand (its sha256 stamped again) stopped the whole report with an
+        # internal error; now the figure it spoils is named and the others are drawn.
+        figure = _figure(data, read) if isinstance(data, dict) else _NOT_A_FIGURE
+        if isinstance(figure, Figure):
             run.figures.append(figure)
+        elif figure is _NOT_A_FIGURE:
+            run.problems.append(
+                Msg("artifact {name}, line {line}: not a figure labctl can draw", name=listing,
+                    line=number)
+            )  # fmt: skip
 
 
-def _figure(data: dict, read) -> Figure | None:
+_NOT_A_FIGURE = object()
+
+
+def _texts(value: object, shown=str) -> list[str] | None:
+    return [shown(v) for v in value] if isinstance(value, list) else None
+
+
+def _figure(data: dict, read) -> Figure | object | None:
+    """The figure `data` describes; None for none to draw (a kind this labctl does not know,
+    or a CSV `read` refused and named); _NOT_A_FIGURE for one that cannot be drawn."""
     kind = data.get("kind")
     if kind == "note":
         return Figure("note", message(data.get("text")), flag=bool(data.get("flag")))
@@ -170,12 +190,19 @@ def _figure(data: dict, read) -> Figure | None:
     cells = list(csv.reader(io.StringIO(text)))
     title = message(data.get("title"))
     if kind == "table":
-        columns = [message(c) for c in data.get("columns", [])]
+        columns = _texts(data.get("columns", []), message)
+        if columns is None:
+            return _NOT_A_FIGURE
         return Figure("table", title, columns=columns, rows=cells[1:])
     try:
         matrix = [[float(v) for v in row] for row in cells]
     except ValueError:
-        return None
+        return _NOT_A_FIGURE
+    row_ticks, col_ticks = _texts(data.get("row_ticks", [])), _texts(data.get("col_ticks", []))
+    # matplotlib draws only a rectangle of numbers: ragged or empty ones were internal errors
+    rectangle = bool(matrix and matrix[0]) and len({len(row) for row in matrix}) == 1
+    if not rectangle or row_ticks is None or col_ticks is None:
+        return _NOT_A_FIGURE
     return Figure(
         "heatmap",
         title,
@@ -184,8 +211,8 @@ def _figure(data: dict, read) -> Figure | None:
         matrix=matrix,
         row_label=str(data.get("row_label", "")),
         col_label=str(data.get("col_label", "")),
-        row_ticks=[str(t) for t in data.get("row_ticks", [])],
-        col_ticks=[str(t) for t in data.get("col_ticks", [])],
+        row_ticks=row_ticks,
+        col_ticks=col_ticks,
     )
 
 
