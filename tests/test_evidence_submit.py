@@ -725,3 +725,22 @@ def test_a_room_with_labctls_own_functions_renamed_is_refused_naming_them(repo, 
     assert named == (["softmax"] if copied == "one-function" else named) and len(named) >= 1
     if copied == "whole":
         assert {"softmax", "rope", "decoder_forward"} <= set(named)
+
+
+def test_a_root_that_is_a_file_is_refused_before_anything_is_re_measured(repo, monkeypatch):
+    """It was found only when the accepted record was written, after every claim had been
+    re-measured: `cannot write ROOT/submissions/...: Not a directory`."""
+    path = repo / "submission.yaml"
+    path.write_text(filled())
+    (repo / "taken").write_text("mine\n")
+    from labctl.evidence import submit as submit_module
+
+    def not_run(*args, **kwargs):
+        raise AssertionError("re-measured")
+
+    monkeypatch.setattr(submit_module, "submit", not_run)
+    before = snapshot(repo)
+    result, doc = submit(path, "--root", "taken")
+    assert result.exit_code == 2, result.output
+    assert doc["error"]["message"] == "--root taken: taken is not a directory"
+    assert (repo / "taken").read_text() == "mine\n" and snapshot(repo) == before

@@ -136,8 +136,12 @@ def submit(
     is already recorded (exit 0) and writes nothing.
     """
     from labctl.evidence.submit import submit as run_submit
+    from labctl.outpaths import check_out_dir
 
     positive_seconds(timeout, "--timeout")
+    # An accepted submission is written under --root: one that is a file was found only then,
+    # after every claim had been re-measured for nothing.
+    check_out_dir(root, "--root")
     with err.status(_("re-measuring…")):
         outcome = run_submit(file, root, timeout, isolation=effective(isolation))
     report = outcome.report
