@@ -126,3 +126,25 @@ def test_an_out_beside_the_labs_folders_is_written(copy):
         result = runner.invoke(app, ["report", "--root", str(copy), "--out", str(out)], env=ENV)
         assert result.exit_code == 0, result.output
         assert out.read_text("utf-8").startswith("<!DOCTYPE html>")
+
+
+def test_a_verdict_its_own_numbers_contradict_is_named(copy, tmp_path):
+    """A record edited to `actual: 1e308` with `passed: true` kept showed "pass" beside it."""
+    (record,) = (copy / "runs" / "causal-attention").glob("*.json")
+    data = json.loads(record.read_text("utf-8"))
+    first, second = data["metrics"][1], data["metrics"][2]
+    first["actual"], first["passed"] = 1e308, True
+    second["passed"] = False
+    record.write_text(json.dumps(data), "utf-8")
+    path = tmp_path / "r.html"
+    args = ["report", "--root", str(copy), "--out", str(path), "--json"]
+    result = runner.invoke(app, args, env=ENV)
+    assert result.exit_code == 0, result.output
+    (lab,) = json.loads(result.stdout)["labs"]
+    assert lab["problems"] == [
+        f"metric {first['name']} (reference) is recorded as passed, but 1e+308 is not "
+        f"{first['expected']}: the record was edited",
+        f"metric {second['name']} (reference) is recorded as failed, but "
+        f"{second['actual']!r} is {second['expected']}: the record was edited",
+    ]
+    assert "recorded as passed, but 1e+308 is not" in path.read_text("utf-8")

@@ -23,9 +23,9 @@ from labctl.evidence.findings import field_path
 from labctl.evidence.models import EvidenceRecord
 from labctl.evidence.times import parse_time
 from labctl.evidence.validate import field_reason
-from labctl.i18n import Msg, _, declared
+from labctl.i18n import N_, Msg, _, declared
 from labctl.inputfile import read_regular
-from labctl.lab import parse_expected
+from labctl.lab import parse_expected, satisfies
 
 FIGURES_SUFFIX = "-figures.jsonl"
 VERIFY = "verify"  # an evidence root's folder of verify records and their history
@@ -245,6 +245,28 @@ def _load(path: Path) -> EvidenceRecord | Unread:
         return Unread(path, Msg("{first}; {n} more problems", first=first, n=len(errors) - 1))
 
 
+def _contradictions(run: LabRun) -> None:
+    """A metric whose recorded verdict its own value and tolerance contradict: labctl never
+    writes one, a hand edit does (`actual: 1e308`, `passed: true`), and the report showed
+    "pass" beside it."""
+    for metric in run.record.metrics:
+        if isinstance(metric, str) or metric.passed is None or metric.timing:
+            continue
+        if satisfies(metric.actual, metric.expected) == metric.passed:
+            continue
+        said = (
+            N_("metric {name} ({impl}) is recorded as passed, but {actual} is not {expected}: "
+               "the record was edited")
+            if metric.passed
+            else N_("metric {name} ({impl}) is recorded as failed, but {actual} is {expected}: "
+                    "the record was edited")
+        )  # fmt: skip
+        run.problems.append(
+            declared(said, name=metric.name, impl=metric.impl or "", actual=repr(metric.actual),
+                     expected=metric.expected)
+        )  # fmt: skip
+
+
 def _when(record: EvidenceRecord) -> float:
     moment = parse_time(record.verified_at)
     return moment.timestamp() if moment else -math.inf
@@ -273,6 +295,7 @@ def newest_runs(
             newest[lab_id] = LabRun(lab_id, record, path)
     runs = [newest[k] for k in sorted(newest)]
     for run in runs:
+        _contradictions(run)
         for skipped in unread:
             if skipped.path.parent == run.path.parent:
                 skipped.on_run = True
