@@ -354,3 +354,18 @@ def test_the_answer_hint_is_in_chinese_too(tmp_path):
     assert result.exit_code == 1, result.output
     assert "答案写法：一个形状，如 (1, 2, 3)" in result.stdout, result.stdout
     assert "a shape" not in result.stdout and "a number" not in result.stdout
+
+
+def test_a_lone_surrogate_in_an_answer_is_refused_in_words(tmp_path):
+    """`"\\ud800"` read as half a character: the record could not be written, an internal
+    error (UnicodeEncodeError) after grading."""
+    answers = tmp_path / "answers.yaml"
+    answers.write_text('dot-product: "3\\ud8002"\n')
+    result = _invoke(["quiz", "--answers", str(answers), "--json"], tmp_path)
+    assert result.exit_code == 1, result.output
+    said = json.loads(result.stdout)["error"]["message"]
+    assert said == (
+        f"{answers}: the text '3\\ud8002' holds a lone surrogate, half of a character: write "
+        "the character itself"
+    ), said
+    assert not (tmp_path / "quiz").exists()
