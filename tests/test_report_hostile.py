@@ -148,3 +148,38 @@ def test_a_verdict_its_own_numbers_contradict_is_named(copy, tmp_path):
         f"{second['actual']!r} is {second['expected']}: the record was edited",
     ]
     assert "recorded as passed, but 1e+308 is not" in path.read_text("utf-8")
+
+
+@pytest.mark.parametrize("where", ["record", "figure", "history"])
+def test_a_lone_surrogate_is_named_not_an_internal_error(copy, tmp_path, where):
+    """JSON's `"\\ud800"` is half a character: the page could not be encoded, and the report
+    ended in "internal error: UnicodeEncodeError"."""
+    folder = copy / "runs" / "causal-attention"
+    (record,) = folder.glob("*.json")
+    if where == "record":
+        data = json.loads(record.read_text("utf-8"))
+        data["known_failures"] = ["x\ud800"]
+        (folder / "zz-edited.json").write_text(json.dumps(data), "utf-8")
+        says = "the text 'x\\ud800' holds a lone surrogate"
+    elif where == "figure":
+        (listing,) = folder.glob("*-figures.jsonl")
+        lines = [json.loads(line) for line in listing.read_text("utf-8").splitlines()]
+        lines[0]["title"] = "t\ud800"
+        listing.write_text("".join(json.dumps(line) + "\n" for line in lines), "utf-8")
+        _restamp(folder)
+        says = "figures.jsonl, line 1: not a figure labctl can draw"
+    else:
+        (copy / "verify").mkdir()
+        (copy / "verify" / "history.jsonl").write_text(json.dumps({"path": "\ud800"}) + "\n")
+        says = None
+    path = tmp_path / "r.html"
+    args = ["report", "--root", str(copy), "--out", str(path), "--json"]
+    result = runner.invoke(app, args, env=ENV)
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    (lab,) = document["labs"]
+    if says:
+        assert any(says in problem for problem in lab["problems"]), lab["problems"]
+    else:
+        assert document["verify_runs"] == 0
+    assert path.read_text("utf-8").startswith("<!DOCTYPE html>")

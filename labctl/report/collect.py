@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from labctl.errors import EvidenceError, UsageError
 from labctl.evidence.findings import field_path
 from labctl.evidence.models import EvidenceRecord
+from labctl.evidence.parse import lone_surrogate
 from labctl.evidence.times import parse_time
 from labctl.evidence.validate import field_reason
 from labctl.i18n import N_, Msg, _, declared
@@ -159,7 +160,8 @@ def _figures(run: LabRun) -> None:
             return
         # A listing edited by hand (its sha256 stamped again) stopped the whole report with an
         # internal error; now the figure it spoils is named and the others are drawn.
-        figure = _figure(data, read) if isinstance(data, dict) else _NOT_A_FIGURE
+        drawable = isinstance(data, dict) and lone_surrogate(data) is None
+        figure = _figure(data, read) if drawable else _NOT_A_FIGURE
         if isinstance(figure, Figure):
             run.figures.append(figure)
         elif figure is _NOT_A_FIGURE:
@@ -231,6 +233,9 @@ def _load(path: Path) -> EvidenceRecord | Unread:
         data = json.loads(raw.decode("utf-8"))
     except ValueError:
         return Unread(path, Msg("not JSON"))
+    surrogate = lone_surrogate(data)  # JSON's "\ud800": the page could not be written
+    if surrogate is not None:
+        return Unread(path, surrogate)
     try:
         return EvidenceRecord.model_validate(data, by_alias=True, by_name=False)
     except ValidationError as exc:
@@ -324,7 +329,7 @@ def collect(root: Path) -> Evidence:
                 entry = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(entry, dict):
+            if isinstance(entry, dict) and lone_surrogate(entry) is None:
                 history.append(entry)
     # verify's records and reports lie in root/verify, beside the labs' folders when the
     # root is itself a runs folder: they are no lab's runs, not records the report failed
