@@ -183,3 +183,19 @@ def test_a_lone_surrogate_is_named_not_an_internal_error(copy, tmp_path, where):
     else:
         assert document["verify_runs"] == 0
     assert path.read_text("utf-8").startswith("<!DOCTYPE html>")
+
+
+def test_names_with_an_escape_or_a_newline_are_shown_escaped(one_run, tmp_path, monkeypatch):
+    """The root's and a record's names reached the terminal raw: an ESC sequence drove it, a
+    newline split a line in two. --json keeps them exact."""
+    root = Path(shutil.copytree(one_run, tmp_path / "ev\x1b[31mil"))
+    monkeypatch.chdir(tmp_path)  # the report is named relative to it
+    folder = root / "runs" / "causal-attention"
+    (folder / "zz\x1b[2J\n.json").write_text("junk", "utf-8")
+    result = runner.invoke(app, ["report", "--root", str(root)], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output, result.output
+    assert "ev\\x1b[31mil/report.html" in result.stdout
+    assert "causal-attention: record zz\\x1b[2J\\x0a.json was not read" in result.stderr
+    document = json.loads(runner.invoke(app, ["report", "--root", str(root), "--json"]).stdout)
+    assert document["report"].endswith("ev\x1b[31mil/report.html")
