@@ -369,3 +369,15 @@ def test_a_lone_surrogate_in_an_answer_is_refused_in_words(tmp_path):
         "the character itself"
     ), said
     assert not (tmp_path / "quiz").exists()
+
+
+def test_an_out_named_with_an_escape_is_shown_escaped(tmp_path, monkeypatch, solved):
+    """`record: DIR/quiz-….json` printed the folder's ESC sequence raw, driving the terminal."""
+    monkeypatch.chdir(tmp_path)
+    answers = tmp_path / "answers.yaml"
+    answers.write_text("dot-product: 32\n")
+    args = ["quiz", "--answers", str(answers), "--section", "ch8-closed-book"]
+    result = runner.invoke(app, [*args, "--out", "q\x1b[31mx"], env=ENV)
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.stdout.split())  # wrapped at 100 columns
+    assert "\x1b" not in said and "record: q\\x1b[31mx/quiz-" in said, said

@@ -18,6 +18,7 @@ from rich.table import Table
 from labctl.cli.render import Column, Prose, err, fit, heading, learner_text, out, print_json, text
 from labctl.errors import EXIT_FAILED
 from labctl.i18n import N_, Msg, _, declared
+from labctl.textsafe import shown as safe_text
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
@@ -102,7 +103,7 @@ def quiz(
         line = _(
             "{correct} correct, {wrong} wrong, {unanswered} unanswered, {ungraded} prose "
             "(not graded); record: {where}"
-        ).format(**counts, where=shown_path(where))
+        ).format(**counts, where=safe_text(shown_path(where)))  # --out is the learner's name
         mark = SHOWN["correct" if kept.passed else "wrong"].format(
             _("pass") if kept.passed else _("FAIL")
         )
