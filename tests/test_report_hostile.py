@@ -199,3 +199,14 @@ def test_names_with_an_escape_or_a_newline_are_shown_escaped(one_run, tmp_path, 
     assert "causal-attention: record zz\\x1b[2J\\x0a.json was not read" in result.stderr
     document = json.loads(runner.invoke(app, ["report", "--root", str(root), "--json"]).stdout)
     assert document["report"].endswith("ev\x1b[31mil/report.html")
+
+
+def test_a_default_report_file_that_is_a_directory_names_no_option_not_given(copy):
+    """It said `--out ROOT/report.html: is a directory`, of an --out never given."""
+    (copy / "report.html").mkdir()
+    result = runner.invoke(app, ["report", "--root", str(copy), "--json"], env=ENV)
+    assert result.exit_code == 2, result.output
+    assert json.loads(result.stdout)["error"]["message"] == (
+        f"{copy / 'report.html'}: the report's default file is a directory; move it, or name "
+        "another file with --out"
+    )

@@ -59,6 +59,15 @@ def build_report(root: Path, out: Path | None = None) -> tuple[Path, dict]:
         _not_evidence(target, root)
     evidence = collect(root)
     # Written into --root when no --out is named: a missing --root is named first, as itself.
+    if out is None and target.is_dir():
+        # check_out_file would name `--out`, an option the learner never gave
+        raise UsageError(
+            Msg(
+                "{path}: the report's default file is a directory; move it, or name another "
+                "file with --out",
+                path=str(target),
+            )
+        )
     check_out_file(target)
     try:
         import matplotlib  # noqa: F401
