@@ -237,3 +237,17 @@ def test_a_clean_room_error_in_a_refusal_stays_english_for_receipts_and_json():
     finally:
         set_language(previous)
     assert CleanRoomError("room", 2).message == "('room', 2)"
+
+
+@pytest.mark.parametrize("command", ["validate", "submit"])
+def test_a_file_named_with_an_escape_and_a_newline_is_shown_escaped_on_one_line(repo, command):
+    """`valid: FILE` / `refused: FILE: …` printed the name as it is: its ESC sequence drove the
+    terminal and its newline split the verdict's line in two. --json keeps the exact name."""
+    source = written(repo, record(repo))
+    path = source.rename(source.with_name("ev\x1b[31mil\nname.yaml"))
+    result = invoke("evidence", command, str(path))
+    last = result.stdout.splitlines()[-1]
+    assert "\x1b" not in result.stdout, result.stdout
+    assert "ev\\x1b[31mil\\x0aname.yaml" in last, result.stdout
+    document = json.loads(invoke("evidence", command, str(path), "--json").stdout)
+    assert document["file"].endswith("ev\x1b[31mil\nname.yaml")

@@ -725,3 +725,40 @@ def test_a_room_with_labctls_own_functions_renamed_is_refused_naming_them(repo, 
     assert named == (["softmax"] if copied == "one-function" else named) and len(named) >= 1
     if copied == "whole":
         assert {"softmax", "rope", "decoder_forward"} <= set(named)
+
+
+def test_a_root_that_is_a_file_is_refused_before_anything_is_re_measured(repo, monkeypatch):
+    """It was found only when the accepted record was written, after every claim had been
+    re-measured: `cannot write ROOT/submissions/...: Not a directory`."""
+    path = repo / "submission.yaml"
+    path.write_text(filled())
+    (repo / "taken").write_text("mine\n")
+    from labctl.evidence import submit as submit_module
+
+    def not_run(*args, **kwargs):
+        raise AssertionError("re-measured")
+
+    monkeypatch.setattr(submit_module, "submit", not_run)
+    before = snapshot(repo)
+    result, doc = submit(path, "--root", "taken")
+    assert result.exit_code == 2, result.output
+    assert doc["error"]["message"] == "--root taken: taken is not a directory"
+    assert (repo / "taken").read_text() == "mine\n" and snapshot(repo) == before
+
+
+def test_a_lone_surrogate_escape_is_refused_in_words_not_an_internal_error(repo):
+    """`"\\ud800"` in YAML or JSON reads as half a character, which UTF-8 cannot encode:
+    `validate` said valid, and `submit` re-measured every claim, then ended in "internal
+    error: UnicodeEncodeError" when it took the record's digest."""
+    text = filled().replace("commands:\n- ", 'commands:\n- "labctl \\ud800"\n- ', 1)
+    path = repo / "submission.yaml"
+    path.write_text(text)
+    said = "the text 'labctl \\ud800' holds a lone surrogate, half of a character"
+    checked = invoke("evidence", "validate", str(path), "--json")
+    assert checked.exit_code == 1, checked.output
+    assert said in json.loads(checked.stdout)["problems"][0]["reason"]
+    before = snapshot(repo)
+    result, doc = submit(path)
+    assert result.exit_code == 1, result.output
+    assert doc["accepted"] is False and said in doc["problems"][0]["reason"], doc
+    assert snapshot(repo) == before

@@ -325,3 +325,59 @@ def test_every_cited_section_is_in_the_course():
 
     text = chapter_lines()
     assert [(g, problem(s, text)) for g, s in GROUPS.items() if problem(s, text)] == []
+
+
+@pytest.mark.parametrize("json_", [False, True])
+def test_an_out_that_is_a_file_is_refused_before_the_first_question(tmp_path, json_):
+    """It was found only when the record was written, after every answer had been typed:
+    an internal error (FileExistsError), the answers lost."""
+    taken = tmp_path / "taken"
+    taken.write_text("mine\n")
+    args = ["quiz", "--section", "ch8-closed-book", "--out", str(taken)]
+    result = runner.invoke(app, args + (["--json"] if json_ else []), env=ENV, input="32\n")
+    assert result.exit_code == 2, result.output
+    assert "your answer" not in result.output  # nothing asked
+    said = json.loads(result.stdout)["error"]["message"] if json_ else result.stderr
+    assert f"--out {taken}: {taken} is not a directory" in " ".join(said.split()), said
+    assert "internal error" not in result.output
+    assert taken.read_text() == "mine\n"
+
+
+def test_the_answer_hint_is_in_chinese_too(tmp_path):
+    """`answer as:` was translated and its hint ("a shape, e.g. (1, 2, 3)") was not."""
+    result = runner.invoke(
+        app,
+        ["--lang", "zh", "quiz", "--section", "parts-6.13", "--out", str(tmp_path / "quiz")],
+        env=ENV,
+        input="\n" * 10,
+    )
+    assert result.exit_code == 1, result.output
+    assert "答案写法：一个形状，如 (1, 2, 3)" in result.stdout, result.stdout
+    assert "a shape" not in result.stdout and "a number" not in result.stdout
+
+
+def test_a_lone_surrogate_in_an_answer_is_refused_in_words(tmp_path):
+    """`"\\ud800"` read as half a character: the record could not be written, an internal
+    error (UnicodeEncodeError) after grading."""
+    answers = tmp_path / "answers.yaml"
+    answers.write_text('dot-product: "3\\ud8002"\n')
+    result = _invoke(["quiz", "--answers", str(answers), "--json"], tmp_path)
+    assert result.exit_code == 1, result.output
+    said = json.loads(result.stdout)["error"]["message"]
+    assert said == (
+        f"{answers}: the text '3\\ud8002' holds a lone surrogate, half of a character: write "
+        "the character itself"
+    ), said
+    assert not (tmp_path / "quiz").exists()
+
+
+def test_an_out_named_with_an_escape_is_shown_escaped(tmp_path, monkeypatch, solved):
+    """`record: DIR/quiz-….json` printed the folder's ESC sequence raw, driving the terminal."""
+    monkeypatch.chdir(tmp_path)
+    answers = tmp_path / "answers.yaml"
+    answers.write_text("dot-product: 32\n")
+    args = ["quiz", "--answers", str(answers), "--section", "ch8-closed-book"]
+    result = runner.invoke(app, [*args, "--out", "q\x1b[31mx"], env=ENV)
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.stdout.split())  # wrapped at 100 columns
+    assert "\x1b" not in said and "record: q\\x1b[31mx/quiz-" in said, said

@@ -209,3 +209,43 @@ def test_the_default_budget_is_stated_in_help():
     result = invoke("verify", "clean-room", "--help")
     flat = " ".join(result.stdout.split())
     assert "--budget" in flat and "120" in flat
+
+
+@pytest.mark.parametrize("command", ["run", "verify"])
+def test_an_entry_of_the_room_that_cannot_be_read_is_named(workdir, monkeypatch, command):
+    """A file of mode 000 (to a learner who is not root) or a folder of /proc ended `run
+    --clean-room` and `evidence submit` with "internal error: PermissionError"; root reads
+    any mode, so the error the kernel gives is given here."""
+    from labctl.evidence import room as room_module
+
+    room = copy_of_own(workdir / "my_room")
+    (room / "notes.txt").write_text("mine\n")
+    digest = room_module._entry_digest
+
+    def refusing(path, mode):
+        if path.name == "notes.txt":
+            raise PermissionError(13, "Permission denied", str(path))
+        return digest(path, mode)
+
+    monkeypatch.setattr(room_module, "_entry_digest", refusing)
+    if command == "run":
+        args = ["run", "causal-attention", "--clean-room", "my_room", "--out", "out", "--json"]
+    else:
+        args = ["verify", "clean-room", "--path", "my_room", "--json"]
+    result = invoke(*args)
+    assert result.exit_code == 1, result.output
+    said = json.loads(result.stdout)["error"]["message"]
+    assert said == (
+        "clean room my_room: cannot read notes.txt (Permission denied); a clean room holds "
+        "only files you can read"
+    ), said
+
+
+def test_a_room_named_by_the_wrong_path_lists_ten_names_and_a_count():
+    """A room's path set to `.` or `/etc` listed every file there in one problem's line."""
+    now = {f"f{i:04d}.py": "0" for i in range(1200)}
+    said = str(changes({"attention.py": "1"}, now).message())
+    assert said == (
+        "added " + ", ".join(f"f{i:04d}.py" for i in range(10)) + " and 1190 more; "
+        "removed attention.py"
+    )

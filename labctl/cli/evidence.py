@@ -18,6 +18,7 @@ from labctl.cli.render import err, out, print_json, text
 from labctl.errors import EXIT_FAILED
 from labctl.evidence.modules import DEFAULT_MODULE
 from labctl.i18n import N_, Msg, _
+from labctl.textsafe import shown as safe_text
 
 app = typer.Typer(no_args_is_help=True)  # its help: labctl.cli.commands
 
@@ -50,6 +51,12 @@ def _count(problems) -> Msg:
 def _labelled(style: str, label: str, shown: str) -> str:
     """`valid: FILE`, the verdict word styled; the colon is the chosen language's (`有效：`)."""
     return _("{label}: {text}").format(label=f"[{style}]{_(label)}[/{style}]", text=shown)
+
+
+def _said(path: Path) -> str:
+    """`_shown` for the terminal: a file named with an ESC sequence or a newline drove it, and
+    split the verdict's one line in two (`--json` keeps the exact name)."""
+    return safe_text(_shown(path))
 
 
 def _shown(path: Path) -> str:
@@ -110,9 +117,9 @@ def validate(file: FileArg, json_: JsonFlag = False) -> None:
     else:
         _problems(report)
         if report.valid:
-            out.print(_labelled("green", N_("valid"), escape(_shown(file))), soft_wrap=True)
+            out.print(_labelled("green", N_("valid"), escape(_said(file))), soft_wrap=True)
         else:
-            shown = f"{escape(_shown(file))}: {text(_count(report.problems))}"
+            shown = f"{escape(_said(file))}: {text(_count(report.problems))}"
             out.print(_labelled("bold red", N_("invalid"), shown), soft_wrap=True)
     if not report.valid:
         raise typer.Exit(EXIT_FAILED)
@@ -136,8 +143,12 @@ def submit(
     is already recorded (exit 0) and writes nothing.
     """
     from labctl.evidence.submit import submit as run_submit
+    from labctl.outpaths import check_out_dir
 
     positive_seconds(timeout, "--timeout")
+    # An accepted submission is written under --root: one that is a file was found only then,
+    # after every claim had been re-measured for nothing.
+    check_out_dir(root, "--root")
     with err.status(_("re-measuring…")):
         outcome = run_submit(file, root, timeout, isolation=effective(isolation))
     report = outcome.report
@@ -173,20 +184,20 @@ def submit(
                         )
                     )
                 )
-        shown = escape(_shown(file))
+        shown = escape(_said(file))
         if not outcome.accepted:
             written = Msg("{problems}; nothing written", problems=_count(report.problems))
             out.print(
                 _labelled("bold red", N_("refused"), f"{shown}: {text(written)}"), soft_wrap=True
             )
         elif outcome.already is not None:
-            already = Msg("{file} as {stored}; nothing written", file=_shown(file),
+            already = Msg("{file} as {stored}; nothing written", file=_said(file),
                           stored=_shown(outcome.already))  # fmt: skip
             out.print(_labelled("green", N_("already recorded"), text(already)), soft_wrap=True)
         else:
             accepted = Msg(
                 "{file}: {n} claim(s) re-measured on seed {seed}; stored as {stored}",
-                file=_shown(file),
+                file=_said(file),
                 n=len(outcome.reproductions),
                 seed=outcome.seed,
                 stored=_shown(outcome.stored),

@@ -17,7 +17,8 @@ from rich.table import Table
 
 from labctl.cli.render import Column, Prose, err, fit, heading, learner_text, out, print_json, text
 from labctl.errors import EXIT_FAILED
-from labctl.i18n import N_, Msg, _
+from labctl.i18n import N_, Msg, _, declared
+from labctl.textsafe import shown as safe_text
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
@@ -62,12 +63,16 @@ def quiz(
     json_: JsonFlag = False,
 ) -> None:
     from labctl.evidence.records import shown_path
+    from labctl.outpaths import check_out_dir
     from labctl.quiz import check, record
 
     chosen = check.select(sections)
     if list_only:
         _list(chosen, json_)
         return
+    # Before the first question: a learner who typed every answer lost them all when --out
+    # turned out to be a file, found only when the record was written.
+    check_out_dir(out_dir)
     given = check.read_answers(answers) if answers is not None else None
     graded = []
     for question in chosen:
@@ -98,7 +103,7 @@ def quiz(
         line = _(
             "{correct} correct, {wrong} wrong, {unanswered} unanswered, {ungraded} prose "
             "(not graded); record: {where}"
-        ).format(**counts, where=shown_path(where))
+        ).format(**counts, where=safe_text(shown_path(where)))  # --out is the learner's name
         mark = SHOWN["correct" if kept.passed else "wrong"].format(
             _("pass") if kept.passed else _("FAIL")
         )
@@ -121,7 +126,9 @@ def _ask_heading(question) -> None:
     out.print(heading(question.id, str(question.section)))
     out.print(Prose(text(question.asks)))
     if question.hint:
-        out.print(Prose(f"[dim]{text(Msg('answer as: {hint}', hint=question.hint))}[/dim]"))
+        # a hint is declared with N_ (a text, not a Msg): a Msg's text argument is not translated
+        hint = declared(question.hint) if isinstance(question.hint, str) else question.hint
+        out.print(Prose(f"[dim]{text(Msg('answer as: {hint}', hint=hint))}[/dim]"))
     if question.kind == "choice":
         choices = ", ".join(f"{key} ({_(label)})" if _(label) != key else key
                             for key, label in question.choices)  # fmt: skip

@@ -8,6 +8,7 @@ import typer
 from labctl.cli.lang import Language
 from labctl.cli.render import err, out, print_json
 from labctl.i18n import _
+from labctl.textsafe import shown
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
@@ -52,21 +53,22 @@ def report(
     if json_:
         print_json({"passed": True, **summary})
     else:
+        # Folder and record names are the learner's: an ESC sequence or a newline in one drove
+        # the terminal and split a line; each line is shown escaped (--json keeps them exact).
         labs = summary["labs"]
-        out.print(
-            _("report of {n} labs and {v} verify runs written to {path}").format(
-                n=len(labs), v=summary["verify_runs"], path=summary["report"]
-            )
+        written = _("report of {n} labs and {v} verify runs written to {path}").format(
+            n=len(labs), v=summary["verify_runs"], path=summary["report"]
         )
+        out.print(shown(written), markup=False)
         for lab in labs:
             for problem in lab["problems"]:
-                err.print(f"{lab['id']}: {_(problem)}", markup=False, soft_wrap=True)
+                err.print(shown(f"{lab['id']}: {_(problem)}"), markup=False, soft_wrap=True)
         for unread in summary["unread"]:
             if not unread["on_run"]:
                 said = _("{path}: not read: {why}").format(
                     path=unread["path"], why=_(unread["why"])
                 )
-                err.print(said, markup=False, soft_wrap=True)
+                err.print(shown(said), markup=False, soft_wrap=True)
     if open_:
         import webbrowser
 

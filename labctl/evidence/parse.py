@@ -253,7 +253,34 @@ def parse_text(text: str) -> tuple[Any, Problem | None]:
             loader.dispose()
     if data is None:
         return None, Problem("file", N_("no document (empty, or only comments)"))
+    surrogate = lone_surrogate(data)
+    if surrogate is not None:
+        return None, Problem("file", surrogate)
     return data, None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(data: Any) -> Msg | None:
+    """Why `data` cannot be kept, when a text in it holds a lone surrogate: YAML's and JSON's
+    `\\ud800` escape reads as half a character, which UTF-8 cannot encode; the record (or the
+    quiz's) then ended in an internal error when it was written."""
+    pending = [data]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str) and _SURROGATE.search(item):
+            return Msg(
+                "the text {text} holds a lone surrogate, half of a character: write the "
+                "character itself",
+                text=f"'{escaped(item.encode('utf-8', 'backslashreplace').decode())[:80]}'",
+            )
+    return None
 
 
 @dataclass(frozen=True)

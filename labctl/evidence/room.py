@@ -82,9 +82,9 @@ def room_files(root: Path) -> dict[str, str]:
     pending: list[tuple[Path, int]] = [(root, 0)]
     while pending:
         here, depth = pending.pop()
-        for name in sorted(os.listdir(here)):
+        for name in sorted(_read(root, here, os.listdir)):
             path = here / name
-            mode = path.lstat().st_mode
+            mode = _read(root, path, lambda p: p.lstat().st_mode)
             if stat.S_ISDIR(mode):
                 if name == _CACHE:
                     continue
@@ -105,8 +105,27 @@ def room_files(root: Path) -> dict[str, str]:
                         mb=MAX_ROOM_BYTES >> 20,
                     )
                 )
-            files[valid(path.relative_to(root).as_posix())] = _entry_digest(path, mode)
+            digest = _read(root, path, lambda p: _entry_digest(p, mode))  # noqa: B023
+            files[valid(path.relative_to(root).as_posix())] = digest
     return files
+
+
+def _read(root: Path, path: Path, how):  # type: ignore[no-untyped-def]
+    """`how(path)`; an entry of the room that cannot be read (a file of mode 000 to a learner
+    who is not root, a folder of /proc) refused by name: it was an internal error."""
+    try:
+        return how(path)
+    except OSError as exc:
+        name = path.relative_to(root).as_posix() if path != root else "."
+        raise CleanRoomError(
+            Msg(
+                "clean room {path}: cannot read {name} ({error}); a clean room holds only "
+                "files you can read",
+                path=shown_path(root),
+                name=shown(name),
+                error=exc.strerror or str(exc),
+            )
+        ) from None
 
 
 def is_own(root: Path, files: dict[str, str]) -> bool:
@@ -217,15 +236,24 @@ class Changes:
         """The files named, changed first: `changed a.py; added b.py`."""
         parts = []
         if self.changed:
-            parts.append(Msg("changed {files}", files=", ".join(self.changed)))
+            parts.append(Msg("changed {files}", files=_some(self.changed)))
         if self.added:
-            parts.append(Msg("added {files}", files=", ".join(self.added)))
+            parts.append(Msg("added {files}", files=_some(self.added)))
         if self.removed:
-            parts.append(Msg("removed {files}", files=", ".join(self.removed)))
+            parts.append(Msg("removed {files}", files=_some(self.removed)))
         shown = parts[0]
         for part in parts[1:]:
             shown = Msg("{first}; {rest}", first=shown, rest=part)
         return shown
+
+
+_NAMED = 10  # a room named by the wrong path (`.`, `/etc`) listed thousands in one line
+
+
+def _some(names: tuple[str, ...]) -> str | Msg:
+    if len(names) <= _NAMED:
+        return ", ".join(names)
+    return Msg("{files} and {n} more", files=", ".join(names[:_NAMED]), n=len(names) - _NAMED)
 
 
 def changes(recorded: dict[str, str], now: dict[str, str]) -> Changes:

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from labctl.errors import LabctlError, UsageError
-from labctl.evidence.parse import EvidenceLoader, one_line
+from labctl.evidence.parse import EvidenceLoader, lone_surrogate, one_line
 from labctl.i18n import N_, Msg
 from labctl.inputfile import read_regular
 from labctl.quiz.bank import QUESTIONS, Question, by_id
@@ -97,6 +97,9 @@ def read_answers(path: Path) -> dict[str, Any]:
             "not readable: {kind}: {error}", kind=type(exc).__name__, error=one_line(exc)[:200]
         )
         raise QuizError(Msg("{path}: {checks}", path=str(path), checks=reason)) from None
+    surrogate = lone_surrogate(data)
+    if surrogate is not None:
+        raise QuizError(Msg("{path}: {checks}", path=str(path), checks=surrogate))
     if not isinstance(data, dict):
         raise QuizError(
             Msg("{path}: expected a mapping of question id to answer, e.g. 'dot-product: 32'",

@@ -19,6 +19,34 @@ from labctl.outpaths import check_out_file
 DEFAULT_NAME = "report.html"
 
 
+def _not_evidence(target: Path, root: Path) -> None:
+    """`--out` names no file of the evidence under `root`: `--out` naming a run record (or any
+    file in a lab's folder, verify's, the submissions, the manifest) replaced it with the
+    report, evidence lost. A file beside the labs' folders is no evidence (`report.html`)."""
+    from labctl.evidence.store import MANIFEST_NAME
+    from labctl.report.collect import VERIFY
+
+    runs = root / "runs" if (root / "runs").is_dir() else root
+    kept = [(runs, 2), (root / VERIFY, 1), (root / "submissions", 1), (root / "quiz", 1)]
+    try:
+        where = target.resolve()
+        inside = any(
+            len(where.relative_to(folder.resolve()).parts) >= depth for folder, depth in kept
+            if folder.resolve() in where.parents
+        ) or where == (root / MANIFEST_NAME).resolve()  # fmt: skip
+    except (OSError, RuntimeError):
+        return  # a path that cannot be resolved is no file of the evidence
+    if inside:
+        raise UsageError(
+            Msg(
+                "--out {path}: a file of the evidence under {root}; the report would replace "
+                "it: name a file outside the labs' and verify's folders",
+                path=str(target),
+                root=str(root),
+            )
+        )
+
+
 def build_report(root: Path, out: Path | None = None) -> tuple[Path, dict]:
     """Write the report of the evidence under `root` to `out` (default `root/report.html`);
     return where it is and a summary (labs, verdicts, figures drawn)."""
@@ -28,8 +56,18 @@ def build_report(root: Path, out: Path | None = None) -> tuple[Path, dict]:
     target = out if out is not None else root / DEFAULT_NAME
     if out is not None:
         check_out_file(target)
+        _not_evidence(target, root)
     evidence = collect(root)
     # Written into --root when no --out is named: a missing --root is named first, as itself.
+    if out is None and target.is_dir():
+        # check_out_file would name `--out`, an option the learner never gave
+        raise UsageError(
+            Msg(
+                "{path}: the report's default file is a directory; move it, or name another "
+                "file with --out",
+                path=str(target),
+            )
+        )
     check_out_file(target)
     try:
         import matplotlib  # noqa: F401

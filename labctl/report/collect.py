@@ -21,11 +21,12 @@ from pydantic import ValidationError
 from labctl.errors import EvidenceError, UsageError
 from labctl.evidence.findings import field_path
 from labctl.evidence.models import EvidenceRecord
+from labctl.evidence.parse import lone_surrogate
 from labctl.evidence.times import parse_time
 from labctl.evidence.validate import field_reason
-from labctl.i18n import Msg, _, declared
+from labctl.i18n import N_, Msg, _, declared
 from labctl.inputfile import read_regular
-from labctl.lab import parse_expected
+from labctl.lab import parse_expected, satisfies
 
 FIGURES_SUFFIX = "-figures.jsonl"
 VERIFY = "verify"  # an evidence root's folder of verify records and their history
@@ -139,7 +140,11 @@ def _figures(run: LabRun) -> None:
                 Msg("artifact {name} changed since the run (sha256 differs)", name=name)
             )
             return None
-        return path.read_text("utf-8")
+        try:
+            return path.read_text("utf-8")
+        except UnicodeDecodeError:
+            run.problems.append(Msg("artifact {name} is not UTF-8 text", name=name))
+            return None
 
     listing = f"{stem}{FIGURES_SUFFIX}"
     if listing not in kept:
@@ -147,18 +152,35 @@ def _figures(run: LabRun) -> None:
     text = read(listing)
     if text is None:
         return
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         try:
             data = json.loads(line)
         except ValueError:
             run.problems.append(Msg("artifact {name} is not JSON Lines", name=listing))
             return
-        figure = _figure(data, read)
-        if figure is not None:
+        # A listing edited by hand (its sha256 stamped again) stopped the whole report with an
+        # internal error; now the figure it spoils is named and the others are drawn.
+        drawable = isinstance(data, dict) and lone_surrogate(data) is None
+        figure = _figure(data, read) if drawable else _NOT_A_FIGURE
+        if isinstance(figure, Figure):
             run.figures.append(figure)
+        elif figure is _NOT_A_FIGURE:
+            run.problems.append(
+                Msg("artifact {name}, line {line}: not a figure labctl can draw", name=listing,
+                    line=number)
+            )  # fmt: skip
 
 
-def _figure(data: dict, read) -> Figure | None:
+_NOT_A_FIGURE = object()
+
+
+def _texts(value: object, shown=str) -> list[str] | None:
+    return [shown(v) for v in value] if isinstance(value, list) else None
+
+
+def _figure(data: dict, read) -> Figure | object | None:
+    """The figure `data` describes; None for none to draw (a kind this labctl does not know,
+    or a CSV `read` refused and named); _NOT_A_FIGURE for one that cannot be drawn."""
     kind = data.get("kind")
     if kind == "note":
         return Figure("note", message(data.get("text")), flag=bool(data.get("flag")))
@@ -170,12 +192,19 @@ def _figure(data: dict, read) -> Figure | None:
     cells = list(csv.reader(io.StringIO(text)))
     title = message(data.get("title"))
     if kind == "table":
-        columns = [message(c) for c in data.get("columns", [])]
+        columns = _texts(data.get("columns", []), message)
+        if columns is None:
+            return _NOT_A_FIGURE
         return Figure("table", title, columns=columns, rows=cells[1:])
     try:
         matrix = [[float(v) for v in row] for row in cells]
     except ValueError:
-        return None
+        return _NOT_A_FIGURE
+    row_ticks, col_ticks = _texts(data.get("row_ticks", [])), _texts(data.get("col_ticks", []))
+    # matplotlib draws only a rectangle of numbers: ragged or empty ones were internal errors
+    rectangle = bool(matrix and matrix[0]) and len({len(row) for row in matrix}) == 1
+    if not rectangle or row_ticks is None or col_ticks is None:
+        return _NOT_A_FIGURE
     return Figure(
         "heatmap",
         title,
@@ -184,8 +213,8 @@ def _figure(data: dict, read) -> Figure | None:
         matrix=matrix,
         row_label=str(data.get("row_label", "")),
         col_label=str(data.get("col_label", "")),
-        row_ticks=[str(t) for t in data.get("row_ticks", [])],
-        col_ticks=[str(t) for t in data.get("col_ticks", [])],
+        row_ticks=row_ticks,
+        col_ticks=col_ticks,
     )
 
 
@@ -204,6 +233,9 @@ def _load(path: Path) -> EvidenceRecord | Unread:
         data = json.loads(raw.decode("utf-8"))
     except ValueError:
         return Unread(path, Msg("not JSON"))
+    surrogate = lone_surrogate(data)  # JSON's "\ud800": the page could not be written
+    if surrogate is not None:
+        return Unread(path, surrogate)
     try:
         return EvidenceRecord.model_validate(data, by_alias=True, by_name=False)
     except ValidationError as exc:
@@ -216,6 +248,28 @@ def _load(path: Path) -> EvidenceRecord | Unread:
         if len(errors) == 1:
             return Unread(path, first)
         return Unread(path, Msg("{first}; {n} more problems", first=first, n=len(errors) - 1))
+
+
+def _contradictions(run: LabRun) -> None:
+    """A metric whose recorded verdict its own value and tolerance contradict: labctl never
+    writes one, a hand edit does (`actual: 1e308`, `passed: true`), and the report showed
+    "pass" beside it."""
+    for metric in run.record.metrics:
+        if isinstance(metric, str) or metric.passed is None or metric.timing:
+            continue
+        if satisfies(metric.actual, metric.expected) == metric.passed:
+            continue
+        said = (
+            N_("metric {name} ({impl}) is recorded as passed, but {actual} is not {expected}: "
+               "the record was edited")
+            if metric.passed
+            else N_("metric {name} ({impl}) is recorded as failed, but {actual} is {expected}: "
+                    "the record was edited")
+        )  # fmt: skip
+        run.problems.append(
+            declared(said, name=metric.name, impl=metric.impl or "", actual=repr(metric.actual),
+                     expected=metric.expected)
+        )  # fmt: skip
 
 
 def _when(record: EvidenceRecord) -> float:
@@ -246,6 +300,7 @@ def newest_runs(
             newest[lab_id] = LabRun(lab_id, record, path)
     runs = [newest[k] for k in sorted(newest)]
     for run in runs:
+        _contradictions(run)
         for skipped in unread:
             if skipped.path.parent == run.path.parent:
                 skipped.on_run = True
@@ -274,7 +329,7 @@ def collect(root: Path) -> Evidence:
                 entry = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(entry, dict):
+            if isinstance(entry, dict) and lone_surrogate(entry) is None:
                 history.append(entry)
     # verify's records and reports lie in root/verify, beside the labs' folders when the
     # root is itself a runs folder: they are no lab's runs, not records the report failed
