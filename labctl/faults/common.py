@@ -15,6 +15,7 @@ that is NaN on a row blocked so far were catalogued already (`sdpa-no-repeat-kv`
 from __future__ import annotations
 
 from labctl.faults.base import Fault
+from labctl.faults.course import CAUSAL_MASK
 from labctl.faults.learner import decode_source
 from labctl.i18n import N_
 
@@ -237,14 +238,7 @@ COMMON: tuple[Fault, ...] = (
             "contract v1 causal_mask: True where a key is blocked (j > t_k - t_q + i); "
             "Transformer 手撕与注意力机制 §04 Causal Mask"
         ),
-        source="""
-        def causal_mask(t_q, t_k=None):
-            t_q = _as_size(t_q, "t_q")
-            t_k = t_q if t_k is None else _as_size(t_k, "t_k")
-            i = np.arange(t_q)[:, None]
-            j = np.arange(t_k)[None, :]
-            return j >= (t_k - t_q) + i
-        """,
+        source=CAUSAL_MASK.format(blocked="j >= (t_k - t_q) + i"),
     ),
     Fault(
         name="mask-one-ahead",
@@ -259,13 +253,6 @@ COMMON: tuple[Fault, ...] = (
             "contract v1 causal_mask: True where a key is blocked (j > t_k - t_q + i); "
             "Transformer 手撕与注意力机制 §04 Causal Mask"
         ),
-        source="""
-        def causal_mask(t_q, t_k=None):
-            t_q = _as_size(t_q, "t_q")
-            t_k = t_q if t_k is None else _as_size(t_k, "t_k")
-            i = np.arange(t_q)[:, None]
-            j = np.arange(t_k)[None, :]
-            return j > (t_k - t_q) + i + 1
-        """,
+        source=CAUSAL_MASK.format(blocked="j > (t_k - t_q) + i + 1"),
     ),
 )

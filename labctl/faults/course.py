@@ -6,6 +6,17 @@ from __future__ import annotations
 from labctl.faults.base import Fault
 from labctl.i18n import N_
 
+# A causal_mask with the clean room's checks and index grids, blocking where `{blocked}`: the
+# course's reversed triangle, and the learners' off-by-ones (`labctl.faults.common`).
+CAUSAL_MASK = """
+def causal_mask(t_q, t_k=None):
+    t_q = _as_size(t_q, "t_q")
+    t_k = t_q if t_k is None else _as_size(t_k, "t_k")
+    i = np.arange(t_q)[:, None]
+    j = np.arange(t_k)[None, :]
+    return {blocked}
+"""
+
 COURSE: tuple[Fault, ...] = (
     Fault(
         name="residual-dropped",
@@ -95,14 +106,7 @@ COURSE: tuple[Fault, ...] = (
         ),
         course=N_("第8章 · Attention 与 Transformer Block 故障注入与预期信号: mask 上下三角写反"),
         signal="causal",
-        source="""
-        def causal_mask(t_q, t_k=None):
-            t_q = _as_size(t_q, "t_q")
-            t_k = t_q if t_k is None else _as_size(t_k, "t_k")
-            i = np.arange(t_q)[:, None]
-            j = np.arange(t_k)[None, :]
-            return j < (t_k - t_q) + i
-        """,
+        source=CAUSAL_MASK.format(blocked="j < (t_k - t_q) + i"),
     ),
     Fault(
         name="head-seq-confused",
