@@ -25,6 +25,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from labctl.errors import LabctlError, UsageError
 from labctl.evidence.models import Strict
+from labctl.grade.rubric import to_the_cent
 from labctl.i18n import Msg
 
 OVERRIDES_SCHEMA = "labctl.grade-overrides.v1"
@@ -49,8 +50,6 @@ class Override(Strict):
     @field_validator("points")
     @classmethod
     def _not_zero(cls, value: float) -> float:
-        from labctl.grade.rubric import to_the_cent
-
         if not math.isfinite(value) or value == 0:
             raise ValueError(Msg("points must be a finite number other than 0"))
         return to_the_cent(value)
