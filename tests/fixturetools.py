@@ -56,7 +56,7 @@ def signed_reference(folder: Path) -> tuple[int, dict[str, str]]:
     verify processes and test something other than the reference."""
     import secrets
 
-    from labctl.grade.runner import warm_reference_cache
+    from labctl.grade.batch_seed import warm_reference_cache
     from labctl.verify.builders import fresh_seed
 
     seed, key = fresh_seed(), secrets.token_hex(32)

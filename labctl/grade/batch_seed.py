@@ -8,19 +8,27 @@ records and outside every learner-facing folder (`feedback/`,
 signs. A batch resumed in the same `--out` reuses both (its records keep
 their verdicts); `--seed` replaces the seed, and then every learner is
 graded again, since the seed is part of each record's key.
+
+The batch's workers are given the cache's folder and the key (`worker_env`); the batch's
+process checks the cache before any of them reads it (`warm_reference_cache`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from labctl.evidence.store import replace_atomically
+from labctl.i18n import Msg, language
 from labctl.verify.builders import MAX_SEED, fresh_seed
 
 SECRETS = ".batch-secrets.json"
+CACHE = ".reference-cache"
 SCHEMA = "labctl.grade-batch-secrets.v1"
 
 
@@ -67,3 +75,47 @@ def batch_secrets(out: Path, seed: int | None) -> BatchSecrets:
         # private: the file is 0600 from its first byte.
         replace_atomically(path, (json.dumps(document) + "\n").encode("utf-8"), private=True)
     return chosen
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def warm_reference_cache(cache: Path, seed: int, key: str, compute: bool = True) -> list[Msg]:
+    """The reference's outputs on every fixture at `seed`, computed (or read) once for the
+    batch; a cache edited since it was signed is named in the warnings and computed again.
+    Without `compute`, only the edited cache is named and removed: the workers compute it."""
+    from labctl import contract
+    from labctl.verify import fixtures, reference_cache
+
+    with _environment(reference_cache.ENV, str(cache)), _environment(reference_cache.KEY_ENV, key):
+        edited = reference_cache.discard_edited(seed)
+        if compute:
+            fixtures.warm_reference(contract.function_names(), seed)
+    if edited is None:
+        return []
+    return [
+        Msg("{path} was edited after labctl wrote it: not used, computed again", path=str(edited))
+    ]
+
+
+def worker_env(out: Path, reference_key: str, labs: bool) -> dict[str, str]:
+    """What a batch's workers are started with: the reference's cache, the language, and
+    for labs, torch imported as the worker starts."""
+    env = {
+        "LABCTL_REFERENCE_CACHE": str((out / CACHE).resolve()),
+        "LABCTL_REFERENCE_KEY": reference_key,
+        "LABCTL_LANG": language(),
+    }
+    if labs:
+        env["LABCTL_WORKER_TORCH"] = "1"
+    return env

@@ -33,6 +33,7 @@ import csv
 import io
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from labctl.evidence.store import replace_atomically
@@ -342,22 +343,24 @@ def write_all(
 
     `stems` names each row's files (the learners' own, from their folders' real
     names; by default derived from the row's learner id)."""
-    written: list[Path] = []
-
-    def put(path: Path, data: bytes) -> None:
-        replace_atomically(path, data)
-        written.append(path)
-
-    put(out / "gradebook.csv", gradebook_csv(rows, rubric, identical, stems).encode("utf-8"))
-    put(out / "junit.xml", junit_xml(rows))
+    files = [
+        (out / "gradebook.csv", gradebook_csv(rows, rubric, identical, stems).encode("utf-8")),
+        (out / "junit.xml", junit_xml(rows)),
+    ]
     published = published_at(out) is not None
     for index, row in enumerate(rows):
         name = stems[index] if stems else stem(row.learner)
         seen = seen_by(row, rubric, published)
-        put(out / "feedback" / f"{name}.json", json_bytes(feedback(row, seen)))
-        put(out / "gradescope" / name / "results.json", json_bytes(gradescope_results(row)))
-    put(out / "summary.json", json_bytes(summary(rows, rubric, identical, ignored)))
-    return written
+        files.append((out / "feedback" / f"{name}.json", json_bytes(feedback(row, seen))))
+        files.append(
+            (out / "gradescope" / name / "results.json", json_bytes(gradescope_results(row)))
+        )
+    files.append((out / "summary.json", json_bytes(summary(rows, rubric, identical, ignored))))
+    # Each file is flushed to disk before it replaces the last run's: one at a time, a class
+    # of 30 waited 0.4 s on 60-odd fsyncs; side by side, the disk takes them together.
+    with ThreadPoolExecutor(max_workers=8) as writers:
+        list(writers.map(lambda file: replace_atomically(*file), files))
+    return [path for path, _data in files]
 
 
 def remove_stale(out: Path, stems: Sequence[str], records: str) -> list[str]:

@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -87,6 +88,23 @@ def _signal_name(code: int | None) -> str:
     return _(Msg("exit code {code}", code=code))
 
 
+def _end(proc: subprocess.Popen, gently: bool) -> int:
+    """Wait for `proc` to exit (gently: up to `_GRACE_S` after the SIGTERM it was sent), then
+    kill whatever is left of its process group; its exit code."""
+    if gently and proc.poll() is None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=_GRACE_S)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+    return proc.wait()
+
+
 class LocalPool:
     def __init__(
         self,
@@ -108,6 +126,7 @@ class LocalPool:
             **(env or {}),
         }
         self._slots: list[_Slot] = []
+        self._ending: list[threading.Thread] = []  # workers ending, folders being removed
         self._selector = selectors.DefaultSelector()
         scratch.remove_stale()  # what a run killed outright left behind
         self._memo: str | None = None
@@ -148,40 +167,58 @@ class LocalPool:
         return slot
 
     def _stop(self, slot: _Slot, gently: bool) -> int | None:
+        """Stop `slot`'s worker and return its exit code (gently: SIGTERM, then SIGKILL after a
+        grace period); its folder is removed in the background (`_finish`)."""
+        self._detach(slot)
+        code = _end(slot.proc, gently)
+        self._finish(slot, None)
+        return code
+
+    def _retire(self, slot: _Slot) -> None:
+        """Stop `slot`'s worker without waiting for it: it exits, and its folder is removed,
+        while the other workers go on (a worker's folder took 0.2 to 0.4 s to remove, a
+        hanging worker's grace period up to `_GRACE_S`, during which no learner was sent)."""
+        self._detach(slot)
+        with contextlib.suppress(OSError):
+            slot.proc.stdin.close()
+        with contextlib.suppress(ProcessLookupError):
+            slot.proc.send_signal(signal.SIGTERM)
+        self._finish(slot, slot.proc)
+
+    def _detach(self, slot: _Slot) -> None:
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(slot.fd)
         with contextlib.suppress(OSError):
             os.close(slot.fd)
         if slot in self._slots:
             self._slots.remove(slot)
-        proc = slot.proc
-        if gently and proc.poll() is None:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=_GRACE_S)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
-        code = proc.wait()
-        shutil.rmtree(slot.tmp, ignore_errors=True)
-        return code
+
+    def _finish(self, slot: _Slot, ending: subprocess.Popen | None) -> None:
+        """In the background: wait for `ending` to exit (`_end`), then remove the folder."""
+
+        def finish() -> None:
+            if ending is not None:
+                _end(ending, gently=True)
+            shutil.rmtree(slot.tmp, ignore_errors=True)
+
+        thread = threading.Thread(target=finish, name="labctl-worker-end")
+        thread.start()
+        self._ending.append(thread)
 
     def close(self) -> None:
-        # Every worker is asked to stop before any is waited for: their exits overlap.
+        # Every worker is asked to stop before any is waited for: their exits, and the
+        # removal of their folders, overlap.
         for slot in list(self._slots):
-            with contextlib.suppress(OSError):
-                slot.proc.stdin.close()
-            with contextlib.suppress(ProcessLookupError):
-                slot.proc.send_signal(signal.SIGTERM)
-        for slot in list(self._slots):
-            self._stop(slot, gently=True)
-        self._selector.close()
+            self._retire(slot)
         if self._memo is not None:
-            shutil.rmtree(self._memo, ignore_errors=True)
+            memo, self._memo = self._memo, None
+            thread = threading.Thread(target=shutil.rmtree, args=(memo, True))
+            thread.start()
+            self._ending.append(thread)
+        for thread in self._ending:
+            thread.join()
+        self._ending.clear()
+        self._selector.close()
 
     def __enter__(self) -> LocalPool:
         return self
@@ -226,6 +263,10 @@ class LocalPool:
                         slot.proc.stdin.flush()
                     except BrokenPipeError:
                         pass  # its death shows as end of file below
+            if not pending:
+                # Nothing left to send: an idle worker ends now, while the others finish.
+                for slot in [s for s in self._slots if s.key is None]:
+                    self._retire(slot)
             now = time.monotonic()
             wait = max(0.0, min((s.deadline for s in self._slots), default=now + 1) - now)
             for selected, _events in self._selector.select(timeout=min(wait, 1.0)):
@@ -292,7 +333,7 @@ class LocalPool:
 
     def _expired(self, slot: _Slot, done, pending) -> None:
         key, isolation = slot.key, slot.isolation
-        self._stop(slot, gently=True)
+        self._retire(slot)
         if key is None:
             raise GradingError(
                 Msg("a grading worker did not start within {seconds:g} s", seconds=BOOT_TIMEOUT_S)

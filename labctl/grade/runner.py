@@ -21,7 +21,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +31,13 @@ from labctl.errors import UsageError
 from labctl.evidence.store import replace_atomically
 from labctl.fingerprints.base import load_base
 from labctl.grade import basecode, outputs
-from labctl.grade.batch_seed import batch_secrets, kept_seed
+from labctl.grade.batch_seed import (
+    CACHE,
+    batch_secrets,
+    kept_seed,
+    warm_reference_cache,
+    worker_env,
+)
 from labctl.grade.layout import Ignored, Learner, survey
 from labctl.grade.pool import INTERNAL_ERROR, GradingError, LocalPool, Outcome
 from labctl.grade.records import (
@@ -52,7 +58,6 @@ from labctl.i18n import Msg, language
 from labctl.isolation import resolve_isolation
 from labctl.isolation.levels import require_every_layer
 
-CACHE = ".reference-cache"
 # A batch whose first learners all end in the same internal error stops there: labctl itself
 # fails on this machine (a broken install, a folder that shadows a module), and going on
 # would only give every other learner the same 0.
@@ -117,37 +122,6 @@ def learner_key(
         sort_keys=True,
     )
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-@contextlib.contextmanager
-def _environment(name: str, value: str) -> Iterator[None]:
-    before = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
-
-
-def warm_reference_cache(cache: Path, seed: int, key: str, compute: bool = True) -> list[Msg]:
-    """The reference's outputs on every fixture at `seed`, computed (or read) once for the
-    batch; a cache edited since it was signed is named in the warnings and computed again.
-    Without `compute`, only the edited cache is named and removed: the workers compute it."""
-    from labctl import contract
-    from labctl.verify import fixtures, reference_cache
-
-    with _environment(reference_cache.ENV, str(cache)), _environment(reference_cache.KEY_ENV, key):
-        edited = reference_cache.discard_edited(seed)
-        if compute:
-            fixtures.warm_reference(contract.function_names(), seed)
-    if edited is None:
-        return []
-    return [
-        Msg("{path} was edited after labctl wrote it: not used, computed again", path=str(edited))
-    ]
 
 
 def _job(learner: Learner, rubric: Rubric, options: GradeOptions) -> dict:
@@ -258,95 +232,107 @@ def grade_learners(
         )
     kept = batch_secrets(out, options.seed)
     options = dataclasses.replace(options, seed=kept.seed)
-    base = load_base(list(options.base))
-    functions = contract.function_names(rubric.contract)
-    rows: dict[int, Row] = {}
-    records: dict[int, dict] = {}
-    batch = Batch(
-        [], [], [], out, learners=list(learners), ignored=list(ignored or []), seed=kept.seed
-    )
-    todo: list[int] = []
-    keys: dict[int, str] = {}
-    rooms = {index: learner.room_sha256 for index, learner in enumerate(learners)}
-    total = len(learners)
-    if progress:
-        progress(0, total, "", "")  # the batch is accepted: a bar from here, not for a refusal
-    begin_run(out)
-
-    def keep(index: int, row: Row, facts: dict | None) -> None:
-        learner = learners[index]
-        rows[index] = row
-        record = records[index] = record_of(row, learner, keys[index], rubric, facts)
-        replace_atomically(out / RECORDS / f"{learner.stem}.json", outputs.json_bytes(record))
-        batch.graded.append(learner.id)
-        if progress:
-            progress(len(rows), total, learner.id, row.status)
-
-    for index, learner in enumerate(learners):
-        keys[index] = learner_key(learner, rubric, options, base.digest)
-        previous = read_record(out, learner.stem)
-        if workflow.reuse(learner, previous, keys[index]):
-            rooms[index] = graded_room(learner, previous)
-            rows[index] = row_from_record(previous)
-            records[index] = previous
-            batch.skipped.append(learner.id)
-            if progress:
-                progress(len(rows), total, learner.id, "unchanged")
-        elif learner.error is not None:
-            keep(index, failed_row(learner.id, rubric, "layout-error", learner.error.message), None)
-        else:
-            todo.append(index)
-
-    if todo:
-        cache = out / CACHE
-        ended: list[Outcome] = []
-
-        def done(key: str, outcome: Outcome) -> None:
-            index = int(key)
-            learner = learners[index]
-            if outcome.status == "observed":
-                # Read here, in labctl's process, from the learner's files (no learner code
-                # runs), for a room that loaded: the static scan has passed its files.
-                if (outcome.facts.get("verify") or {}).get("status") == "loaded":
-                    outcome.facts["base_code"] = basecode.observe(
-                        learner.clean_room, base, functions
-                    )
-                row = score(learner.id, rubric, outcome.facts)
-            else:
-                row = failed_row(
-                    learner.id, rubric, outcome.status, outcome.message, outcome.isolation
-                )
-                observed(row, outcome.facts)
-            keep(index, row, outcome.facts)
-            ended.append(outcome)
-            _stop_on_one_internal_cause(ended, len(todo))
-
-        jobs = [(str(index), _job(learners[index], rubric, options)) for index in todo]
-        env = {
-            "LABCTL_REFERENCE_CACHE": str(cache.resolve()),
-            "LABCTL_REFERENCE_KEY": kept.reference_key,
-            "LABCTL_LANG": language(),
-        }
-        labs = any(job["measure"] for _key, job in jobs)
-        if labs:
-            env["LABCTL_WORKER_TORCH"] = "1"  # the labs need it: imported as the worker starts
-        if options.scheduler:
-            from labctl.grade.dask_exec import run_on_dask
-
-            batch.warnings = warm_reference_cache(cache, kept.seed, kept.reference_key)
-            run_on_dask(options.scheduler, jobs, done, options.learner_timeout_s, env)
-        else:
+    with contextlib.ExitStack() as stack:
+        # The workers start (Python, labctl, torch: about 2 s) now, while this process reads
+        # the base code and the class's records; a batch whose every learner is reused stops
+        # them unused.
+        pool = None
+        may_run = [x for x in learners if not workflow.only or x.id in workflow.only]
+        if not options.scheduler and may_run:
+            labs = rubric.needs_metrics or (
+                rubric.needs_submission and any(x.submission is not None for x in may_run)
+            )
             # The workers share the labs' reference side through a folder that learner code,
             # in the sandbox, cannot reach (`labctl.memo_shared`).
-            share = level == "sandbox" and labs
-            size = min(options.jobs, len(jobs))
-            with LocalPool(size, options.learner_timeout_s, env, share_memo=share) as pool:
-                # The workers start (Python, labctl, torch) while this process computes the
-                # reference's outputs; no job is sent before they are written. Workers that
-                # import torch for the labs compute them before their first learner's clock
-                # starts (a third of a second each): this process then imports no torch,
-                # which took 1.5 s of CPU from the workers' start on two cores.
-                pool.boot(len(jobs))
+            pool = stack.enter_context(
+                LocalPool(
+                    min(options.jobs, len(may_run)),
+                    options.learner_timeout_s,
+                    worker_env(out, kept.reference_key, labs),
+                    share_memo=level == "sandbox" and labs,
+                )
+            )
+            pool.boot(len(may_run))
+        base = load_base(list(options.base))
+        functions = contract.function_names(rubric.contract)
+        rows: dict[int, Row] = {}
+        records: dict[int, dict] = {}
+        batch = Batch(
+            [], [], [], out, learners=list(learners), ignored=list(ignored or []), seed=kept.seed
+        )
+        todo: list[int] = []
+        keys: dict[int, str] = {}
+        rooms = {index: learner.room_sha256 for index, learner in enumerate(learners)}
+        total = len(learners)
+        if progress:
+            progress(0, total, "", "")  # the batch is accepted: a bar from here, not for a refusal
+        begin_run(out)
+
+        def keep(index: int, row: Row, facts: dict | None) -> None:
+            learner = learners[index]
+            rows[index] = row
+            record = records[index] = record_of(row, learner, keys[index], rubric, facts)
+            replace_atomically(out / RECORDS / f"{learner.stem}.json", outputs.json_bytes(record))
+            batch.graded.append(learner.id)
+            if progress:
+                progress(len(rows), total, learner.id, row.status)
+
+        for index, learner in enumerate(learners):
+            keys[index] = learner_key(learner, rubric, options, base.digest)
+            previous = read_record(out, learner.stem)
+            if workflow.reuse(learner, previous, keys[index]):
+                rooms[index] = graded_room(learner, previous)
+                rows[index] = row_from_record(previous)
+                records[index] = previous
+                batch.skipped.append(learner.id)
+                if progress:
+                    progress(len(rows), total, learner.id, "unchanged")
+            elif learner.error is not None:
+                keep(
+                    index,
+                    failed_row(learner.id, rubric, "layout-error", learner.error.message),
+                    None,
+                )
+            else:
+                todo.append(index)
+
+        if todo:
+            cache = out / CACHE
+            ended: list[Outcome] = []
+
+            def done(key: str, outcome: Outcome) -> None:
+                index = int(key)
+                learner = learners[index]
+                if outcome.status == "observed":
+                    # Read here, in labctl's process, from the learner's files (no learner code
+                    # runs), for a room that loaded: the static scan has passed its files.
+                    if (outcome.facts.get("verify") or {}).get("status") == "loaded":
+                        outcome.facts["base_code"] = basecode.observe(
+                            learner.clean_room, base, functions
+                        )
+                    row = score(learner.id, rubric, outcome.facts)
+                else:
+                    row = failed_row(
+                        learner.id, rubric, outcome.status, outcome.message, outcome.isolation
+                    )
+                    observed(row, outcome.facts)
+                keep(index, row, outcome.facts)
+                ended.append(outcome)
+                _stop_on_one_internal_cause(ended, len(todo))
+
+            jobs = [(str(index), _job(learners[index], rubric, options)) for index in todo]
+            labs = any(job["measure"] for _key, job in jobs)
+            if pool is None:
+                from labctl.grade.dask_exec import run_on_dask
+
+                batch.warnings = warm_reference_cache(cache, kept.seed, kept.reference_key)
+                env = worker_env(out, kept.reference_key, labs)
+                run_on_dask(options.scheduler, jobs, done, options.learner_timeout_s, env)
+            else:
+                # No job is sent before the reference's outputs are written. Workers that import
+                # torch for the labs compute them before their first learner's clock starts (a
+                # third of a second each): this process then imports no torch, which took 1.5 s
+                # of CPU from the workers' start on two cores.
                 batch.warnings = warm_reference_cache(
                     cache, kept.seed, kept.reference_key, compute=not labs
                 )
