@@ -370,7 +370,7 @@ def test_parity_reports_the_worst_fixture_and_counts_the_others_that_differ():
     )
     assert result.mismatch_fraction == worst.mismatch_fraction
     assert result.message == (
-        f"fixture {large}: max abs error {num(worst.max_error)} > tolerance "
+        f"fixture {_shown(fixtures[large])}: max abs error {num(worst.max_error)} > tolerance "
         f"{num(worst.tolerance)} ({num(worst.margin)} × the tolerance), "
         f"{100 * worst.mismatch_fraction:.0f}% of elements outside; 1 more fixture differs"
     )
@@ -410,6 +410,36 @@ def test_parity_reports_the_largest_error_and_the_worst_margin_each_from_its_fix
     assert result.message.endswith("; 1 more fixture differs")
 
 
+def _shown(fixture) -> str:
+    """A fixture as a parity failure names it: with its note, which often says the bug."""
+    return f"{fixture.name} ({fixture.note})" if fixture.note else fixture.name
+
+
+def test_a_parity_failure_quotes_the_note_of_the_fixture_it_names():
+    """scale=0.0 failed as 'values differ' alone; the note says what the fixture holds."""
+    zero = next(f for f in fx.fixtures("scaled_dot_product_attention") if f.name == "scale-zero")
+
+    def shifted(fixture):
+        out, weights = fx.reference_output(fixture)
+        return out + (1.0 if fixture.name.endswith("-float32") else 1e-3), weights
+
+    result = check_parity(
+        observed("scaled_dot_product_attention", _only(zero.name, shifted)),
+        "scaled_dot_product_attention",
+    )
+    assert result.message.startswith(
+        "fixture scale-zero (scale=0.0: uniform weights over the visible keys, not the default "
+        "1/sqrt(D)): max abs error "
+    )
+    # A float32 probe has no note of its own worth quoting: it is named alone.
+    probe = f"{zero.name}-float32"
+    result = check_parity(
+        observed("scaled_dot_product_attention", _only(probe, shifted)),
+        "scaled_dot_product_attention",
+    )
+    assert result.message.startswith(f"fixture {probe}: max abs error ")
+
+
 def test_parity_of_a_mask_counts_differing_entries():
     first = fx.fixtures("causal_mask")[0]
     reference = fx.reference_output(first)
@@ -422,7 +452,7 @@ def test_parity_of_a_mask_counts_differing_entries():
     result = check_parity(observed("causal_mask", _only(first.name, flipped)), "causal_mask")
     percent = 100 * (3 * reference.size // 5) / reference.size
     assert result.message == (
-        f"fixture {first.name}: {percent:.0f}% of the entries differ from the reference "
+        f"fixture {_shown(first)}: {percent:.0f}% of the entries differ from the reference "
         "(masks are compared exactly)"
     )
 
@@ -447,7 +477,8 @@ def test_parity_names_a_value_it_could_not_compare():
     # A value off the tolerance is named before one that could not be compared.
     both = _only(names[2], lambda f: np.zeros(1), _only(names[4], _off_by(1e-3)))
     result = check_parity(observed("softmax", both), "softmax")
-    assert result.message.startswith(f"fixture {names[4]}: max abs error ")
+    shown = _shown(next(f for f in fx.fixtures("softmax") if f.name == names[4]))
+    assert result.message.startswith(f"fixture {shown}: max abs error ")
     assert result.message.endswith("; 1 more fixture differs")
 
 

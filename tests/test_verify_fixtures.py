@@ -171,23 +171,27 @@ def _digest(*values) -> str:
     return h.hexdigest()
 
 
-# The inputs of fixtures v5 (v4's: v3, and t_q > t_k for the masks and attention, RoPE
-# without GQA in the attention functions and the block; v5: a window with causal=False in
-# multi_head_attention), as bytes. A change to any of them must come with a new
-# FIXTURES_VERSION (it keys the reference cache): then update this digest.
-FIXTURES_V5_DIGEST = "830c397c951f6f533fa941e34a743d617aa52c284902b64a2f746738f0bd268d"
+# The inputs of fixtures v6 (v5's: v4, and a window with causal=False in
+# multi_head_attention; v6: scale=0.0 in the attention functions, and for contract v2 a
+# factor without scaling and batched positions with a 3-d x in RoPE, (T,) positions in the
+# attention functions, T = Tmax and ALiBi with a window in the decoder, weights that do not
+# sum to 1 in attention_entropy), as bytes, v1's and v2's. A change to any of them must come
+# with a new FIXTURES_VERSION (it keys the reference cache): then update this digest.
+FIXTURES_V6_DIGEST = "f481389fd084c2556724d5c8f10358bb03299ffa10c8c51f8ccb363096b73657"
 
 
-def test_the_inputs_of_fixtures_v5_do_not_change_unversioned():
+def test_the_inputs_of_fixtures_v6_do_not_change_unversioned():
     parts = []
-    for function in contract.function_names():
-        for f in (*fx.fixtures(function), *fx.probes(function)):
-            parts.append((f.function, f.name, f.args, dict(f.kwargs), str(f.note)))
+    for version in (1, 2):
+        for function in contract.function_names(version):
+            fixtures = fx.fixtures(function, fx.SEED, version)
+            for f in (*fixtures, *fx.probes(function, fx.SEED, version)):
+                parts.append((version, f.function, f.name, f.args, dict(f.kwargs), str(f.note)))
     for function in CAUSAL_FUNCTIONS:
         for t, f in fx.causal_variants(function):
             parts.append((t, f.function, f.name, f.args, dict(f.kwargs)))
-    assert fx.FIXTURES_VERSION == "v5"
-    assert _digest(parts) == FIXTURES_V5_DIGEST
+    assert fx.FIXTURES_VERSION == "v6"
+    assert _digest(parts) == FIXTURES_V6_DIGEST
 
 
 def test_each_later_token_is_replaced_on_its_own():

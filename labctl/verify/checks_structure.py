@@ -5,7 +5,7 @@ matches the PyTorch reference within tolerance v1 (`labctl.verify.checks` gather
 from __future__ import annotations
 
 from labctl import contract
-from labctl.i18n import N_, Msg, joined
+from labctl.i18n import N_, Msg, declared, joined
 from labctl.verify import fixtures as fx
 from labctl.verify.check_base import (
     FAIL,
@@ -296,6 +296,12 @@ def check_parity(seen: RoomObservation, function: str) -> CheckResult:
     if bad or uncompared:
         if bad:
             name, r = max(bad, key=lambda nr: nr[1].margin)
+            # A fixture's note says what it holds (scale=0.0, T = Tmax): often the bug itself.
+            notes = {f.name: f.note for f in of_run(fx.fixtures, run) if f.note}
+            if name in notes:
+                name = Msg(
+                    "{text}{more}", text=name, more=Msg(" ({note})", note=declared(notes[name]))
+                )
             if r.tolerance == EXACT_TOLERANCE:
                 text = Msg(
                     "fixture {name}: {percent:.0f}% of the entries differ from the reference "

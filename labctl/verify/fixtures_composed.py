@@ -87,7 +87,21 @@ def _sdpa(seed: int) -> list[Fixture]:
             {"mask": causal_formula(6, 4)},
             N_("Tq > Tk under the causal mask: the first Tq - Tk queries see no key"),
         ),
+        # Last, so the fixtures above keep their draws (fixtures v6).
+        _scale_zero(f, r, mask=causal_formula(5, 5)),
     ]
+
+
+def _scale_zero(f: str, r, *rest, **kwargs) -> Fixture:
+    """scale=0.0 is a scale like any other (every visible key weighs the same), not None:
+    `scale or 1 / sqrt(D)` replaces it with the default."""
+    return Fixture(
+        f,
+        "scale-zero",
+        (normal(r, 1, 2, 5, 4), normal(r, 1, 2, 5, 4), normal(r, 1, 2, 5, 3), *rest),
+        {**kwargs, "scale": 0.0},
+        N_("scale=0.0: uniform weights over the visible keys, not the default 1/sqrt(D)"),
+    )
 
 
 def _mha(seed: int) -> list[Fixture]:
@@ -266,6 +280,7 @@ def _tiled(seed: int) -> list[Fixture]:
             {},
             N_("blocks of 4 over 8 queries and keys: every block whole"),
         ),
+        _scale_zero(f, r, 2),
     ]
 
 

@@ -106,6 +106,14 @@ def _attention_entropy(seed: int) -> list[Fixture]:
         _v2(f, "softmax-rows", (weights,), {}),
         _v2(f, "causal-zeros", (causal,), {}, N_("exact zeros: 0 ln 0 = 0; an all-zero row")),
         _v2(f, "axis-0", (weights[0].T.copy(),), {"axis": 0}),
+        # Last, so the fixtures above keep their draws (fixtures v6).
+        _v2(
+            f,
+            "rows-not-summing-to-1",
+            (0.9 * r.random((3, 5)),),
+            {},
+            N_("weights >= 0 that do not sum to 1: -sum(w ln w) as they are, never renormalised"),
+        ),
     ]
 
 
@@ -154,6 +162,21 @@ def _rope(seed: int) -> list[Fixture]:
             (normal(r, 2, T, 8), ints(r.integers(0, 64, T))),
             {"scaling": "ntk", "factor": 8.0},
         ),
+        # Last, so the fixtures above keep their draws (fixtures v6).
+        _v2(
+            f,
+            "v2-factor-without-scaling",
+            (normal(r, T, 8), ints(r.integers(0, 64, T))),
+            {"factor": 4.0},
+            N_("scaling=None: factor is ignored (v1's angles)"),
+        ),
+        _v2(
+            f,
+            "v2-batched-positions-3-d",
+            (normal(r, 2, T, 8), ints(r.integers(0, 40, (2, T)))),
+            {},
+            N_("positions (B, T) with x (B, T, D): no head axis between them"),
+        ),
     ]
 
 
@@ -169,6 +192,14 @@ def _mha(seed: int) -> list[Fixture]:
             (normal(r, B, T, C), *attention_weights(r, C, H, Hkv), H),
             {"n_kv_heads": Hkv, "rope_theta": 10000.0, "positions": positions},
             N_("an offset and a left pad: RoPE at the given positions, the mask by index"),
+        ),
+        # Last, so the fixture above keeps its draws (fixtures v6).
+        _v2(
+            f,
+            "v2-positions-1-d",
+            (normal(r, B, T, C), *attention_weights(r, C, H, Hkv), H),
+            {"n_kv_heads": Hkv, "rope_theta": 10000.0, "positions": ints(5 + 2 * np.arange(T))},
+            N_("positions (T,) other than 0..T-1, shared by every batch row"),
         ),
     ]
 
@@ -193,6 +224,20 @@ def _decode(seed: int) -> list[Fixture]:
             {"n_kv_heads": Hkv, "rope_theta": 10000.0, "positions": positions},
             N_("the new tokens at given positions, not Tp .. Tp+Tn-1"),
         ),
+        # Last, so the fixture above keeps its draws (fixtures v6).
+        _v2(
+            f,
+            "v2-positions-1-d",
+            (
+                normal(r, B, Tn, C),
+                normal(r, B, Hkv, Tp, D),
+                normal(r, B, Hkv, Tp, D),
+                *attention_weights(r, C, H, Hkv),
+                H,
+            ),
+            {"n_kv_heads": Hkv, "rope_theta": 10000.0, "positions": ints([Tp + 6, Tp + 7])},
+            N_("positions (Tn,) other than Tp .. Tp+Tn-1, shared by every batch row"),
+        ),
     ]
 
 
@@ -209,6 +254,21 @@ def _decoder(seed: int) -> list[Fixture]:
         _v2(f, "v2-untied-head", (ids, untied, H), {"n_kv_heads": Hkv}, N_("logits x @ lm_head")),
         _v2(f, "v2-learned", (ids, learned, H), {"n_kv_heads": Hkv, "positional": "learned"}),
         _v2(f, "v2-alibi", (ids, alibi, H), {"n_kv_heads": Hkv, "positional": "alibi"}),
+        # Last, so the fixtures above keep their draws (fixtures v6).
+        _v2(
+            f,
+            "v2-learned-t=tmax",
+            (ids, {**decoder_params(r, V, C, H, Hkv, F, 1), "pos_embed": 0.5 * normal(r, T, C)}, H),
+            {"n_kv_heads": Hkv, "positional": "learned"},
+            N_("T equal to pos_embed's Tmax rows: valid, only T > Tmax is refused"),
+        ),
+        _v2(
+            f,
+            "v2-alibi-window",
+            (ids, decoder_params(r, V, C, H, Hkv, F, 1), H),
+            {"n_kv_heads": Hkv, "positional": "alibi", "window": 2},
+            N_("ALiBi with a sliding window: the window's mask still applies"),
+        ),
     ]
 
 
