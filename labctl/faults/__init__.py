@@ -24,7 +24,12 @@ write: the scale, the softmax axis, a finite mask fill, float64 masks and
 caches, eps, an online softmax on a blocked row, ragged blocks, float32 RoPE
 tables, a forgotten repeat_kv), and `common` (issue 38's: a mask filled with 0 or
 multiplied in, rms_norm without eps or over the wrong mean, LayerNorm over sigma + 1e-6,
-a cache appended on the head axis, RoPE tables in float64); `Fault` is in `base`. Each
+a cache appended on the head axis, RoPE tables in float64, a causal mask of the wrong polarity,
+blocking the diagonal or a key late; then bugs once told only "values differ": RoPE's
+frequencies with the exponent i/D, RoPE on k alone or q alone in multi-head attention and on k
+alone in decode, an online softmax that rescales its output but not its running sum or the
+other way round, scores multiplied by sqrt(d_k)); `Fault` is in `base`, and the clean room's
+functions that faults are written from, with a place for their bug, in `sources`. Each
 description says what is wrong and what to change, in the learner's terms.
 """
 

@@ -13,58 +13,9 @@ its mirror in merge_heads, came from the multi-head lab's faults.
 
 from __future__ import annotations
 
-import textwrap
-
 from labctl.faults.base import Fault
+from labctl.faults.sources import decode_source, tiled_source
 from labctl.i18n import N_
-
-_TILED_HEAD = """
-        q, k, v, n_rep = _check_qkv(q, k, v)
-        block_size = _as_size(block_size, "block_size", minimum=1)
-        k = repeat_kv(k, n_rep)
-        v = repeat_kv(v, n_rep)
-        B, H, Tq, D = q.shape
-        Tk, Dv = k.shape[2], v.shape[3]
-        s = _scale(scale, D)
-        position = (Tk - Tq) + np.arange(Tq)[:, None]
-"""
-
-
-def _tiled(body: str) -> str:
-    """A tiled_attention whose checks and head are the clean room's, with `body` after them."""
-    return "def tiled_attention(q, k, v, block_size, causal=True, scale=None):" + _TILED_HEAD + body
-
-
-_DECODE = """
-def attention_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads=None, window=None, rope_theta=None):
-    x_new = _as_float(x_new, "x_new", ndim=3)
-    B, Tn, C = x_new.shape
-    H, Hkv, D = _heads(C, n_heads, n_kv_heads)
-    _check_rope(D, rope_theta)
-    wq, wk, wv, wo = _check_projections(C, H, Hkv, D, _float_dtype(x_new), wq, wk, wv, wo)
-    if window is not None:
-        _as_size(window, "window", minimum=1)
-{cache}
-    Tp = 0 if past_k is None else np.shape(past_k)[2]
-    q = split_heads(x_new @ wq, H)
-    k_new = split_heads(x_new @ wk, Hkv)
-    v_new = split_heads(x_new @ wv, Hkv)
-    if rope_theta is not None:
-        q = rope(q, np.arange(Tp, Tp + Tn), rope_theta)
-        k_new = rope(k_new, np.arange(Tp, Tp + Tn), rope_theta)
-    k_all = {k_all}
-    v_all = {v_all}
-    out, _ = scaled_dot_product_attention(q, k_all, v_all, _mask(Tn, k_all.shape[2], True, window))
-    return merge_heads(out) @ wo, k_all, v_all
-"""
-
-
-def decode_source(cache: str, k_all: str, v_all: str) -> str:
-    """An attention_decode whose checks and projections are the clean room's, with `cache`
-    (lines run before the cache is read) and how it forms the keys and values it attends to."""
-    lines = textwrap.dedent(cache).strip("\n")
-    return _DECODE.format(cache=textwrap.indent(lines, "    "), k_all=k_all, v_all=v_all)
-
 
 LEARNER: tuple[Fault, ...] = (
     Fault(
@@ -196,7 +147,7 @@ LEARNER: tuple[Fault, ...] = (
             "Transformer 手撕与注意力机制 §07.5 FlashAttention 核心思想: online softmax"
         ),
         signal="parity",
-        source=_tiled(
+        source=tiled_source(
             """
         running_max = np.full((B, H, Tq, 1), -np.inf)
         running_sum = np.zeros((B, H, Tq, 1))
@@ -230,7 +181,7 @@ LEARNER: tuple[Fault, ...] = (
             "(running max, running sum); contract v1: never NaN"
         ),
         signal="finite",
-        source=_tiled(
+        source=tiled_source(
             """
         running_max = np.full((B, H, Tq, 1), -np.inf)
         running_sum = np.zeros((B, H, Tq, 1))
@@ -267,7 +218,7 @@ LEARNER: tuple[Fault, ...] = (
             "contract v1 tiled_attention: any block_size >= 1"
         ),
         signal="runs",
-        source=_tiled(
+        source=tiled_source(
             """
         n_blocks = Tk // block_size
         k_blocks = k.reshape(B, H, n_blocks, block_size, D)
