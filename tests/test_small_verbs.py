@@ -8,11 +8,16 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from labctl.cli.main import app
+from labctl.faults import project_clean_room
+from labctl.isolation import bwrap
 from labctl.verify import stubs
 from labctl.verify.stubs import init_clean_room
 
@@ -140,3 +145,56 @@ def test_faults_refuses_an_out_that_is_not_utf8_before_running(tmp_path, monkeyp
     result = runner.invoke(app, ["faults", "--out", name, "--json"])
     _json_error(result, 2, "not UTF-8", "nothing was written")
     assert list(tmp_path.iterdir()) == []
+
+
+# -- doctor and a bwrap that does not do what it says ---------------------------------
+
+
+@pytest.fixture
+def fake_bwrap(tmp_path, monkeypatch):
+    """Point labctl at a `bwrap` of the test's choosing (a script), probed afresh."""
+
+    def install(script: str) -> Path:
+        binary = tmp_path / "bwrap"
+        binary.write_text(f"#!/bin/sh\n{script}\n", encoding="utf-8")
+        binary.chmod(0o755)
+        monkeypatch.setenv(bwrap.ENV_BWRAP, str(binary))
+        bwrap.sandbox_status.cache_clear()
+        return binary
+
+    yield install
+    bwrap.sandbox_status.cache_clear()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the probe runs on Linux")
+def test_a_bwrap_that_runs_nothing_is_no_sandbox(fake_bwrap, tmp_path, monkeypatch):
+    fake_bwrap("echo garbage; exit 0")
+    status = bwrap.sandbox_status()
+    assert not status.works and "reported nothing readable" in str(status.reason)
+    result = runner.invoke(app, ["doctor", "--json"])
+    assert result.exit_code == 1, result.output
+    document = json.loads(result.stdout)
+    assert document["sandbox"]["works"] is False
+    assert document["isolation"]["auto"] == "process"
+    # verify believes doctor: the project's own room passes, run as a process
+    monkeypatch.chdir(tmp_path)
+    room = str(project_clean_room())
+    args = ["verify", "clean-room", "--path", room, "--no-metrics", "--out", "v"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "process (not a security boundary)" in result.output
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the probe runs on Linux")
+def test_a_bwrap_that_hangs_is_said_in_one_line(fake_bwrap, monkeypatch):
+    fake_bwrap("exit 0")
+
+    def hangs(command, **kwargs):
+        raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+
+    monkeypatch.setattr(bwrap.subprocess, "run", hangs)
+    status = bwrap.sandbox_status()
+    assert not status.works
+    reason = str(status.reason)
+    assert reason.startswith("bwrap did not finish the probe in 30 s;")
+    assert "--unshare" not in reason and "--ro-bind" not in reason
