@@ -40,6 +40,20 @@ def _json_error(result, code: int, *words: str) -> None:
         assert word in document["error"]["message"]
 
 
+# -- a learner's text quoted in an error --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("lab", "quoted"),
+    [("\x1b[31mred", "'\\x1b[31mred'"), ("a\nb", "'a\\nb'"), ("it's", '"it\'s"')],
+    ids=["escape", "newline", "quote"],
+)
+def test_a_quoted_name_is_escaped_once(lab, quoted):
+    result = runner.invoke(app, ["show", lab])
+    _one_error(result, 2, f"error: unknown lab {quoted}; known labs:")
+    assert "\x1b" not in result.output and "\\\\" not in result.output
+
+
 # -- clean-room init ------------------------------------------------------------------
 
 
