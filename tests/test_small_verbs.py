@@ -212,3 +212,19 @@ def test_a_bwrap_that_hangs_is_said_in_one_line(fake_bwrap, monkeypatch):
     reason = str(status.reason)
     assert reason.startswith("bwrap did not finish the probe in 30 s;")
     assert "--unshare" not in reason and "--ro-bind" not in reason
+
+
+# -- the terminal's width -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["show", "--help"], ["show", "gqa"], ["contract", "show", "rope"], ["show"]],
+    ids=["help", "show-help", "show", "contract-show", "usage-error"],
+)
+def test_a_huge_columns_is_the_widest_terminal_not_a_crash(args):
+    wide = CliRunner(env={"COLUMNS": "99999999999", "LABCTL_LANG": "en"})
+    result = wide.invoke(app, args)
+    assert result.exit_code in (0, 2), result.output
+    assert "internal error" not in result.output and "MemoryError" not in result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 10_000

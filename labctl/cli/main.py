@@ -124,6 +124,7 @@ class _HandledGroup(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         words = list(sys.argv[1:] if args is None else args)
         self.json_mode = "--json" in words
+        plain.clamp_columns()
         if not self.json_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         # Parse errors (an unknown option, a bad value) must become JSON too.
