@@ -54,6 +54,35 @@ def test_a_quoted_name_is_escaped_once(lab, quoted):
     assert "\x1b" not in result.output and "\\\\" not in result.output
 
 
+# -- contract show, document, check: which version ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "default"),
+    [
+        (["contract", "show"], "[default: 1]."),
+        (["contract", "document"], "[default: 1]."),
+        (["clean-room", "init"], "[default: 1]."),
+        (["contract", "check"], "[default: the one the clean room declares, else 1]."),
+    ],
+    ids=["show", "document", "init", "check"],
+)
+def test_the_contract_option_says_the_default_the_command_takes(command, default):
+    result = CliRunner(env={"COLUMNS": "300", "LABCTL_LANG": "en"}).invoke(
+        app, [*command, "--help"]
+    )
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if "--contract" in x)
+    assert f"Contract version, 1 or 2 {default}" in line, line
+
+
+def test_contract_show_of_a_later_function_names_its_version():
+    result = runner.invoke(app, ["contract", "show", "attention_entropy"])
+    _one_error(result, 2, "it came with v2", "labctl contract show attention_entropy --contract 2")
+    shown = runner.invoke(app, ["contract", "show", "attention_entropy", "--contract", "2"])
+    assert shown.exit_code == 0, shown.output
+
+
 # -- clean-room init ------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from labctl import outpaths
-from labctl.cli.contract import ContractOption
+from labctl.cli.contract import ContractChoice, ContractOption
 from labctl.cli.isolation import IsolationOption, effective
 from labctl.cli.options import memory_limit, positive_seconds
 from labctl.cli.render import Prose, err, learner_text, number, out, print_json, verdict
@@ -331,7 +331,7 @@ def init(
     directory: Annotated[
         Path, typer.Argument(help="A new or empty directory for the package.", show_default=False)
     ],
-    contract_version: ContractOption = None,
+    contract_version: ContractChoice = None,
     json_: JsonFlag = False,
 ) -> None:
     """Write every contract function as a stub (signature, shapes, formula, NotImplementedError)."""
