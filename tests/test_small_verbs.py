@@ -83,6 +83,17 @@ def test_contract_show_of_a_later_function_names_its_version():
     assert shown.exit_code == 0, shown.output
 
 
+def test_contract_check_without_a_room_says_whose_room_it_checked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["contract", "check", "--isolation", "process"])
+    assert result.exit_code == 0, result.output
+    assert "checks labctl's own clean room, not yours" in result.output
+    (tmp_path / "clean_room").mkdir()
+    (tmp_path / "clean_room" / "__init__.py").write_text("", encoding="utf-8")
+    result = runner.invoke(app, ["contract", "check", "--isolation", "process"])
+    assert "labctl's own" not in result.output
+
+
 # -- clean-room init ------------------------------------------------------------------
 
 

@@ -213,10 +213,21 @@ def check(
     """Check that a clean room exposes every contract function with the exact signature."""
     from labctl.contract_check import check_clean_room
     from labctl.evidence.records import shown_path
-    from labctl.runner import default_clean_room
+    from labctl.runner import default_clean_room, local_clean_room
     from labctl.textsafe import valid
 
     room = path or default_clean_room()
+    if path is None and local_clean_room() is None:
+        # its PASS is labctl's answer: a learner who forgot --path must not read it as theirs
+        err.print(
+            text(
+                Msg(
+                    "note: no ./clean_room here, so this checks labctl's own clean room, not "
+                    "yours; name your room with {option} my_room",
+                    option="--path",
+                )
+            )
+        )
     level = effective(isolation)
     report = check_clean_room(
         room, shown=shown_path(room), isolation=level, version=contract_version
