@@ -67,6 +67,8 @@ def _check_out_dir(out: Path, option: str) -> None:
     probe = out
     while not probe.exists():
         if probe.is_symlink():
+            with contextlib.suppress(FileNotFoundError):
+                probe.resolve(strict=True)  # a loop of links raises here: `named_by` says so
             raise UsageError(
                 Msg("{option} {path}: a dangling symbolic link", option=option, path=str(out))
             )

@@ -187,6 +187,17 @@ def test_an_out_name_too_long_is_a_usage_error(args, tmp_path, monkeypatch):
     _json_error(result, 2, "--out", "cannot be used (File name too long)")
 
 
+def test_an_out_that_is_a_loop_of_links_is_not_called_dangling(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    (tmp_path / "gone").symlink_to("nowhere")
+    result = runner.invoke(app, ["faults", "--out", "loop1"])
+    _one_error(result, 2, "--out loop1: cannot be used (Too many levels of symbolic links)")
+    result = runner.invoke(app, ["faults", "--out", "gone"])
+    _one_error(result, 2, "--out gone: a dangling symbolic link")
+
+
 def test_faults_refuses_an_out_that_is_not_utf8_before_running(tmp_path, monkeypatch):
     from labctl.verify import matrix
 
