@@ -6,6 +6,9 @@ The library raises these and never prints or exits; the CLI's single handler
 
 from __future__ import annotations
 
+import errno
+import os
+
 # Imported here, not when a message is shown: a clean-room worker formats errors under an
 # import guard that refuses late imports. labctl.i18n imports nothing heavy.
 from labctl.i18n import Msg, _, declared
@@ -113,3 +116,10 @@ def message_of(exc: BaseException) -> str | Msg:
 
     For nesting one error in another message that is shown translated and kept in English."""
     return exc.message if isinstance(exc, LabctlError) else str(exc)
+
+
+def refusal_text(exc: OSError | RuntimeError) -> str:
+    """Why the filesystem refused a path, in its own words, never naming the path again."""
+    if isinstance(exc, RuntimeError):  # Path.resolve's loop of links before Python 3.13
+        return os.strerror(errno.ELOOP)
+    return exc.strerror or str(exc)

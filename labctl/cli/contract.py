@@ -16,17 +16,28 @@ from labctl.verify import bad_input, rules
 app = typer.Typer(no_args_is_help=True)  # its help: labctl.cli.commands
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-ContractOption = Annotated[
-    int | None,
-    typer.Option(
+
+
+def _contract_option(help_text: str) -> typer.Option:
+    return typer.Option(
         "--contract",
         min=contract.VERSIONS[0],
         max=contract.LATEST,
         metavar="1|2",
-        help="Contract version, 1 or 2 [default: the one the clean room declares, else 1].",
+        help=help_text,
         show_default=False,
+    )
+
+
+# Where a clean room is read (check, verify) its declaration decides; where none is (show,
+# document, init), 1 does: a help naming the room's there would say what does not happen.
+ContractOption = Annotated[
+    int | None,
+    _contract_option(
+        "Contract version, 1 or 2 [default: the one the clean room declares, else 1]."
     ),
 ]
+ContractChoice = Annotated[int | None, _contract_option("Contract version, 1 or 2 [default: 1].")]
 
 
 FunctionArgument = Annotated[
@@ -71,7 +82,7 @@ def _edge_text(function: str, version: int) -> str:
 @app.command()
 def show(
     function: FunctionArgument = None,
-    contract_version: ContractOption = None,
+    contract_version: ContractChoice = None,
     json_: JsonFlag = False,
 ) -> None:
     """Print the contract's functions (v1: 19, v2: 26): signature, meaning, what each refuses."""
@@ -131,6 +142,17 @@ def _show_one(name: str, version: int, digest: str, json_: bool) -> None:
     """One function in full: signature, parameters, returns, meaning, refusals, edges."""
     fn = next((f for f in contract.functions(version) if f.name == name), None)
     if fn is None:
+        later = [v for v in contract.VERSIONS if v > version and name in contract.function_names(v)]
+        if later:
+            raise UsageError(
+                Msg(
+                    "no function {name} in contract v{version}: it came with v{later}; "
+                    "labctl contract show {name} --contract {later}",
+                    name=name,
+                    version=version,
+                    later=later[0],
+                )
+            )
         raise UsageError(
             Msg(
                 "no function {name} in contract v{version}; its functions: {names}",
@@ -191,10 +213,21 @@ def check(
     """Check that a clean room exposes every contract function with the exact signature."""
     from labctl.contract_check import check_clean_room
     from labctl.evidence.records import shown_path
-    from labctl.runner import default_clean_room
+    from labctl.runner import default_clean_room, local_clean_room
     from labctl.textsafe import valid
 
     room = path or default_clean_room()
+    if path is None and local_clean_room() is None:
+        # its PASS is labctl's answer: a learner who forgot --path must not read it as theirs
+        err.print(
+            text(
+                Msg(
+                    "note: no ./clean_room here, so this checks labctl's own clean room, not "
+                    "yours; name your room with {option} my_room",
+                    option="--path",
+                )
+            )
+        )
     level = effective(isolation)
     report = check_clean_room(
         room, shown=shown_path(room), isolation=level, version=contract_version
@@ -229,7 +262,7 @@ def check(
 
 
 @app.command()
-def document(contract_version: ContractOption = None, json_: JsonFlag = False) -> None:
+def document(contract_version: ContractChoice = None, json_: JsonFlag = False) -> None:
     """Print the contract's whole text: conventions, functions and the bad input each refuses."""
     version = contract_version or contract.CONTRACT_VERSION
     body = contract.document_text(version)

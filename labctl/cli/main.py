@@ -47,13 +47,27 @@ def _reader_gone() -> typer.Exit:
     return typer.Exit(EXIT_FAILED)
 
 
+class _Escaped(str):
+    """A learner's text with its controls escaped; shown with `!r` (`unknown lab {lab!r}`) it
+    is the original's repr, which escapes them itself, once: not `'\\x1b'`, the escape's own
+    backslash escaped again."""
+
+    def __new__(cls, raw: str) -> "_Escaped":
+        escaped = super().__new__(cls, textsafe.shown(raw))
+        escaped.raw = raw
+        return escaped
+
+    def __repr__(self) -> str:
+        return repr(self.raw)
+
+
 def _one_line(message: str | Msg) -> str | Msg:
     """`message` with every text it carries on one line: a learner's (an exception's message,
     what a room printed, a folder's name) would otherwise print its newlines as lines of
     labctl's own, a traceback forged. The template's own words are labctl's, kept as written."""
     if isinstance(message, Msg):
         return declared(message.template, **{k: _one_line(v) for k, v in message.args.items()})
-    return textsafe.shown(message) if isinstance(message, str) else message
+    return _Escaped(message) if isinstance(message, str) else message
 
 
 class _HandledGroup(TyperGroup):
@@ -110,6 +124,7 @@ class _HandledGroup(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         words = list(sys.argv[1:] if args is None else args)
         self.json_mode = "--json" in words
+        plain.clamp_columns()
         if not self.json_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         # Parse errors (an unknown option, a bad value) must become JSON too.

@@ -25,17 +25,30 @@ from labctl.wrapping import wrap
 _STYLES = {"bold": "1", "dim": "2", "name": "1;36"}
 
 
+# No terminal is wider; a COLUMNS past it (a script's "never wrap") would have a rule or a
+# help panel drawn as long, gigabytes at COLUMNS=99999999999.
+MAX_COLUMNS = 10_000
+
+
 def width() -> int:
     """The terminal's width in cells, as rich's console takes it."""
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
-        return int(columns)
+        return min(int(columns), MAX_COLUMNS)
     for stream in (sys.__stdin__, sys.__stdout__, sys.__stderr__):
         try:
             return os.get_terminal_size(stream.fileno()).columns
         except (AttributeError, ValueError, OSError):
             continue
     return 80
+
+
+def clamp_columns() -> None:
+    """COLUMNS past `MAX_COLUMNS` set to it: typer draws its help and its errors with a console
+    of its own, which reads COLUMNS itself."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > MAX_COLUMNS:
+        os.environ["COLUMNS"] = str(MAX_COLUMNS)
 
 
 def colour() -> bool:

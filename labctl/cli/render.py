@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.cells import cell_len
-from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.console import (
+    Console,
+    ConsoleDimensions,
+    ConsoleOptions,
+    Group,
+    RenderableType,
+    RenderResult,
+)
 from rich.markup import escape
 from rich.measure import Measurement
 from rich.padding import Padding
@@ -23,6 +30,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from labctl.cli.plain import MAX_COLUMNS
 from labctl.i18n import N_, Msg, _
 from labctl.jsonsafe import dumps
 from labctl.textsafe import json_text, shown
@@ -50,6 +58,12 @@ class _Console(Console):
             options.pop("soft_wrap", None)
             objects = (Prose(Text(sep).join(texts)),)
         super().print(*objects, sep=sep, end=end, **options)
+
+    @Console.size.getter
+    def size(self) -> ConsoleDimensions:
+        """rich's size, at most `MAX_COLUMNS` wide (COLUMNS is read by rich itself)."""
+        size = Console.size.fget(self)
+        return ConsoleDimensions(min(size.width, MAX_COLUMNS), size.height)
 
 
 out = _Console(highlight=False, soft_wrap=False, emoji=False)

@@ -1,5 +1,6 @@
 """`labctl verify clean-room`, `labctl clean-room init`, `labctl faults`."""
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -9,7 +10,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from labctl import outpaths
-from labctl.cli.contract import ContractOption
+from labctl.cli.contract import ContractChoice, ContractOption
 from labctl.cli.isolation import IsolationOption, effective
 from labctl.cli.options import memory_limit, positive_seconds
 from labctl.cli.render import Prose, err, learner_text, number, out, print_json, verdict
@@ -330,7 +331,7 @@ def init(
     directory: Annotated[
         Path, typer.Argument(help="A new or empty directory for the package.", show_default=False)
     ],
-    contract_version: ContractOption = None,
+    contract_version: ContractChoice = None,
     json_: JsonFlag = False,
 ) -> None:
     """Write every contract function as a stub (signature, shapes, formula, NotImplementedError)."""
@@ -355,11 +356,10 @@ def init(
         contract=contract.contract_id(version),
         files=", ".join(str(p) for p in written),
     )
-    out.print(_(wrote), soft_wrap=True)
-    out.print(
-        _(Msg("next: {command}", command=f"labctl verify clean-room --path {directory}")),
-        soft_wrap=True,
-    )
+    # the folder is the learner's name: shown escaped, and quoted where the command is copied
+    command = shlex.join(["labctl", "verify", "clean-room", "--path", str(directory)])
+    out.print(learner_text(wrote), soft_wrap=True)
+    out.print(learner_text(Msg("next: {command}", command=command)), soft_wrap=True)
 
 
 def faults(
@@ -381,6 +381,8 @@ def faults(
 
     positive_seconds(timeout, "--timeout")
     memory_limit(memory_mb)
+    # the matrix's record names its files: known before the faults run, not after
+    outpaths.check_recordable(out_dir)
     outpaths.check_out_dir(out_dir)
     level = effective(isolation)
     with err.status(_("verifying the project's clean room…")) as status:

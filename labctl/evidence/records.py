@@ -43,7 +43,8 @@ def shown_path(path: Path) -> str:
     else its name; never an absolute path."""
     try:
         shown = str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
+    # RuntimeError, OSError: a loop of links, a name too long; their refusal is said elsewhere
+    except (ValueError, RuntimeError, OSError):
         shown = path.name or path.anchor  # the root has no name: `/`, not nothing
     # A name that is not UTF-8 stays text every record can hold: its bytes escaped.
     return valid(shown)

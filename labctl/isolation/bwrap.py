@@ -35,6 +35,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
+from labctl.errors import refusal_text
 from labctl.i18n import N_, Msg, declared
 from labctl.isolation import seccomp
 from labctl.isolation.limits import remove_staged, staged_folder
@@ -379,9 +380,20 @@ def _probe() -> SandboxStatus:
             stdin=subprocess.DEVNULL,
             pass_fds=() if fd is None else (fd,),
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except subprocess.TimeoutExpired as exc:
+        # its message is the whole command line, pages of it: the seconds say it
         return SandboxStatus(
-            False, Msg("bwrap could not start: {error}; {hint}", error=str(exc), hint=_hint())
+            False,
+            Msg(
+                "bwrap did not finish the probe in {seconds} s; {hint}",
+                seconds=exc.timeout,
+                hint=_hint(),
+            ),
+        )
+    except OSError as exc:
+        return SandboxStatus(
+            False,
+            Msg("bwrap could not start: {error}; {hint}", error=refusal_text(exc), hint=_hint()),
         )
     finally:
         if fd is not None:
@@ -393,17 +405,29 @@ def _probe() -> SandboxStatus:
         return SandboxStatus(
             False, Msg("bwrap cannot start a sandbox here: {why}; {hint}", why=why, hint=_hint())
         )
-    return SandboxStatus(
-        True, Msg("bubblewrap works ({binary})", binary=binary), judge_layers(done.stdout)
-    )
+    layers = judge_layers(done.stdout)
+    if layers is None:
+        # a bwrap that exits 0 without running the probe would run no room either: `auto`
+        # must not choose it, and verify must not blame the room for it
+        return SandboxStatus(
+            False,
+            Msg(
+                "bwrap ({binary}) exited 0 but the probe inside it reported nothing readable; "
+                "{hint}",
+                binary=binary,
+                hint=_hint(),
+            ),
+        )
+    return SandboxStatus(True, Msg("bubblewrap works ({binary})", binary=binary), layers)
 
 
 def _hint() -> Msg:
     return declared(INSTALL_HINT)
 
 
-def judge_layers(report: bytes) -> tuple[Layer, ...]:
-    """Each layer from what the probe measured inside, against labctl's own namespaces."""
+def judge_layers(report: bytes) -> tuple[Layer, ...] | None:
+    """Each layer from what the probe measured inside, against labctl's own namespaces; None
+    when its report cannot be read (the probe did not run)."""
     try:
         found = json.loads(report.decode("utf-8", "replace").strip().splitlines()[-1])
         inside = found["namespaces"]
@@ -411,8 +435,7 @@ def judge_layers(report: bytes) -> tuple[Layer, ...]:
         refused = {key: found[key] for key in ("keyctl", "memfd_create", "unshare_user")}
         filtered = bool(found["seccomp"])
     except (ValueError, KeyError, IndexError, TypeError):
-        unread = Msg("the probe reported nothing readable")
-        return tuple(Layer(name, False, unread) for name in LAYERS)
+        return None
     from labctl.isolation.limits import NAMESPACES
 
     own = {name: _own_namespace(name) for name in NAMESPACES}

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from labctl.errors import CleanRoomError, UsageError
+from labctl.errors import CleanRoomError, UsageError, refusal_text
 from labctl.i18n import Msg
 
 PACKAGE_PREFIX = "_labctl_clean_room_"
@@ -287,10 +287,20 @@ def not_source(root: Path, refused: list[tuple[str, str]]) -> CleanRoomError:
 def resolve_package_dir(path: str | Path) -> Path:
     """Check that `path` is a directory holding `__init__.py` and only source; return it
     resolved."""
-    resolved = Path(path).resolve()
-    if not resolved.exists():
+    try:
+        resolved = Path(path).resolve()
+        found, folder = resolved.exists(), resolved.is_dir()
+    except (OSError, RuntimeError) as exc:  # a name too long, a loop of links
+        raise UsageError(
+            Msg(
+                "clean room {path}: cannot be read ({error})",
+                path=str(path),
+                error=refusal_text(exc),
+            )
+        ) from None
+    if not found:
         raise UsageError(Msg("clean room {path}: no such directory", path=str(path)))
-    if not resolved.is_dir():
+    if not folder:
         raise UsageError(Msg("clean room {path}: not a directory", path=str(path)))
     if not (resolved / "__init__.py").is_file():
         raise CleanRoomError(

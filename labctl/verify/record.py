@@ -22,7 +22,7 @@ from labctl.evidence.store import EvidenceStore, record_stem
 from labctl.i18n import Msg, message_data
 from labctl.isolation.sandbox import DEFAULT_TIMEOUT_S
 from labctl.jsonsafe import dumps
-from labctl.outpaths import check_recordable
+from labctl.outpaths import check_recordable, named_by
 from labctl.textsafe import json_text
 from labctl.verify.compare import TOLERANCE_VERSION
 from labctl.verify.observe import PACKAGE
@@ -46,6 +46,11 @@ def check_out_dir(out: Path) -> None:
     named by bytes no record can hold, and an evidence root whose manifest or history could
     not take this run."""
     check_recordable(out)
+    with named_by("--out", out):
+        _check_out_dir(out)
+
+
+def _check_out_dir(out: Path) -> None:
     existing = next((p for p in (out, *out.parents) if p.exists()), None)
     if out.exists() and not out.is_dir():
         raise UsageError(Msg("--out {out}: not a directory (nothing was written)", out=str(out)))

@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 from labctl import contract
-from labctl.errors import LabctlError, UsageError
+from labctl.errors import LabctlError, UsageError, refusal_text
 from labctl.i18n import N_, Msg, _, declared
 from labctl.verify import bad_input, rules
 from labctl.verify.observe import MEASURED
@@ -147,13 +147,8 @@ def init_source(version: int = contract.CONTRACT_VERSION) -> str:
     )
 
 
-def init_clean_room(dest: str | Path, version: int = contract.CONTRACT_VERSION) -> list[Path]:
-    """Write the stub package into `dest` (new or empty); return the files written.
-
-    Refuses (LabctlError, exit 1) a `dest` that is a file or a non-empty directory:
-    a learner's work is never overwritten.
-    """
-    dest = Path(dest)
+def _refuse_occupied(dest: Path) -> None:
+    """A file, or a folder that holds anything, is a learner's: refused (exit 1)."""
     if dest.exists() and not dest.is_dir():
         raise LabctlError(
             Msg(
@@ -169,28 +164,43 @@ def init_clean_room(dest: str | Path, version: int = contract.CONTRACT_VERSION) 
                 dest=str(dest),
             )
         )
+
+
+def init_clean_room(dest: str | Path, version: int = contract.CONTRACT_VERSION) -> list[Path]:
+    """Write the stub package into `dest` (new or empty); return the files written.
+
+    Refuses (LabctlError, exit 1) a `dest` that is a file or a non-empty directory:
+    a learner's work is never overwritten.
+    """
+    dest = Path(dest)
     version = contract.check_version(version)
     files = {"__init__.py": init_source(version), "transformer_block.py": module_source(version)}
-    created = not dest.exists()
     written: list[Path] = []
+    created = False
     try:
+        _refuse_occupied(dest)
+        created = not dest.exists()
         dest.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
             path = dest / name
-            path.write_text(text, encoding="utf-8")
-            written.append(path)
-    except OSError as exc:
-        # All or nothing: take back what this call wrote.
+            # "x": a file that appeared since the check above is the learner's, never replaced
+            with path.open("x", encoding="utf-8") as stub:
+                written.append(path)
+                stub.write(text)
+    except BaseException as exc:
+        # All or nothing, interrupted too: take back what this call wrote.
         for path in written:
             path.unlink(missing_ok=True)
-        if created and dest.is_dir():
+        if created:
             with contextlib.suppress(OSError):
                 dest.rmdir()
+        if not isinstance(exc, (OSError, RuntimeError)):
+            raise
         raise UsageError(
             Msg(
                 "{dest}: cannot write the clean room there ({error}); nothing was written",
                 dest=str(dest),
-                error=exc.strerror or str(exc),
+                error=refusal_text(exc),
             )
         ) from None
     return written
