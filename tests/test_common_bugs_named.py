@@ -1,7 +1,8 @@
 """Common bugs that verify caught but only said "its values differ from the reference" for are
 named with the change to make: RoPE's frequencies with the exponent i/D, RoPE on k alone or q
 alone (in multi-head attention and in decode), an online softmax that rescales only one of its
-running sum and its output, and scores multiplied by sqrt(d_k).
+running sum and its output, scores multiplied by sqrt(d_k), and `scale or 1/sqrt(D)` (which takes
+scale=0.0 for None) in scaled_dot_product_attention and in tiled_attention.
 
 Each bug is written as a learner writes it (not as the catalogue's fault is), as in
 `test_common_bugs`: the project's clean room with one function rewritten, verified through the
@@ -142,6 +143,21 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
     return np.einsum("bhqk,bhkd->bhqd", weights, v).astype(q.dtype), weights.astype(q.dtype)
 """
 
+# `scale or 1/sqrt(D)`: scale=0.0 is falsy and takes the default.
+SCALE_OR_DEFAULT = SCORES_TIMES_SQRT_D.replace(
+    """    if scale is None:
+        scale = np.sqrt(q.shape[-1])
+""",
+    """    scale = scale or 1.0 / np.sqrt(q.shape[-1])
+""",
+)
+
+TILED_SCALE_OR_DEFAULT = (
+    ONLINE_SOFTMAX.replace("_scale(scale, q.shape[-1])", "scale or 1.0 / np.sqrt(q.shape[-1])")
+    .replace("SUM_UPDATE", "corr * l + p.sum(axis=-1, keepdims=True)")
+    .replace("ACC_UPDATE", "corr * acc + p @ vb")
+)
+
 # (name, module, source, fault, function): each bug, as a learner writes it.
 BUGS = [
     ("rope-exponent-i-over-d", "primitives", ROPE_EXPONENT_I_OVER_D, "rope-freq-i-over-d", "rope"),
@@ -157,6 +173,10 @@ BUGS = [
      "tiled_attention"),
     ("scores-times-sqrt-d", "attention", SCORES_TIMES_SQRT_D, "sdpa-scale-sqrt-multiplied",
      "scaled_dot_product_attention"),
+    ("scale-or-default", "attention", SCALE_OR_DEFAULT, "sdpa-scale-or-default",
+     "scaled_dot_product_attention"),
+    ("tiled-scale-or-default", "attention", TILED_SCALE_OR_DEFAULT, "tiled-scale-or-default",
+     "tiled_attention"),
 ]  # fmt: skip
 
 

@@ -14,8 +14,9 @@ that is NaN on a row blocked so far were catalogued already (`sdpa-no-repeat-kv`
 After them, bugs verify caught but only said "its values differ" for: RoPE's frequencies with
 the exponent i/D (`theta ** (-np.arange(D // 2) / D)`), RoPE on k alone or on q alone (in
 multi-head attention; on k alone in decode), an online softmax that rescales its output but not
-its running sum or the other way round (both forgotten is `tiled-no-rescale`), and scores
-multiplied by sqrt(d_k).
+its running sum or the other way round (both forgotten is `tiled-no-rescale`), scores
+multiplied by sqrt(d_k), and `scale = scale or 1 / sqrt(D)`, which takes scale=0.0 for None (in
+scaled_dot_product_attention, and in tiled_attention, which calls no other function to blame).
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ _CHAPTER_MASK = N_(
 _ROPE_QK = N_(
     "第8章 · Attention 与 Transformer Block 阶段五 位置从哪里来: 直接旋转 Q/K; "
     "contract v1 multi_head_attention: RoPE on Q and K"
+)
+_SCALE_DEFAULT = N_(
+    "Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: 除以 √d_k; "
+    "contract v1 scaled_dot_product_attention: scale defaults to 1/sqrt(D)"
 )
 _ONLINE_SOFTMAX = N_(
     "Transformer 手撕与注意力机制 §07.5 FlashAttention 核心思想, 7.5.3 Online Softmax 的核心算法: "
@@ -399,6 +404,45 @@ COMMON: tuple[Fault, ...] = (
         def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
             d_k = np.shape(q)[-1]
             return _correct_sdpa(q, k, v, mask, np.sqrt(d_k) if scale is None else scale)
+        """,
+    ),
+    Fault(
+        name="sdpa-scale-or-default",
+        function="scaled_dot_product_attention",
+        module="attention",
+        description=N_(
+            "scale=0.0 is replaced by the default 1 / sqrt(D) (scale = scale or 1 / sqrt(D): "
+            "0.0 is falsy), so a scale of 0 does not give every visible key the same weight; "
+            "take the default only when scale is None: if scale is None: scale = 1 / np.sqrt(D)"
+        ),
+        course=_SCALE_DEFAULT,
+        source="""
+        _correct_sdpa = scaled_dot_product_attention
+
+        def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
+            return _correct_sdpa(q, k, v, mask, scale or None)  # 0.0 taken as None
+        """,
+    ),
+    Fault(
+        name="tiled-scale-or-default",
+        function="tiled_attention",
+        module="attention",
+        description=N_(
+            "tiled_attention replaces scale=0.0 by the default 1 / sqrt(D) (scale = scale or "
+            "1 / sqrt(D): 0.0 is falsy), so its result is not scaled_dot_product_attention's "
+            "at scale 0; take the default only when scale is None: if scale is None: "
+            "scale = 1 / np.sqrt(D)"
+        ),
+        course=N_(
+            "Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: 除以 √d_k; "
+            "contract v1 tiled_attention: the result of scaled_dot_product_attention, whose "
+            "scale defaults to 1/sqrt(D)"
+        ),
+        source="""
+        _correct_tiled = tiled_attention
+
+        def tiled_attention(q, k, v, block_size, causal=True, scale=None):
+            return _correct_tiled(q, k, v, block_size, causal, scale or None)  # 0.0 taken as None
         """,
     ),
 )

@@ -2,7 +2,10 @@
 the functions it widens. Each is written into a copy of the project's clean room that
 declares v2 (`CONTRACT = "transformer-block-v2"`), so verify checks it against v2.
 
-They form their own catalogue (`V2`), beside the v1 catalogue the fault matrix runs.
+They form their own catalogue (`V2`), beside the v1 catalogue the fault matrix runs. A fault
+whose bug is in a formula makes the contract's refusals first (through the correct function):
+a match needs the fault's side symptoms, and a learner who makes the same mistake but checks
+the arguments as asked would otherwise match none.
 """
 
 from __future__ import annotations
@@ -206,11 +209,14 @@ V2: tuple[FaultV2, ...] = (
         _correct_rope = rope
 
         def rope(x, positions, theta=10000.0, scaling=None, factor=1.0):
+            # The contract's refusals first (D < 4 for NTK among them), as a learner who
+            # checks the arguments and gets only the exponent wrong has them.
+            out = _correct_rope(x, positions, theta, scaling, factor)
             if scaling == "ntk":
                 D = np.asarray(x).shape[-1]
                 theta = float(theta) * float(factor) ** ((D - 2) / D)
                 return _correct_rope(x, positions, theta)
-            return _correct_rope(x, positions, theta, scaling, factor)
+            return out
         """,
     ),
     FaultV2(
@@ -247,10 +253,13 @@ V2: tuple[FaultV2, ...] = (
         _correct_rope = rope
 
         def rope(x, positions, theta=10000.0, scaling=None, factor=1.0):
+            # The contract's refusals first (positions of the wrong shape among them): the
+            # first row is taken only from positions that match x.
+            out = _correct_rope(x, positions, theta, scaling, factor)
             positions = np.asarray(positions)
             if positions.ndim == 2:
-                positions = positions[0]
-            return _correct_rope(x, positions, theta, scaling, factor)
+                return _correct_rope(x, positions[0], theta, scaling, factor)
+            return out
         """,
     ),
     FaultV2(
