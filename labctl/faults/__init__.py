@@ -22,10 +22,10 @@ attention and merge_heads), `block` (RoPE, the sinusoidal table, the norms,
 the feed-forwards and the composed functions) and `learner` (the bugs learners
 write: the scale, the softmax axis, a finite mask fill, float64 masks and
 caches, eps, an online softmax on a blocked row, ragged blocks, float32 RoPE
-tables, a forgotten repeat_kv), and `common` (issue 38's: a mask filled with 0 or
+tables, a forgotten repeat_kv), `common` (issue 38's: a mask filled with 0 or
 multiplied in, rms_norm without eps or over the wrong mean, LayerNorm over sigma + 1e-6,
 a cache appended on the head axis, RoPE tables in float64, a causal mask of the wrong polarity,
-blocking the diagonal or a key late; then bugs once told only "values differ": RoPE's
+blocking the diagonal or a key late) and `formulas` (bugs once told only "values differ": RoPE's
 frequencies with the exponent i/D, RoPE on k alone or q alone in multi-head attention and on k
 alone in decode, an online softmax that rescales its output but not its running sum or the
 other way round, scores multiplied by sqrt(d_k), `scale or 1/sqrt(D)` taking scale=0.0 for None in
@@ -41,6 +41,7 @@ from labctl.faults.base import Fault, project_clean_room
 from labctl.faults.block import BLOCK
 from labctl.faults.common import COMMON
 from labctl.faults.course import COURSE
+from labctl.faults.formulas import FORMULAS
 from labctl.faults.learner import LEARNER
 
 __all__ = ["CATALOGUE", "Fault", "for_contract", "get", "project_clean_room"]
@@ -54,6 +55,7 @@ CATALOGUE: tuple[Fault, ...] = (
     # ---- the bugs learners write, each with what to change
     *LEARNER,
     *COMMON,
+    *FORMULAS,
 )
 
 
