@@ -168,3 +168,22 @@ def test_a_bad_input_not_refused_is_said_with_its_cases(tmp_path):
     (said,) = [d for d in report.diagnosis if d.function == "learned_positions"]
     assert str(said.message).startswith("learned_positions: it does not refuse bad input (")
     assert "raise ValueError (or TypeError) for a position < 0 or >= Tmax" in str(said.message)
+
+
+def test_a_decode_positions_refusal_names_the_new_tokens_shapes():
+    """attention_decode's positions are its new tokens' (Tn,) or (B, Tn): the rule a learner
+    reads for a wrong shape says so, not multi-head attention's (T,) or (B, T)."""
+    import numpy as np
+
+    from labctl.verify.bad_input_v2 import widened_cases
+
+    def said(function: str) -> str:
+        (case,) = [
+            c
+            for c in widened_cases(function, np.random.default_rng(0))
+            if c.name == "positions-shape"
+        ]
+        return case.rule.condition
+
+    assert said("attention_decode") == "positions of the wrong shape (not (Tn,) or (B, Tn))"
+    assert said("multi_head_attention") == "positions of the wrong shape (not (T,) or (B, T))"

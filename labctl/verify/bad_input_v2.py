@@ -119,7 +119,7 @@ def widened_cases(f: str, r: np.random.Generator) -> tuple[BadCase, ...]:
             BadCase(
                 f,
                 "positions-shape",
-                rules.POSITIONS,
+                rules.DECODE_POSITIONS,
                 (normal(r, B, Tn, C), None, None, *attention_weights(r, C, H, H), H),
                 {"rope_theta": 10000.0, "positions": ints(np.arange(Tn + 1))},
             ),

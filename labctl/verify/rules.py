@@ -75,6 +75,8 @@ ROPE_POSITIONS = Rule(
     N_("positions of neither shape (T,) nor (B, T) with B matching x"), "positions"
 )
 POSITIONS = Rule(N_("positions of the wrong shape (not (T,) or (B, T))"), "positions")
+# attention_decode's positions are the new tokens' own, one per row of x
+DECODE_POSITIONS = Rule(N_("positions of the wrong shape (not (Tn,) or (B, Tn))"), "positions")
 POSITIONAL = Rule(
     N_('positional other than "sinusoidal", "rope", "none", "learned" or "alibi"'),
     "positional",
