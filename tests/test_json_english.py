@@ -167,3 +167,20 @@ def test_report_problems_are_english_in_json(place):
         f"causal-attention: 产物 {csv_file.name} 在运行之后被改动过（sha256 不一致）"
         in shown.stderr
     )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("list", "--json"), ("show", "causal-attention", "--json"), ("doctor", "--json")],
+    ids=["list", "show", "doctor"],
+)
+def test_the_documents_of_list_show_and_doctor_are_the_english_ones(args):
+    """Lab titles, questions, parameter and metric texts, and how `auto` isolates: the screen
+    shows them in Chinese, the document for tools in English, word for word."""
+    english = invoke(*args)
+    chinese = invoke(*args, lang="zh")
+    assert english.exit_code == chinese.exit_code, chinese.output
+    assert json.loads(chinese.stdout) == json.loads(english.stdout)
+    if args[0] == "show":
+        assert not CJK.search(json.loads(english.stdout)["question"])  # a text, in English
+    assert CJK.search(invoke(*args[:-1], lang="zh").stdout)  # the screen is Chinese

@@ -72,11 +72,13 @@ def test_anything_else_goes_to_the_tree_and_its_errors(args):
     assert "Traceback" not in done.stderr
 
 
-def test_the_list_is_the_labs_index_in_the_language_asked_for():
+def test_the_list_is_the_labs_index_in_the_language_asked_for_and_english_for_tools():
+    done, _imported = console("--lang", "zh", "list")
+    assert "因果注意力：用断言来证明" in done.stdout
     done, _imported = console("--lang", "zh", "list", "--json")
     listed = json.loads(done.stdout)
     assert listed["labs"][0]["id"] == "causal-attention"
-    assert listed["labs"][0]["title"] == "因果注意力：用断言来证明"
+    assert listed["labs"][0]["title"] == "Causal attention, proved by assertions"
 
 
 def test_the_help_lists_every_command_and_each_runs_its_own_module_only():

@@ -13,7 +13,7 @@ from rich.cells import cell_len
 from rich.markup import escape
 
 from labctl.cli.render import Prose, out, print_json, text, verdict
-from labctl.i18n import N_, Msg, _, declared, joined
+from labctl.i18n import N_, Msg, _, declared, joined, speaking
 
 # The sandbox's layers as a person reads them (JSON keeps the English names).
 LAYER_NAMES = {
@@ -88,6 +88,8 @@ def facts() -> dict:
 
     status = sandbox_status()
     level = resolve_isolation("auto")
+    with speaking("en"):  # the facts are for --json: English whatever the screen's language
+        shown = describe(level)
     return {
         "python": platform.python_version(),
         "platform": sys.platform,
@@ -101,7 +103,7 @@ def facts() -> dict:
             ],
             "missing": status.missing,
         },
-        "isolation": {"auto": level, "shown": describe(level)},
+        "isolation": {"auto": level, "shown": shown},
         "figures": _figures(),
         "terminal": _terminal(),
     }
@@ -152,7 +154,7 @@ def _row(name: str) -> str:
 
 
 def doctor(json_: JsonFlag = False) -> None:
-    from labctl.isolation import sandbox_status
+    from labctl.isolation import describe, sandbox_status
 
     found = facts()
     ready = found["sandbox"]["works"] and not found["sandbox"]["missing"]
@@ -173,7 +175,7 @@ def doctor(json_: JsonFlag = False) -> None:
             )
             out.print(Prose(f"  {line}", hang=4))
         level = _("--isolation auto runs learner code as: {level}").format(
-            level=escape(found["isolation"]["shown"])
+            level=escape(describe(found["isolation"]["auto"]))
         )
         out.print(Prose(f"{_row(_(ROWS['isolation']))}{level}", ROW))
         figures = escape(_figures_line(found["figures"]))

@@ -108,8 +108,9 @@ def list_labs(json_: bool = False) -> str:
     from labctl import listing
 
     document = listing.index()
-    for lab in document["labs"]:
-        lab["title"] = _(lab["title"])
+    if not json_:  # the document for tools keeps the titles in English
+        for lab in document["labs"]:
+            lab["title"] = _(lab["title"])
     if json_:
         from labctl.jsonsafe import dumps
         from labctl.textsafe import json_text

@@ -16,7 +16,7 @@ from labctl import listing
 from labctl.cli import plain
 from labctl.cli.render import Column, Prose, fit, heading, out, print_json, text
 from labctl.errors import UsageError
-from labctl.i18n import N_, Msg, _
+from labctl.i18n import N_, Msg, _, speaking
 from labctl.listing import citation
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
@@ -54,7 +54,8 @@ def _default(value: Any) -> str:
 
 
 def lab_document(lab) -> dict[str, Any]:
-    """Everything `show` prints, as data: identifiers as they are, texts in the chosen language."""
+    """Everything `show` prints, as data: identifiers as they are, texts in the language `_`
+    speaks (`show --json` has it speak English)."""
     from labctl import registry
 
     return {
@@ -99,10 +100,11 @@ def show(
     if lab_id == "all":
         raise UsageError(N_("show takes one lab id; `labctl list` lists every lab"))
     lab = registry.get(lab_id)
-    document = lab_document(lab)
     if json_:
-        print_json(document)
+        with speaking("en"):  # for tools: one language whatever the screen's
+            print_json(lab_document(lab))
         return
+    document = lab_document(lab)
     out.print(heading(lab.id, _(lab.title)))
     out.print(text(lab.question))
     out.print()

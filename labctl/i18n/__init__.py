@@ -24,9 +24,10 @@ messages they must hold.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from typing import Any
 
@@ -74,6 +75,17 @@ def set_language(language: str) -> str:
 
 def language() -> str:
     return _current
+
+
+@contextlib.contextmanager
+def speaking(language: str) -> Iterator[None]:
+    """`_` translates into `language` within the block: a document for tools is written in
+    English whatever the screen speaks."""
+    previous = set_language(language)
+    try:
+        yield
+    finally:
+        set_language(previous)
 
 
 @cache
