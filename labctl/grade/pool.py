@@ -6,7 +6,7 @@ A learner's `learner_timeout_s` is its verify budget (the rule of `verify --budg
 calls stop there, with an over-budget verdict. A learner whose observation
 still runs `HARD_STOP_AFTER_S` later is a `hang`: its worker gets SIGTERM
 (it closes its clean room and exits), then SIGKILL for its whole process group
-after a grace period, and a fresh worker takes the next learner. A worker that
+after a grace period, and a fresh worker takes the next learner meanwhile. A worker that
 dies mid-learner (a crash, the memory limit, an attack on its parent) is a
 `crash` of that learner only. Either way the batch goes on, and the outcome
 carries the isolation level the worker announced before the learner's code ran.
@@ -14,6 +14,8 @@ Each worker keeps its temporary files (its clean-room copies, staged worker,
 fault rooms) in a folder of its own, which the pool removes when the worker
 ends: a worker killed at a limit or by a learner's code cleans up nothing; the
 folders of a labctl killed outright are removed by the next run (`labctl.grade.scratch`).
+A worker with nothing left to take ends as soon as it is idle, while the others finish;
+`close` waits for every worker and folder.
 """
 
 from __future__ import annotations
