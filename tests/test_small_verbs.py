@@ -279,3 +279,17 @@ def test_a_huge_columns_is_the_widest_terminal_not_a_crash(args):
     assert result.exit_code in (0, 2), result.output
     assert "internal error" not in result.output and "MemoryError" not in result.output
     assert max(len(line) for line in result.output.splitlines()) <= 10_000
+
+
+@pytest.mark.parametrize(
+    "args", [("list",), ("verify", "clean-room"), ("grade", "class"), ("contract", "check")]
+)
+def test_help_with_json_is_one_json_document_holding_the_help(args):
+    """`--json` is one JSON document on stdout in every case: `--help` too, its text inside."""
+    result = runner.invoke(app, [*args, "--help", "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert list(document) == ["help"]
+    assert " ".join(args) + " [OPTIONS]" in document["help"]
+    assert "Usage:" in document["help"]
+    assert "--json" in document["help"]

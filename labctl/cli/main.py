@@ -11,6 +11,7 @@ these also prints one JSON document on stdout, `{"passed": false, "error":
 import contextlib
 import importlib
 import inspect
+import io
 import os
 import sys
 import traceback
@@ -127,9 +128,15 @@ class _HandledGroup(TyperGroup):
         plain.clamp_columns()
         if not self.json_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        # --help and --version print text and exit: with --json, that text is the document's.
+        asked = next((w for w in ("--help", "--version") if w in words), None)
+        printed = io.StringIO()
         # Parse errors (an unknown option, a bad value) must become JSON too.
         try:
-            code = super().main(words, prog_name, complete_var, standalone_mode=False, **extra)
+            with contextlib.redirect_stdout(printed) if asked else contextlib.nullcontext():
+                code = super().main(words, prog_name, complete_var, standalone_mode=False, **extra)
+            if asked:
+                print_json({asked.removeprefix("--"): printed.getvalue()})
         except BrokenPipeError:
             code = _reader_gone().exit_code
         except typer.Abort:
