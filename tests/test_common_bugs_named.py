@@ -15,7 +15,7 @@ import pytest
 from checktools import learner_room, one_file_room
 
 from labctl import faults
-from labctl.i18n import _, set_language
+from labctl.i18n import _, speaking
 from labctl.verify.builders import fresh_seed
 from labctl.verify.verify import verify_clean_room
 
@@ -181,11 +181,8 @@ BUGS = [
 
 
 def _in(lang: str, text) -> str:
-    previous = set_language(lang)
-    try:
+    with speaking(lang):
         return _(text)
-    finally:
-        set_language(previous)
 
 
 @pytest.mark.parametrize("layout", ["many-files-v1", "one-file-v2"])

@@ -14,7 +14,7 @@ import pytest
 from checktools import one_file_room
 
 from labctl.faults.v2 import V2, FaultV2
-from labctl.i18n import _, set_language
+from labctl.i18n import _, speaking
 from labctl.verify.builders import fresh_seed
 from labctl.verify.verify import verify_clean_room
 
@@ -74,11 +74,8 @@ BUGS = [
 
 
 def _in(lang: str, text) -> str:
-    previous = set_language(lang)
-    try:
+    with speaking(lang):
         return _(text)
-    finally:
-        set_language(previous)
 
 
 @pytest.mark.parametrize("layout", ["many-files-v2", "one-file-v2"])

@@ -108,14 +108,13 @@ def list_labs(json_: bool = False) -> str:
     from labctl import listing
 
     document = listing.index()
-    if not json_:  # the document for tools keeps the titles in English
-        for lab in document["labs"]:
-            lab["title"] = _(lab["title"])
-    if json_:
+    if json_:  # for tools: the titles as the index holds them, in English
         from labctl.jsonsafe import dumps
         from labctl.textsafe import json_text
 
         return json_text(dumps(document))
+    for lab in document["labs"]:
+        lab["title"] = _(lab["title"])
     total, on = width(), colour()
     lines = [
         styled(

@@ -12,7 +12,13 @@ sentence says what is wrong and what to change.
 from __future__ import annotations
 
 from labctl.faults.base import Fault
-from labctl.faults.sources import MHA_ROTATING, ONLINE, decode_source, tiled_source
+from labctl.faults.sources import (
+    MHA_ROTATING,
+    ONLINE,
+    SDPA_DEFAULT_SCALE,
+    decode_source,
+    tiled_source,
+)
 from labctl.i18n import N_
 
 _ROPE_QK = N_(
@@ -152,13 +158,7 @@ FORMULAS: tuple[Fault, ...] = (
             "Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: 除以 √d_k; "
             "contract v1: scale defaults to 1/sqrt(D)"
         ),
-        source="""
-        _correct_sdpa = scaled_dot_product_attention
-
-        def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
-            d_k = np.shape(q)[-1]
-            return _correct_sdpa(q, k, v, mask, np.sqrt(d_k) if scale is None else scale)
-        """,
+        source=SDPA_DEFAULT_SCALE.format(default="np.sqrt(d_k)"),
     ),
     Fault(
         name="sdpa-scale-or-default",

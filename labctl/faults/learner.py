@@ -14,7 +14,7 @@ its mirror in merge_heads, came from the multi-head lab's faults.
 from __future__ import annotations
 
 from labctl.faults.base import Fault
-from labctl.faults.sources import decode_source, tiled_source
+from labctl.faults.sources import SDPA_DEFAULT_SCALE, decode_source, tiled_source
 from labctl.i18n import N_
 
 LEARNER: tuple[Fault, ...] = (
@@ -30,13 +30,7 @@ LEARNER: tuple[Fault, ...] = (
             "Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: 除以 √d_k; "
             "contract v1: scale defaults to 1/sqrt(D)"
         ),
-        source="""
-        _correct_sdpa = scaled_dot_product_attention
-
-        def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
-            d_k = np.shape(q)[-1]
-            return _correct_sdpa(q, k, v, mask, 1.0 / d_k if scale is None else scale)
-        """,
+        source=SDPA_DEFAULT_SCALE.format(default="1.0 / d_k"),
     ),
     Fault(
         name="sdpa-scale-ignored",

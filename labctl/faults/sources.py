@@ -100,3 +100,13 @@ ONLINE = """
         out = np.divide(acc, running_sum, out=np.zeros_like(acc), where=running_sum > 0)
         return out.astype(_float_dtype(q), copy=False)
 """
+
+
+# scaled_dot_product_attention whose default (scale None) is `{default}`, d_k the head width.
+SDPA_DEFAULT_SCALE = """
+_correct_sdpa = scaled_dot_product_attention
+
+def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
+    d_k = np.shape(q)[-1]
+    return _correct_sdpa(q, k, v, mask, {default} if scale is None else scale)
+"""

@@ -181,11 +181,7 @@ class LocalPool:
         while the other workers go on (a worker's folder took 0.2 to 0.4 s to remove, a
         hanging worker's grace period up to `_GRACE_S`, during which no learner was sent)."""
         self._detach(slot)
-        with contextlib.suppress(OSError):
-            slot.proc.stdin.close()
-        with contextlib.suppress(ProcessLookupError):
-            slot.proc.send_signal(signal.SIGTERM)
-        self._finish(slot, slot.proc)
+        self._finish(slot, slot.proc)  # `_end` closes its stdin and sends SIGTERM first
 
     def _detach(self, slot: _Slot) -> None:
         with contextlib.suppress(KeyError, ValueError):
