@@ -109,6 +109,15 @@ def test_usage_errors_exit_2(workdir, args, code, words):
     assert "Traceback" not in result.output
 
 
+def test_a_missing_room_is_refused_without_a_seed_to_rerun_with(workdir):
+    result = runner.invoke(app, ["verify", "clean-room", "--path", "no/such/room"])
+    assert result.exit_code == 2
+    # nothing was drawn: the one line is the refusal, no "rerun with --seed" before it
+    assert result.stderr.strip().splitlines() == [
+        "error: clean room no/such/room: no such directory"
+    ]
+
+
 def test_an_unloadable_or_refused_clean_room_is_one_clear_line_and_exit_1(workdir):
     room = workdir / "room"
     shutil.copytree(project_clean_room(), room, ignore=shutil.ignore_patterns("__pycache__"))

@@ -123,6 +123,7 @@ def clean_room(
     """Check a clean room: contract, import policy, parity, properties, isolation; diagnose."""
     from labctl.evidence.records import shown_path
     from labctl.evidence.room import record_notes
+    from labctl.isolation.loader import existing_folder
     from labctl.runner import local_clean_room
     from labctl.verify.builders import fresh_seed
     from labctl.verify.record import check_out_dir
@@ -142,6 +143,8 @@ def clean_room(
                 "labctl verify clean-room --path my_room"
             )
         )
+    # A folder that is not there is refused before the seed is said: nothing was drawn.
+    existing_folder(target)
     # Before anything runs: a run stopped half-way can still be repeated exactly.
     err.print(
         _(Msg("fixtures drawn with seed {seed}; rerun with --seed {seed}", seed=seed)),

@@ -287,6 +287,17 @@ def not_source(root: Path, refused: list[tuple[str, str]]) -> CleanRoomError:
 def resolve_package_dir(path: str | Path) -> Path:
     """Check that `path` is a directory holding `__init__.py` and only source; return it
     resolved."""
+    resolved = existing_folder(path)
+    if not (resolved / "__init__.py").is_file():
+        raise CleanRoomError(
+            Msg("clean room {path}: not a package (no __init__.py)", path=str(path))
+        )
+    check_source_only(resolved)
+    return resolved
+
+
+def existing_folder(path: str | Path) -> Path:
+    """`path` resolved, where it names a folder; else the UsageError a command exits 2 with."""
     try:
         resolved = Path(path).resolve()
         found, folder = resolved.exists(), resolved.is_dir()
@@ -302,11 +313,6 @@ def resolve_package_dir(path: str | Path) -> Path:
         raise UsageError(Msg("clean room {path}: no such directory", path=str(path)))
     if not folder:
         raise UsageError(Msg("clean room {path}: not a directory", path=str(path)))
-    if not (resolved / "__init__.py").is_file():
-        raise CleanRoomError(
-            Msg("clean room {path}: not a package (no __init__.py)", path=str(path))
-        )
-    check_source_only(resolved)
     return resolved
 
 
