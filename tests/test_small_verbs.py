@@ -293,3 +293,26 @@ def test_help_with_json_is_one_json_document_holding_the_help(args):
     assert " ".join(args) + " [OPTIONS]" in document["help"]
     assert "Usage:" in document["help"]
     assert "--json" in document["help"]
+
+
+def test_the_faults_record_names_every_setting_its_matrix_was_run_with(tmp_path, monkeypatch):
+    """The record's `command` repeats the run: a matrix measured under another memory limit or
+    at the process level is not the one `labctl faults --timeout T` alone would give."""
+    import labctl.verify.matrix as matrix_module
+    from labctl.verify.checks import CHECK_NAMES
+    from labctl.verify.matrix import FaultMatrix, FaultRow
+
+    baseline = FaultRow(None, dict.fromkeys(CHECK_NAMES, "pass"), [], [], [], 0.1)
+    built = FaultMatrix(baseline, [], 3.0, isolation="process", memory_mb=2048)
+    monkeypatch.setattr(matrix_module, "build_matrix", lambda *a, **k: built)
+    out = tmp_path / "faults"
+    result = runner.invoke(
+        app,
+        ["faults", "--timeout", "3", "--memory-mb", "2048", "--isolation", "process", "--json",
+         "--out", str(out)],
+    )  # fmt: skip
+    assert json.loads(result.stdout)["memory_mb"] == 2048
+    matrix_module.write_evidence(built, out)
+    record = next(p for p in out.glob("*.json") if not p.name.endswith("-matrix.json"))
+    commands = json.loads(record.read_text("utf-8"))["commands"]
+    assert commands == ["labctl faults --timeout 3 --memory-mb 2048 --isolation process"]

@@ -108,6 +108,7 @@ class FaultMatrix:
     records: list[Path] = field(default_factory=list)
     isolation: str | None = None
     seed: int = SEED
+    memory_mb: int = DEFAULT_MEMORY_MB
 
     def uncaught(self) -> list[str]:
         return [r.name for r in self.rows if not r.caught_by]
@@ -173,6 +174,7 @@ class FaultMatrix:
             "tolerances": TOLERANCE_VERSION,
             "fixtures": fx.FIXTURES_VERSION,
             "timeout_s": self.timeout_s,
+            "memory_mb": self.memory_mb,
             "isolation": self.isolation,
             "baseline": self.baseline.to_json(),
             "faults": [r.to_json() for r in self.rows],
@@ -292,7 +294,12 @@ def build_matrix(
             )
         )
     matrix = FaultMatrix(
-        baseline, rows, timeout_s, isolation=resolve_isolation(isolation), seed=seed
+        baseline,
+        rows,
+        timeout_s,
+        isolation=resolve_isolation(isolation),
+        seed=seed,
+        memory_mb=memory_mb,
     )
     matrix.wall_time_s = time.perf_counter() - start
     if out is not None:
@@ -335,7 +342,11 @@ def write_evidence(matrix: FaultMatrix, out: Path) -> None:
     record = machine_record(
         module=MODULE_ID,
         seed=matrix.seed,
-        command=f"labctl faults --timeout {matrix.timeout_s:g}",
+        # every setting the matrix depends on: the command repeats this run
+        command=(
+            f"labctl faults --timeout {matrix.timeout_s:g} --memory-mb {matrix.memory_mb} "
+            f"--isolation {matrix.isolation}"
+        ),
         metrics=metrics,
         artifacts=[csv_artifact, json_artifact],
         known_failures=matrix.problems(),
