@@ -45,7 +45,10 @@ def graded(tmp_path_factory) -> tuple[Path, dict]:
     append(
         room,
         "attention",
-        "def tiled_attention(q, k, v, block_size, causal=True, scale=None):\n    while True:\n        pass",
+        # It never returns, asleep: a busy loop spent its whole --timeout of CPU for nothing.
+        "import time\n\n"
+        "def tiled_attention(q, k, v, block_size, causal=True, scale=None):\n"
+        "    while True:\n        time.sleep(1)",
     )
     broken = copy_room(klass / "syntax" / "clean_room")
     append(broken, "primitives", "def softmax(x, axis=-1)\n    return x")

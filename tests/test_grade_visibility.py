@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -131,6 +132,17 @@ def klass(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def undated(klass, tmp_path_factory) -> Path:
+    """The --out of the class graded once with the rubric of no due date, read by the tests
+    that need no other; one that changes the folder works on a copy."""
+    base = tmp_path_factory.mktemp("undated")
+    rubric = base / "rubric.yaml"
+    rubric.write_text(rubric_text(None), encoding="utf-8")
+    _grade(klass, base / "out", rubric)
+    return base / "out"
+
+
 @pytest.mark.parametrize("due_passed", [False, True])
 def test_feedback_respects_the_due_date_and_publication(klass, tmp_path, due_passed):
     now = datetime.now(UTC)
@@ -171,11 +183,9 @@ def test_feedback_respects_the_due_date_and_publication(klass, tmp_path, due_pas
     assert {t["name"]: t["visibility"] for t in results["tests"]} == {ITEM[v]: v for v in VALUES}
 
 
-def test_publish_refuses_another_rubric_and_a_folder_without_records(klass, tmp_path):
-    rubric = tmp_path / "rubric.yaml"
-    rubric.write_text(rubric_text(None), encoding="utf-8")
+def test_publish_refuses_another_rubric_and_a_folder_without_records(undated, tmp_path):
     out = tmp_path / "out"
-    _grade(klass, out, rubric)
+    shutil.copytree(undated, out)
     other = tmp_path / "other.yaml"
     other.write_text(rubric_text(None).replace("visibility test", "another"), encoding="utf-8")
     refused = CliRunner().invoke(app, ["grade", "publish", str(out), "--rubric", str(other)])
@@ -186,11 +196,8 @@ def test_publish_refuses_another_rubric_and_a_folder_without_records(klass, tmp_
     assert empty.exit_code == 2 and "run labctl grade into it first" in empty.output
 
 
-def test_every_failing_check_of_a_function_is_listed(klass, tmp_path):
-    rubric = tmp_path / "rubric.yaml"
-    rubric.write_text(rubric_text(None), encoding="utf-8")
-    out = tmp_path / "out"
-    _grade(klass, out, rubric)
+def test_every_failing_check_of_a_function_is_listed(undated):
+    out = undated
     facts = json.loads((out / "records" / "ann.json").read_text())["facts"]["verify"]
     failing = [
         c["name"]
