@@ -18,6 +18,7 @@ from gradetools import copy_room, submission_repo
 
 from labctl import contract, reference
 from labctl.verify import fixtures as fx
+from labctl.verify import verify as verify_module
 from labctl.verify.builders import SEED
 from labctl.verify.functions import CAUSAL_FUNCTIONS
 from labctl.verify.observe import MEASURED, measured_call
@@ -184,7 +185,11 @@ def test_the_table_passes_verify_at_the_published_seed(table_room, tmp_path):
     assert [m.get("passed") for m in document["metrics"]] == [True] * len(document["metrics"])
 
 
-def test_the_table_fails_verify_at_a_fresh_seed(table_room, tmp_path):
+def test_the_table_fails_verify_at_a_fresh_seed(table_room, tmp_path, monkeypatch):
+    # The verdict is the checks' (`VerifyReport.passed`); the diagnosis, which observes the
+    # catalogue's fault rooms for each of the table's failing functions at this new seed (most
+    # of this verify's time), only explains it, and runs none of the room's code.
+    monkeypatch.setattr(verify_module, "diagnose", lambda *args, **kwargs: [])
     result = _verify(table_room, tmp_path, "--no-metrics")
     document = json.loads(result.stdout)
     assert result.exit_code == 1 and not document["passed"]

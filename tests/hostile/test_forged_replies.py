@@ -41,7 +41,14 @@ from labctl.errors import CallError
 from labctl.isolation import replies, wire
 from labctl.isolation.sandbox import CleanRoom
 from labctl.verify import calls
+from labctl.verify.builders import fresh_seed
 from labctl.verify.stubs import init_clean_room
+
+# Every verify here draws its inputs from one fresh seed, as one grading batch does: the
+# reference's outputs and the diagnosis's fault rooms at it are computed once in this process,
+# not again for each forged room (the forgeries are on labctl's reading of replies, whatever
+# the seed).
+SEED = str(fresh_seed())
 
 # Installed at import: the reply to each call of softmax goes through `_forge(seq)`, which
 # writes the frame the attack wants in its place (the load's reply and the other functions'
@@ -160,6 +167,8 @@ def verify(path: Path, *extra: str) -> tuple[int, dict]:
             "process",
             "--out",
             str(path.parent / "evidence"),
+            "--seed",
+            SEED,
             *extra,
         ],
     )
@@ -372,6 +381,8 @@ def test_the_labs_calls_share_the_rooms_time_budget(tmp_path):
             str(budget),
             "--out",
             str(tmp_path / "evidence"),
+            "--seed",
+            SEED,
         ],
     )
     document = json.loads(result.stdout)

@@ -198,11 +198,12 @@ def judge(result: Result) -> None:
 _BATCHES: dict[str, tuple[dict[str, Result], list[str], bool]] = {}
 
 
-def batch(level: str, base: Path) -> tuple[dict[str, Result], list[str], list[str]]:
-    """Every attack at `level`, in parallel: results, processes left behind, and the files of
-    the repository that changed meanwhile (none)."""
+def batch(
+    level: str, base: Path, reference: tuple[int, dict]
+) -> tuple[dict[str, Result], list[str], list[str]]:
+    """Every attack at `level`, in parallel, at `reference`'s seed: results, processes left
+    behind, and the files of the repository that changed meanwhile (none)."""
     if level not in _BATCHES:
-        reference = signed_reference(base / f"reference-{level}")
         before = repo_fingerprint()
         with ThreadPoolExecutor(max_workers=4) as pool:
             done = list(pool.map(lambda a: run_attack(a, level, base / level, reference), ATTACKS))
@@ -229,14 +230,20 @@ def base(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sandboxed(base):
-    require_sandbox()
-    return batch("sandbox", base)
+def reference(base) -> tuple[int, dict]:
+    """The one fresh seed both levels verify at, and its signed cache."""
+    return signed_reference(base / "reference")
 
 
 @pytest.fixture(scope="module")
-def fallback(base):
-    return batch("process", base)
+def sandboxed(base, reference):
+    require_sandbox()
+    return batch("sandbox", base, reference)
+
+
+@pytest.fixture(scope="module")
+def fallback(base, reference):
+    return batch("process", base, reference)
 
 
 def _says(result: Result, text: str) -> bool:
@@ -307,7 +314,7 @@ def test_a_stopped_softmax_costs_one_timeout_and_what_never_reaches_it_is_observ
 
 
 @pytest.mark.parametrize("level", ["sandbox", "process"])
-def test_killing_labctl_ends_a_spinning_worker(tmp_path, level):
+def test_killing_labctl_ends_a_spinning_worker(tmp_path, reference, level):
     if level == "sandbox":
         require_sandbox()
     token = f"spin{uuid.uuid4().hex[:12]}"
@@ -317,10 +324,14 @@ def test_killing_labctl_ends_a_spinning_worker(tmp_path, level):
         handle.write("\n\ndef softmax(x, axis=-1):\n    while True:\n        pass\n")
     command = [sys.executable, "-c", _CLI, "verify", "clean-room", "--path", str(room)]
     command += ["--no-metrics", "--timeout", "120", "--out", str(tmp_path / "ev")]
+    # The reference's outputs from the signed cache, as the attacks read them: labctl computes
+    # none (torch) while its worker spins.
+    seed, cache = reference
     proc = subprocess.Popen(
-        [*command, "--isolation", level],
+        [*command, "--isolation", level, "--seed", str(seed)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, **cache},
     )
     needle = token  # the room's name: in the worker's command line at either level
     deadline = time.monotonic() + 90
