@@ -478,9 +478,15 @@ PAGE_FACTS = """JSON.stringify({
 })"""
 
 
+@pytest.fixture(scope="module")
+def chromium(tmp_path_factory):
+    yield from open_browser(tmp_path_factory.mktemp("chromium"))
+
+
 @pytest.fixture
-def browser(tmp_path):
-    yield from open_browser(tmp_path)
+def browser(chromium):
+    chromium.new_tab()
+    return chromium
 
 
 def test_the_report_opens_in_chromium_without_errors_or_requests(browser, report, tmp_path):
@@ -529,9 +535,10 @@ NO_CJK = """<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "fonts.dtd"><fontco
 CJK_LANGS = ("zh-cn", "zh-tw", "zh-hk", "ja", "ko")
 
 
-@pytest.fixture
-def bare_browser(tmp_path):
+@pytest.fixture(scope="module")
+def bare_chromium(tmp_path_factory):
     """A Chromium that finds no CJK font on the machine."""
+    tmp_path = tmp_path_factory.mktemp("bare-chromium")
     patterns = "".join(
         f'<pattern><patelt name="lang"><string>{lang}</string></patelt></pattern>'
         for lang in CJK_LANGS
@@ -539,6 +546,12 @@ def bare_browser(tmp_path):
     config = tmp_path / "fonts.conf"
     config.write_text(NO_CJK.format(cache=tmp_path / "fc-cache", patterns=patterns))
     yield from open_browser(tmp_path, env={"FONTCONFIG_FILE": str(config)})
+
+
+@pytest.fixture
+def bare_browser(bare_chromium):
+    bare_chromium.new_tab()
+    return bare_chromium
 
 
 CHARACTER_BOXES = """(() => {
