@@ -221,11 +221,11 @@ def _svgs(path: Path) -> dict[str, list[ElementTree.Element]]:
     return found
 
 
-def _svg_texts(path: Path) -> dict[str, list[str]]:
-    """Each lab's figure text: drawn as glyph paths, each piece named by the comment
-    matplotlib writes at the head of its group (`<g id="text_3"><!-- 课程 -->`)."""
+def _svg_texts(svgs: dict[str, list[ElementTree.Element]]) -> dict[str, list[str]]:
+    """Each lab's figure text in its SVGs (`_svgs`): drawn as glyph paths, each piece named by
+    the comment matplotlib writes at the head of its group (`<g id="text_3"><!-- 课程 -->`)."""
     texts: dict[str, list[str]] = {}
-    for lab, trees in _svgs(path).items():
+    for lab, trees in svgs.items():
         for tree in trees:
             for group in tree.iter(f"{SVG}g"):
                 if group.get("id", "").startswith("text_") and len(group):
@@ -240,12 +240,13 @@ def test_figure_text_is_drawn_as_glyphs_in_the_chosen_language(report, report_zh
     with fonts the machine may lack; the Chinese comes from Noto Sans SC, which labctl's
     dependencies install."""
     tokens = registry.get("attention-inspect").params().tokens
-    chinese, english = _svg_texts(report_zh), _svg_texts(report)
+    svgs = _svgs(report_zh)  # parsed once: 5 MB of base64
+    chinese, english = _svg_texts(svgs), _svg_texts(_svgs(report))
     assert set(chinese) == {lab.id for lab in registry.discover()}
     assert set(tokens) <= set(chinese["attention-inspect"])  # the heatmap's token labels
     assert any(CJK.search(t) for t in chinese["scale-ablation"])  # a translated axis label
     assert not any(CJK.search(t) for t in english["scale-ablation"])
-    trees = [tree for trees in _svgs(report_zh).values() for tree in trees]
+    trees = [tree for trees in svgs.values() for tree in trees]
     assert not [t for tree in trees for t in tree.iter(f"{SVG}text")]
     glyph_ids = {p.get("id", "") for tree in trees for p in tree.iter(f"{SVG}path")}
     assert any(i.startswith("NotoSansSC") for i in glyph_ids)
@@ -285,7 +286,7 @@ def test_log_axes_read_as_powers_in_text():
 
 
 def test_the_reports_log_axes_are_labelled_with_powers(report):
-    texts = [t for lab in _svg_texts(report).values() for t in lab]
+    texts = [t for lab in _svg_texts(_svgs(report)).values() for t in lab]
     powers = [t for t in texts if re.fullmatch(r"(2|10)[⁻⁰¹²³⁴⁵⁶⁷⁸⁹]+", t)]
     assert len(powers) >= 4, texts[:40]
     assert not any("mathdefault" in t or "$" in t for t in texts)
