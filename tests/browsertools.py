@@ -1,7 +1,8 @@
 """Headless Chromium for the tests of labctl's HTML pages: console errors, requests, the DOM.
 
-A test module's `browser` fixture yields from `open_browser`: it skips where
-Chromium is missing, and fails under CI=true, where `.ci/run` installs it.
+A test module's Chromium, started once for the module, yields from `open_browser`: it skips
+where Chromium is missing, and fails under CI=true, where `.ci/run` installs it. Each test's
+`browser` fixture opens a new tab in it (`Browser.new_tab`), seeing that tab's events alone.
 """
 
 from __future__ import annotations
@@ -59,10 +60,19 @@ class Browser:
         )
         self.next_id = 0
         self.events: list[dict] = []
-        target = self.send("Target.createTarget", url="about:blank")["targetId"]
-        self.session = self.send("Target.attachToTarget", targetId=target, flatten=True)[
+        self.target = self.session = None
+        self.new_tab()
+
+    def new_tab(self) -> None:
+        """A fresh tab in place of the last one, its events alone seen: a test's own page in
+        a browser started once for its module (a start is a second of CPU)."""
+        if self.target is not None:
+            self.send("Target.closeTarget", targetId=self.target)
+        self.target = self.send("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.send("Target.attachToTarget", targetId=self.target, flatten=True)[
             "sessionId"
         ]
+        self.events = []
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.send(f"{domain}.enable", session=True)
 
@@ -77,14 +87,19 @@ class Browser:
             if reply.get("id") == self.next_id:
                 assert "error" not in reply, reply
                 return reply.get("result", {})
-            self.events.append(reply)
+            self._event(reply)
+
+    def _event(self, event: dict) -> None:
+        """Kept when it is this tab's: a closed tab's last events may still arrive."""
+        if event.get("sessionId") == self.session:
+            self.events.append(event)
 
     def load(self, url: str) -> None:
         self.send("Page.navigate", session=True, url=url)
         deadline = time.monotonic() + 60
         while not any(e.get("method") == "Page.loadEventFired" for e in self.events):
             assert time.monotonic() < deadline, "the page did not finish loading"
-            self.events.append(json.loads(self.ws.recv()))
+            self._event(json.loads(self.ws.recv()))
 
     def evaluate(self, expression: str):
         result = self.send(
@@ -133,7 +148,13 @@ class Browser:
         return base64.b64decode(data["data"])
 
     def screenshot(self, path: Path) -> Path:
-        data = self.send("Page.captureScreenshot", session=True, captureBeyondViewport=True)
+        # the whole page is ~90 million pixels: encoded for speed, 2 s of Chromium's CPU less
+        data = self.send(
+            "Page.captureScreenshot",
+            session=True,
+            captureBeyondViewport=True,
+            optimizeForSpeed=True,
+        )
         path.write_bytes(base64.b64decode(data["data"]))
         return path
 

@@ -29,9 +29,15 @@ from labctl.verify.stubs import init_clean_room
 MARKUP = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 
 
+@pytest.fixture(scope="module")
+def chromium(tmp_path_factory):
+    yield from open_browser(tmp_path_factory.mktemp("chromium"))
+
+
 @pytest.fixture
-def browser(tmp_path):
-    yield from open_browser(tmp_path)
+def browser(chromium):
+    chromium.new_tab()
+    return chromium
 
 
 def _rubric(base: Path) -> Path:

@@ -221,11 +221,11 @@ def _svgs(path: Path) -> dict[str, list[ElementTree.Element]]:
     return found
 
 
-def _svg_texts(path: Path) -> dict[str, list[str]]:
-    """Each lab's figure text: drawn as glyph paths, each piece named by the comment
-    matplotlib writes at the head of its group (`<g id="text_3"><!-- 课程 -->`)."""
+def _svg_texts(svgs: dict[str, list[ElementTree.Element]]) -> dict[str, list[str]]:
+    """Each lab's figure text in its SVGs (`_svgs`): drawn as glyph paths, each piece named by
+    the comment matplotlib writes at the head of its group (`<g id="text_3"><!-- 课程 -->`)."""
     texts: dict[str, list[str]] = {}
-    for lab, trees in _svgs(path).items():
+    for lab, trees in svgs.items():
         for tree in trees:
             for group in tree.iter(f"{SVG}g"):
                 if group.get("id", "").startswith("text_") and len(group):
@@ -240,12 +240,13 @@ def test_figure_text_is_drawn_as_glyphs_in_the_chosen_language(report, report_zh
     with fonts the machine may lack; the Chinese comes from Noto Sans SC, which labctl's
     dependencies install."""
     tokens = registry.get("attention-inspect").params().tokens
-    chinese, english = _svg_texts(report_zh), _svg_texts(report)
+    svgs = _svgs(report_zh)  # parsed once: 5 MB of base64
+    chinese, english = _svg_texts(svgs), _svg_texts(_svgs(report))
     assert set(chinese) == {lab.id for lab in registry.discover()}
     assert set(tokens) <= set(chinese["attention-inspect"])  # the heatmap's token labels
     assert any(CJK.search(t) for t in chinese["scale-ablation"])  # a translated axis label
     assert not any(CJK.search(t) for t in english["scale-ablation"])
-    trees = [tree for trees in _svgs(report_zh).values() for tree in trees]
+    trees = [tree for trees in svgs.values() for tree in trees]
     assert not [t for tree in trees for t in tree.iter(f"{SVG}text")]
     glyph_ids = {p.get("id", "") for tree in trees for p in tree.iter(f"{SVG}path")}
     assert any(i.startswith("NotoSansSC") for i in glyph_ids)
@@ -285,7 +286,7 @@ def test_log_axes_read_as_powers_in_text():
 
 
 def test_the_reports_log_axes_are_labelled_with_powers(report):
-    texts = [t for lab in _svg_texts(report).values() for t in lab]
+    texts = [t for lab in _svg_texts(_svgs(report)).values() for t in lab]
     powers = [t for t in texts if re.fullmatch(r"(2|10)[⁻⁰¹²³⁴⁵⁶⁷⁸⁹]+", t)]
     assert len(powers) >= 4, texts[:40]
     assert not any("mathdefault" in t or "$" in t for t in texts)
@@ -478,9 +479,15 @@ PAGE_FACTS = """JSON.stringify({
 })"""
 
 
+@pytest.fixture(scope="module")
+def chromium(tmp_path_factory):
+    yield from open_browser(tmp_path_factory.mktemp("chromium"))
+
+
 @pytest.fixture
-def browser(tmp_path):
-    yield from open_browser(tmp_path)
+def browser(chromium):
+    chromium.new_tab()
+    return chromium
 
 
 def test_the_report_opens_in_chromium_without_errors_or_requests(browser, report, tmp_path):
@@ -529,9 +536,10 @@ NO_CJK = """<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "fonts.dtd"><fontco
 CJK_LANGS = ("zh-cn", "zh-tw", "zh-hk", "ja", "ko")
 
 
-@pytest.fixture
-def bare_browser(tmp_path):
+@pytest.fixture(scope="module")
+def bare_chromium(tmp_path_factory):
     """A Chromium that finds no CJK font on the machine."""
+    tmp_path = tmp_path_factory.mktemp("bare-chromium")
     patterns = "".join(
         f'<pattern><patelt name="lang"><string>{lang}</string></patelt></pattern>'
         for lang in CJK_LANGS
@@ -539,6 +547,12 @@ def bare_browser(tmp_path):
     config = tmp_path / "fonts.conf"
     config.write_text(NO_CJK.format(cache=tmp_path / "fc-cache", patterns=patterns))
     yield from open_browser(tmp_path, env={"FONTCONFIG_FILE": str(config)})
+
+
+@pytest.fixture
+def bare_browser(bare_chromium):
+    bare_chromium.new_tab()
+    return bare_chromium
 
 
 CHARACTER_BOXES = """(() => {
@@ -589,9 +603,12 @@ def _boxes(browser, selector: str, index: int = 0) -> tuple[list[str], int]:
     found = json.loads(browser.evaluate(script))
     boxes = 0
     for _character, x, y, width, height in found:
+        # scrolled into view and shot from the viewport: the same pixels as a shot beyond the
+        # viewport, which lays out and paints the whole 80,000 px page again, 0.4 s a character
+        scrolled = browser.evaluate(f"window.scrollTo(0, {y} - innerHeight / 2); scrollY")
+        assert scrolled <= y and y + height <= scrolled + browser.evaluate("innerHeight")
         clip = {"x": x, "y": y, "width": width, "height": height, "scale": 3}
-        data = browser.send("Page.captureScreenshot", session=True, clip=clip,
-                            captureBeyondViewport=True)  # fmt: skip
+        data = browser.send("Page.captureScreenshot", session=True, clip=clip)
         boxes += _hollow(base64.b64decode(data["data"]))
     return [c for c, *_ in found], boxes
 
