@@ -2,7 +2,8 @@
 named with the change to make: RoPE's frequencies with the exponent i/D, RoPE on k alone or q
 alone (in multi-head attention and in decode), an online softmax that rescales only one of its
 running sum and its output, scores multiplied by sqrt(d_k), and `scale or 1/sqrt(D)` (which takes
-scale=0.0 for None) in scaled_dot_product_attention and in tiled_attention.
+scale=0.0 for None) in scaled_dot_product_attention and in tiled_attention; and (stop 58) RMSNorm
+times (1 + weight), Gemma's convention, and decode's RoPE on q alone.
 
 Each bug is written as a learner writes it (not as the catalogue's fault is), as in
 `test_common_bugs`: the project's clean room with one function rewritten, verified through the
@@ -158,6 +159,59 @@ TILED_SCALE_OR_DEFAULT = (
     .replace("ACC_UPDATE", "corr * acc + p @ vb")
 )
 
+# Gemma's RMSNorm convention, a weight stored as an offset from 1.
+RMS_NORM_ONE_PLUS_WEIGHT = """
+def rms_norm(x, weight, eps=1e-6):
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float64)
+    weight = np.asarray(weight)
+    if weight.shape != (x.shape[-1],):
+        raise ValueError(f"weight: expected ({x.shape[-1]},), got {weight.shape}")
+    inv = 1.0 / np.sqrt((x ** 2).mean(axis=-1, keepdims=True) + eps)
+    return (x * inv * (1.0 + weight)).astype(x.dtype)
+"""
+
+DECODE_ROPE_ON_Q = """
+def attention_decode(x_new, past_k, past_v, wq, wk, wv, wo, n_heads, n_kv_heads=None, window=None, rope_theta=None):
+    x_new = np.asarray(x_new)
+    if x_new.ndim != 3:
+        raise ValueError("x_new: expected (B, Tn, C)")
+    B, Tn, C = x_new.shape
+    H = n_heads
+    Hkv = H if n_kv_heads is None else n_kv_heads
+    if H < 1 or Hkv < 1 or C % H or H % Hkv:
+        raise ValueError("n_heads: bad head counts")
+    D = C // H
+    if rope_theta is not None and D % 2:
+        raise ValueError("n_heads: RoPE needs an even D")
+    if window is not None and window < 1:
+        raise ValueError("window: must be >= 1")
+    for name, w, shape in (("wq", wq, (C, C)), ("wk", wk, (C, Hkv * D)), ("wv", wv, (C, Hkv * D)), ("wo", wo, (C, C))):
+        if np.shape(w) != shape:
+            raise ValueError(f"{name}: expected {shape}")
+    if (past_k is None) != (past_v is None):
+        raise ValueError("past_v: give both caches or neither")
+    Tp = 0
+    if past_k is not None:
+        if np.shape(past_k)[:2] != (B, Hkv) or np.shape(past_k)[3] != D or np.shape(past_v) != np.shape(past_k):
+            raise ValueError("past_k: wrong cache shape")
+        Tp = np.shape(past_k)[2]
+    q = split_heads(x_new @ wq, H)
+    k = split_heads(x_new @ wk, Hkv)
+    v = split_heads(x_new @ wv, Hkv)
+    if rope_theta is not None:
+        where = np.arange(Tp, Tp + Tn)
+        q = rope(q, where, rope_theta)  # the query asks from its position
+    if past_k is not None:
+        k = np.concatenate([np.asarray(past_k, dtype=k.dtype), k], axis=2)
+        v = np.concatenate([np.asarray(past_v, dtype=v.dtype), v], axis=2)
+    Tk = Tp + Tn
+    mask = causal_mask(Tn, Tk) if window is None else sliding_window_mask(Tn, window, Tk)
+    out, _ = scaled_dot_product_attention(q, k, v, mask)
+    return merge_heads(out) @ wo.astype(x_new.dtype), k, v
+"""
+
 # (name, module, source, fault, function): each bug, as a learner writes it.
 BUGS = [
     ("rope-exponent-i-over-d", "primitives", ROPE_EXPONENT_I_OVER_D, "rope-freq-i-over-d", "rope"),
@@ -177,6 +231,10 @@ BUGS = [
      "scaled_dot_product_attention"),
     ("tiled-scale-or-default", "attention", TILED_SCALE_OR_DEFAULT, "tiled-scale-or-default",
      "tiled_attention"),
+    ("rms-norm-one-plus-weight", "primitives", RMS_NORM_ONE_PLUS_WEIGHT,
+     "rms-norm-one-plus-weight", "rms_norm"),
+    ("decode-rope-on-q", "transformer_block", DECODE_ROPE_ON_Q, "decode-rope-q-only",
+     "attention_decode"),
 ]  # fmt: skip
 
 

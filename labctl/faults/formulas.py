@@ -25,6 +25,10 @@ _ROPE_QK = N_(
     "第8章 · Attention 与 Transformer Block 阶段五 位置从哪里来: 直接旋转 Q/K; "
     "contract v1 multi_head_attention: RoPE on Q and K"
 )
+_DECODE_ROPE = N_(
+    "第8章 · Attention 与 Transformer Block 阶段五 位置从哪里来: 直接旋转 Q/K; "
+    "contract v1 attention_decode: the new tokens sit at positions Tp .. Tp+Tn-1"
+)
 _SCALE_DEFAULT = N_(
     "Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: 除以 √d_k; "
     "contract v1 scaled_dot_product_attention: scale defaults to 1/sqrt(D)"
@@ -134,10 +138,7 @@ FORMULAS: tuple[Fault, ...] = (
             "scores then depend on each key's own position, not on how far it is from the "
             "query; rotate q and k_new both, at positions Tp .. Tp+Tn-1"
         ),
-        course=N_(
-            "第8章 · Attention 与 Transformer Block 阶段五 位置从哪里来: 直接旋转 Q/K; "
-            "contract v1 attention_decode: the new tokens sit at positions Tp .. Tp+Tn-1"
-        ),
+        course=_DECODE_ROPE,
         source=decode_source(
             cache="",
             k_all="k_new if past_k is None else np.concatenate([past_k, k_new], axis=2)",
@@ -198,5 +199,43 @@ FORMULAS: tuple[Fault, ...] = (
         def tiled_attention(q, k, v, block_size, causal=True, scale=None):
             return _correct_tiled(q, k, v, block_size, causal, scale or None)  # 0.0 taken as None
         """,
+    ),
+    Fault(
+        name="rms-norm-one-plus-weight",
+        function="rms_norm",
+        module="primitives",
+        description=N_(
+            "rms_norm multiplies by (1 + weight), Gemma's convention, instead of by weight: "
+            "every channel is scaled one too much; multiply x / rms by weight itself"
+        ),
+        course=N_(
+            "Transformer 手撕与注意力机制 §06.2 RMSNorm; contract v1 rms_norm: "
+            "x / sqrt(mean(x**2, axis=-1) + eps) * weight"
+        ),
+        source="""
+        _correct_rms_norm = rms_norm
+
+        def rms_norm(x, weight, eps=1e-6):
+            _correct_rms_norm(x, weight, eps)
+            weight = np.asarray(weight)
+            return _correct_rms_norm(x, 1 + weight.astype(np.result_type(weight, np.float32)), eps)
+        """,
+    ),
+    Fault(
+        name="decode-rope-q-only",
+        function="attention_decode",
+        module="transformer_block",
+        description=N_(
+            "attention_decode rotates the new queries with RoPE but not the new keys: the "
+            "scores then depend on each query's own position, not on how far the key is from "
+            "it; rotate q and k_new both, at positions Tp .. Tp+Tn-1, and cache the rotated keys"
+        ),
+        course=_DECODE_ROPE,
+        source=decode_source(
+            cache="",
+            k_all="k_new if past_k is None else np.concatenate([past_k, k_new], axis=2)",
+            v_all="v_new if past_v is None else np.concatenate([past_v, v_new], axis=2)",
+            rotated=("q",),
+        ),
     ),
 )
