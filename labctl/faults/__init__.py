@@ -67,8 +67,9 @@ def for_contract(version: int) -> tuple[Fault, ...]:
         return CATALOGUE
     from labctl.faults.labs_v2 import LABS_V2
     from labctl.faults.v2 import V2
+    from labctl.faults.v2_named import V2_NAMED
 
-    return tuple({f.name: f for f in (*CATALOGUE, *V2, *LABS_V2)}.values())
+    return tuple({f.name: f for f in (*CATALOGUE, *V2, *LABS_V2, *V2_NAMED)}.values())
 
 
 def get(name: str) -> Fault:
