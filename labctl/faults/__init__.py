@@ -30,9 +30,10 @@ frequencies with the exponent i/D, RoPE on k alone or q alone in multi-head atte
 alone in decode, an online softmax that rescales its output but not its running sum or the
 other way round, scores multiplied by sqrt(d_k), `scale or 1/sqrt(D)` taking scale=0.0 for None in
 scaled_dot_product_attention and in tiled_attention; stop 58's RMSNorm times (1 + weight) and
-RoPE on q alone in decode); `Fault` (and `FaultV2`, whose room declares contract v2) is in `base`, and the clean room's
-functions that faults are written from, with a place for their bug, in `sources`. Each
-description says what is wrong and what to change, in the learner's terms.
+RoPE on q alone in decode); `Fault` is in `base`, and the clean room's functions that faults
+are written from, with a place for their bug, in `sources`. Each description says what is wrong
+and what to change, in the learner's terms. Contract v2's faults are in `v2` and `labs_v2`, and
+after them `v2_named` (v2's bugs once told only "values differ" or a fixture's note).
 """
 
 from __future__ import annotations
