@@ -185,9 +185,10 @@ def test_a_learner_bug_that_passed_fixtures_v5_fails_at_its_function(
 
 def test_a_raise_only_where_t_equals_tmax_is_not_told_to_call_repeat_kv(tmp_path):
     """The fixture T = Tmax has Hkv < H; the decoder's other GQA calls return. The diagnosis
-    said "it fails wherever Hkv < H ... call repeat_kv" of a raise that is not GQA's."""
+    said "it fails wherever Hkv < H ... call repeat_kv" of a raise that is not GQA's; it names
+    the catalogued fault now (stop 58)."""
     room = _room(tmp_path, "transformer_block", TMAX_BUG)
     report = verify_clean_room(room, 5.0, out=None, measure=False, seed=11)
     (said,) = [d for d in report.diagnosis if d.function == "decoder_forward"]
     assert "Hkv < H" not in str(said.message)
-    assert "it raises ValueError at " in str(said.message)
+    assert "matches fault `decoder-refuses-t-equal-tmax`" in str(said.message)
