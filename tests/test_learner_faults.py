@@ -15,10 +15,7 @@ import pytest
 from checktools import learner_room
 
 from labctl import faults
-from labctl.faults.labs_v2 import LABS_V2
 from labctl.faults.learner import LEARNER
-from labctl.faults.v2 import V2
-from labctl.faults.v2_named import V2_NAMED
 from labctl.i18n import _, set_language
 from labctl.isolation.sandbox import DEFAULT_MEMORY_MB
 from labctl.verify.builders import fresh_seed
@@ -198,7 +195,7 @@ _ENGLISH_PROSE = re.compile(r"\b(the|is|are|of|and|or|where|when|never|uses|gets
 
 @pytest.mark.parametrize(
     "fault",
-    list({f.name: f for f in (*faults.CATALOGUE, *V2, *LABS_V2, *V2_NAMED)}.values()),
+    faults.for_contract(2),
     ids=lambda f: f.name,
 )
 def test_a_matched_fault_reads_in_chinese_its_contract_citation_too(fault):

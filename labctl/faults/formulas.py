@@ -12,6 +12,7 @@ sentence says what is wrong and what to change.
 from __future__ import annotations
 
 from labctl.faults.base import Fault
+from labctl.faults.learner import SDPA_SCALE_COURSE
 from labctl.faults.sources import (
     MHA_ROTATING,
     ONLINE,
@@ -155,10 +156,7 @@ FORMULAS: tuple[Fault, ...] = (
             "grows sharper with the head width instead of staying steady; when scale is None, "
             "multiply q @ k.T by 1 / sqrt(D), D the head width"
         ),
-        course=N_(
-            "Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: 除以 √d_k; "
-            "contract v1: scale defaults to 1/sqrt(D)"
-        ),
+        course=SDPA_SCALE_COURSE,
         source=SDPA_DEFAULT_SCALE.format(default="np.sqrt(d_k)"),
     ),
     Fault(

@@ -17,6 +17,12 @@ from labctl.faults.base import Fault
 from labctl.faults.sources import SDPA_DEFAULT_SCALE, decode_source, tiled_source
 from labctl.i18n import N_
 
+# The scale's rule, cited by the faults of scaled_dot_product_attention's scale.
+SDPA_SCALE_COURSE = N_(
+    "Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: 除以 √d_k; "
+    "contract v1: scale defaults to 1/sqrt(D)"
+)
+
 LEARNER: tuple[Fault, ...] = (
     Fault(
         name="sdpa-scale-dk",
@@ -26,10 +32,7 @@ LEARNER: tuple[Fault, ...] = (
             "the scores are divided by d_k instead of sqrt(d_k): when scale is None, "
             "multiply q @ k.T by 1 / sqrt(D), D the head width"
         ),
-        course=N_(
-            "Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: 除以 √d_k; "
-            "contract v1: scale defaults to 1/sqrt(D)"
-        ),
+        course=SDPA_SCALE_COURSE,
         source=SDPA_DEFAULT_SCALE.format(default="1.0 / d_k"),
     ),
     Fault(
@@ -40,10 +43,7 @@ LEARNER: tuple[Fault, ...] = (
             "the scores are never scaled, and a scale passed in is ignored too: multiply "
             "q @ k.T by scale, or by 1 / sqrt(D) when scale is None"
         ),
-        course=N_(
-            "Transformer 手撕与注意力机制 §03 Scaled Dot-Product Attention: 除以 √d_k; "
-            "contract v1: scale defaults to 1/sqrt(D)"
-        ),
+        course=SDPA_SCALE_COURSE,
         source="""
         _correct_sdpa = scaled_dot_product_attention
 
