@@ -68,6 +68,8 @@ class Unsupported:
     type_name: str
 
 
+# The most buffers one writev takes (Linux's UIO_MAXIOV); a frame of more is written in turns.
+_IOV_MAX = 1024
 # Descriptors one frame may carry (its large arrays); a frame with more sends the rest inline.
 MAX_FDS = 16
 # labctl reads a reply of more than this into a buffer not zeroed first (numpy.empty): zeroing a
@@ -269,11 +271,18 @@ def write_frame(fd: int, message: Any, share: Share | None = None) -> None:
         finally:
             sock.detach()
         head = head[sent:]
-    for part in (head, *parts):
-        view = memoryview(part).cast("B")
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+    # One writev for the frame, not a write per part: a reply of dozens of arrays took as many
+    # system calls, and as many wakeups of the reader.
+    pending = [view for part in (head, *parts) if (view := memoryview(part).cast("B"))]
+    first = 0
+    while first < len(pending):
+        written = os.writev(fd, pending[first : first + _IOV_MAX])
+        while written:  # drop the parts that went, cut the one it stopped in
+            if written < len(pending[first]):
+                pending[first] = pending[first][written:]
+                break
+            written -= len(pending[first])
+            first += 1
 
 
 class Timeout(Exception):
