@@ -9,12 +9,23 @@ must give what the long way gives, forged frames included.
 from __future__ import annotations
 
 import os
+import struct
 import threading
 
 import numpy as np
 import pytest
 
-from labctl.isolation import wire
+from labctl.isolation import replies, wire
+
+
+def _read(frame: bytes, budget: replies.ReplyBudget | None = None):
+    read, write = os.pipe()
+    try:
+        os.write(write, struct.pack(">Q", len(frame)) + frame)
+        return replies.read_counted(read, None, budget or replies.ReplyBudget())
+    finally:
+        os.close(read)
+        os.close(write)
 
 
 def test_a_frame_is_written_in_one_system_call(monkeypatch):
@@ -49,3 +60,16 @@ def test_a_frame_of_more_parts_than_one_system_call_takes_arrives_whole():
     assert all(
         np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(back, value, strict=True)
     )
+
+
+def test_a_read_frame_is_held_while_any_of_its_arrays_lives():
+    budget = replies.ReplyBudget()
+    reply = _read(wire.encode({"a": np.zeros(3), "b": [np.ones(2)], "c": np.float64(2)}), budget)
+    assert budget.held > 0
+    kept = reply["b"][0][1:]
+    del reply
+    assert budget.held > 0
+    del kept
+    assert budget.held == 0
+    assert _read(wire.encode({"no": ["arrays"]}), budget) == {"no": ["arrays"]}
+    assert budget.held == 0

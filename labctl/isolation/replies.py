@@ -263,7 +263,8 @@ class ReplyBudget:
             self.peak = max(self.peak, self.held)
 
     def hold(self, value: Any, nbytes: int) -> None:
-        """`value`, decoded from an admitted frame of `nbytes`, keeps them until its arrays go."""
+        """`value`, decoded from an admitted frame of `nbytes` (or the frame's buffer, of which
+        its arrays are views), keeps them until its arrays go."""
         found = [array for _, array in arrays(value)]
         if not found:
             self.release(nbytes)
@@ -302,9 +303,12 @@ def read_counted(fd: int, deadline: float | None = None, budget: ReplyBudget = B
         admitted.append(nbytes)
 
     try:
-        reply = wire.read_frame(fd, deadline, admit)
+        body = wire.read_body(fd, deadline, admit)
+        reply = wire.decode(body, admit)
     except BaseException:
         budget.release(sum(admitted))
         raise
-    budget.hold(reply, sum(admitted))
+    # Every array decoded is a view of the body: held, it is the frame's arrays held at once,
+    # without a walk of the reply and a finalizer per array.
+    budget.hold(body, sum(admitted))
     return reply

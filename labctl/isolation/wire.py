@@ -309,18 +309,27 @@ def read_exactly(
     return buffer
 
 
+def read_body(
+    fd: int, deadline: float | None = None, admit: Callable[[int], None] | None = None
+) -> np.ndarray:
+    """The next frame's body (for `decode`), as an array of bytes: every array decoded from it
+    is a view of it, so it lives as long as they do. `admit` sees its length before it is
+    read, and may raise to leave it unread (the caller then closes the pipe)."""
+    (length,) = struct.unpack(">Q", read_exactly(fd, 8, deadline))
+    if length > MAX_FRAME_BYTES:
+        raise WireError(f"frame of {length} bytes exceeds the {MAX_FRAME_BYTES} byte limit")
+    if admit is not None:
+        admit(length)
+    return np.frombuffer(read_exactly(fd, length, deadline), dtype=np.uint8)
+
+
 def read_frame(
     fd: int, deadline: float | None = None, admit: Callable[[int], None] | None = None
 ) -> Any:
     """The next frame's value; `admit` sees its length before the body is read, then what
     decoding its header can cost before that is built (`decode`), and may raise to leave it
     unread or undecoded (the caller then closes the pipe)."""
-    (length,) = struct.unpack(">Q", read_exactly(fd, 8, deadline))
-    if length > MAX_FRAME_BYTES:
-        raise WireError(f"frame of {length} bytes exceeds the {MAX_FRAME_BYTES} byte limit")
-    if admit is not None:
-        admit(length)
-    return decode(read_exactly(fd, length, deadline), admit)
+    return decode(read_body(fd, deadline, admit), admit)
 
 
 def read_request(fd: int) -> Any:
