@@ -28,6 +28,34 @@ def _read(frame: bytes, budget: replies.ReplyBudget | None = None):
         os.close(write)
 
 
+def _header(text: str, encoding: str = "utf-8") -> bytes:
+    header = text.encode(encoding, "surrogatepass")
+    return struct.pack(">I", len(header)) + header
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        wire.encode(["x\udcff"]),  # as json.dumps writes it: an escape
+        _header('{"tree": ["x\\uDCFF"], "blobs": []}'),  # an escape in capitals
+        _header('{"tree": ["x\udcff"], "blobs": []}'),  # raw bytes, which json lets pass
+        _header('{"tree": ["x\\udcff"], "blobs": []}', "utf-16-be"),  # ASCII, but UTF-16
+        _header('{"tree": ["x\udcff"], "blobs": []}', "utf-32-le"),
+    ],
+    ids=["escape", "capitals", "raw", "utf-16 escape", "utf-32 raw"],
+)
+def test_a_lone_surrogate_comes_escaped_however_a_header_carries_it(frame):
+    assert _read(frame) == ["x\\udcff"]
+
+
+def test_a_genuine_header_is_not_walked_for_lone_surrogates():
+    walked = []
+    value = {"text": "注意力, 한국어", "arrays": [np.arange(3.0)], "n": 1}
+    back = wire.decode(wire.encode(value), repair_text=walked.append)
+    assert walked == [] and back["text"] == value["text"]
+    assert np.array_equal(back["arrays"][0], value["arrays"][0])
+
+
 def test_a_frame_is_written_in_one_system_call(monkeypatch):
     calls = []
     writev = os.writev

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from labctl import textsafe
 from labctl.isolation import calltrace, wire
 
 MALFORMED = "the clean room's process sent a malformed reply"
@@ -295,7 +296,10 @@ OWN = ReplyBudget(2**62)
 
 def read_counted(fd: int, deadline: float | None = None, budget: ReplyBudget = BUDGET) -> Any:
     """The next frame on `fd`, its bytes and what decoding it builds counted against `budget`
-    while its arrays live; OverBudget (the frame left unread or undecoded) past the budget."""
+    while its arrays live; OverBudget (the frame left unread or undecoded) past the budget.
+
+    The worker's text is the learner's: a lone surrogate in it would stop every writer of a
+    record or a terminal line that reads it later, so it comes escaped (`wire.decode`)."""
     admitted: list[int] = []
 
     def admit(nbytes: int) -> None:
@@ -304,7 +308,7 @@ def read_counted(fd: int, deadline: float | None = None, budget: ReplyBudget = B
 
     try:
         body = wire.read_body(fd, deadline, admit)
-        reply = wire.decode(body, admit)
+        reply = wire.decode(body, admit, repair_text=textsafe.valid)
     except BaseException:
         budget.release(sum(admitted))
         raise

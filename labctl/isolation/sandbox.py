@@ -432,9 +432,6 @@ class CleanRoom:
             # are read.
             problem: str | None = f"unreadable frame ({exc})"
         else:
-            # The worker's text is the learner's: a lone surrogate in it would stop every
-            # writer of a record or a terminal line that reads it later.
-            reply = textsafe.valid(reply)
             problem = check(reply, request)
         if problem:
             self.close()

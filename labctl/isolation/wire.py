@@ -22,6 +22,7 @@ import json
 import math
 import mmap
 import os
+import re
 import select
 import socket
 import struct
@@ -182,12 +183,28 @@ def decode_cost(header: bytes) -> int:
     return values * NODE_BYTES + header.count(b'"dtype"') * ARRAY_BYTES
 
 
+# JSON text holds a lone surrogate only as a `\ud800`-`\udfff` escape or as raw bytes: `json`
+# decodes bytes with surrogatepass, as UTF-16 or UTF-32 too where a header holds a NUL.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _may_hold_lone_surrogate(header: bytes) -> bool:
+    """False for a header of ASCII without a NUL or a surrogate's escape: what `json.dumps`
+    writes for any text but one with a lone surrogate, so a genuine reply is not walked."""
+    return not header.isascii() or b"\0" in header or bool(_SURROGATE_ESCAPE.search(header))
+
+
 def decode(
-    payload: bytes, admit: Callable[[int], None] | None = None, fds: list[int] | None = None
+    payload: bytes | np.ndarray,
+    admit: Callable[[int], None] | None = None,
+    fds: list[int] | None = None,
+    repair_text: Callable[[Any], Any] | None = None,
 ) -> Any:
     """The value in a frame's body. `admit` sees what decoding its header can cost (beyond the
     frame's own bytes) before anything is built, and may raise to leave it undecoded. `fds`:
-    the descriptors that came with the frame (a worker's requests only)."""
+    the descriptors that came with the frame (a worker's requests only). `repair_text`
+    (`textsafe.valid`, labctl's side) is applied to the value where its text may hold a lone
+    surrogate: not to a genuine reply's."""
     view = memoryview(payload)
     if len(view) < 4:
         raise WireError("frame too short")
@@ -214,7 +231,10 @@ def decode(
     if offset != len(view):
         raise WireError(f"{len(view) - offset} bytes of array data that no array claims")
     try:
-        return _decode(tree, arrays)
+        value = _decode(tree, arrays)
+        if repair_text is not None and _may_hold_lone_surrogate(text):
+            value = repair_text(value)
+        return value
     except (IndexError, TypeError, AttributeError, RecursionError) as exc:
         raise WireError(f"bad value tree: {exc}") from None
 
