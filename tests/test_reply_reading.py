@@ -101,3 +101,18 @@ def test_a_read_frame_is_held_while_any_of_its_arrays_lives():
     assert budget.held == 0
     assert _read(wire.encode({"no": ["arrays"]}), budget) == {"no": ["arrays"]}
     assert budget.held == 0
+
+
+@pytest.mark.parametrize(
+    ("sent", "back", "edited"),
+    [
+        (np.array([0.0, 1.0]), np.array([-0.0, 1.0]), []),  # other bytes, equal values
+        (np.array([np.nan]), np.array([-np.nan]), []),  # two NaNs
+        (np.array([1 + 0j]), np.array([complex(np.nan, 1)]), ["[0][0]"]),
+        (np.array([np.nan, 1.0]), np.array([np.nan, 2.0]), ["[0][0]"]),
+        (np.arange(6).reshape(2, 3).T, np.arange(6).reshape(2, 3).T.copy(), []),
+        (np.array([True, False]), np.array([True, True]), ["[0][0]"]),
+    ],
+)
+def test_an_argument_is_edited_where_a_value_changed_not_a_byte(sent, back, edited):
+    assert replies.mutated([sent], {}, [[back], {}]) == edited
