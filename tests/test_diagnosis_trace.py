@@ -131,6 +131,31 @@ def test_a_call_that_writes_into_its_input_comes_back_marked_and_is_judged_impur
     )
 
 
+def test_an_argument_is_edited_when_its_values_change_and_compared_cheaply_when_untouched(
+    monkeypatch,
+):
+    """`edited` means "the values changed", as `array_equal` says (NaN equal to NaN, -0.0 to
+    0.0); an argument left alone costs a byte comparison, not an `array_equal` each."""
+    compared = []
+    array_equal = np.array_equal
+    monkeypatch.setattr(
+        np, "array_equal", lambda *a, **k: compared.append(1) or array_equal(*a, **k)
+    )
+
+    def edited(before, after) -> bool:
+        recorder = calltrace.Recorder()
+        recorder.start()
+        return calltrace._edited(recorder._kept([before]), [after])
+
+    x = np.array([[1.0, np.nan, 0.0]])
+    assert not edited(x, x) and not compared
+    assert not edited(x, np.array([[1.0, np.nan, -0.0]]))
+    assert edited(x, np.array([[2.0, np.nan, 0.0]]))
+    assert edited(np.arange(3), np.array([0, 1, 5]))
+    assert not edited(x, x.astype(np.float32))  # the values, not the dtype, as before
+    assert not edited(x, x.ravel())  # another shape is another array
+
+
 def test_a_trace_keeps_arrays_within_its_bound_and_marks_the_rest():
     recorder = calltrace.Recorder()
     recorder.start()

@@ -103,6 +103,13 @@ def _edited(kept, live, level: int = 0) -> bool:
     if isinstance(kept, np.ndarray):
         if not isinstance(live, np.ndarray) or live.shape != kept.shape:
             return False
+        # The same bytes of the same dtype are the same values, NaNs included: the common
+        # case (an argument left alone) in a memcmp, where `array_equal` costs ~12 µs an
+        # array, a thousand arrays a traced verify. A subclass of the room's compares as the
+        # room says, as before.
+        plain = type(live) is np.ndarray and live.dtype == kept.dtype
+        if plain and live.tobytes() == kept.tobytes():
+            return False
         return not np.array_equal(kept, live, equal_nan=kept.dtype.kind == "f")
     if level < 4 and isinstance(kept, list) and isinstance(live, (list, tuple)):
         return any(_edited(k, v, level + 1) for k, v in zip(kept, live, strict=False))
