@@ -21,6 +21,7 @@ from clitools import invoke
 from gradetools import rubric_without
 
 from labctl import contract, reference
+from labctl.verify import verify as verification
 
 
 @pytest.fixture(autouse=True)
@@ -59,14 +60,24 @@ _verified: dict[str, dict] = {}
 
 
 def verified(name: str, tmp_path_factory) -> dict:
-    """`verify --json` on the room, run once per session; the document, by function."""
+    """`verify --json` on the room, run once per session; the document, by function, with the
+    report it was printed from (for `text_of`)."""
     if name not in _verified:
         room = m.room(tmp_path_factory.mktemp(name), *ROOMS[name])
-        result = invoke("verify", "clean-room", "--path", str(room), "--no-metrics", "--json")
+        kept = []
+        real = verification.verify_clean_room
+
+        def keeping(*args, **kwargs):
+            kept.append(real(*args, **kwargs))
+            return kept[-1]
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(verification, "verify_clean_room", keeping)
+            result = invoke("verify", "clean-room", "--path", str(room), "--no-metrics", "--json")
         assert result.exit_code == 1, result.output
         document = json.loads(result.stdout)
         document["by_function"] = {d["function"]: d for d in document["diagnosis"]}
-        document["room"] = room
+        document["room"], (document["report"],) = room, kept
         _verified[name] = document
     return _verified[name]
 
@@ -75,14 +86,20 @@ def named(message: str) -> set[str]:
     return {f for f in contract.function_names() if re.search(rf"\b{f}\b", message)}
 
 
-def text_of(room) -> str:
-    result = invoke("verify", "clean-room", "--path", str(room), "--no-metrics")
+def text_of(document: dict, monkeypatch) -> str:
+    """The text a learner reads of the run `verified` read as JSON: the command renders that
+    run's report (its seed given, as a rerun with --seed draws the same inputs), so the
+    sentences compared are one diagnosis shown two ways, not a second verify of the room."""
+    monkeypatch.setattr(verification, "verify_clean_room", lambda *a, **k: document["report"])
+    seed = str(document["seed"])
+    result = invoke("verify", "clean-room", "--path", str(document["room"]), "--no-metrics",
+                    "--seed", seed)  # fmt: skip
     assert result.exit_code == 1
     return " ".join(result.output.split())
 
 
 def test_an_mha_that_leaks_the_future_beside_a_stub_rope_is_named_for_its_causality(
-    tmp_path_factory,
+    tmp_path_factory, monkeypatch
 ):
     document = verified("leaky-mha-decode-zeros", tmp_path_factory)
     mha = document["by_function"]["multi_head_attention"]
@@ -102,7 +119,7 @@ def test_an_mha_that_leaks_the_future_beside_a_stub_rope_is_named_for_its_causal
         "multi_head_attention",
     ]
     # The same sentences reach the text a learner reads.
-    shown = text_of(document["room"])
+    shown = text_of(document, monkeypatch)
     assert mha["message"] in shown
     assert document["by_function"]["attention_decode"]["message"] in shown
 
@@ -148,7 +165,7 @@ def test_an_mha_with_a_scale_bug_beside_a_stub_rope_is_named_itself(tmp_path_fac
 
 
 def test_an_mha_with_an_np_tri_mask_that_never_calls_rope_is_named_for_its_mask(
-    tmp_path_factory,
+    tmp_path_factory, monkeypatch
 ):
     document = verified("tri-mask", tmp_path_factory)
     mha = document["by_function"]["multi_head_attention"]
@@ -159,7 +176,7 @@ def test_an_mha_with_an_np_tri_mask_that_never_calls_rope_is_named_for_its_mask(
         "0 and -inf added to the scores: float32 inputs come back float64; keep the mask boolean"
     )
     assert named(mha["message"]) == {"multi_head_attention"}  # no rope, no softmax
-    assert mha["message"] in text_of(document["room"])
+    assert mha["message"] in text_of(document, monkeypatch)
 
 
 def test_a_gqa_crash_without_repeat_kv_is_named_at_the_mha_not_at_a_broken_rope(

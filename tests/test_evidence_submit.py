@@ -28,9 +28,11 @@ from typer.testing import CliRunner
 from labctl import registry
 from labctl.cli.main import app
 from labctl.evidence import modules
+from labctl.evidence import submit as submit_module
 from labctl.evidence.findings import Report
+from labctl.evidence.models import files_digest
 from labctl.evidence.modules import DEFAULT_MODULE, MODULES
-from labctl.evidence.room import identify, own_room
+from labctl.evidence.room import identify, own_room, room_files
 from labctl.evidence.submit import _claims
 from labctl.lab import Lab, Metric
 from labctl.runner import run_labs
@@ -95,6 +97,32 @@ def repo(golden, tmp_path, monkeypatch) -> Path:
     monkeypatch.chdir(target)
     monkeypatch.setattr(modules, "MODULES", (*MODULES, TEST_MODULE))
     return target
+
+
+# What `submit` re-measured, by the claims' labs and implementations, seed and room content:
+# for `measured_once`.
+_MEASURED: dict = {}
+
+
+@pytest.fixture
+def measured_once(monkeypatch):
+    """The claims re-measured once for this module, for the tests whose subject is what
+    `submit` decides from the measurements, not the measuring: every repository here is a
+    copy of the golden one, so its room (the same files) re-measured at the same seed gives
+    the same rows. The first such test measures in a sandboxed room of its own, as `submit`
+    always does; its repeats (forty, each a room started and a lab run twice) were this
+    module's largest cost. A room of other files, or another seed, is measured anew."""
+    real = submit_module._measure
+
+    def once(claims, seed, clean_room, timeout_s, isolation):
+        room = None if clean_room is None else files_digest(room_files(clean_room))
+        labs = tuple(sorted({(c.lab.id, c.impl) for c in claims}))
+        key = (labs, seed, room, timeout_s, isolation)
+        if key not in _MEASURED:
+            _MEASURED[key] = real(claims, seed, clean_room, timeout_s, isolation)
+        return _MEASURED[key]
+
+    monkeypatch.setattr(submit_module, "_measure", once)
 
 
 def invoke(*args: str):
@@ -187,6 +215,7 @@ def test_filled_template_from_a_real_run_is_accepted_once(repo):
     assert f"changed {changed.name}" in json.dumps(doc["problems"]), doc["problems"]
 
 
+@pytest.mark.usefixtures("measured_once")
 def test_dirty_commit_is_a_warning_not_a_refusal(repo):
     data = yaml.safe_load(filled())
     data["commit_dirty"] = True
@@ -209,6 +238,7 @@ def test_a_tolerance_written_another_way_is_the_same_tolerance(repo):
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.usefixtures("measured_once")
 def test_human_submit_output(repo):
     path = repo / "submission.yaml"
     path.write_text(filled())
@@ -247,6 +277,7 @@ def test_fill_keeps_one_seed_across_labs(repo, monkeypatch):
 
 
 @pytest.mark.parametrize("tamper", [False, True], ids=["accepted", "refused-on-metrics"])
+@pytest.mark.usefixtures("measured_once")
 def test_commands_are_recorded_never_run(repo, tmp_path, tamper):
     victim = tmp_path / "victim"
     victim.mkdir()
@@ -435,6 +466,7 @@ def _assert_refused(repo: Path, path: Path, field: str, reason: str, validate_to
 
 
 @pytest.mark.parametrize("case", list(DATA_CASES))
+@pytest.mark.usefixtures("measured_once")
 def test_bad_submission_is_refused(repo, tmp_path, case):
     mutate, field, reason = DATA_CASES[case]
     data = yaml.safe_load(filled())
@@ -445,6 +477,7 @@ def test_bad_submission_is_refused(repo, tmp_path, case):
 
 
 @pytest.mark.parametrize("case", list(RAW_CASES))
+@pytest.mark.usefixtures("measured_once")
 def test_bad_file_is_refused(repo, case):
     raw, field, reason = RAW_CASES[case]
     path = repo / "bad.yaml"
@@ -463,6 +496,7 @@ def test_usage_errors_exit_2(repo, where):
         assert result.stdout == ""
 
 
+@pytest.mark.usefixtures("measured_once")
 def test_every_problem_at_once(repo, tmp_path):
     data = yaml.safe_load(filled())
     data["schema"] = "learn-llm.evidence.v9"
@@ -586,6 +620,7 @@ def test_a_fifo_is_refused_at_once(repo):
     assert result.stdout == ""
 
 
+@pytest.mark.usefixtures("measured_once")
 def test_the_manifest_keeps_the_later_moment_not_the_later_string(repo):
     """05:30-05:00 is 10:30Z: later than 10:20Z though it sorts first as a string."""
     data = yaml.safe_load(filled())
@@ -733,7 +768,6 @@ def test_a_root_that_is_a_file_is_refused_before_anything_is_re_measured(repo, m
     path = repo / "submission.yaml"
     path.write_text(filled())
     (repo / "taken").write_text("mine\n")
-    from labctl.evidence import submit as submit_module
 
     def not_run(*args, **kwargs):
         raise AssertionError("re-measured")
@@ -746,6 +780,7 @@ def test_a_root_that_is_a_file_is_refused_before_anything_is_re_measured(repo, m
     assert (repo / "taken").read_text() == "mine\n" and snapshot(repo) == before
 
 
+@pytest.mark.usefixtures("measured_once")
 def test_a_lone_surrogate_escape_is_refused_in_words_not_an_internal_error(repo):
     """`"\\ud800"` in YAML or JSON reads as half a character, which UTF-8 cannot encode:
     `validate` said valid, and `submit` re-measured every claim, then ended in "internal
