@@ -119,8 +119,10 @@ class HeatmapGroup:
         widths = [measure(t) for t in full]
         if len(full) > 1 and sum(widths) + 3 * (len(full) - 1) <= width:
             grid = Table.grid(padding=(0, 3))
-            for _table in full:
-                grid.add_column()
+            # each column as wide as its table, just measured: a column without a width has
+            # the grid measure its table again (every cell of it) before drawing it
+            for table_width in widths:
+                grid.add_column(width=table_width)
             grid.add_row(*full)
             return [grid]
         if max(widths) <= width:

@@ -136,11 +136,16 @@ class Prose:
         self.text = Text.from_markup(text) if isinstance(text, str) else text.copy()
         self.text.expand_tabs(8)  # a tab's width is where it stands: spaces, to be measured
         self.hang = hang
+        self._widths: tuple[int, int] | None = None
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        plain = self.text.plain
-        widest = max(cell_len(line) for line in plain.split("\n"))
-        return Measurement(unbreakable(plain), widest).with_maximum(options.max_width)
+        # A table measures its cells at each layout and again to draw them; the text is fixed,
+        # so its narrowest and widest widths are found once.
+        if self._widths is None:
+            plain = self.text.plain
+            widest = max(cell_len(line) for line in plain.split("\n"))
+            self._widths = (unbreakable(plain), widest)
+        return Measurement(*self._widths).with_maximum(options.max_width)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = max(options.max_width, 1)

@@ -19,7 +19,7 @@ import unicodedata
 import warnings
 
 from labctl.i18n import _
-from labctl.report import glyphs
+from labctl.report import glyphs, measure
 from labctl.report.collect import Figure
 
 DIFFERS = 1e-9  # as the terminal: far above float64 rounding, far below what the eye sees
@@ -41,6 +41,7 @@ def _pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    measure.install()
     families = glyphs.matplotlib_families()
     plt.rcParams.update(
         {
