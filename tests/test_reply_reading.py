@@ -8,6 +8,7 @@ must give what the long way gives, forged frames included.
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import threading
@@ -116,3 +117,14 @@ def test_a_read_frame_is_held_while_any_of_its_arrays_lives():
 )
 def test_an_argument_is_edited_where_a_value_changed_not_a_byte(sent, back, edited):
     assert replies.mutated([sent], {}, [[back], {}]) == edited
+
+
+@pytest.mark.parametrize("name", ["\udc80evil", "ok\ud800"])
+def test_a_type_name_with_a_lone_surrogate_is_a_forged_frame(name):
+    # A worker's own encoder cannot send one (its reply does not encode); forged, it reached
+    # the check's message as the name of the type the room returned.
+    with pytest.raises(wire.WireError, match="bad unsupported node"):
+        _read(_header(json.dumps({"tree": {"$unsupported": name}, "blobs": []})))
+    assert isinstance(
+        _read(_header('{"tree": {"$unsupported": "Evil"}, "blobs": []}')), wire.Unsupported
+    )

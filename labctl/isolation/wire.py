@@ -186,6 +186,7 @@ def decode_cost(header: bytes) -> int:
 # JSON text holds a lone surrogate only as a `\ud800`-`\udfff` escape or as raw bytes: `json`
 # decodes bytes with surrogatepass, as UTF-16 or UTF-32 too where a header holds a NUL.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _may_hold_lone_surrogate(header: bytes) -> bool:
@@ -262,7 +263,9 @@ def _decode(node: Any, arrays: list[np.ndarray]) -> Any:
             raise WireError(f"a key longer than the {MAX_TEXT} character limit")
         return {k: _decode(v, arrays) for k, v in body.items()}
     if tag == "$unsupported":
-        if not isinstance(body, str) or len(body) > MAX_TEXT:
+        # A genuine worker cannot send a lone surrogate in a type's name (its reply would not
+        # encode): one here is forged, and would reach a message as the room's own words.
+        if not isinstance(body, str) or len(body) > MAX_TEXT or _LONE_SURROGATE.search(body):
             raise WireError("bad unsupported node")
         return Unsupported(body)
     raise WireError(f"unknown tag {tag!r}")
