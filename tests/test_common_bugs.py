@@ -9,6 +9,8 @@ explained in another function's words.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from checktools import declared_v2, learner_room, one_file_room
 
@@ -166,6 +168,30 @@ def _room(tmp_path, module: str, source: str, layout: str):
     return learner_room(tmp_path, module, source)
 
 
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory, fresh):
+    """verify at the module's seed of a learner's room, once a room: two tests below read the
+    reports of rooms the parametrized test verifies (RMSNorm over mean(x), RoPE leaking
+    float64)."""
+
+    @functools.cache
+    def report(module: str, source: str, layout: str):
+        room = _room(tmp_path_factory.mktemp("room"), module, source, layout)
+        return verify_clean_room(room, 5.0, out=None, measure=False, seed=fresh)
+
+    return report
+
+
+@pytest.fixture
+def own_seed(monkeypatch):
+    """For a test at a seed of its own: its diagnosis observes the fault rooms in a cache of
+    its own. The shared cache keeps one seed's rooms, so this test's seed would let go of the
+    module's (`fresh`), and the tests after it would observe those rooms again."""
+    from labctl.verify import diagnosis
+
+    monkeypatch.setattr(diagnosis, "ROOMS", diagnosis.FaultRooms())
+
+
 def _said(diagnosis, lang: str) -> str:
     previous = set_language(lang)
     try:
@@ -187,10 +213,9 @@ def _description(fault, lang: str) -> str:
     ("name", "module", "source", "fault", "function"), BUGS, ids=[b[0] for b in BUGS]
 )
 def test_each_common_bug_is_named_with_its_change_in_both_languages(
-    tmp_path, name, module, source, fault, function, layout, fresh
+    name, module, source, fault, function, layout, verified
 ):
-    room = _room(tmp_path, module, source, layout)
-    report = verify_clean_room(room, 5.0, out=None, measure=False, seed=fresh)
+    report = verified(module, source, layout)
     assert report.contract == (2 if layout == "one-file-v2" else 1)
     (diagnosis,) = [d for d in report.diagnosis if d.function == function]
     catalogued = faults.get(fault) if fault in {f.name for f in faults.CATALOGUE} else None
@@ -204,18 +229,16 @@ def test_each_common_bug_is_named_with_its_change_in_both_languages(
     assert _description(catalogued, "zh") != _description(catalogued, "en")  # translated
 
 
-def test_an_rms_norm_over_mean_x_is_not_said_to_leak_the_future(tmp_path, fresh):
+def test_an_rms_norm_over_mean_x_is_not_said_to_leak_the_future(verified):
     """Its NaN reaches the block's causal check, which took NaN for a leak."""
-    room = learner_room(tmp_path, "primitives", RMS_OVER_MEAN_X)
-    report = verify_clean_room(room, 5.0, out=None, measure=False, seed=fresh)
+    report = verified("primitives", RMS_OVER_MEAN_X, "many-files-v1")
     causal = [c for c in report.checks if c.name == "causal" and c.failed]
     assert causal == [], [c.message for c in causal]
     assert not any("future leaks" in d.message for d in report.diagnosis)
 
 
-def test_a_rope_that_leaks_float64_is_not_told_about_masks_and_caches(tmp_path, fresh):
-    room = learner_room(tmp_path, "primitives", ROPE_LEAKING_FLOAT64)
-    report = verify_clean_room(room, 5.0, out=None, measure=False, seed=fresh)
+def test_a_rope_that_leaks_float64_is_not_told_about_masks_and_caches(verified):
+    report = verified("primitives", ROPE_LEAKING_FLOAT64, "many-files-v1")
     (rope,) = [d for d in report.diagnosis if d.function == "rope"]
     assert "mask" not in rope.message and "cache" not in rope.message
     assert "cos and sin" in rope.message
@@ -343,7 +366,7 @@ def layer_norm(x, weight, bias, eps=1e-5):
 """
 
 
-def test_the_precision_sentence_is_added_to_other_causes_never_replacing_them(tmp_path):
+def test_the_precision_sentence_is_added_to_other_causes_never_replacing_them(tmp_path, own_seed):
     """float32 inside a float64 path, and the caller's array edited: both are said. Before,
     the rounding's sentence was the whole diagnosis, and the edit went unsaid. (Seed 5: no
     fault matches in part there; seed 111 below, the in-place fault does.)"""
@@ -397,7 +420,9 @@ def test_a_block_built_on_two_broken_functions_names_both(tmp_path, fresh):
     assert "请先修复 rms_norm, scaled_dot_product_attention" in _said(block, "zh")
 
 
-def test_of_two_faults_that_both_match_the_nearer_to_the_learners_outputs_is_named(tmp_path):
+def test_of_two_faults_that_both_match_the_nearer_to_the_learners_outputs_is_named(
+    tmp_path, own_seed
+):
     # At this seed LayerNorm over (sigma + 1e-6) is also within tolerance of LayerNorm with a
     # fixed eps of 1e-5; the catalogue lists that one first, but the learner wrote the other.
     room = _room(tmp_path, "primitives", LAYER_NORM_SIGMA_PLUS, "one-file-v2")
@@ -408,7 +433,9 @@ def test_of_two_faults_that_both_match_the_nearer_to_the_learners_outputs_is_nam
     assert "also matches `layer-norm-eps-hard-coded`" in said  # the tie is still said
 
 
-def test_the_precision_sentence_follows_a_fault_that_explains_part_of_a_function(tmp_path):
+def test_the_precision_sentence_follows_a_fault_that_explains_part_of_a_function(
+    tmp_path, own_seed
+):
     # At this seed the in-place fault explains `pure`; the rounding that explains parity was
     # said as "its values differ from the reference", with no cause and nothing to change.
     room = learner_room(tmp_path, "primitives", LAYER_NORM_IN_FLOAT32_AND_IN_PLACE)

@@ -62,7 +62,9 @@ def test_the_catalogue_is_large_named_and_spread_over_the_contract():
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """The matrix, built once (this also fills the diagnosis's cache of fault rooms), and
-    each fault's room as the matrix observed it, by name: every function in a worker."""
+    each fault's room as the matrix observed it, by name: every function in a worker. The
+    tests that verify rooms ask for it, not for `matrix` (the command's rendering, which
+    they do not read, once a test)."""
     from labctl.isolation.sandbox import DEFAULT_MEMORY_MB
     from labctl.verify.diagnosis import ROOMS
     from labctl.verify.matrix import build_matrix
@@ -152,7 +154,7 @@ def fresh():
 
 
 @pytest.mark.parametrize("fault", faults.CATALOGUE, ids=lambda f: f.name)
-def test_each_fault_fails_at_its_function_and_is_diagnosed_by_name(tmp_path, fault, matrix, fresh):
+def test_each_fault_fails_at_its_function_and_is_diagnosed_by_name(tmp_path, fault, built, fresh):
     room = fault.materialize(tmp_path / "clean_room")
     # The hang is stopped sooner here; the rest get the time a busy machine needs, and a
     # fault room that ran out of the diagnosis's 2 s on such a machine gets it too.
@@ -189,7 +191,7 @@ def test_labctl_faults_human_output(built, monkeypatch):
     assert "loads: no catalogued fault, justified" in text
 
 
-def test_a_learners_own_code_with_a_catalogued_bug_is_diagnosed(tmp_path, matrix, fresh):
+def test_a_learners_own_code_with_a_catalogued_bug_is_diagnosed(tmp_path, built, fresh):
     room = learner_room(
         tmp_path,
         "primitives",
@@ -208,7 +210,7 @@ def test_a_learners_own_code_with_a_catalogued_bug_is_diagnosed(tmp_path, matrix
     )
 
 
-def test_a_matching_bug_with_an_extra_symptom_is_still_named(tmp_path, matrix, fresh):
+def test_a_matching_bug_with_an_extra_symptom_is_still_named(tmp_path, built, fresh):
     """HF's rotate_half layout, written without the odd-D check the contract asks for."""
     room = learner_room(tmp_path, "primitives", HF_ROPE_WITHOUT_ODD_CHECK)
     report = verify_clean_room(room, 2.0, out=None, measure=False, seed=fresh)
@@ -219,7 +221,7 @@ def test_a_matching_bug_with_an_extra_symptom_is_still_named(tmp_path, matrix, f
     assert "(it also fails bad-input)" in named.message
 
 
-def test_an_unknown_bug_is_said_to_match_nothing(tmp_path, matrix, fresh):
+def test_an_unknown_bug_is_said_to_match_nothing(tmp_path, built, fresh):
     room = learner_room(
         tmp_path,
         "primitives",
