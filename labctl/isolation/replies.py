@@ -213,18 +213,9 @@ def mutated(args: list, kwargs: dict, after: list) -> list[str] | None:
         new = back[path]
         if new.shape != old.shape or new.dtype != old.dtype:
             return None
-        if not _unchanged(old, new):
+        if not calltrace.same_values(old, new):
             changed.append(path)
     return changed
-
-
-def _unchanged(old: np.ndarray, new: np.ndarray) -> bool:
-    """Equal values, a NaN equal to a NaN. The same bytes always are, and are what an argument
-    left alone comes back as: compared at a twentieth of `array_equal`'s cost. Other bytes may
-    still be equal values (0.0 and -0.0, two NaNs)."""
-    if old.tobytes() == new.tobytes():
-        return True
-    return np.array_equal(old, new, equal_nan=old.dtype.kind in "fc")
 
 
 def argument_name(path: str, names: list[str]) -> str:
